@@ -1,0 +1,76 @@
+// Every differentiable op of attnlab. Each is one function (in the .cpp named
+// beside its group) that computes its forward value and attaches its backward
+// closure in the same place, plus one gradient-check case in that file.
+//
+// Conventions: batch-first shapes; negative axes count from the end; binary
+// elementwise ops broadcast as NumPy does; errors start with "[op]".
+#pragma once
+
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace attnlab {
+
+class Rng;
+
+// ---- elementwise (ops_elementwise.cpp) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor tanh(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact form: x * Phi(x), as torch's default
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+// With a scalar: the scalar becomes a 0-d tensor of x's dtype and broadcasts.
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator*(double a, const Tensor& b);
+
+// ---- reductions (ops_reduce.cpp); empty axes = all axes ----
+Tensor sum(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+// The gradient goes to the first maximal element along the reduced axes.
+Tensor max(const Tensor& x, std::vector<int> axes = {}, bool keepdim = false);
+
+// ---- shape (ops_shape.cpp); results are contiguous copies ----
+Tensor reshape(const Tensor& x, const Shape& shape);  // same element count
+Tensor permute(const Tensor& x, const std::vector<int>& order);
+Tensor transpose(const Tensor& x, int axis_a, int axis_b);  // a permute swapping two axes
+Tensor slice(const Tensor& x, int axis, size_t start, size_t stop);  // [start, stop)
+Tensor concat(const std::vector<Tensor>& parts, int axis);
+std::vector<Tensor> split(const Tensor& x, const std::vector<size_t>& sizes, int axis);  // slices
+
+// ---- linear algebra (ops_matmul.cpp) ----
+// (M,K)@(K,N); (...,M,K)@(K,N) as one GEMM; (...,M,K)@(...,K,N) with equal batch axes.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- neural-network ops (ops_nn.cpp) ----
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+// Where mask is true, the result is `value`; elsewhere x. Mask broadcasts to x.
+Tensor masked_fill(const Tensor& x, const Mask& mask, double value);
+// weight (V,D), ids (...) -> (..., D). Backward scatter-adds into the rows used.
+Tensor embedding(const Tensor& weight, const Indices& ids);
+// Over the last axis; weight and bias (D) may be undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Zeroes each element with probability p and scales the rest by 1/(1-p); identity when !training.
+Tensor dropout(const Tensor& x, double p, bool training, Rng& rng);
+// logits (..., C), targets (...). Mean over positions whose loss_mask is true
+// (all positions when loss_mask is empty); 0 with zero gradient when none count.
+Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& loss_mask = Mask());
+
+}  // namespace attnlab

@@ -1,0 +1,190 @@
+// Elementwise ops. Binary ops broadcast; their backward reduces each gradient
+// to its input's shape with unbroadcast (shape.h).
+#include <cmath>
+#include <numbers>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "autograd/shape.h"
+
+namespace attnlab {
+
+namespace {
+
+// forward(A, B) -> out; grad_a/grad_b(g, A, B, out) -> gradient in out's shape.
+template <class Forward, class GradA, class GradB>
+Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Forward forward, GradA grad_a, GradB grad_b) {
+    check_defined(op, a, "first operand");
+    check_defined(op, b, "second operand");
+    check_same_dtype(op, a, b);
+    broadcast_shapes(op, a.shape(), b.shape());  // throws with both shapes when they do not broadcast
+    return dispatch(a.dtype(), [&]<class T>() {
+        const Array<T>& A = values_of<T>(a);
+        const Array<T>& B = values_of<T>(b);
+        Array<T> out = forward(A, B);
+        return record<T>(op, std::move(out), {a, b}, [a, b, grad_a, grad_b](const Array<T>& g, const Array<T>& y) {
+            const Array<T>& A = values_of<T>(a);
+            const Array<T>& B = values_of<T>(b);
+            send_grad<T>(a, [&] { return unbroadcast<T>(Array<T>(grad_a(g, A, B, y)), a.shape()); });
+            send_grad<T>(b, [&] { return unbroadcast<T>(Array<T>(grad_b(g, A, B, y)), b.shape()); });
+        });
+    });
+}
+
+// forward(X) -> out; grad(g, X, out) -> gradient.
+template <class Forward, class Grad>
+Tensor unary_op(const char* op, const Tensor& x, Forward forward, Grad grad) {
+    check_defined(op, x, "input");
+    return dispatch(x.dtype(), [&]<class T>() {
+        Array<T> out = forward(values_of<T>(x));
+        return record<T>(op, std::move(out), {x}, [x, grad](const Array<T>& g, const Array<T>& y) {
+            send_grad<T>(x, [&] { return grad(g, values_of<T>(x), y); });
+        });
+    });
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+    constexpr const char* op = "add";
+    return binary_op(op, a, b,
+        [](const auto& A, const auto& B) { return A + B; },
+        [](const auto& g, const auto&, const auto&, const auto&) { return g; },
+        [](const auto& g, const auto&, const auto&, const auto&) { return g; });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+    constexpr const char* op = "sub";
+    return binary_op(op, a, b,
+        [](const auto& A, const auto& B) { return A - B; },
+        [](const auto& g, const auto&, const auto&, const auto&) { return g; },
+        [](const auto& g, const auto&, const auto&, const auto&) { return -g; });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+    constexpr const char* op = "mul";
+    return binary_op(op, a, b,
+        [](const auto& A, const auto& B) { return A * B; },
+        [](const auto& g, const auto&, const auto& B, const auto&) { return g * B; },
+        [](const auto& g, const auto& A, const auto&, const auto&) { return g * A; });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+    constexpr const char* op = "div";
+    // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
+    return binary_op(op, a, b,
+        [](const auto& A, const auto& B) { return A / B; },
+        [](const auto& g, const auto&, const auto& B, const auto&) { return g / B; },
+        [](const auto& g, const auto&, const auto& B, const auto& out) { return -g * out / B; });
+}
+
+Tensor neg(const Tensor& x) {
+    constexpr const char* op = "neg";
+    return unary_op(op, x,
+        [](const auto& X) { return -X; },
+        [](const auto& g, const auto&, const auto&) { return -g; });
+}
+
+Tensor exp(const Tensor& x) {
+    constexpr const char* op = "exp";
+    return unary_op(op, x,
+        [](const auto& X) { return xt::exp(X); },
+        [](const auto& g, const auto&, const auto& out) { return g * out; });
+}
+
+Tensor log(const Tensor& x) {
+    constexpr const char* op = "log";
+    return unary_op(op, x,
+        [](const auto& X) { return xt::log(X); },
+        [](const auto& g, const auto& X, const auto&) { return g / X; });
+}
+
+Tensor sqrt(const Tensor& x) {
+    constexpr const char* op = "sqrt";
+    // d sqrt(x) = 1 / (2 sqrt(x))
+    return unary_op(op, x,
+        [](const auto& X) { return xt::sqrt(X); },
+        [](const auto& g, const auto&, const auto& out) { return g / (out + out); });
+}
+
+Tensor pow(const Tensor& x, double exponent) {
+    constexpr const char* op = "pow";
+    // d x^p = p x^(p-1)
+    return unary_op(op, x,
+        [exponent]<class T>(const Array<T>& X) { return Array<T>(xt::pow(X, static_cast<T>(exponent))); },
+        [exponent]<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
+            return Array<T>(g * static_cast<T>(exponent) * xt::pow(X, static_cast<T>(exponent - 1.0)));
+        });
+}
+
+Tensor tanh(const Tensor& x) {
+    constexpr const char* op = "tanh";
+    // d tanh = 1 - tanh^2
+    return unary_op(op, x,
+        [](const auto& X) { return xt::tanh(X); },
+        [](const auto& g, const auto&, const auto& out) { return g * (1 - out * out); });
+}
+
+Tensor relu(const Tensor& x) {
+    constexpr const char* op = "relu";
+    return unary_op(op, x,
+        []<class T>(const Array<T>& X) { return Array<T>(xt::maximum(X, T(0))); },
+        []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
+            return Array<T>(xt::where(X > T(0), g, T(0)));
+        });
+}
+
+Tensor gelu(const Tensor& x) {
+    constexpr const char* op = "gelu";
+    // gelu(x) = x Phi(x), Phi the standard normal CDF; d gelu = Phi(x) + x phi(x).
+    return unary_op(op, x,
+        []<class T>(const Array<T>& X) {
+            return Array<T>(T(0.5) * X * (T(1) + xt::erf(X * T(std::numbers::sqrt2 / 2))));
+        },
+        []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
+            const T inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
+            Array<T> cdf = T(0.5) * (T(1) + xt::erf(X * T(std::numbers::sqrt2 / 2)));
+            Array<T> pdf = inv_sqrt_2pi * xt::exp(T(-0.5) * X * X);
+            return Array<T>(g * (cdf + X * pdf));
+        });
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, double b) { return add(a, Tensor::scalar(b, a.dtype())); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, Tensor::scalar(b, a.dtype())); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, Tensor::scalar(b, a.dtype())); }
+Tensor operator/(const Tensor& a, double b) { return div(a, Tensor::scalar(b, a.dtype())); }
+Tensor operator*(double a, const Tensor& b) { return mul(Tensor::scalar(a, b.dtype()), b); }
+
+void add_elementwise_cases(std::vector<GradcheckCase>& cases) {
+    Rng rng(11);
+    auto in = [&](const Shape& s, double lo = -1.0, double hi = 1.0) { return gradcheck_input(rng, s, lo, hi); };
+    using V = const std::vector<Tensor>&;
+    cases.push_back({"add", "same shape (2,3)", {in({2, 3}), in({2, 3})}, [](V t) { return add(t[0], t[1]); }});
+    cases.push_back({"add", "broadcast (2,3) + (3)", {in({2, 3}), in({3})}, [](V t) { return add(t[0], t[1]); }});
+    cases.push_back({"add", "broadcast (2,1,3) + (4,1)", {in({2, 1, 3}), in({4, 1})}, [](V t) { return add(t[0], t[1]); }});
+    cases.push_back({"sub", "broadcast (3,1) - (1,4)", {in({3, 1}), in({1, 4})}, [](V t) { return sub(t[0], t[1]); }});
+    cases.push_back({"mul", "broadcast (2,3) * (2,1)", {in({2, 3}), in({2, 1})}, [](V t) { return mul(t[0], t[1]); }});
+    cases.push_back({"mul", "scalar () * (2,2)", {in({}), in({2, 2})}, [](V t) { return mul(t[0], t[1]); }});
+    cases.push_back({"div", "broadcast (2,3) / (3), denominator in [0.5,2)", {in({2, 3}), in({3}, 0.5, 2.0)},
+                     [](V t) { return div(t[0], t[1]); }});
+    cases.push_back({"neg", "(2,3)", {in({2, 3})}, [](V t) { return neg(t[0]); }});
+    cases.push_back({"exp", "(2,3)", {in({2, 3})}, [](V t) { return exp(t[0]); }});
+    cases.push_back({"log", "(2,3) in [0.5,2)", {in({2, 3}, 0.5, 2.0)}, [](V t) { return log(t[0]); }});
+    cases.push_back({"sqrt", "(2,3) in [0.5,2)", {in({2, 3}, 0.5, 2.0)}, [](V t) { return sqrt(t[0]); }});
+    cases.push_back({"pow", "(2,3)^3", {in({2, 3})}, [](V t) { return pow(t[0], 3.0); }});
+    cases.push_back({"pow", "(4)^-0.5 in [0.5,2)", {in({4}, 0.5, 2.0)}, [](V t) { return pow(t[0], -0.5); }});
+    cases.push_back({"tanh", "(2,3)", {in({2, 3}, -2.0, 2.0)}, [](V t) { return tanh(t[0]); }});
+    // relu is not differentiable at 0: keep inputs away from it
+    cases.push_back({"relu", "(2,3) away from 0",
+                     {Tensor::from_values({-1.5, -0.5, -0.25, 0.25, 0.75, 1.5}, {2, 3}, DType::f64, true)},
+                     [](V t) { return relu(t[0]); }});
+    cases.push_back({"gelu", "(2,3) in [-3,3)", {in({2, 3}, -3.0, 3.0)}, [](V t) { return gelu(t[0]); }});
+}
+
+}  // namespace attnlab

@@ -1,0 +1,327 @@
+// Neural-network ops with fused forward and backward: softmax, log_softmax,
+// masked_fill, embedding, layer_norm, dropout, cross_entropy.
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "autograd/shape.h"
+
+namespace attnlab {
+
+Tensor softmax(const Tensor& x, int axis_in) {
+    constexpr const char* op = "softmax";
+    check_defined(op, x, "input");
+    const AxisSplit s = split_at_axis(x.shape(), normalize_axis(op, axis_in, x.shape()));
+    return dispatch(x.dtype(), [&]<class T>() {
+        const T* X = values_of<T>(x).data();
+        Array<T> out = make_array<T>(x.shape());
+        T* Y = out.data();
+        // y_j = exp(x_j - max) / sum_k exp(x_k - max), along the axis (stride `inner`)
+        for (size_t o = 0; o < s.outer; ++o)
+            for (size_t i = 0; i < s.inner; ++i) {
+                const size_t base = o * s.n * s.inner + i;
+                T m = X[base];
+                for (size_t j = 1; j < s.n; ++j) m = std::max(m, X[base + j * s.inner]);
+                T total = 0;
+                for (size_t j = 0; j < s.n; ++j) total += Y[base + j * s.inner] = std::exp(X[base + j * s.inner] - m);
+                for (size_t j = 0; j < s.n; ++j) Y[base + j * s.inner] /= total;
+            }
+        return record<T>(op, std::move(out), {x}, [x, s](const Array<T>& g, const Array<T>& y) {
+            // dx_j = y_j (g_j - sum_k g_k y_k)
+            send_grad<T>(x, [&] {
+                Array<T> gx = make_array<T>(x.shape());
+                for (size_t o = 0; o < s.outer; ++o)
+                    for (size_t i = 0; i < s.inner; ++i) {
+                        const size_t base = o * s.n * s.inner + i;
+                        T dot = 0;
+                        for (size_t j = 0; j < s.n; ++j) dot += g.data()[base + j * s.inner] * y.data()[base + j * s.inner];
+                        for (size_t j = 0; j < s.n; ++j) {
+                            const size_t k = base + j * s.inner;
+                            gx.data()[k] = y.data()[k] * (g.data()[k] - dot);
+                        }
+                    }
+                return gx;
+            });
+        });
+    });
+}
+
+Tensor log_softmax(const Tensor& x, int axis_in) {
+    constexpr const char* op = "log_softmax";
+    check_defined(op, x, "input");
+    const AxisSplit s = split_at_axis(x.shape(), normalize_axis(op, axis_in, x.shape()));
+    return dispatch(x.dtype(), [&]<class T>() {
+        const T* X = values_of<T>(x).data();
+        Array<T> out = make_array<T>(x.shape());
+        T* Y = out.data();
+        // y_j = x_j - max - log sum_k exp(x_k - max)
+        for (size_t o = 0; o < s.outer; ++o)
+            for (size_t i = 0; i < s.inner; ++i) {
+                const size_t base = o * s.n * s.inner + i;
+                T m = X[base];
+                for (size_t j = 1; j < s.n; ++j) m = std::max(m, X[base + j * s.inner]);
+                T total = 0;
+                for (size_t j = 0; j < s.n; ++j) total += std::exp(X[base + j * s.inner] - m);
+                const T log_total = m + std::log(total);
+                for (size_t j = 0; j < s.n; ++j) Y[base + j * s.inner] = X[base + j * s.inner] - log_total;
+            }
+        return record<T>(op, std::move(out), {x}, [x, s](const Array<T>& g, const Array<T>& y) {
+            // dx_j = g_j - softmax_j sum_k g_k
+            send_grad<T>(x, [&] {
+                Array<T> gx = make_array<T>(x.shape());
+                for (size_t o = 0; o < s.outer; ++o)
+                    for (size_t i = 0; i < s.inner; ++i) {
+                        const size_t base = o * s.n * s.inner + i;
+                        T total = 0;
+                        for (size_t j = 0; j < s.n; ++j) total += g.data()[base + j * s.inner];
+                        for (size_t j = 0; j < s.n; ++j) {
+                            const size_t k = base + j * s.inner;
+                            gx.data()[k] = g.data()[k] - std::exp(y.data()[k]) * total;
+                        }
+                    }
+                return gx;
+            });
+        });
+    });
+}
+
+Tensor masked_fill(const Tensor& x, const Mask& mask, double value) {
+    constexpr const char* op = "masked_fill";
+    check_defined(op, x, "input");
+    if (broadcast_shapes(op, mask.shape, x.shape()) != x.shape())
+        fail(op, "mask " + shape_str(mask.shape) + " does not broadcast to input " + shape_str(x.shape()));
+    // the mask expanded to x's shape, one byte per element
+    std::vector<uint8_t> fill(x.numel());
+    {
+        auto m = xt::adapt(mask.values, mask.shape);
+        Array<uint8_t> expanded = xt::broadcast(m, x.shape());
+        std::copy(expanded.begin(), expanded.end(), fill.begin());
+    }
+    return dispatch(x.dtype(), [&]<class T>() {
+        Array<T> out = values_of<T>(x);
+        for (size_t k = 0; k < fill.size(); ++k)
+            if (fill[k]) out.data()[k] = static_cast<T>(value);
+        return record<T>(op, std::move(out), {x}, [x, fill = std::move(fill)](const Array<T>& g, const Array<T>&) {
+            send_grad<T>(x, [&] {
+                Array<T> gx = g;
+                for (size_t k = 0; k < fill.size(); ++k)
+                    if (fill[k]) gx.data()[k] = T(0);
+                return gx;
+            });
+        });
+    });
+}
+
+Tensor embedding(const Tensor& weight, const Indices& ids) {
+    constexpr const char* op = "embedding";
+    check_defined(op, weight, "weight");
+    if (weight.dim() != 2) fail(op, "weight must be (V,D), got " + shape_str(weight.shape()));
+    const size_t V = weight.shape()[0], D = weight.shape()[1];
+    for (size_t k = 0; k < ids.values.size(); ++k)
+        if (ids.values[k] < 0 || static_cast<size_t>(ids.values[k]) >= V)
+            fail(op, "index " + std::to_string(ids.values[k]) + " at position " + std::to_string(k) +
+                         " out of range for weight " + shape_str(weight.shape()));
+    Shape out_shape = ids.shape;
+    out_shape.push_back(D);
+    return dispatch(weight.dtype(), [&]<class T>() {
+        const T* W = values_of<T>(weight).data();
+        Array<T> out = make_array<T>(out_shape);  // (..., D)
+        for (size_t k = 0; k < ids.values.size(); ++k)
+            std::copy_n(W + static_cast<size_t>(ids.values[k]) * D, D, out.data() + k * D);
+        return record<T>(op, std::move(out), {weight}, [weight, ids, D](const Array<T>& g, const Array<T>&) {
+            // scatter-add: each row of the weight receives the sum of the gradients of its uses
+            send_grad<T>(weight, [&] {
+                Array<T> gw = make_array<T>(weight.shape());
+                gw.fill(T(0));
+                for (size_t k = 0; k < ids.values.size(); ++k) {
+                    T* row = gw.data() + static_cast<size_t>(ids.values[k]) * D;
+                    const T* src = g.data() + k * D;
+                    for (size_t d = 0; d < D; ++d) row[d] += src[d];
+                }
+                return gw;
+            });
+        });
+    });
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+    constexpr const char* op = "layer_norm";
+    check_defined(op, x, "input");
+    if (x.dim() == 0) fail(op, "input must have at least one axis");
+    const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
+    for (const Tensor* p : {&weight, &bias})
+        if (p->defined()) {
+            check_same_dtype(op, x, *p);
+            if (p->shape() != Shape{D})
+                fail(op, "weight and bias must be (" + std::to_string(D) + ") for input " + shape_str(x.shape()) +
+                             ", got " + shape_str(p->shape()));
+        }
+    return dispatch(x.dtype(), [&]<class T>() {
+        const T* X = values_of<T>(x).data();
+        const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
+        const T* Bv = bias.defined() ? values_of<T>(bias).data() : nullptr;
+        Array<T> out = make_array<T>(x.shape());
+        Array<T> xhat = make_array<T>(x.shape());  // (x - mean) / sqrt(var + eps), kept for backward
+        std::vector<T> rstd(rows);                 // 1 / sqrt(var + eps) per row
+        for (size_t r = 0; r < rows; ++r) {
+            const T* xr = X + r * D;
+            T mu = 0, var = 0;
+            for (size_t d = 0; d < D; ++d) mu += xr[d];
+            mu /= static_cast<T>(D);
+            for (size_t d = 0; d < D; ++d) var += (xr[d] - mu) * (xr[d] - mu);
+            var /= static_cast<T>(D);
+            rstd[r] = T(1) / std::sqrt(var + static_cast<T>(eps));
+            for (size_t d = 0; d < D; ++d) {
+                const T h = (xr[d] - mu) * rstd[r];
+                xhat.data()[r * D + d] = h;
+                out.data()[r * D + d] = (W ? h * W[d] : h) + (Bv ? Bv[d] : T(0));
+            }
+        }
+        return record<T>(op, std::move(out), {x, weight, bias},
+                         [x, weight, bias, xhat = std::move(xhat), rstd = std::move(rstd), rows, D](const Array<T>& g, const Array<T>&) {
+            const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
+            const T* H = xhat.data();
+            // dx = rstd (dh - mean(dh) - xhat mean(dh xhat)), dh = g w
+            send_grad<T>(x, [&] {
+                Array<T> gx = make_array<T>(x.shape());
+                for (size_t r = 0; r < rows; ++r) {
+                    T mean_dh = 0, mean_dh_h = 0;
+                    for (size_t d = 0; d < D; ++d) {
+                        const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
+                        mean_dh += dh;
+                        mean_dh_h += dh * H[r * D + d];
+                    }
+                    mean_dh /= static_cast<T>(D);
+                    mean_dh_h /= static_cast<T>(D);
+                    for (size_t d = 0; d < D; ++d) {
+                        const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
+                        gx.data()[r * D + d] = rstd[r] * (dh - mean_dh - H[r * D + d] * mean_dh_h);
+                    }
+                }
+                return gx;
+            });
+            // dw = sum over rows of g xhat; db = sum over rows of g
+            send_grad<T>(weight, [&] {
+                Array<T> gw = make_array<T>({D});
+                gw.fill(T(0));
+                for (size_t r = 0; r < rows; ++r)
+                    for (size_t d = 0; d < D; ++d) gw.data()[d] += g.data()[r * D + d] * H[r * D + d];
+                return gw;
+            });
+            send_grad<T>(bias, [&] {
+                Array<T> gb = make_array<T>({D});
+                gb.fill(T(0));
+                for (size_t r = 0; r < rows; ++r)
+                    for (size_t d = 0; d < D; ++d) gb.data()[d] += g.data()[r * D + d];
+                return gb;
+            });
+        });
+    });
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
+    constexpr const char* op = "dropout";
+    check_defined(op, x, "input");
+    if (!(p >= 0.0 && p <= 1.0)) fail(op, "probability " + std::to_string(p) + " is outside [0, 1]");
+    if (!training || p == 0.0) return x;
+    return dispatch(x.dtype(), [&]<class T>() {
+        // keep_scale is 1/(1-p) where kept, 0 where dropped (all dropped when p = 1)
+        Array<T> keep_scale = make_array<T>(x.shape());
+        const T scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+        for (T& k : keep_scale) k = rng.bernoulli(p) ? T(0) : scale;
+        Array<T> out = values_of<T>(x) * keep_scale;
+        return record<T>(op, std::move(out), {x}, [x, keep_scale = std::move(keep_scale)](const Array<T>& g, const Array<T>&) {
+            send_grad<T>(x, [&] { return Array<T>(g * keep_scale); });
+        });
+    });
+}
+
+Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& loss_mask) {
+    constexpr const char* op = "cross_entropy";
+    check_defined(op, logits, "logits");
+    if (logits.dim() < 1) fail(op, "logits must have a class axis");
+    const size_t C = logits.shape().back();
+    const Shape positions_shape(logits.shape().begin(), logits.shape().end() - 1);
+    if (targets.shape != positions_shape)
+        fail(op, "targets " + shape_str(targets.shape) + " do not match logits " + shape_str(logits.shape()));
+    const bool masked = !loss_mask.values.empty() || !loss_mask.shape.empty();
+    if (masked && loss_mask.shape != positions_shape)
+        fail(op, "loss mask " + shape_str(loss_mask.shape) + " does not match targets " + shape_str(targets.shape));
+    const size_t positions = targets.values.size();
+    size_t counted = 0;
+    for (size_t k = 0; k < positions; ++k) {
+        if (masked && !loss_mask(k)) continue;
+        if (targets.values[k] < 0 || static_cast<size_t>(targets.values[k]) >= C)
+            fail(op, "target " + std::to_string(targets.values[k]) + " at position " + std::to_string(k) +
+                         " out of range for " + std::to_string(C) + " classes");
+        ++counted;
+    }
+    return dispatch(logits.dtype(), [&]<class T>() {
+        const T* Z = values_of<T>(logits).data();
+        // probs (positions, C): softmax of each counted row, kept for the backward
+        Array<T> probs = make_array<T>({positions, C});
+        probs.fill(T(0));
+        T total = 0;
+        for (size_t k = 0; k < positions; ++k) {
+            if (masked && !loss_mask(k)) continue;
+            const T* z = Z + k * C;
+            T m = z[0];
+            for (size_t c = 1; c < C; ++c) m = std::max(m, z[c]);
+            T sum_exp = 0;
+            for (size_t c = 0; c < C; ++c) sum_exp += probs.data()[k * C + c] = std::exp(z[c] - m);
+            for (size_t c = 0; c < C; ++c) probs.data()[k * C + c] /= sum_exp;
+            // -log softmax(z)[t] = log sum exp(z - m) - (z_t - m)
+            total += std::log(sum_exp) - (z[targets.values[k]] - m);
+        }
+        const T inv_count = counted ? T(1) / static_cast<T>(counted) : T(0);
+        Array<T> out = make_array<T>({});
+        out() = total * inv_count;
+        return record<T>(op, std::move(out), {logits},
+                         [logits, targets, loss_mask, masked, probs = std::move(probs), inv_count, C](const Array<T>& g, const Array<T>&) {
+            // d loss / d z = (softmax(z) - onehot(t)) / count on counted rows, 0 elsewhere
+            send_grad<T>(logits, [&] {
+                Array<T> gz = probs * (g() * inv_count);
+                for (size_t k = 0; k < targets.values.size(); ++k)
+                    if (!masked || loss_mask(k)) gz.data()[k * C + static_cast<size_t>(targets.values[k])] -= g() * inv_count;
+                gz.reshape(logits.shape());
+                return gz;
+            });
+        });
+    });
+}
+
+void add_nn_cases(std::vector<GradcheckCase>& cases) {
+    Rng rng(15);
+    auto in = [&](const Shape& s, double lo = -1.0, double hi = 1.0) { return gradcheck_input(rng, s, lo, hi); };
+    using V = const std::vector<Tensor>&;
+    cases.push_back({"softmax", "last axis of (2,3,4)", {in({2, 3, 4}, -2, 2)}, [](V t) { return softmax(t[0], -1); }});
+    cases.push_back({"softmax", "middle axis of (2,3,4)", {in({2, 3, 4}, -2, 2)}, [](V t) { return softmax(t[0], 1); }});
+    cases.push_back({"log_softmax", "last axis of (3,5)", {in({3, 5}, -2, 2)}, [](V t) { return log_softmax(t[0], -1); }});
+    cases.push_back({"log_softmax", "axis 0 of (4,2)", {in({4, 2}, -2, 2)}, [](V t) { return log_softmax(t[0], 0); }});
+    const Mask upper({3, 3}, {0, 1, 1, 0, 0, 1, 0, 0, 0});
+    cases.push_back({"masked_fill", "(3,3) upper triangle, then softmax", {in({3, 3})},
+                     [upper](V t) { return softmax(masked_fill(t[0], upper, -1e9), -1); }});
+    const Mask row({1, 4}, {1, 0, 0, 1});
+    cases.push_back({"masked_fill", "broadcast mask (1,4) over (2,4)", {in({2, 4})},
+                     [row](V t) { return masked_fill(t[0], row, 0.5); }});
+    const Indices ids({2, 3}, {0, 2, 2, 4, 1, 0});
+    cases.push_back({"embedding", "(5,3) weight, ids (2,3) with repeats", {in({5, 3})},
+                     [ids](V t) { return embedding(t[0], ids); }});
+    cases.push_back({"layer_norm", "(2,3,4) with weight and bias", {in({2, 3, 4}), in({4}, 0.5, 1.5), in({4})},
+                     [](V t) { return layer_norm(t[0], t[1], t[2]); }});
+    cases.push_back({"layer_norm", "(3,5) without affine", {in({3, 5})},
+                     [](V t) { return layer_norm(t[0], Tensor(), Tensor()); }});
+    cases.push_back({"dropout", "p=0.5, fixed seed, train", {in({4, 4})}, [](V t) {
+        Rng r(99);
+        return dropout(t[0], 0.5, true, r);
+    }});
+    const Indices targets({2, 3}, {1, 0, 3, 2, 2, 0});
+    const Mask counted({2, 3}, {1, 1, 0, 1, 0, 1});
+    cases.push_back({"cross_entropy", "(2,3,4) logits with a loss mask", {in({2, 3, 4}, -2, 2)},
+                     [targets, counted](V t) { return cross_entropy(t[0], targets, counted); }});
+    cases.push_back({"cross_entropy", "(6,4) logits, every position", {in({6, 4}, -2, 2)},
+                     [targets](V t) { return cross_entropy(t[0], Indices({6}, targets.values)); }});
+}
+
+}  // namespace attnlab

@@ -1,0 +1,30 @@
+// Shape rules shared by forward and backward passes: broadcasting, reducing a
+// broadcast gradient back to its input's shape, and axis normalisation.
+#pragma once
+
+#include <vector>
+
+#include "autograd/tensor_impl.h"
+
+namespace attnlab {
+
+// NumPy broadcasting of two shapes; throws "[op] (2,3) and (4,3): cannot broadcast".
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+
+// Maps a possibly negative axis into [0, rank); throws "[op] axis 3 out of range for (2,3)".
+size_t normalize_axis(const char* op, int axis, const Shape& shape);
+
+// Sorted, unique, normalised axes; empty `axes` means every axis.
+std::vector<size_t> normalize_axes(const char* op, const std::vector<int>& axes, const Shape& shape);
+
+// Sums `grad` (of a broadcast result's shape) down to `shape`: the one function
+// every broadcasting op uses for its backward.
+template <class T> Array<T> unbroadcast(const Array<T>& grad, const Shape& shape);
+
+// (outer, n, inner) view of a shape around one axis, for loops over that axis.
+struct AxisSplit {
+    size_t outer = 1, n = 1, inner = 1;
+};
+AxisSplit split_at_axis(const Shape& shape, size_t axis);
+
+}  // namespace attnlab

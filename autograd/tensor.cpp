@@ -1,0 +1,232 @@
+#include "autograd/tensor.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_set>
+
+#include "autograd/tensor_impl.h"
+
+namespace attnlab {
+
+namespace {
+thread_local bool grad_mode = true;
+}
+
+std::string to_string(DType dtype) { return dtype == DType::f32 ? "float32" : "float64"; }
+std::string to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
+
+std::string shape_str(const Shape& shape) {
+    std::ostringstream out;
+    out << '(';
+    for (size_t i = 0; i < shape.size(); ++i) out << (i ? "," : "") << shape[i];
+    out << ')';
+    return out.str();
+}
+
+size_t numel_of(const Shape& shape) {
+    size_t n = 1;
+    for (size_t s : shape) n *= s;
+    return n;
+}
+
+void fail(const std::string& op, const std::string& message) {
+    throw Error("[" + op + "] " + message);
+}
+
+Shape to_shape(const Array<float>::shape_type& shape) { return Shape(shape.begin(), shape.end()); }
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+    if (a.dtype() != b.dtype())
+        fail(op, "dtypes differ: " + to_string(a.dtype()) + " vs " + to_string(b.dtype()));
+}
+
+void check_defined(const char* op, const Tensor& t, const char* what) {
+    if (!t.defined()) fail(op, std::string(what) + " is an undefined tensor");
+}
+
+// ---- construction ----
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, bool requires_grad) {
+    return dispatch(dtype, [&]<class T>() {
+        Array<T> a = make_array<T>(shape);
+        a.fill(static_cast<T>(value));
+        return wrap<T>(std::move(a), requires_grad);
+    });
+}
+Tensor Tensor::zeros(const Shape& shape, DType dtype, bool requires_grad) {
+    return full(shape, 0.0, dtype, requires_grad);
+}
+Tensor Tensor::ones(const Shape& shape, DType dtype, bool requires_grad) {
+    return full(shape, 1.0, dtype, requires_grad);
+}
+Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype); }
+
+Tensor Tensor::from_values(const std::vector<double>& values, const Shape& shape, DType dtype,
+                           bool requires_grad) {
+    if (values.size() != numel_of(shape))
+        fail("from_values", std::to_string(values.size()) + " values for shape " + shape_str(shape));
+    return dispatch(dtype, [&]<class T>() {
+        Array<T> a = make_array<T>(shape);
+        std::transform(values.begin(), values.end(), a.begin(),
+                       [](double v) { return static_cast<T>(v); });
+        return wrap<T>(std::move(a), requires_grad);
+    });
+}
+
+// ---- accessors ----
+
+TensorImpl& Tensor::impl() const {
+    if (!impl_) throw Error("[tensor] use of an undefined tensor");
+    return *impl_;
+}
+const Shape& Tensor::shape() const { return impl().shape; }
+size_t Tensor::numel() const { return numel_of(shape()); }
+DType Tensor::dtype() const { return impl().dtype(); }
+Device Tensor::device() const { return impl().device; }
+bool Tensor::requires_grad() const { return impl().requires_grad; }
+bool Tensor::is_leaf() const { return impl().op == nullptr; }
+const char* Tensor::op_name() const { return impl().op; }
+
+size_t Tensor::size(int axis) const {
+    const int rank = static_cast<int>(dim());
+    const int a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a >= rank) fail("size", "axis " + std::to_string(axis) + " out of range for " + shape_str(shape()));
+    return shape()[static_cast<size_t>(a)];
+}
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+    if (!is_leaf() && !requires_grad)
+        fail("set_requires_grad", "cannot turn off gradients of a non-leaf tensor; use detach()");
+    impl().requires_grad = requires_grad;
+    return *this;
+}
+
+Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
+void Tensor::zero_grad() { impl().grad.reset(); }
+
+std::vector<double> Tensor::values() const {
+    return std::visit([](const auto& a) { return std::vector<double>(a.begin(), a.end()); }, impl().data);
+}
+
+double Tensor::item() const {
+    if (numel() != 1) fail("item", "tensor of shape " + shape_str(shape()) + " has " + std::to_string(numel()) + " elements, not 1");
+    return std::visit([](const auto& a) { return static_cast<double>(*a.begin()); }, impl().data);
+}
+
+double Tensor::at(std::initializer_list<size_t> index) const {
+    const Shape& s = shape();
+    if (index.size() != s.size())
+        fail("at", std::to_string(index.size()) + " indices for shape " + shape_str(s));
+    size_t flat = 0, k = 0;
+    for (size_t i : index) {
+        if (i >= s[k]) fail("at", "index " + std::to_string(i) + " out of range for axis " + std::to_string(k) + " of " + shape_str(s));
+        flat = flat * s[k] + i;
+        ++k;
+    }
+    return std::visit([flat](const auto& a) { return static_cast<double>(a.data()[flat]); }, impl().data);
+}
+
+Tensor Tensor::clone() const {
+    return std::visit([](const auto& a) {
+        using A = std::decay_t<decltype(a)>;
+        return wrap<typename A::value_type>(A(a));
+    }, impl().data);
+}
+
+Tensor Tensor::detach() const { return clone(); }
+
+Tensor Tensor::to(DType dtype) const {
+    return dispatch(dtype, [&]<class T>() {
+        return std::visit([](const auto& a) { return wrap<T>(Array<T>(xt::cast<T>(a))); }, impl().data);
+    });
+}
+
+// ---- backward ----
+
+namespace {
+
+// Reverse topological order of the graph below `root` (iterative: deep graphs
+// such as long training chains must not overflow the stack). Holds owning
+// pointers: freeing a node's parents during the pass must not free a node
+// still waiting its turn.
+std::vector<std::shared_ptr<TensorImpl>> reverse_topological(const std::shared_ptr<TensorImpl>& root) {
+    std::vector<std::shared_ptr<TensorImpl>> order;
+    std::unordered_set<TensorImpl*> visited;
+    std::vector<std::pair<std::shared_ptr<TensorImpl>, size_t>> stack{{root, 0}};
+    visited.insert(root.get());
+    while (!stack.empty()) {
+        auto& [node, next_parent] = stack.back();
+        if (next_parent < node->parents.size()) {
+            const Tensor& parent = node->parents[next_parent++];
+            if (!parent.defined()) continue;
+            const std::shared_ptr<TensorImpl>& p = parent.impl_ptr();
+            if (p->requires_grad && visited.insert(p.get()).second) stack.push_back({p, 0});
+        } else {
+            order.push_back(node);
+            stack.pop_back();
+        }
+    }
+    std::reverse(order.begin(), order.end());
+    return order;
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& seed, bool retain_graph) const {
+    TensorImpl& root = impl();
+    if (!root.requires_grad)
+        fail("backward", "tensor of shape " + shape_str(root.shape) + " does not require grad");
+    if (!seed.defined() && numel() != 1)
+        fail("backward", "backward from a non-scalar of shape " + shape_str(root.shape) +
+                             " needs a seed gradient of the same shape");
+    if (seed.defined()) {
+        if (seed.shape() != root.shape)
+            fail("backward", "seed gradient " + shape_str(seed.shape()) + " for tensor " + shape_str(root.shape));
+        check_same_dtype("backward", seed, *this);
+    }
+    dispatch(root.dtype(), [&]<class T>() {
+        Array<T> g = seed.defined() ? Array<T>(seed.impl().array<T>()) : Array<T>(make_array<T>(root.shape));
+        if (!seed.defined()) g.fill(T(1));
+        accumulate_grad<T>(*this, std::move(g));
+    });
+
+    NoGradGuard no_grad;  // gradients are values, not new graph
+    for (const std::shared_ptr<TensorImpl>& node : reverse_topological(impl_ptr())) {
+        if (!node->grad || node->op == nullptr) continue;  // leaves keep their gradient
+        if (!node->backward)
+            fail("backward", std::string("the graph through '") + node->op +
+                                 "' was freed by an earlier backward(); pass retain_graph=true to it");
+        node->backward(*node);
+        if (!retain_graph) {
+            node->backward = nullptr;
+            node->parents.clear();
+        }
+        // Gradients of intermediate results are not kept (as in PyTorch), which
+        // frees them as soon as they have been passed on.
+        node->grad.reset();
+    }
+}
+
+// ---- small value types ----
+
+Indices::Indices(Shape shape_, std::vector<int32_t> values_) : shape(std::move(shape_)), values(std::move(values_)) {
+    if (values.size() != numel_of(shape))
+        fail("indices", std::to_string(values.size()) + " values for shape " + shape_str(shape));
+}
+
+Mask::Mask(Shape shape_, std::vector<uint8_t> values_) : shape(std::move(shape_)), values(std::move(values_)) {
+    if (values.size() != numel_of(shape))
+        fail("mask", std::to_string(values.size()) + " values for shape " + shape_str(shape));
+}
+
+Mask Mask::filled(const Shape& shape, bool value) {
+    return Mask(shape, std::vector<uint8_t>(numel_of(shape), value ? 1 : 0));
+}
+
+// ---- grad mode ----
+
+NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
+NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+bool grad_enabled() { return grad_mode; }
+
+}  // namespace attnlab

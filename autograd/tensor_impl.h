@@ -1,0 +1,101 @@
+// Storage and graph node of a Tensor, plus the helpers every op uses to build
+// its output and send gradients back. Included only by op implementations.
+#pragma once
+
+#include <functional>
+#include <variant>
+
+#include "autograd/tensor.h"
+#include "autograd/xt.h"
+
+namespace attnlab {
+
+struct TensorImpl {
+    std::variant<Array<float>, Array<double>> data;
+    Shape shape;  // mirrors data's shape as size_t (xtensor's shape type differs)
+    Device device = Device::cpu;
+    bool requires_grad = false;
+
+    std::shared_ptr<TensorImpl> grad;  // same dtype and shape; no graph of its own
+
+    // Graph: set only on tensors produced by an op while grad mode is on.
+    const char* op = nullptr;
+    std::vector<Tensor> parents;
+    // Receives this tensor (its grad and its value) and accumulates into parents.
+    std::function<void(TensorImpl& self)> backward;
+
+    DType dtype() const { return data.index() == 0 ? DType::f32 : DType::f64; }
+    template <class T> Array<T>& array() { return std::get<Array<T>>(data); }
+    template <class T> const Array<T>& array() const { return std::get<Array<T>>(data); }
+};
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+
+// Calls f.template operator()<T>() with T = float or double, per dtype.
+template <class F>
+decltype(auto) dispatch(DType dtype, F&& f) {
+    if (dtype == DType::f32) return f.template operator()<float>();
+    return f.template operator()<double>();
+}
+
+template <class T> const Array<T>& values_of(const Tensor& t) { return t.impl().array<T>(); }
+
+// xtensor's shape type is the same for every value type
+Shape to_shape(const Array<float>::shape_type& shape);
+template <class T> Array<T> make_array(const Shape& shape) {
+    return Array<T>::from_shape(typename Array<T>::shape_type(shape.begin(), shape.end()));
+}
+
+// A fresh tensor holding `value` with no graph.
+template <class T> Tensor wrap(Array<T>&& value, bool requires_grad = false) {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->shape = to_shape(value.shape());
+    impl->data = std::move(value);
+    impl->requires_grad = requires_grad;
+    return Tensor(std::move(impl));
+}
+
+// The output of an op. If grad mode is on and any input needs a gradient, the
+// output joins the graph: `backward(grad_out, out)` must send each input its
+// gradient with send_grad. grad_out and out are Array<T> of the output's shape.
+template <class T, class Backward>
+Tensor record(const char* op, Array<T>&& value, std::vector<Tensor> inputs, Backward&& backward) {
+    Tensor out = wrap<T>(std::move(value));
+    bool needs_grad = false;
+    for (const Tensor& in : inputs) needs_grad = needs_grad || (in.defined() && in.requires_grad());
+    if (!needs_grad || !grad_enabled()) return out;
+    TensorImpl& impl = out.impl();
+    impl.requires_grad = true;
+    impl.op = op;
+    impl.parents = std::move(inputs);
+    impl.backward = [backward = std::forward<Backward>(backward)](TensorImpl& self) {
+        backward(static_cast<const Array<T>&>(self.grad->array<T>()),
+                 static_cast<const Array<T>&>(self.array<T>()));
+    };
+    return out;
+}
+
+// Adds `grad` (already in the input's shape) to input.grad.
+template <class T> void accumulate_grad(const Tensor& input, Array<T>&& grad) {
+    TensorImpl& impl = input.impl();
+    if (!impl.grad) {
+        impl.grad = wrap<T>(std::move(grad)).impl_ptr();
+    } else {
+        impl.grad->array<T>() += grad;
+    }
+}
+
+// Sends a gradient to `input` if it wants one; `make_grad()` is only evaluated then.
+template <class T, class MakeGrad>
+void send_grad(const Tensor& input, MakeGrad&& make_grad) {
+    if (!input.defined() || !input.requires_grad()) return;
+    accumulate_grad<T>(input, Array<T>(make_grad()));
+}
+
+// Checks that all tensors share a dtype; throws "[op] dtypes differ: float32 vs float64".
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+void check_defined(const char* op, const Tensor& t, const char* what);
+
+}  // namespace attnlab

@@ -1,0 +1,40 @@
+#include <iostream>
+
+#include "autograd/tensor.h"
+#include "experiments/commands.h"
+
+namespace attnlab {
+
+namespace {
+
+constexpr const char* usage =
+    "usage: attnlab COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  gradcheck [OP ...]   float64 finite-difference check of every registered op (or those named)\n"
+    "\n"
+    "Run `attnlab COMMAND --help` for a command's options.\n";
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+        std::cout << usage;
+        return args.empty() ? 2 : 0;
+    }
+    const std::string command = args[0];
+    args.erase(args.begin());
+    try {
+        if (command == "gradcheck") return cmd_gradcheck(args);
+        throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
+    } catch (const UsageError& e) {
+        std::cerr << "attnlab " << command << ": " << e.what() << "\n";
+        return 2;
+    } catch (const Error& e) {
+        std::cerr << "attnlab " << command << ": " << e.what() << "\n";
+        return 2;
+    }
+}
+
+}  // namespace attnlab

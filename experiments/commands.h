@@ -1,0 +1,19 @@
+// The `attnlab` command line: one function per subcommand. Each returns the
+// process exit status; bad input throws UsageError (exit 2, one line).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attnlab {
+
+struct UsageError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+int run_cli(int argc, char** argv);
+
+int cmd_gradcheck(const std::vector<std::string>& args);
+
+}  // namespace attnlab
