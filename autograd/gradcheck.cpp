@@ -91,6 +91,7 @@ std::vector<GradcheckCase> gradcheck_registry() {
     add_shape_cases(cases);
     add_matmul_cases(cases);
     add_nn_cases(cases);
+    add_attention_cases(cases);
     return cases;
 }
 

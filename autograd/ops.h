@@ -57,6 +57,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<size_t>& sizes, int
 // ---- linear algebra (ops_matmul.cpp) ----
 // (M,K)@(K,N); (...,M,K)@(K,N) as one GEMM; (...,M,K)@(...,K,N) with equal batch axes.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// x (..., in), weight (out, in), bias (out) or undefined -> (..., out): x W^T + b, one GEMM.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- neural-network ops (ops_nn.cpp) ----
 Tensor softmax(const Tensor& x, int axis = -1);

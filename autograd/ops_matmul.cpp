@@ -1,4 +1,6 @@
 // Matrix products through OpenBLAS GEMM; no naive loops on this path.
+#include <algorithm>
+
 #include "autograd/blas.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
@@ -71,6 +73,56 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     });
 }
 
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    constexpr const char* op = "linear";
+    check_defined(op, x, "input");
+    check_defined(op, weight, "weight");
+    const Shape sx = x.shape(), sw = weight.shape();
+    if (sw.size() != 2 || sx.empty() || sx.back() != sw[1])
+        fail(op, "input " + shape_str(sx) + " with weight " + shape_str(sw) + ": weight must be (out, " +
+                     (sx.empty() ? std::string("in") : std::to_string(sx.back())) + ")");
+    check_same_dtype(op, x, weight);
+    const size_t in = sw[1], out_features = sw[0], rows = x.numel() / std::max<size_t>(in, 1);
+    if (bias.defined()) {
+        check_same_dtype(op, x, bias);
+        if (bias.shape() != Shape{out_features})
+            fail(op, "bias " + shape_str(bias.shape()) + " for weight " + shape_str(sw));
+    }
+    Shape out_shape = sx;
+    out_shape.back() = out_features;
+    return dispatch(x.dtype(), [&]<class T>() {
+        Array<T> out = make_array<T>(out_shape);  // (rows, out) = X (rows, in) W^T (in, out)
+        gemm<T>(false, true, rows, out_features, in, T(1), values_of<T>(x).data(), values_of<T>(weight).data(), T(0), out.data());
+        if (bias.defined()) {
+            const T* b = values_of<T>(bias).data();
+            for (size_t r = 0; r < rows; ++r)
+                for (size_t o = 0; o < out_features; ++o) out.data()[r * out_features + o] += b[o];
+        }
+        return record<T>(op, std::move(out), {x, weight, bias}, [x, weight, bias, rows, in, out_features](const Array<T>& g, const Array<T>&) {
+            // dX = g W   (rows, in)
+            send_grad<T>(x, [&] {
+                Array<T> gx = make_array<T>(x.shape());
+                gemm<T>(false, false, rows, in, out_features, T(1), g.data(), values_of<T>(weight).data(), T(0), gx.data());
+                return gx;
+            });
+            // dW = g^T X   (out, in)
+            send_grad<T>(weight, [&] {
+                Array<T> gw = make_array<T>(weight.shape());
+                gemm<T>(true, false, out_features, in, rows, T(1), g.data(), values_of<T>(x).data(), T(0), gw.data());
+                return gw;
+            });
+            // db = sum over rows of g   (out)
+            send_grad<T>(bias, [&] {
+                Array<T> gb = make_array<T>({out_features});
+                gb.fill(T(0));
+                for (size_t r = 0; r < rows; ++r)
+                    for (size_t o = 0; o < out_features; ++o) gb.data()[o] += g.data()[r * out_features + o];
+                return gb;
+            });
+        });
+    });
+}
+
 void add_matmul_cases(std::vector<GradcheckCase>& cases) {
     Rng rng(14);
     auto in = [&](const Shape& s) { return gradcheck_input(rng, s); };
@@ -82,6 +134,9 @@ void add_matmul_cases(std::vector<GradcheckCase>& cases) {
                      [](V t) { return matmul(t[0], t[1]); }});
     cases.push_back({"matmul", "transposed operand (2,3,4) @ (2,5,4)^T", {in({2, 3, 4}), in({2, 5, 4})},
                      [](V t) { return matmul(t[0], transpose(t[1], -1, -2)); }});
+    cases.push_back({"linear", "(2,3,4) with weight (5,4) and bias", {in({2, 3, 4}), in({5, 4}), in({5})},
+                     [](V t) { return linear(t[0], t[1], t[2]); }});
+    cases.push_back({"linear", "(3,4) without bias", {in({3, 4}), in({2, 4})}, [](V t) { return linear(t[0], t[1], Tensor()); }});
     cases.push_back({"matmul", "size-1 axes (1,4) @ (4,1)", {in({1, 4}), in({4, 1})}, [](V t) { return matmul(t[0], t[1]); }});
 }
 

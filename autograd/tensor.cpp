@@ -141,6 +141,16 @@ Tensor Tensor::to(DType dtype) const {
     });
 }
 
+void Tensor::assign(const Tensor& src) {
+    if (src.shape() != shape())
+        fail("assign", "source " + shape_str(src.shape()) + " does not match destination " + shape_str(shape()));
+    std::visit([&](auto& dst) {
+        using T = typename std::decay_t<decltype(dst)>::value_type;
+        std::visit([&](const auto& s) { std::transform(s.begin(), s.end(), dst.begin(), [](auto v) { return static_cast<T>(v); }); },
+                   src.impl().data);
+    }, impl().data);
+}
+
 // ---- backward ----
 
 namespace {

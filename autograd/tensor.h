@@ -71,6 +71,9 @@ public:
     Tensor detach() const;                  // same values, no graph, no grad
     Tensor clone() const;                   // a copy of the values, no graph
     Tensor to(DType dtype) const;           // a converted copy, no graph
+    // Overwrites this tensor's values with src's (same shape; dtype converted), in
+    // place: every handle to this tensor sees them. Not recorded in the graph.
+    void assign(const Tensor& src);
 
     TensorImpl& impl() const;
     const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -1,0 +1,68 @@
+// The attention core as ONE op with a fused backward:
+//
+//     A = softmax_over_keys( scale * Q K^T  restricted to eligible keys ),   C = A V
+//
+// This is the single place where a CUDA or blockwise CPU kernel can take over.
+// Scores are computed once, straight into the weight buffer that the backward
+// keeps; they are never materialised a second time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace attnlab {
+
+class Rng;
+
+// A query row with no eligible key: "error" (default) names the batch item and
+// query position; "zero" gives zero weights, a zero context and zero gradient.
+enum class MaskedRows { error, zero };
+MaskedRows parse_masked_rows(const std::string& name);  // "error" | "zero"
+std::string to_string(MaskedRows policy);
+
+// Which keys each query may attend to. Boolean eligibility (true = may attend),
+// the SDPA / FlashAttention convention. PyTorch's nn.MultiheadAttention uses the
+// opposite polarity (true = blocked); convert explicitly when moving masks.
+// The parts combine by AND.
+struct AttentionMask {
+    // query i of Tq may see key j of Tk iff j <= i + (Tk - Tq): bottom-right
+    // aligned, so Tq < Tk (new queries over a KV cache) is correct.
+    bool causal = false;
+    // per batch item: keys at positions >= key_lengths[b] are ineligible (right padding)
+    std::vector<size_t> key_lengths;
+    // optional explicit eligibility, shape (Tq, Tk) or (B, Tq, Tk), broadcast over heads
+    Mask eligible;
+
+    bool allows(size_t b, size_t i, size_t j, size_t Tq, size_t Tk) const {
+        if (causal && j + Tq > i + Tk) return false;  // j > i + (Tk - Tq), without going negative
+        if (!key_lengths.empty() && j >= key_lengths[b]) return false;
+        if (!eligible.values.empty()) {
+            const size_t offset = eligible.shape.size() == 3 ? b * Tq * Tk : 0;
+            if (!eligible.values[offset + i * Tk + j]) return false;
+        }
+        return true;
+    }
+};
+
+struct AttentionOptions {
+    double scale = 1.0;                 // multiplies Q K^T (1/sqrt(d_h) for "sqrt")
+    MaskedRows masked_rows = MaskedRows::error;
+    double dropout = 0.0;               // on the weights, when training
+    bool training = false;
+    Rng* rng = nullptr;                 // required when training with dropout > 0
+    bool need_weights = false;
+};
+
+struct AttentionResult {
+    Tensor context;  // (B, H, Tq, d_v), in the graph
+    Tensor weights;  // (B, H, Tq, Tk) before dropout, no graph; undefined unless need_weights
+};
+
+// q (B, H, Tq, d), k (B, H_kv, Tk, d), v (B, H_kv, Tk, d_v); H_kv divides H and
+// query head h reads K/V head h / (H / H_kv) (grouped K/V, no copies).
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                          const AttentionOptions& options);
+
+}  // namespace attnlab

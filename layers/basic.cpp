@@ -1,0 +1,81 @@
+#include "layers/basic.h"
+
+#include <cmath>
+
+namespace attnlab {
+
+Linear::Linear(size_t in_features, size_t out_features, bool with_bias, Rng& init) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    weight = register_parameter("weight", init.uniform({out_features, in_features}, -bound, bound));
+    if (with_bias) bias = register_parameter("bias", init.uniform({out_features}, -bound, bound));
+}
+
+Embedding::Embedding(size_t vocab, size_t width, Rng& init, double init_std) {
+    weight = register_parameter("weight", init.normal({vocab, width}, 0.0, init_std));
+}
+
+Positional parse_positional(const std::string& name) {
+    if (name == "learned") return Positional::learned;
+    if (name == "sinusoidal") return Positional::sinusoidal;
+    if (name == "none") return Positional::none;
+    fail("positional", "must be \"learned\", \"sinusoidal\" or \"none\", got \"" + name + "\"");
+}
+
+std::string to_string(Positional kind) {
+    switch (kind) {
+        case Positional::learned: return "learned";
+        case Positional::sinusoidal: return "sinusoidal";
+        default: return "none";
+    }
+}
+
+PositionalEncoding::PositionalEncoding(Positional kind_, size_t max_len_, size_t width, Rng& init)
+    : kind(kind_), max_len(max_len_) {
+    if (kind == Positional::learned) {
+        weight = register_parameter("weight", init.normal({max_len, width}, 0.0, 1.0));
+    } else if (kind == Positional::sinusoidal) {
+        std::vector<double> table(max_len * width);
+        for (size_t p = 0; p < max_len; ++p)
+            for (size_t i = 0; i < width; ++i) {
+                const double angle = static_cast<double>(p) / std::pow(10000.0, static_cast<double>(i - i % 2) / static_cast<double>(width));
+                table[p * width + i] = i % 2 == 0 ? std::sin(angle) : std::cos(angle);
+            }
+        weight = Tensor::from_values(table, {max_len, width});
+    }
+}
+
+Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
+    if (kind == Positional::none) return x;
+    const size_t T = x.size(1);
+    if (offset + T > max_len)
+        fail("positional", "positions up to " + std::to_string(offset + T) + " exceed the table of " +
+                               std::to_string(max_len) + " (raise the maximum sequence length)");
+    Tensor table = weight.dtype() == x.dtype() ? weight : weight.to(x.dtype());
+    return x + slice(table, 0, offset, offset + T);  // (B,T,D) + (T,D)
+}
+
+LayerNorm::LayerNorm(size_t width, double eps_) : eps(eps_) {
+    weight = register_parameter("weight", Tensor::ones({width}));
+    bias = register_parameter("bias", Tensor::zeros({width}));
+}
+
+Tensor Dropout::forward(const Tensor& x) const {
+    if (!is_training() || p == 0.0) return x;
+    if (!rng) fail("dropout", "dropout " + std::to_string(p) + " in training needs an Rng");
+    return dropout(x, p, true, *rng);
+}
+
+FeedForward::FeedForward(size_t width, size_t hidden, Activation activation_, double dropout_p, Rng& init, Rng* dropout_rng)
+    : fc1(width, hidden, true, init), fc2(hidden, width, true, init), activation(activation_), drop(dropout_p, dropout_rng) {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("drop", drop);
+}
+
+Tensor FeedForward::forward(const Tensor& x) const {
+    Tensor h = fc1.forward(x);  // (..., F)
+    h = activation == Activation::gelu ? gelu(h) : relu(h);
+    return drop.forward(fc2.forward(h));  // (..., D)
+}
+
+}  // namespace attnlab

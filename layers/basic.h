@@ -1,0 +1,75 @@
+// The small layers: Linear, Embedding, positional encodings, LayerNorm,
+// Dropout, FeedForward. Parameter names and layouts follow PyTorch.
+#pragma once
+
+#include <string>
+
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "layers/module.h"
+
+namespace attnlab {
+
+// y = x W^T + b; weight (out, in), bias (out). Init as torch: U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+public:
+    Linear(size_t in_features, size_t out_features, bool bias, Rng& init);
+    Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }  // (..., in) -> (..., out)
+    Tensor weight, bias;  // bias undefined when disabled
+};
+
+// ids (...) -> (..., D); weight (V, D) ~ N(0, init_std^2).
+class Embedding : public Module {
+public:
+    Embedding(size_t vocab, size_t width, Rng& init, double init_std = 1.0);
+    Tensor forward(const Indices& ids) const { return embedding(weight, ids); }
+    Tensor weight;
+};
+
+enum class Positional { learned, sinusoidal, none };
+Positional parse_positional(const std::string& name);  // "learned" | "sinusoidal" | "none"
+std::string to_string(Positional kind);
+
+// Adds a position code to x (B, T, D) for positions offset .. offset+T-1.
+// learned: parameter `weight` (max_len, D); sinusoidal: Vaswani et al. 2017,
+// PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(p / 10000^(2i/D)); none: x unchanged.
+class PositionalEncoding : public Module {
+public:
+    PositionalEncoding(Positional kind, size_t max_len, size_t width, Rng& init);
+    Tensor forward(const Tensor& x, size_t offset = 0) const;
+    Positional kind;
+    size_t max_len;
+    Tensor weight;  // learned: parameter; sinusoidal: fixed table (not a parameter)
+};
+
+// Over the last axis; weight ones, bias zeros.
+class LayerNorm : public Module {
+public:
+    explicit LayerNorm(size_t width, double eps = 1e-5);
+    Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+    Tensor weight, bias;
+    double eps;
+};
+
+// Active only in training mode; draws from the Rng it was given (owned by the model).
+class Dropout : public Module {
+public:
+    Dropout(double p, Rng* rng) : p(p), rng(rng) {}
+    Tensor forward(const Tensor& x) const;
+    double p;
+    Rng* rng;
+};
+
+enum class Activation { gelu, relu };
+
+// D -> F -> D: fc2(act(fc1(x))), then dropout.
+class FeedForward : public Module {
+public:
+    FeedForward(size_t width, size_t hidden, Activation activation, double dropout, Rng& init, Rng* dropout_rng);
+    Tensor forward(const Tensor& x) const;
+    Linear fc1, fc2;
+    Activation activation;
+    Dropout drop;
+};
+
+}  // namespace attnlab

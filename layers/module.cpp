@@ -1,0 +1,76 @@
+#include "layers/module.h"
+
+#include <map>
+
+namespace attnlab {
+
+Tensor Module::register_parameter(const std::string& name, Tensor value) {
+    value.set_requires_grad(true);
+    parameters_.emplace_back(name, value);
+    return value;
+}
+
+void Module::register_module(const std::string& name, Module& child) { children_.emplace_back(name, &child); }
+
+void Module::collect(const std::string& prefix, NamedTensors& out) const {
+    for (const auto& [name, p] : parameters_) out.emplace_back(prefix + name, p);
+    for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+NamedTensors Module::named_parameters() const {
+    NamedTensors out;
+    collect("", out);
+    return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+    std::vector<Tensor> out;
+    for (auto& [name, p] : named_parameters()) out.push_back(p);
+    return out;
+}
+
+size_t Module::parameter_count() const {
+    size_t n = 0;
+    for (auto& [name, p] : named_parameters()) n += p.numel();
+    return n;
+}
+
+void Module::zero_grad() {
+    for (auto& [name, p] : named_parameters()) p.zero_grad();
+}
+
+void Module::train(bool training) {
+    training_ = training;
+    for (auto& [name, child] : children_) child->train(training);
+}
+
+void Module::load_state_dict(const NamedTensors& state, bool strict) {
+    std::map<std::string, Tensor> given(state.begin(), state.end());
+    std::vector<std::string> missing, unexpected, conflicts;
+    const NamedTensors own = named_parameters();
+    std::map<std::string, Tensor> own_by_name(own.begin(), own.end());
+    for (const auto& [name, p] : own) {
+        auto it = given.find(name);
+        if (it == given.end()) missing.push_back(name);
+        else if (it->second.shape() != p.shape())
+            conflicts.push_back(name + " (checkpoint " + shape_str(it->second.shape()) + ", model " + shape_str(p.shape()) + ")");
+    }
+    for (const auto& [name, t] : state)
+        if (!own_by_name.count(name)) unexpected.push_back(name);
+    auto join = [](const std::vector<std::string>& names) {
+        std::string s;
+        for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+        return s;
+    };
+    std::string problems;
+    if (strict && !missing.empty()) problems += "missing: " + join(missing) + "; ";
+    if (strict && !unexpected.empty()) problems += "unexpected: " + join(unexpected) + "; ";
+    if (!conflicts.empty()) problems += "shape mismatch: " + join(conflicts) + "; ";
+    if (!problems.empty()) fail("load_state_dict", problems.substr(0, problems.size() - 2));
+    for (auto [name, p] : own) {  // handles: assigning writes into the model
+        auto it = given.find(name);
+        if (it != given.end()) p.assign(it->second);
+    }
+}
+
+}  // namespace attnlab

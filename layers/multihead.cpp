@@ -1,0 +1,114 @@
+#include "layers/multihead.h"
+
+#include <cmath>
+
+namespace attnlab {
+
+double resolve_scale(const std::string& spec, size_t head_width) {
+    const double d = static_cast<double>(head_width);
+    if (spec == "sqrt") return 1.0 / std::sqrt(d);
+    if (spec == "none") return 1.0;
+    if (spec == "linear") return 1.0 / d;
+    size_t used = 0;
+    double value = 0.0;
+    try {
+        value = std::stod(spec, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != spec.size() || !(value > 0.0) || !std::isfinite(value))
+        fail("attention", "scale must be \"sqrt\", \"none\", \"linear\" or a positive number, got \"" + spec + "\"");
+    return value;
+}
+
+size_t KVCache::bytes() const {
+    if (!k.defined()) return 0;
+    const size_t element = k.dtype() == DType::f32 ? 4 : 8;
+    return (k.numel() + v.numel()) * element;
+}
+
+namespace {
+
+AttentionConfig resolved(AttentionConfig c) {
+    if (c.heads == 0) fail("attention", "heads must be at least 1");
+    if (c.kv_heads == 0) c.kv_heads = c.heads;
+    if (c.kv_width == 0) c.kv_width = c.width;
+    if (c.head_width == 0) {
+        if (c.width % c.heads != 0)
+            fail("attention", "width " + std::to_string(c.width) + " is not divisible by heads " + std::to_string(c.heads) +
+                                  " (set head_width or change one of them)");
+        c.head_width = c.width / c.heads;
+    }
+    if (c.heads % c.kv_heads != 0)
+        fail("attention", "kv_heads " + std::to_string(c.kv_heads) + " does not divide heads " + std::to_string(c.heads));
+    return c;
+}
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& init, Rng* dropout_rng_)
+    : heads(resolved(config_in).heads),
+      kv_heads(resolved(config_in).kv_heads),
+      head_width(resolved(config_in).head_width),
+      scale(resolve_scale(config_in.scale, head_width)),
+      dropout(config_in.dropout),
+      masked_rows(config_in.masked_rows),
+      dropout_rng(dropout_rng_),
+      q_proj(config_in.width, heads * head_width, config_in.bias, init),
+      k_proj(resolved(config_in).kv_width, kv_heads * head_width, config_in.bias, init),
+      v_proj(resolved(config_in).kv_width, kv_heads * head_width, config_in.bias, init),
+      out_proj(heads * head_width, config_in.width, config_in.bias, init) {
+    register_module("q_proj", q_proj);
+    register_module("k_proj", k_proj);
+    register_module("v_proj", v_proj);
+    register_module("out_proj", out_proj);
+}
+
+Tensor MultiHeadAttention::split_heads(const Tensor& x, size_t h) const {
+    const size_t B = x.size(0), T = x.size(1);
+    return permute(reshape(x, {B, T, h, head_width}), {0, 2, 1, 3});  // (B, H, T, d_h)
+}
+
+MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                      const AttentionMask& mask, bool need_weights) const {
+    AttentionOptions options;
+    options.scale = scale;
+    options.masked_rows = masked_rows;
+    options.dropout = dropout;
+    options.training = is_training();
+    options.rng = dropout_rng;
+    options.need_weights = need_weights;
+    AttentionResult r = attention(q, k, v, mask, options);  // context (B, H, Tq, d_h)
+    const size_t B = q.size(0), Tq = q.size(2);
+    Tensor merged = reshape(permute(r.context, {0, 2, 1, 3}), {B, Tq, heads * head_width});  // Concat(heads)
+    return {out_proj.forward(merged), r.weights};
+}
+
+MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask,
+                                                       bool need_weights) const {
+    if (x_q.dim() != 3 || x_kv.dim() != 3 || x_q.size(0) != x_kv.size(0))
+        fail("attention", "inputs must be (B, T, D) with one batch size, got " + shape_str(x_q.shape()) + " and " +
+                              shape_str(x_kv.shape()));
+    return attend(split_heads(q_proj.forward(x_q), heads), split_heads(k_proj.forward(x_kv), kv_heads),
+                  split_heads(v_proj.forward(x_kv), kv_heads), mask, need_weights);
+}
+
+MultiHeadAttention::Output MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache,
+                                                              const AttentionMask& mask, bool need_weights) const {
+    Tensor k_new = split_heads(k_proj.forward(x_new), kv_heads);  // (B, H_kv, Tn, d_h)
+    Tensor v_new = split_heads(v_proj.forward(x_new), kv_heads);
+    cache.k = cache.k.defined() ? concat({cache.k, k_new}, 2) : k_new;
+    cache.v = cache.v.defined() ? concat({cache.v, v_new}, 2) : v_new;
+    return attend(split_heads(q_proj.forward(x_new), heads), cache.k, cache.v, mask, need_weights);
+}
+
+MultiHeadAttention::Output MultiHeadAttention::forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache,
+                                                                   const AttentionMask& mask, bool need_weights) const {
+    if (!cache.k.defined()) {
+        cache.k = split_heads(k_proj.forward(memory), kv_heads);
+        cache.v = split_heads(v_proj.forward(memory), kv_heads);
+    }
+    return attend(split_heads(q_proj.forward(x_q), heads), cache.k, cache.v, mask, need_weights);
+}
+
+}  // namespace attnlab

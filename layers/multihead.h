@@ -1,0 +1,68 @@
+// MultiHeadAttention (Vaswani et al. 2017):
+//   Q = x_q W_Q^T, K = x_kv W_K^T, V = x_kv W_V^T, split into heads (B, H, T, d_h),
+//   C_h = softmax(scale Q_h K_h^T + mask) V_h   (the fused attention op),
+//   out = Concat(C_1 .. C_H) W_O^T.
+// Self-attention passes the same tensor as x_q and x_kv; cross-attention passes
+// the decoder states and the encoder output. Grouped K/V: kv_heads divides heads.
+#pragma once
+
+#include <string>
+
+#include "autograd/attention.h"
+#include "layers/basic.h"
+
+namespace attnlab {
+
+// "sqrt" -> 1/sqrt(d_h), "none" -> 1, "linear" -> 1/d_h, or a positive number.
+double resolve_scale(const std::string& spec, size_t head_width);
+
+struct AttentionConfig {
+    size_t width = 0;       // D of the queries' input and of the output
+    size_t heads = 1;       // H
+    size_t kv_heads = 0;    // H_kv; 0 = heads
+    size_t head_width = 0;  // d_h; 0 = width / heads (must divide)
+    size_t kv_width = 0;    // width of x_kv; 0 = width
+    std::string scale = "sqrt";
+    bool bias = true;
+    double dropout = 0.0;   // on the attention weights
+    MaskedRows masked_rows = MaskedRows::error;
+};
+
+// Keys and values of earlier positions, (B, H_kv, T_cached, d_h) each.
+struct KVCache {
+    Tensor k, v;
+    size_t length() const { return k.defined() ? k.size(2) : 0; }
+    size_t bytes() const;  // what the cache holds now
+};
+
+class MultiHeadAttention : public Module {
+public:
+    MultiHeadAttention(const AttentionConfig& config, Rng& init, Rng* dropout_rng);
+
+    struct Output {
+        Tensor out;      // (B, Tq, D)
+        Tensor weights;  // (B, H, Tq, Tk) when requested, else undefined
+    };
+    // x_q (B, Tq, D), x_kv (B, Tk, D_kv)
+    Output forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask, bool need_weights = false) const;
+    // Self-attention over a KV cache: projects x_new (B, Tn, D), appends its keys and
+    // values to `cache`, and attends from the new queries to every cached key
+    // (the causal mask is bottom-right aligned, so this matches a full pass).
+    Output forward_cached(const Tensor& x_new, KVCache& cache, const AttentionMask& mask, bool need_weights = false) const;
+    // Cross-attention with the source's keys and values computed once and kept in `cache`.
+    Output forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache, const AttentionMask& mask,
+                                bool need_weights = false) const;
+
+    size_t heads, kv_heads, head_width;
+    double scale;
+    double dropout;
+    MaskedRows masked_rows;
+    Rng* dropout_rng;
+    Linear q_proj, k_proj, v_proj, out_proj;
+
+private:
+    Tensor split_heads(const Tensor& x, size_t heads) const;  // (B, T, H*d_h) -> (B, H, T, d_h)
+    Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;
+};
+
+}  // namespace attnlab
