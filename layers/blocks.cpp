@@ -1,0 +1,92 @@
+#include "layers/blocks.h"
+
+namespace attnlab {
+
+Norm parse_norm(const std::string& name) {
+    if (name == "pre") return Norm::pre;
+    if (name == "post") return Norm::post;
+    if (name == "none") return Norm::none;
+    fail("norm", "must be \"pre\", \"post\" or \"none\", got \"" + name + "\"");
+}
+
+std::string to_string(Norm norm) { return norm == Norm::pre ? "pre" : norm == Norm::post ? "post" : "none"; }
+
+Residual::Residual(Norm norm_, size_t width, double dropout, Rng* dropout_rng) : norm(norm_), drop(dropout, dropout_rng) {
+    if (norm != Norm::none) ln.emplace(width);
+    register_module("drop", drop);  // no parameters; follows train/eval
+    // ln is registered by the owning block under its PyTorch-style name (ln1, ln2, ...)
+}
+
+Tensor Residual::before(const Tensor& x) const { return norm == Norm::pre ? ln->forward(x) : x; }
+
+Tensor Residual::after(const Tensor& x, const Tensor& y) const {
+    Tensor sum = x + drop.forward(y);
+    return norm == Norm::post ? ln->forward(sum) : sum;
+}
+
+
+EncoderBlock::EncoderBlock(const BlockConfig& c, Rng& init, Rng* dropout_rng)
+    : attn(c.attention, init, dropout_rng), res1(c.norm, c.attention.width, c.dropout, dropout_rng) {
+    register_module("attn", attn);
+    if (res1.ln) register_module("ln1", *res1.ln);
+    register_module("res1", res1);
+    if (c.ffn > 0) {
+        ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
+        res2 = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
+        if (res2->ln) register_module("ln2", *res2->ln);
+        register_module("ffn", *ffn);
+        register_module("res2", *res2);
+    }
+}
+
+Tensor EncoderBlock::forward(const Tensor& x, const AttentionMask& mask, std::vector<Tensor>* weights) const {
+    Tensor h = res1.before(x);
+    MultiHeadAttention::Output a = attn.forward(h, h, mask, weights != nullptr);
+    if (weights) weights->push_back(a.weights);
+    Tensor y = res1.after(x, a.out);
+    if (ffn) y = res2->after(y, ffn->forward(res2->before(y)));
+    return y;
+}
+
+DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init, Rng* dropout_rng)
+    : attn(c.attention, init, dropout_rng), res1(c.norm, c.attention.width, c.dropout, dropout_rng) {
+    register_module("attn", attn);
+    if (res1.ln) register_module("ln1", *res1.ln);
+    register_module("res1", res1);
+    if (cross_attention) {
+        cross_attn = std::make_unique<MultiHeadAttention>(c.attention, init, dropout_rng);
+        res_cross = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
+        register_module("cross_attn", *cross_attn);
+        if (res_cross->ln) register_module("ln_cross", *res_cross->ln);
+        register_module("res_cross", *res_cross);
+    }
+    if (c.ffn > 0) {
+        ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
+        res2 = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
+        if (res2->ln) register_module("ln2", *res2->ln);
+        register_module("ffn", *ffn);
+        register_module("res2", *res2);
+    }
+}
+
+Tensor DecoderBlock::forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,
+                             const AttentionMask& cross_mask, Weights weights, Caches* caches) const {
+    Tensor h = res1.before(x);
+    MultiHeadAttention::Output a = caches ? attn.forward_cached(h, caches->self, self_mask, weights.self != nullptr)
+                                          : attn.forward(h, h, self_mask, weights.self != nullptr);
+    if (weights.self) weights.self->push_back(a.weights);
+    Tensor y = res1.after(x, a.out);
+    if (cross_attn) {
+        if (!memory.defined()) fail("decoder", "cross-attention needs the encoder output");
+        Tensor hq = res_cross->before(y);
+        MultiHeadAttention::Output c =
+            caches ? cross_attn->forward_cross_cached(hq, memory, caches->cross, cross_mask, weights.cross != nullptr)
+                   : cross_attn->forward(hq, memory, cross_mask, weights.cross != nullptr);
+        if (weights.cross) weights.cross->push_back(c.weights);
+        y = res_cross->after(y, c.out);
+    }
+    if (ffn) y = res2->after(y, ffn->forward(res2->before(y)));
+    return y;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,76 @@
+// Transformer blocks. norm = pre:  x = x + f(LN(x))   (for each sublayer f)
+//                     norm = post: x = LN(x + f(x))
+//                     norm = none: x = x + f(x)
+// ffn = 0 gives attention-only blocks (no feed-forward sublayer, no ln2).
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "layers/multihead.h"
+
+namespace attnlab {
+
+enum class Norm { pre, post, none };
+Norm parse_norm(const std::string& name);  // "pre" | "post" | "none"
+std::string to_string(Norm norm);
+
+struct BlockConfig {
+    AttentionConfig attention;  // width, heads, kv_heads, head_width, scale, bias, dropout, masked_rows
+    size_t ffn = 0;             // hidden width F; 0 = no feed-forward sublayer
+    Activation activation = Activation::gelu;
+    Norm norm = Norm::pre;
+    double dropout = 0.0;       // on each sublayer's output (residual dropout)
+};
+
+// One sublayer with its residual path and optional LayerNorm.
+class Residual : public Module {
+public:
+    Residual(Norm norm, size_t width, double dropout, Rng* dropout_rng);
+    Tensor before(const Tensor& x) const;               // the sublayer's input
+    Tensor after(const Tensor& x, const Tensor& y) const;  // combine input and sublayer output
+    Norm norm;
+    std::optional<LayerNorm> ln;
+    Dropout drop;
+};
+
+// Self-attention (padding mask from the source lengths) + FFN.
+class EncoderBlock : public Module {
+public:
+    EncoderBlock(const BlockConfig& config, Rng& init, Rng* dropout_rng);
+    // x (B, S, D); weights (B, H, S, S) appended to *weights when given
+    Tensor forward(const Tensor& x, const AttentionMask& mask, std::vector<Tensor>* weights = nullptr) const;
+    MultiHeadAttention attn;
+    Residual res1;
+    std::unique_ptr<FeedForward> ffn;
+    std::unique_ptr<Residual> res2;
+};
+
+struct BlockCaches {
+    KVCache self, cross;
+};
+// Where a decoder block appends its attention weights (nullptr: not requested).
+struct BlockWeights {
+    std::vector<Tensor>* self = nullptr;
+    std::vector<Tensor>* cross = nullptr;
+};
+
+// Causal self-attention, optional cross-attention to an encoder's output, FFN.
+class DecoderBlock : public Module {
+public:
+    DecoderBlock(const BlockConfig& config, bool cross_attention, Rng& init, Rng* dropout_rng);
+    using Caches = BlockCaches;
+    using Weights = BlockWeights;
+    // x (B, T, D); memory (B, S, D) or undefined when there is no cross-attention.
+    // With `caches`, x holds only new positions and keys/values are cached.
+    Tensor forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,
+                   const AttentionMask& cross_mask, Weights weights = {}, Caches* caches = nullptr) const;
+    MultiHeadAttention attn;
+    Residual res1;
+    std::unique_ptr<MultiHeadAttention> cross_attn;
+    std::unique_ptr<Residual> res_cross;
+    std::unique_ptr<FeedForward> ffn;
+    std::unique_ptr<Residual> res2;
+};
+
+}  // namespace attnlab

@@ -1,0 +1,83 @@
+// Whole models. Parameter names (PyTorch style; the README lists them all):
+//   DecoderLM:      tok_emb, pos_emb, blocks.N.{attn,ln1,ffn,ln2}, ln_f, head
+//   EncoderDecoder: src_emb, tgt_emb, src_pos_emb, tgt_pos_emb, encoder.N.*,
+//                   decoder.N.{attn,ln1,cross_attn,ln_cross,ffn,ln2}, enc_ln_f, dec_ln_f, head
+#pragma once
+
+#include <memory>
+
+#include "layers/blocks.h"
+
+namespace attnlab {
+
+struct ModelConfig {
+    size_t vocab = 0;
+    size_t layers = 1;
+    size_t max_len = 0;             // longest sequence the positional table covers
+    Positional positional = Positional::learned;
+    BlockConfig block;              // width, heads, ffn, norm, ...
+    double embedding_dropout = 0.0;
+};
+
+// Attention weights per layer, (B, H, Tq, Tk) each, by attention kind.
+struct AttentionMaps {
+    std::vector<Tensor> self;      // DecoderLM ("self"), or decoder self-attention ("dec_self")
+    std::vector<Tensor> enc_self;  // encoder self-attention
+    std::vector<Tensor> cross;     // decoder -> encoder
+};
+
+// Per-layer KV caches and the number of positions already decoded.
+struct DecoderCache {
+    std::vector<DecoderBlock::Caches> layers;
+    size_t position = 0;
+    size_t bytes() const;
+};
+
+// Token embedding + positions, N causal decoder blocks, final norm, output head.
+class DecoderLM : public Module {
+public:
+    DecoderLM(const ModelConfig& config, Rng& init, Rng* dropout_rng);
+    // tokens (B, T) right-padded to lengths (empty: all T) -> logits (B, T, V)
+    Tensor forward(const Indices& tokens, const std::vector<size_t>& lengths = {}, AttentionMaps* maps = nullptr) const;
+    // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
+    Tensor forward_cached(const Indices& tokens, DecoderCache& cache, AttentionMaps* maps = nullptr) const;
+
+    ModelConfig config;
+    Embedding tok_emb;
+    PositionalEncoding pos_emb;
+    Dropout emb_drop;
+    std::vector<std::unique_ptr<DecoderBlock>> blocks;
+    std::optional<LayerNorm> ln_f;
+    Linear head;
+};
+
+// Encoder stack over the source; decoder stack with cross-attention over the target
+// shifted right behind <BOS> (teacher forcing).
+class EncoderDecoder : public Module {
+public:
+    EncoderDecoder(const ModelConfig& config, Rng& init, Rng* dropout_rng);
+    // src (B, S) with src_lengths -> memory (B, S, D)
+    Tensor encode(const Indices& src, const std::vector<size_t>& src_lengths, AttentionMaps* maps = nullptr) const;
+    // tgt_in (B, T): the decoder input (target shifted right) -> logits (B, T, V)
+    Tensor decode(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
+                  const std::vector<size_t>& tgt_lengths = {}, AttentionMaps* maps = nullptr) const;
+    Tensor forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
+                   const std::vector<size_t>& tgt_lengths = {}, AttentionMaps* maps = nullptr) const;
+    // Incremental decoding of the next target positions against a fixed memory.
+    Tensor decode_cached(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_new,
+                         DecoderCache& cache, AttentionMaps* maps = nullptr) const;
+
+    ModelConfig config;
+    Embedding src_emb, tgt_emb;
+    PositionalEncoding src_pos_emb, tgt_pos_emb;
+    Dropout emb_drop;
+    std::vector<std::unique_ptr<EncoderBlock>> encoder;
+    std::vector<std::unique_ptr<DecoderBlock>> decoder;
+    std::optional<LayerNorm> enc_ln_f, dec_ln_f;
+    Linear head;
+};
+
+// [bos, t_0, ..., t_{T-2}] for each row of target (B, T): the teacher-forcing input.
+Indices shift_right(const Indices& target, int32_t bos);
+
+}  // namespace attnlab
