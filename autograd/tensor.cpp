@@ -151,6 +151,13 @@ void Tensor::assign(const Tensor& src) {
     }, impl().data);
 }
 
+void Tensor::convert_(DType dtype) {
+    if (!is_leaf()) fail("convert_", "only leaf tensors can change dtype in place");
+    if (dtype == this->dtype()) return;
+    impl().data = to(dtype).impl().data;
+    impl().grad.reset();
+}
+
 // ---- backward ----
 
 namespace {

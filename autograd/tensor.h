@@ -74,6 +74,9 @@ public:
     // Overwrites this tensor's values with src's (same shape; dtype converted), in
     // place: every handle to this tensor sees them. Not recorded in the graph.
     void assign(const Tensor& src);
+    // Converts the storage of this leaf in place (every handle sees the new dtype);
+    // drops its gradient. For moving a model's parameters to float64 and back.
+    void convert_(DType dtype);
 
     TensorImpl& impl() const;
     const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

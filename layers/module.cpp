@@ -39,6 +39,10 @@ void Module::zero_grad() {
     for (auto& [name, p] : named_parameters()) p.zero_grad();
 }
 
+void Module::to(DType dtype) {
+    for (auto [name, p] : named_parameters()) p.convert_(dtype);
+}
+
 void Module::train(bool training) {
     training_ = training;
     for (auto& [name, child] : children_) child->train(training);

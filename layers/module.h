@@ -24,6 +24,9 @@ public:
     size_t parameter_count() const;         // number of scalars
     void zero_grad();
 
+    // Converts every parameter in place (float64 for gradient checks, float32 to train).
+    void to(DType dtype);
+
     void train(bool training = true);       // this module and every child
     void eval() { train(false); }
     bool is_training() const { return training_; }
