@@ -73,6 +73,27 @@ Tensor Tensor::from_values(const std::vector<double>& values, const Shape& shape
     });
 }
 
+// ---- graph teardown ----
+
+// Freeing the last handle to a long chain would release parent after parent
+// recursively and overflow the stack; instead unlink the nodes we own the last
+// reference to and free them one at a time. Backward closures capture only
+// tensors that are also in `parents`, so dropping a closure frees no node itself.
+TensorImpl::~TensorImpl() {
+    backward = nullptr;
+    std::vector<Tensor> pending = std::move(parents);
+    while (!pending.empty()) {
+        Tensor node = std::move(pending.back());
+        pending.pop_back();
+        if (node.defined() && node.impl_ptr().use_count() == 1) {
+            TensorImpl& impl = node.impl();
+            impl.backward = nullptr;
+            for (Tensor& p : impl.parents) pending.push_back(std::move(p));
+            impl.parents.clear();
+        }
+    }
+}
+
 // ---- accessors ----
 
 TensorImpl& Tensor::impl() const {

@@ -24,6 +24,11 @@ struct TensorImpl {
     // Receives this tensor (its grad and its value) and accumulates into parents.
     std::function<void(TensorImpl& self)> backward;
 
+    TensorImpl() = default;
+    TensorImpl(const TensorImpl&) = delete;
+    TensorImpl& operator=(const TensorImpl&) = delete;
+    ~TensorImpl();  // unlinks the graph iteratively: a deep chain must not recurse
+
     DType dtype() const { return data.index() == 0 ? DType::f32 : DType::f64; }
     template <class T> Array<T>& array() { return std::get<Array<T>>(data); }
     template <class T> const Array<T>& array() const { return std::get<Array<T>>(data); }

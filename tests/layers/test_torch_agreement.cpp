@@ -1,0 +1,281 @@
+// Agreement with PyTorch: MultiHeadAttention against torch.nn.MultiheadAttention
+// and against an attention reference written in torch ops (the stand-in for
+// F.scaled_dot_product_attention, which torch 1.13 lacks), with the same float32
+// weights. Output, per-head weights, and the gradients of sum(out * R) with
+// respect to both inputs and every parameter must agree within 1e-5.
+//
+// The fixtures come from tests/reference/torch_attention_fixtures.py (its
+// docstring gives the file layout); CTest runs it first and passes the file in
+// ATTNLAB_TORCH_FIXTURES. Without the file these tests FAIL, never skip.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "layers/multihead.h"
+
+namespace attnlab {
+namespace {
+
+constexpr double kTolerance = 1e-5;  // float32 against float32; never loosen to make a case pass
+constexpr const char* kFormat = "attnlab-torch-attention-fixtures";
+constexpr const char* kHowToGenerate =
+    "generate the fixtures with\n"
+    "    /usr/bin/python3 tests/reference/torch_attention_fixtures.py build/torch_attention_fixtures.h5\n"
+    "    export ATTNLAB_TORCH_FIXTURES=$PWD/build/torch_attention_fixtures.h5\n"
+    "(needs python3-torch, python3-h5py, python3-numpy), or run the suite through ctest, which does both:\n"
+    "    ctest --test-dir build -R 'torch|TorchAgreement' --output-on-failure";
+
+// ---- a small reader over the HDF5 C API ----
+
+// Closes an HDF5 identifier when it goes out of scope.
+class Hid {
+public:
+    Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+    ~Hid() {
+        if (id_ >= 0) close_(id_);
+    }
+    Hid(const Hid&) = delete;
+    Hid& operator=(const Hid&) = delete;
+    operator hid_t() const { return id_; }
+    bool ok() const { return id_ >= 0; }
+
+private:
+    hid_t id_;
+    herr_t (*close_)(hid_t);
+};
+
+class FixtureFile {
+public:
+    explicit FixtureFile(const std::string& path) : path_(path), file_(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) {
+        if (!file_.ok()) throw std::runtime_error("cannot open " + path + " as HDF5");
+    }
+
+    // Whether every link along "a/b/c" exists (H5Lexists wants each parent to exist).
+    bool has(const std::string& object) const {
+        size_t end = 0;
+        do {
+            end = object.find('/', end + 1);
+            if (H5Lexists(file_, object.substr(0, end).c_str(), H5P_DEFAULT) <= 0) return false;
+        } while (end != std::string::npos);
+        return true;
+    }
+
+    // A float dataset as a float32 tensor (read as double: float32 -> double -> float32 is exact).
+    Tensor tensor(const std::string& object, bool requires_grad = false) const {
+        Shape shape;
+        std::vector<double> values = read(object, H5T_NATIVE_DOUBLE, shape);
+        return Tensor::from_values(values, shape, DType::f32, requires_grad);
+    }
+
+    std::vector<long long> integers(const std::string& object) const {
+        Shape shape;
+        return read<long long>(object, H5T_NATIVE_LLONG, shape);
+    }
+
+    long long attr_int(const std::string& object, const std::string& name) const {
+        long long value = 0;
+        Hid attr = open_attr(object, name);
+        check(H5Aread(attr, H5T_NATIVE_LLONG, &value), object + " attribute " + name);
+        return value;
+    }
+
+    double attr_double(const std::string& object, const std::string& name) const {
+        double value = 0;
+        Hid attr = open_attr(object, name);
+        check(H5Aread(attr, H5T_NATIVE_DOUBLE, &value), object + " attribute " + name);
+        return value;
+    }
+
+    // Fixed-length (numpy bytes) or variable-length (Python str) string attribute.
+    std::string attr_string(const std::string& object, const std::string& name) const {
+        Hid attr = open_attr(object, name);
+        Hid stored(H5Aget_type(attr), H5Tclose);
+        Hid memory(H5Tcopy(H5T_C_S1), H5Tclose);
+        if (H5Tis_variable_str(stored) > 0) {
+            H5Tset_size(memory, H5T_VARIABLE);
+            char* text = nullptr;
+            check(H5Aread(attr, memory, &text), object + " attribute " + name);
+            std::string value = text ? text : "";
+            H5free_memory(text);
+            return value;
+        }
+        const size_t size = H5Tget_size(stored);
+        H5Tset_size(memory, size);
+        H5Tset_strpad(memory, H5T_STR_NULLPAD);
+        std::vector<char> text(size, '\0');
+        check(H5Aread(attr, memory, text.data()), object + " attribute " + name);
+        return std::string(text.data(), strnlen(text.data(), size));
+    }
+
+private:
+    template <class T = double>
+    std::vector<T> read(const std::string& object, hid_t memory_type, Shape& shape) const {
+        if (!has(object)) throw std::runtime_error(path_ + " has no dataset " + object);
+        Hid dataset(H5Dopen2(file_, object.c_str(), H5P_DEFAULT), H5Dclose);
+        Hid space(H5Dget_space(dataset), H5Sclose);
+        const int rank = H5Sget_simple_extent_ndims(space);
+        std::vector<hsize_t> dims(static_cast<size_t>(rank));
+        H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+        shape.assign(dims.begin(), dims.end());
+        std::vector<T> values(numel_of(shape));
+        check(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), object);
+        return values;
+    }
+
+    Hid open_attr(const std::string& object, const std::string& name) const {
+        if (H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) <= 0)
+            throw std::runtime_error(path_ + ": " + object + " has no attribute " + name);
+        return Hid(H5Aopen_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    }
+
+    void check(herr_t status, const std::string& what) const {
+        if (status < 0) throw std::runtime_error(path_ + ": cannot read " + what);
+    }
+
+    std::string path_;
+    Hid file_;
+};
+
+// The file named by ATTNLAB_TORCH_FIXTURES, or a message saying what is missing and how to make it.
+std::unique_ptr<FixtureFile> open_fixtures(std::string& why) {
+    const char* path = std::getenv("ATTNLAB_TORCH_FIXTURES");
+    if (path == nullptr || *path == '\0') {
+        why = std::string("ATTNLAB_TORCH_FIXTURES is not set; ") + kHowToGenerate;
+        return nullptr;
+    }
+    if (!std::filesystem::is_regular_file(path)) {
+        why = std::string("ATTNLAB_TORCH_FIXTURES=") + path + " does not exist; " + kHowToGenerate;
+        return nullptr;
+    }
+    auto file = std::make_unique<FixtureFile>(path);
+    const std::string format = file->attr_string("/", "format");
+    if (format != kFormat) {
+        why = std::string(path) + " has format \"" + format + "\", expected \"" + kFormat + "\"; " + kHowToGenerate;
+        return nullptr;
+    }
+    return file;
+}
+
+// ---- one case ----
+
+struct Quantity {
+    std::string name;
+    Tensor ours;
+};
+
+// Largest |a - b| (NaN if either holds a NaN), after checking the shapes agree.
+double max_abs_difference(const Tensor& ours, const Tensor& theirs, const std::string& what) {
+    if (!ours.defined()) {
+        ADD_FAILURE() << what << ": attnlab produced no tensor (gradient never reached it?)";
+        return NAN;
+    }
+    if (ours.shape() != theirs.shape()) {
+        ADD_FAILURE() << what << ": attnlab shape " << shape_str(ours.shape()) << ", torch " << shape_str(theirs.shape());
+        return NAN;
+    }
+    const std::vector<double> a = ours.values(), b = theirs.values();
+    double worst = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double d = std::abs(a[i] - b[i]);
+        if (std::isnan(d)) return NAN;
+        worst = std::max(worst, d);
+    }
+    return worst;
+}
+
+void check_case(const std::string& name, const std::vector<std::string>& references) {
+    std::string why;
+    std::unique_ptr<FixtureFile> file;
+    try {
+        file = open_fixtures(why);
+    } catch (const std::exception& e) {
+        FAIL() << e.what() << "; " << kHowToGenerate;
+    }
+    if (!file) FAIL() << why;
+    ASSERT_TRUE(file->has(name)) << "the fixture file has no case " << name << "; regenerate it. " << kHowToGenerate;
+
+    // config; kv_heads and head_width explicit, as the fixture states them
+    AttentionConfig config;
+    config.width = static_cast<size_t>(file->attr_int(name, "width"));
+    config.kv_width = static_cast<size_t>(file->attr_int(name, "kv_width"));
+    config.heads = static_cast<size_t>(file->attr_int(name, "heads"));
+    config.kv_heads = static_cast<size_t>(file->attr_int(name, "kv_heads"));
+    config.head_width = static_cast<size_t>(file->attr_int(name, "head_width"));
+    config.scale = file->attr_string(name, "scale");
+    const bool self_attention = file->attr_int(name, "self_attention") != 0;
+    Rng init(0);
+    MultiHeadAttention mha(config, init, nullptr);
+    EXPECT_NEAR(mha.scale, file->attr_double(name, "scale_value"), 1e-15) << "scale \"" << config.scale << "\"";
+
+    NamedTensors state;
+    for (const auto& [param, unused] : mha.named_parameters()) state.emplace_back(param, file->tensor(name + "/params/" + param));
+    mha.load_state_dict(state);
+
+    // mask: causal + key lengths, in our polarity; it must equal the eligibility the generator used
+    AttentionMask mask;
+    mask.causal = file->attr_int(name, "causal") != 0;
+    for (long long length : file->integers(name + "/key_lengths")) mask.key_lengths.push_back(static_cast<size_t>(length));
+    const Tensor eligible = file->tensor(name + "/eligible");  // (B, Tq, Tk), 1 = may attend
+    const size_t B = eligible.size(0), Tq = eligible.size(1), Tk = eligible.size(2);
+    size_t polarity_mismatches = 0;
+    for (size_t b = 0; b < B; ++b)
+        for (size_t i = 0; i < Tq; ++i)
+            for (size_t j = 0; j < Tk; ++j)
+                polarity_mismatches += mask.allows(b, i, j, Tq, Tk) != (eligible.at({b, i, j}) != 0.0);
+    EXPECT_EQ(polarity_mismatches, 0u) << "AttentionMask disagrees with the fixture's eligibility mask";
+
+    // separate leaves for the query and key/value inputs (equal values in self-attention)
+    const Tensor R = file->tensor(name + "/R");  // (B, Tq, D)
+    Tensor x_q = file->tensor(name + "/x_q", true), x_kv = file->tensor(name + "/x_kv", true);
+    MultiHeadAttention::Output result = mha.forward(x_q, x_kv, mask, /*need_weights=*/true);
+    sum(result.out * R).backward();
+    std::vector<Quantity> ours = {{"output", result.out}, {"weights", result.weights},
+                                  {"grads/x_q", x_q.grad()}, {"grads/x_kv", x_kv.grad()}};
+    for (const auto& [param, p] : mha.named_parameters()) ours.push_back({"grads/" + param, p.grad()});
+
+    // self-attention as the models call it: one tensor as query, key and value
+    if (self_attention) {
+        mha.zero_grad();
+        Tensor x = file->tensor(name + "/x_q", true);
+        sum(mha.forward(x, x, mask, /*need_weights=*/true).out * R).backward();
+        ours.push_back({"grads/x", x.grad()});
+    }
+
+    for (const std::string& reference : references) {
+        const std::string group = name + "/torch/" + reference;
+        ASSERT_TRUE(file->has(group)) << "the fixture file has no " << group << "; regenerate it. " << kHowToGenerate;
+        for (const Quantity& q : ours) {
+            const std::string what = group + "/" + q.name;
+            ASSERT_TRUE(file->has(what)) << "the fixture file has no " << what;
+            const double diff = max_abs_difference(q.ours, file->tensor(what), what);
+            std::printf("[torch agreement] %-20s %-24s %-22s max |attnlab - torch| = %.3e\n", name.c_str(),
+                        reference.c_str(), q.name.c_str(), diff);
+            EXPECT_LE(diff, kTolerance) << what << ": attnlab and torch disagree (NaN: a NaN or a shape mismatch)";
+        }
+    }
+    std::fflush(stdout);
+}
+
+const std::vector<std::string> kBothReferences = {"nn_multihead_attention", "reference_attention"};
+
+TEST(TorchAgreement, CausalSelfAttention) { check_case("causal_self", kBothReferences); }
+TEST(TorchAgreement, KeyPadding) { check_case("key_padding", kBothReferences); }
+TEST(TorchAgreement, CausalAndKeyPadding) { check_case("causal_and_padding", kBothReferences); }
+TEST(TorchAgreement, CrossAttentionTqNotTk) { check_case("cross", kBothReferences); }
+// nn.MultiheadAttention has no grouped K/V: the reference repeats K and V heads explicitly
+TEST(TorchAgreement, GroupedKV) { check_case("grouped_kv", {"reference_attention"}); }
+
+}  // namespace
+}  // namespace attnlab
