@@ -1,0 +1,151 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "autograd/tensor_impl.h"
+
+namespace attnlab {
+
+namespace {
+
+// Calls f(param, grad, index) on the raw (mutable) arrays of every parameter that has a gradient.
+template <class F>
+void for_each_with_grad(const NamedTensors& params, F&& f) {
+    for (size_t i = 0; i < params.size(); ++i) {
+        const Tensor& p = params[i].second;
+        if (!p.grad().defined()) continue;
+        dispatch(p.dtype(), [&]<class T>() { f(p.impl().array<T>(), p.grad().impl().array<T>(), i); });
+    }
+}
+
+Tensor zeros_like(const Tensor& p) { return Tensor::zeros(p.shape(), p.dtype()); }
+
+}  // namespace
+
+void Optimizer::zero_grad() {
+    for (auto& [name, p] : params_) {
+        Tensor handle = p;
+        handle.zero_grad();
+    }
+}
+
+SGD::SGD(NamedTensors params, double lr_, double momentum_, bool nesterov_, double weight_decay_)
+    : Optimizer(std::move(params), lr_), momentum(momentum_), weight_decay(weight_decay_), nesterov(nesterov_) {
+    for (auto& [name, p] : params_) velocity_.push_back(zeros_like(p));
+    started_.assign(params_.size(), false);
+}
+
+void SGD::step() {
+    for_each_with_grad(params_, [&]<class T>(Array<T>& p, const Array<T>& g, size_t i) {
+        Array<T> d = g + static_cast<T>(weight_decay) * p;  // gradient with L2 term
+        if (momentum != 0.0) {
+            Array<T>& v = velocity_[i].impl().array<T>();
+            // torch: the first step sets v = d (no dampening of a zero buffer)
+            v = started_[i] ? Array<T>(static_cast<T>(momentum) * v + d) : d;
+            started_[i] = true;
+            d = nesterov ? Array<T>(d + static_cast<T>(momentum) * v) : v;
+        }
+        p -= static_cast<T>(lr) * d;
+    });
+}
+
+NamedTensors SGD::state() const {
+    NamedTensors s;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        s.emplace_back("velocity." + params_[i].first, velocity_[i]);
+        s.emplace_back("started." + params_[i].first, Tensor::scalar(started_[i] ? 1.0 : 0.0, DType::f64));
+    }
+    return s;
+}
+
+void SGD::load_state(const NamedTensors& state) {
+    for (const auto& [name, t] : state)
+        for (size_t i = 0; i < params_.size(); ++i) {
+            if (name == "velocity." + params_[i].first) velocity_[i].assign(t);
+            if (name == "started." + params_[i].first) started_[i] = t.item() != 0.0;
+        }
+}
+
+Adam::Adam(NamedTensors params, double lr_, double beta1_, double beta2_, double eps_, double weight_decay_, bool decoupled_)
+    : Optimizer(std::move(params), lr_), beta1(beta1_), beta2(beta2_), eps(eps_), weight_decay(weight_decay_), decoupled(decoupled_) {
+    for (auto& [name, p] : params_) {
+        m_.push_back(zeros_like(p));
+        v_.push_back(zeros_like(p));
+        decay.push_back(true);
+    }
+}
+
+std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1, double beta2, double eps, double weight_decay) {
+    auto opt = std::make_unique<Adam>(std::move(params), lr, beta1, beta2, eps, weight_decay, true);
+    for (size_t i = 0; i < opt->params().size(); ++i) opt->decay[i] = opt->params()[i].second.dim() >= 2;
+    return opt;
+}
+
+void Adam::step() {
+    ++steps_;
+    const double correction1 = 1.0 - std::pow(beta1, static_cast<double>(steps_));
+    const double correction2 = 1.0 - std::pow(beta2, static_cast<double>(steps_));
+    for_each_with_grad(params_, [&]<class T>(Array<T>& p, const Array<T>& g_in, size_t i) {
+        const T wd = decay[i] ? static_cast<T>(weight_decay) : T(0);
+        if (decoupled) p *= T(1) - static_cast<T>(lr) * wd;  // AdamW: p -= lr wd p
+        const Array<T> g = decoupled ? g_in : Array<T>(g_in + wd * p);
+        Array<T>& m = m_[i].impl().array<T>();
+        Array<T>& v = v_[i].impl().array<T>();
+        m = static_cast<T>(beta1) * m + static_cast<T>(1 - beta1) * g;
+        v = static_cast<T>(beta2) * v + static_cast<T>(1 - beta2) * g * g;
+        // p -= lr * m_hat / (sqrt(v_hat) + eps), written as torch does
+        const T step_size = static_cast<T>(lr / correction1);
+        const T sqrt_c2 = static_cast<T>(std::sqrt(correction2));
+        p -= step_size * m / (xt::sqrt(v) / sqrt_c2 + static_cast<T>(eps));
+    });
+}
+
+NamedTensors Adam::state() const {
+    NamedTensors s;
+    s.emplace_back("steps", Tensor::scalar(static_cast<double>(steps_), DType::f64));
+    for (size_t i = 0; i < params_.size(); ++i) {
+        s.emplace_back("m." + params_[i].first, m_[i]);
+        s.emplace_back("v." + params_[i].first, v_[i]);
+    }
+    return s;
+}
+
+void Adam::load_state(const NamedTensors& state) {
+    for (const auto& [name, t] : state) {
+        if (name == "steps") steps_ = static_cast<long long>(t.item());
+        for (size_t i = 0; i < params_.size(); ++i) {
+            if (name == "m." + params_[i].first) m_[i].assign(t);
+            if (name == "v." + params_[i].first) v_[i].assign(t);
+        }
+    }
+}
+
+double clip_grad_norm(const NamedTensors& params, double max_norm) {
+    double total = 0.0;
+    for_each_with_grad(params, [&]<class T>(Array<T>&, const Array<T>& g, size_t) {
+        for (T x : g) total += static_cast<double>(x) * static_cast<double>(x);
+    });
+    total = std::sqrt(total);
+    const double factor = max_norm / (total + 1e-6);  // torch's clip_grad_norm_
+    if (factor < 1.0)
+        for_each_with_grad(params, [&]<class T>(Array<T>&, Array<T>& g, size_t) { g *= static_cast<T>(factor); });
+    return total;
+}
+
+Schedule parse_schedule(const std::string& name) {
+    if (name == "constant") return Schedule::constant;
+    if (name == "linear") return Schedule::linear;
+    if (name == "cosine") return Schedule::cosine;
+    fail("schedule", "must be \"constant\", \"linear\" or \"cosine\", got \"" + name + "\"");
+}
+
+double scheduled_lr(double base_lr, Schedule schedule, long long step, long long warmup, long long total) {
+    if (warmup > 0 && step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+    if (schedule == Schedule::constant || total <= warmup) return base_lr;
+    const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
+    if (schedule == Schedule::linear) return base_lr * (1.0 - progress);
+    return base_lr * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace attnlab

@@ -1,0 +1,79 @@
+// Optimisers over named parameters, with the update rules of PyTorch's
+// torch.optim (same defaults), gradient clipping by global norm, and LR schedules.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/module.h"
+
+namespace attnlab {
+
+class Optimizer {
+public:
+    explicit Optimizer(NamedTensors params, double lr) : params_(std::move(params)), lr(lr) {}
+    virtual ~Optimizer() = default;
+    // One update from the parameters' current .grad (parameters without a grad are skipped).
+    virtual void step() = 0;
+    void zero_grad();
+    const NamedTensors& params() const { return params_; }
+    // Everything an exact resume needs, as named tensors (moments, step counts).
+    virtual NamedTensors state() const = 0;
+    virtual void load_state(const NamedTensors& state) = 0;
+
+protected:
+    NamedTensors params_;
+
+public:
+    double lr;
+};
+
+// v = momentum v + (g + wd p);  p -= lr (nesterov ? g + momentum v : v)   (torch.optim.SGD)
+class SGD : public Optimizer {
+public:
+    SGD(NamedTensors params, double lr, double momentum = 0.0, bool nesterov = false, double weight_decay = 0.0);
+    void step() override;
+    NamedTensors state() const override;
+    void load_state(const NamedTensors& state) override;
+    double momentum, weight_decay;
+    bool nesterov;
+
+private:
+    std::vector<Tensor> velocity_;
+    std::vector<bool> started_;
+};
+
+// Adam (torch.optim.Adam; weight_decay adds wd p to the gradient) and AdamW
+// (torch.optim.AdamW; decoupled: p -= lr wd p before the Adam step).
+class Adam : public Optimizer {
+public:
+    Adam(NamedTensors params, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+         double weight_decay = 0.0, bool decoupled = false);
+    void step() override;
+    NamedTensors state() const override;
+    void load_state(const NamedTensors& state) override;
+    double beta1, beta2, eps, weight_decay;
+    bool decoupled;
+    // AdamW's default: decay matrices (Linear weights, embeddings) only, never
+    // biases or LayerNorm weights, i.e. parameters with fewer than 2 axes.
+    std::vector<bool> decay;
+
+private:
+    std::vector<Tensor> m_, v_;
+    long long steps_ = 0;
+};
+
+std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1 = 0.9, double beta2 = 0.999,
+                                 double eps = 1e-8, double weight_decay = 0.01);
+
+// Scales every gradient by min(1, max_norm / total_norm); returns total_norm (before clipping).
+double clip_grad_norm(const NamedTensors& params, double max_norm);
+
+// Learning rate at a step: linear warm-up from 0 over `warmup` steps, then
+// constant, linear decay to 0, or cosine decay to 0 at `total` steps.
+enum class Schedule { constant, linear, cosine };
+Schedule parse_schedule(const std::string& name);  // "constant" | "linear" | "cosine"
+double scheduled_lr(double base_lr, Schedule schedule, long long step, long long warmup, long long total);
+
+}  // namespace attnlab
