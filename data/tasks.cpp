@@ -1,0 +1,145 @@
+#include "data/tasks.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace attnlab {
+
+namespace {
+
+void check_config(const TaskConfig& c) {
+    static const std::vector<std::string> names = {"copy", "reverse", "sort", "recall", "induction", "translate"};
+    if (std::find(names.begin(), names.end(), c.name) == names.end())
+        fail("task", "unknown task \"" + c.name + "\" (copy, reverse, sort, recall, induction, translate)");
+    if (c.vocab < kFirstContent + 2) fail("task", "vocab " + std::to_string(c.vocab) + " leaves fewer than 2 content tokens");
+    if (c.min_len < 1 || c.min_len > c.max_len)
+        fail("task", "lengths must satisfy 1 <= min_len <= max_len, got " + std::to_string(c.min_len) + " and " + std::to_string(c.max_len));
+    if (c.name == "recall") {
+        const size_t content = c.vocab - kFirstContent;
+        if (c.max_len > content / 2)
+            fail("task", "recall needs distinct keys: max_len " + std::to_string(c.max_len) + " pairs but only " +
+                             std::to_string(content / 2) + " key tokens in vocab " + std::to_string(c.vocab));
+        if (c.queries < 1) fail("task", "recall needs at least one query");
+    }
+}
+
+}  // namespace
+
+TaskGenerator::TaskGenerator(const TaskConfig& config, uint64_t seed, uint64_t stream) : config_(config), rng_(seed, stream) {
+    check_config(config_);
+    // translate's mapping: a permutation drawn from a generator of its own, so it is
+    // the same for train and eval streams and every seed of a given vocab
+    mapping_.resize(config_.vocab - kFirstContent);
+    std::iota(mapping_.begin(), mapping_.end(), kFirstContent);
+    Rng shuffle(0x7a11, config_.vocab);
+    for (size_t i = mapping_.size(); i > 1; --i) std::swap(mapping_[i - 1], mapping_[static_cast<size_t>(shuffle.integer(0, static_cast<int64_t>(i)))]);
+}
+
+int32_t TaskGenerator::translate_token(int32_t token) const { return mapping_[static_cast<size_t>(token - kFirstContent)]; }
+
+size_t TaskGenerator::max_sequence_length() const {
+    const size_t n = config_.max_len;
+    if (config_.name == "recall") return 2 * n + 1 + 2 * config_.queries - 1;
+    if (config_.name == "induction") return 2 * n - 1;
+    if (config_.name == "translate") return n + 1;
+    return 2 * n;  // x SEP y minus the last token
+}
+
+TaskGenerator::Example TaskGenerator::make_example() {
+    const TaskConfig& c = config_;
+    const auto n = static_cast<size_t>(rng_.integer(static_cast<int64_t>(c.min_len), static_cast<int64_t>(c.max_len) + 1));
+    auto token = [&] { return static_cast<int32_t>(rng_.integer(kFirstContent, static_cast<int64_t>(c.vocab))); };
+    Example ex;
+    std::vector<int32_t>& seq = ex.seq;
+    size_t counted_from = 0;  // first index of seq whose prediction counts
+    if (c.name == "copy" || c.name == "reverse" || c.name == "sort") {
+        std::vector<int32_t> x(n);
+        for (auto& t : x) t = token();
+        std::vector<int32_t> y = x;
+        if (c.name == "reverse") std::reverse(y.begin(), y.end());
+        if (c.name == "sort") std::sort(y.begin(), y.end());
+        seq = x;
+        seq.push_back(kSep);
+        seq.insert(seq.end(), y.begin(), y.end());
+        counted_from = n + 1;
+        ex.counts.assign(seq.size() - 1, 0);
+        for (size_t i = counted_from; i < seq.size(); ++i) ex.counts[i - 1] = 1;
+    } else if (c.name == "recall") {
+        // keys from the first half of the content tokens, values from the second
+        const int64_t half = static_cast<int64_t>(c.vocab - kFirstContent) / 2;
+        std::vector<int32_t> keys(static_cast<size_t>(half));
+        std::iota(keys.begin(), keys.end(), kFirstContent);
+        for (size_t i = 0; i < n; ++i) std::swap(keys[i], keys[static_cast<size_t>(rng_.integer(static_cast<int64_t>(i), half))]);
+        std::vector<int32_t> values(n);
+        for (auto& v : values) v = static_cast<int32_t>(rng_.integer(kFirstContent + half, static_cast<int64_t>(c.vocab)));
+        for (size_t i = 0; i < n; ++i) {
+            seq.push_back(keys[i]);
+            seq.push_back(values[i]);
+        }
+        seq.push_back(kSep);
+        ex.counts.assign(seq.size() + 2 * c.queries - 1, 0);
+        for (size_t q = 0; q < c.queries; ++q) {
+            const auto which = static_cast<size_t>(rng_.integer(0, static_cast<int64_t>(n)));
+            seq.push_back(keys[which]);
+            seq.push_back(values[which]);
+            ex.counts[seq.size() - 2] = 1;  // the target position that predicts this value
+        }
+    } else if (c.name == "induction") {
+        std::vector<int32_t> r(n);
+        for (auto& t : r) t = token();
+        seq = r;
+        seq.insert(seq.end(), r.begin(), r.end());
+        ex.counts.assign(seq.size() - 1, 0);
+        for (size_t i = n + 1; i < seq.size(); ++i) ex.counts[i - 1] = 1;
+    } else {  // translate
+        ex.src.resize(n);
+        for (auto& t : ex.src) t = token();
+        for (size_t i = n; i-- > 0;) seq.push_back(translate_token(ex.src[i]));
+        seq.push_back(kSep);
+        ex.counts.assign(seq.size(), 1);
+    }
+    return ex;
+}
+
+Batch TaskGenerator::next(size_t batch_size) {
+    std::vector<Example> examples;
+    for (size_t b = 0; b < batch_size; ++b) examples.push_back(make_example());
+    Batch batch;
+    const bool enc_dec = encoder_decoder();
+    size_t T = 0, S = 0;
+    for (const auto& ex : examples) {
+        T = std::max(T, enc_dec ? ex.seq.size() : ex.seq.size() - 1);
+        S = std::max(S, ex.src.size());
+    }
+    std::vector<int32_t> inputs(batch_size * T, kPad), targets(batch_size * T, kPad), src(batch_size * S, kPad);
+    std::vector<uint8_t> counts(batch_size * T, 0);
+    for (size_t b = 0; b < batch_size; ++b) {
+        const Example& ex = examples[b];
+        if (enc_dec) {
+            // decoder input: <BOS> target[0 .. L-2]; targets: target
+            for (size_t t = 0; t < ex.seq.size(); ++t) {
+                inputs[b * T + t] = t == 0 ? kBos : ex.seq[t - 1];
+                targets[b * T + t] = ex.seq[t];
+                counts[b * T + t] = ex.counts[t];
+            }
+            batch.lengths.push_back(ex.seq.size());
+            std::copy(ex.src.begin(), ex.src.end(), src.begin() + static_cast<std::ptrdiff_t>(b * S));
+            batch.src_lengths.push_back(ex.src.size());
+        } else {
+            const size_t L = ex.seq.size() - 1;
+            for (size_t t = 0; t < L; ++t) {
+                inputs[b * T + t] = ex.seq[t];
+                targets[b * T + t] = ex.seq[t + 1];
+                counts[b * T + t] = ex.counts[t];
+            }
+            batch.lengths.push_back(L);
+        }
+    }
+    batch.inputs = Indices({batch_size, T}, std::move(inputs));
+    batch.targets = Indices({batch_size, T}, std::move(targets));
+    batch.loss_mask = Mask({batch_size, T}, std::move(counts));
+    if (enc_dec) batch.src = Indices({batch_size, S}, std::move(src));
+    return batch;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,75 @@
+// Seeded toy sequence tasks with variable lengths, right padding and a loss mask.
+//
+// Token ids: 0 = <PAD>, 1 = <SEP> (also end of target), 2 = <BOS>, content tokens
+// are 3 .. vocab-1. Decoder-only tasks are next-token prediction over one
+// sequence: inputs = seq[0 .. L-2], targets = seq[1 .. L-1]; the loss mask
+// marks the target positions that count in loss and accuracy.
+//
+//   copy       x SEP x              counts: the second x
+//   reverse    x SEP reverse(x)     counts: reverse(x)
+//   sort       x SEP sort(x)        counts: sort(x)
+//   recall     k1 v1 .. kn vn SEP q1 a1 .. qm am   (keys distinct; each q is one
+//              of the keys, a its value)   counts: every a
+//   induction  r r  (r a random prefix)    counts: the repeat from its second
+//              token on (its first token cannot be predicted)
+//   translate  encoder-decoder: src = x, target = map(reverse(x)) SEP, with a
+//              fixed permutation `map` of the content tokens; the decoder input
+//              is the target shifted right behind <BOS>   counts: every target token
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "autograd/rng.h"
+#include "autograd/tensor.h"
+
+namespace attnlab {
+
+constexpr int32_t kPad = 0, kSep = 1, kBos = 2, kFirstContent = 3;
+
+struct TaskConfig {
+    std::string name = "recall";
+    size_t vocab = 32;       // including the 3 special tokens
+    size_t min_len = 4;      // length of x (copy, reverse, sort, translate), of r
+    size_t max_len = 8;      //   (induction), or number of pairs (recall)
+    size_t queries = 4;      // recall: queries per sequence
+};
+
+struct Batch {
+    Indices inputs;               // (B, T) decoder input (decoder-only), or decoder input tgt_in
+    Indices targets;              // (B, T)
+    Mask loss_mask;               // (B, T)
+    std::vector<size_t> lengths;  // valid length of each input row
+    // encoder-decoder tasks only
+    Indices src;                  // (B, S)
+    std::vector<size_t> src_lengths;
+};
+
+class TaskGenerator {
+public:
+    // `stream` separates train (0) from held-out eval (1) batches of the same seed.
+    TaskGenerator(const TaskConfig& config, uint64_t seed, uint64_t stream);
+    Batch next(size_t batch_size);
+    bool encoder_decoder() const { return config_.name == "translate"; }
+    // Longest input a batch can have (for the positional table).
+    size_t max_sequence_length() const;
+    const TaskConfig& config() const { return config_; }
+    Rng& rng() { return rng_; }
+
+    // The fixed content-token permutation of `translate` (depends only on vocab).
+    int32_t translate_token(int32_t token) const;
+
+private:
+    struct Example {
+        std::vector<int32_t> seq;       // whole sequence (decoder-only) or target (translate)
+        std::vector<uint8_t> counts;    // per target position of seq[1..]
+        std::vector<int32_t> src;       // translate only
+    };
+    Example make_example();
+
+    TaskConfig config_;
+    Rng rng_;
+    std::vector<int32_t> mapping_;
+};
+
+}  // namespace attnlab
