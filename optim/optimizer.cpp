@@ -74,6 +74,7 @@ Adam::Adam(NamedTensors params, double lr_, double beta1_, double beta2_, double
         v_.push_back(zeros_like(p));
         decay.push_back(true);
     }
+    steps_.assign(params_.size(), 0);
 }
 
 std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1, double beta2, double eps, double weight_decay) {
@@ -83,10 +84,10 @@ std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1, d
 }
 
 void Adam::step() {
-    ++steps_;
-    const double correction1 = 1.0 - std::pow(beta1, static_cast<double>(steps_));
-    const double correction2 = 1.0 - std::pow(beta2, static_cast<double>(steps_));
     for_each_with_grad(params_, [&]<class T>(Array<T>& p, const Array<T>& g_in, size_t i) {
+        const double step = static_cast<double>(++steps_[i]);
+        const double correction1 = 1.0 - std::pow(beta1, step);
+        const double correction2 = 1.0 - std::pow(beta2, step);
         const T wd = decay[i] ? static_cast<T>(weight_decay) : T(0);
         if (decoupled) p *= T(1) - static_cast<T>(lr) * wd;  // AdamW: p -= lr wd p
         const Array<T> g = decoupled ? g_in : Array<T>(g_in + wd * p);
@@ -103,8 +104,8 @@ void Adam::step() {
 
 NamedTensors Adam::state() const {
     NamedTensors s;
-    s.emplace_back("steps", Tensor::scalar(static_cast<double>(steps_), DType::f64));
     for (size_t i = 0; i < params_.size(); ++i) {
+        s.emplace_back("step." + params_[i].first, Tensor::scalar(static_cast<double>(steps_[i]), DType::f64));
         s.emplace_back("m." + params_[i].first, m_[i]);
         s.emplace_back("v." + params_[i].first, v_[i]);
     }
@@ -113,8 +114,8 @@ NamedTensors Adam::state() const {
 
 void Adam::load_state(const NamedTensors& state) {
     for (const auto& [name, t] : state) {
-        if (name == "steps") steps_ = static_cast<long long>(t.item());
         for (size_t i = 0; i < params_.size(); ++i) {
+            if (name == "step." + params_[i].first) steps_[i] = static_cast<long long>(t.item());
             if (name == "m." + params_[i].first) m_[i].assign(t);
             if (name == "v." + params_[i].first) v_[i].assign(t);
         }

@@ -61,7 +61,7 @@ public:
 
 private:
     std::vector<Tensor> m_, v_;
-    long long steps_ = 0;
+    std::vector<long long> steps_;  // per parameter, counting only steps that had its gradient (as torch)
 };
 
 std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1 = 0.9, double beta2 = 0.999,
