@@ -25,18 +25,27 @@ Tensor Residual::after(const Tensor& x, const Tensor& y) const {
 }
 
 
+namespace {
+
+// The feed-forward sublayer both block kinds end with (none when ffn = 0).
+void add_feed_forward(Module& block, const BlockConfig& c, Rng& init, Rng* dropout_rng, std::unique_ptr<FeedForward>& ffn,
+                      std::unique_ptr<Residual>& res2) {
+    if (c.ffn == 0) return;
+    ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
+    res2 = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
+    if (res2->ln) block.register_module("ln2", *res2->ln);
+    block.register_module("ffn", *ffn);
+    block.register_module("res2", *res2);
+}
+
+}  // namespace
+
 EncoderBlock::EncoderBlock(const BlockConfig& c, Rng& init, Rng* dropout_rng)
     : attn(c.attention, init, dropout_rng), res1(c.norm, c.attention.width, c.dropout, dropout_rng) {
     register_module("attn", attn);
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
-    if (c.ffn > 0) {
-        ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
-        res2 = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
-        if (res2->ln) register_module("ln2", *res2->ln);
-        register_module("ffn", *ffn);
-        register_module("res2", *res2);
-    }
+    add_feed_forward(*this, c, init, dropout_rng, ffn, res2);
 }
 
 Tensor EncoderBlock::forward(const Tensor& x, const AttentionMask& mask, std::vector<Tensor>* weights) const {
@@ -60,13 +69,7 @@ DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init
         if (res_cross->ln) register_module("ln_cross", *res_cross->ln);
         register_module("res_cross", *res_cross);
     }
-    if (c.ffn > 0) {
-        ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
-        res2 = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
-        if (res2->ln) register_module("ln2", *res2->ln);
-        register_module("ffn", *ffn);
-        register_module("res2", *res2);
-    }
+    add_feed_forward(*this, c, init, dropout_rng, ffn, res2);
 }
 
 Tensor DecoderBlock::forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,

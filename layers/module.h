@@ -38,10 +38,12 @@ public:
     // Not strict: names absent on either side are skipped; shape conflicts still throw.
     void load_state_dict(const NamedTensors& state, bool strict = true);
 
+    // Registers a child by address under `name` (public, as torch's register_module).
+    void register_module(const std::string& name, Module& child);
+
 protected:
     // Marks `value` as requiring grad and registers it; returns the same handle.
     Tensor register_parameter(const std::string& name, Tensor value);
-    void register_module(const std::string& name, Module& child);
 
 private:
     void collect(const std::string& prefix, NamedTensors& out) const;
