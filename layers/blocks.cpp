@@ -33,8 +33,8 @@ void add_feed_forward(Module& block, const BlockConfig& c, Rng& init, Rng* dropo
     if (c.ffn == 0) return;
     ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
     res2 = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
-    if (res2->ln) block.register_module("ln2", *res2->ln);
     block.register_module("ffn", *ffn);
+    if (res2->ln) block.register_module("ln2", *res2->ln);  // after its sublayer, as ln1 after attn
     block.register_module("res2", *res2);
 }
 

@@ -1,0 +1,167 @@
+// KV-cache equivalence (seed, Level 4): decoding with cached keys and values gives
+// the logits of a full forward pass, and the cache holds exactly
+// 2 (K and V) * layers * B * H_kv * T * d_h * 4 bytes (float32) after T steps.
+#include <gtest/gtest.h>
+
+#include "layer_test_util.h"
+
+namespace attnlab {
+namespace {
+
+using namespace layer_testing;
+
+// 1e-5: the cached path multiplies (Tn, d) by (d, T_cached) instead of (T, d) by
+// (d, T), so float32 sums may be ordered differently; the maths is the same.
+constexpr double kTol = 1e-5;
+
+struct DecoderCase {
+    const char* what;
+    ModelConfig config;
+    size_t kv_heads;  // H_kv as resolved
+};
+
+std::vector<DecoderCase> decoder_cases() {
+    return {{"heads 2, pre-norm", small_config(), 2},
+            {"grouped K/V: kv_heads 1 of heads 2", small_config(Norm::pre, Positional::learned, 1), 1},
+            {"post-norm, sinusoidal", small_config(Norm::post, Positional::sinusoidal), 2}};
+}
+
+TEST(KVCache, DecoderLMTokenByTokenMatchesFullPass) {
+    const size_t B = 2, T = 12, V = 11, layers = 2, d_h = 8;
+    for (const DecoderCase& c : decoder_cases()) {
+        SCOPED_TRACE(c.what);
+        Rng init(11), dropout_rng(12), data(13);
+        DecoderLM model(c.config, init, &dropout_rng);
+        model.eval();
+        const Indices tokens = random_tokens(data, B, T, V);
+        for (const Tensor& p : model.parameters()) ASSERT_EQ(p.dtype(), DType::f32);
+        const std::vector<double> full = model.forward(tokens).values();
+
+        DecoderCache cache;
+        std::vector<Tensor> steps;
+        for (size_t t = 0; t < T; ++t) {
+            Tensor step = model.forward_cached(token_columns(tokens, t, t + 1), cache);
+            ASSERT_EQ(step.shape(), (Shape{B, 1, V}));
+            steps.push_back(step);
+            // the cache grows by one position per step, in every layer
+            EXPECT_EQ(cache.position, t + 1);
+            for (const auto& layer : cache.layers) EXPECT_EQ(layer.self.length(), t + 1);
+            EXPECT_EQ(cache.bytes(), 2 * layers * B * c.kv_heads * (t + 1) * d_h * 4);
+        }
+        const std::vector<double> cached = concat_time(steps);
+        EXPECT_LE(max_abs_diff(cached, full), kTol);
+
+        ASSERT_EQ(cache.layers.size(), layers);
+        const Tensor& k = cache.layers[0].self.k;
+        EXPECT_EQ(k.shape(), (Shape{B, c.kv_heads, T, d_h}));
+        EXPECT_EQ(k.dtype(), DType::f32);
+        EXPECT_FALSE(cache.layers[0].cross.k.defined());  // a decoder-only model has no cross cache
+        EXPECT_EQ(cache.layers[0].cross.bytes(), 0u);
+        EXPECT_EQ(cache.bytes(), 2 * layers * B * c.kv_heads * T * d_h * 4);
+    }
+}
+
+TEST(KVCache, DecoderLMChunksMatchFullPass) {
+    Rng init(11), dropout_rng(12), data(13);
+    DecoderLM model(small_config(Norm::pre, Positional::learned, 1), init, &dropout_rng);
+    model.eval();
+    const Indices tokens = random_tokens(data, 2, 12, 11);
+    const std::vector<double> full = model.forward(tokens).values();
+    DecoderCache cache;
+    std::vector<Tensor> parts;
+    size_t t0 = 0;
+    for (size_t n : {5u, 1u, 4u, 2u}) {  // Tq < Tk after the first chunk: bottom-right causal mask
+        parts.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), cache));
+        t0 += n;
+    }
+    EXPECT_LE(max_abs_diff(concat_time(parts), full), kTol);
+    EXPECT_EQ(cache.bytes(), 2u * 2 * 2 * 1 * 12 * 8 * 4);
+}
+
+// The weights a cached step returns are the full pass's rows for those queries.
+TEST(KVCache, CachedWeightsAreTheFullPassRows) {
+    const size_t B = 2, T = 6, H = 2;
+    Rng init(11), dropout_rng(12), data(13);
+    DecoderLM model(small_config(), init, &dropout_rng);
+    model.eval();
+    const Indices tokens = random_tokens(data, B, T, 11);
+    AttentionMaps full;
+    model.forward(tokens, {}, &full);
+    DecoderCache cache;
+    for (size_t t = 0; t < T; ++t) {
+        AttentionMaps step;
+        model.forward_cached(token_columns(tokens, t, t + 1), cache, &step);
+        ASSERT_EQ(step.self.size(), 2u);
+        for (size_t l = 0; l < 2; ++l) {
+            ASSERT_EQ(step.self[l].shape(), (Shape{B, H, 1, t + 1}));
+            for (size_t b = 0; b < B; ++b)
+                for (size_t h = 0; h < H; ++h)
+                    for (size_t j = 0; j <= t; ++j)
+                        EXPECT_NEAR(step.self[l].at({b, h, 0, j}), full.self[l].at({b, h, t, j}), 1e-6)
+                            << "layer " << l << " step " << t << " key " << j;
+        }
+    }
+}
+
+TEST(KVCache, EncoderDecoderDecodeCachedMatchesDecode) {
+    const size_t B = 2, S = 7, T = 6, V = 11, layers = 2, d_h = 8;
+    for (size_t kv_heads : {2u, 1u}) {
+        SCOPED_TRACE("kv_heads " + std::to_string(kv_heads));
+        Rng init(21), dropout_rng(22), data(23);
+        EncoderDecoder model(small_config(Norm::pre, Positional::learned, kv_heads), init, &dropout_rng);
+        model.eval();
+        const std::vector<size_t> src_lengths = {4, 7};
+        const Indices src = random_tokens(data, B, S, V);
+        const Indices tgt = random_tokens(data, B, T, V);
+        const Tensor memory = model.encode(src, src_lengths);
+        const std::vector<double> full = model.decode(memory, src_lengths, tgt).values();
+
+        DecoderCache cache;
+        std::vector<Tensor> steps;
+        for (size_t t = 0; t < T; ++t) {
+            steps.push_back(model.decode_cached(memory, src_lengths, token_columns(tgt, t, t + 1), cache));
+            const size_t self_bytes = 2 * layers * B * kv_heads * (t + 1) * d_h * 4;
+            const size_t cross_bytes = 2 * layers * B * kv_heads * S * d_h * 4;  // projected once, kept
+            EXPECT_EQ(cache.bytes(), self_bytes + cross_bytes);
+        }
+        EXPECT_LE(max_abs_diff(concat_time(steps), full), kTol);
+        size_t self_only = 0;
+        for (const auto& layer : cache.layers) {
+            EXPECT_EQ(layer.self.length(), T);
+            EXPECT_EQ(layer.cross.length(), S);
+            self_only += layer.self.bytes();
+        }
+        EXPECT_EQ(self_only, 2 * layers * B * kv_heads * T * d_h * 4);
+    }
+}
+
+TEST(KVCache, KVCacheBytesFormula) {
+    KVCache empty;
+    EXPECT_EQ(empty.bytes(), 0u);
+    EXPECT_EQ(empty.length(), 0u);
+    KVCache c;
+    c.k = Tensor::zeros({3, 2, 5, 4});
+    c.v = Tensor::zeros({3, 2, 5, 4});
+    EXPECT_EQ(c.length(), 5u);
+    EXPECT_EQ(c.bytes(), 2u * 3 * 2 * 5 * 4 * 4);
+    c.k = Tensor::zeros({3, 2, 5, 4}, DType::f64);
+    c.v = Tensor::zeros({3, 2, 5, 4}, DType::f64);
+    EXPECT_EQ(c.bytes(), 2u * 3 * 2 * 5 * 4 * 8);
+}
+
+// Past max_len the cached path fails like the full one, naming the positions.
+TEST(KVCache, DecodingPastMaxLenIsAnError) {
+    Rng init(1), dropout_rng(2), data(3);
+    DecoderLM model(small_config(), init, &dropout_rng);
+    model.eval();
+    DecoderCache cache;
+    model.forward_cached(random_tokens(data, 1, 16, 11), cache);
+    const std::string message = error_message([&] { model.forward_cached(random_tokens(data, 1, 1, 11), cache); });
+    EXPECT_TRUE(starts_with(message, "[positional]")) << message;
+    EXPECT_TRUE(contains(message, "17") && contains(message, "16")) << message;
+    EXPECT_EQ(cache.position, 16u);  // the failed step left the cache as it was
+    for (const auto& layer : cache.layers) EXPECT_EQ(layer.self.length(), 16u);
+}
+
+}  // namespace
+}  // namespace attnlab
