@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <iostream>
 
 #include "autograd/tensor.h"
@@ -11,7 +12,10 @@ constexpr const char* usage =
     "usage: attnlab COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
-    "  gradcheck [OP ...]   float64 finite-difference check of every registered op (or those named)\n"
+    "  train [CONFIG] [key=value ...]   train from a TOML config (no CONFIG: the default experiment)\n"
+    "  train --resume RUN_DIR           continue a run from its newest checkpoint\n"
+    "  eval CHECKPOINT                  loss, token and sequence accuracy on fresh data\n"
+    "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
     "Run `attnlab COMMAND --help` for a command's options.\n";
 
@@ -27,11 +31,16 @@ int run_cli(int argc, char** argv) {
     args.erase(args.begin());
     try {
         if (command == "gradcheck") return cmd_gradcheck(args);
+        if (command == "train") return cmd_train(args);
+        if (command == "eval") return cmd_eval(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
     } catch (const UsageError& e) {
         std::cerr << "attnlab " << command << ": " << e.what() << "\n";
         return 2;
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // bad input: config, override, checkpoint, data file, shapes
+        std::cerr << "attnlab " << command << ": " << e.what() << "\n";
+        return 2;
+    } catch (const std::filesystem::filesystem_error& e) {  // an unusable path (out_dir, run directory)
         std::cerr << "attnlab " << command << ": " << e.what() << "\n";
         return 2;
     }

@@ -15,5 +15,7 @@ struct UsageError : std::runtime_error {
 int run_cli(int argc, char** argv);
 
 int cmd_gradcheck(const std::vector<std::string>& args);
+int cmd_train(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
 
 }  // namespace attnlab

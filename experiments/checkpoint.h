@@ -1,0 +1,52 @@
+// Checkpoints: runs/<name>/checkpoints/step_NNNNNNN.h5 (layout fixed by
+// DESIGN.md, "Files a run writes"):
+//
+//   /                  attrs: format="attnlab-checkpoint", format_version=1, step, config (TOML text)
+//   /params/<dotted.name>      float32, the tensor's shape (PyTorch layout)
+//   /optimizer/<name>          the tensor's dtype (float32 or float64) and shape
+//   /rng/<name>                uint64 [n]   generator states
+//   /data/<name>               int64 [n]    data-stream positions
+//
+// Dotted names are dataset names as they are ("blocks.0.attn.q_proj.weight"
+// directly under /params); a name with '/' makes nested groups. Names come back
+// in the order they were written (groups track creation order).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers/module.h"
+
+namespace attnlab {
+
+struct CheckpointData {
+    int64_t step = 0;
+    std::string config_toml;
+    NamedTensors params;     // stored float32 (a float64 parameter is converted)
+    NamedTensors optimizer;  // stored in each tensor's own dtype
+    std::vector<std::pair<std::string, std::vector<uint64_t>>> rng;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> data;
+};
+
+// Writes atomically: to "<path>.tmp" in the same directory, flushed, closed and
+// fsync'ed, then renamed over `path`, then the directory is fsync'ed. On any
+// failure nothing is left at "<path>.tmp" and `path` is untouched.
+void write_checkpoint(const std::string& path, const CheckpointData& checkpoint);
+
+// Reads a checkpoint back. Throws attnlab::Error, one line naming the path, for a
+// missing file, a file that is not HDF5, a truncated or corrupt one, a format
+// attribute other than "attnlab-checkpoint", an unsupported format_version, a
+// missing group or attribute, and a dataset of the wrong type.
+CheckpointData read_checkpoint(const std::string& path);
+
+// "step_0000123.h5" (at least 7 digits; steps past 9,999,999 get more).
+std::string checkpoint_name(int64_t step);
+// Paths ("<dir>/step_NNNNNNN.h5") of the checkpoints in `dir`, oldest step
+// first; other files (and "*.tmp" leftovers) are ignored. A missing dir has none.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// Deletes all but the newest `keep` checkpoints in `dir` (keep = 0 deletes all).
+void prune_checkpoints(const std::string& dir, size_t keep);
+
+}  // namespace attnlab

@@ -1,0 +1,61 @@
+// attnlab train [CONFIG] [key=value ...] | attnlab train --resume RUN_DIR
+#include <cxxopts.hpp>
+#include <iostream>
+
+#include "experiments/commands.h"
+#include "experiments/trainer.h"
+
+namespace attnlab {
+
+int cmd_train(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab train", "Train a model from a TOML config (the built-in default experiment without one).");
+    options.positional_help("[CONFIG] [key=value ...]");
+    options.add_options()("resume", "continue RUN_DIR from its newest checkpoint", cxxopts::value<std::string>())
+                         ("keys", "list every config key with its default")
+                         ("h,help", "this help")
+                         ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
+    options.parse_positional({"args"});
+    std::vector<const char*> argv{"attnlab train"};
+    for (const auto& a : args) argv.push_back(a.c_str());
+    cxxopts::ParseResult parsed;
+    try {
+        parsed = options.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const cxxopts::exceptions::exception& e) {
+        throw UsageError(e.what());
+    }
+    if (parsed.count("help")) {
+        std::cout << options.help() << "\nOverrides use the config's dotted keys, e.g. model.heads=8; see --keys.\n";
+        return 0;
+    }
+    if (parsed.count("keys")) {
+        std::cout << describe_keys();
+        return 0;
+    }
+    std::string config_path;
+    std::vector<std::string> overrides;
+    if (parsed.count("args"))
+        for (const auto& a : parsed["args"].as<std::vector<std::string>>()) {
+            if (a.find('=') != std::string::npos) overrides.push_back(a);
+            else if (config_path.empty()) config_path = a;
+            else throw UsageError("more than one config file given ('" + config_path + "' and '" + a + "')");
+        }
+
+    std::unique_ptr<Trainer> trainer;
+    if (parsed.count("resume")) {
+        if (!config_path.empty() || !overrides.empty())
+            throw UsageError("--resume continues a run with its saved config: give no CONFIG or overrides");
+        trainer = Trainer::resume(parsed["resume"].as<std::string>());
+    } else {
+        Config config = config_path.empty() ? default_config() : load_config(config_path, overrides);
+        if (config_path.empty()) {
+            for (const auto& o : overrides) apply_override(config, o);
+            validate(config);
+        }
+        if (!config.sweep.empty()) throw UsageError("this config has a [sweep] table: run it with `attnlab sweep`");
+        trainer = Trainer::start(config);
+    }
+    std::cerr << "attnlab train: writing " << trainer->run_dir() << "\n";
+    return trainer->run();
+}
+
+}  // namespace attnlab

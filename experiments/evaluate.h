@@ -1,0 +1,28 @@
+// Loss and accuracy over the positions a task's loss mask counts.
+//   token_acc: correct argmax predictions / counted positions
+//   seq_acc:   sequences whose every counted position is correct / sequences
+#pragma once
+
+#include <vector>
+
+#include "data/tasks.h"
+
+namespace attnlab {
+
+class TaskModel;
+
+struct Score {
+    double loss = 0.0;        // mean cross-entropy over counted positions
+    double token_acc = 0.0;
+    double seq_acc = 0.0;
+    size_t counted = 0;       // positions that count
+    size_t sequences = 0;
+};
+
+// Accuracy of logits (B, T, V) against a batch (loss is left 0).
+Score accuracy(const Tensor& logits, const Batch& batch);
+
+// Eval mode, no graph, averaged over the batches (weighted by counted positions).
+Score evaluate(const TaskModel& model, const std::vector<Batch>& batches);
+
+}  // namespace attnlab

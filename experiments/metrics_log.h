@@ -1,0 +1,77 @@
+// metrics.h5: the HDF5 log a run appends to (layout fixed by DESIGN.md, "Files
+// a run writes"). It is written in SWMR mode, so h5py can read it while the run
+// goes on, and after a crash, up to the last flush():
+//
+//   h5py.File(path, "r", libver="latest", swmr=True)   # then dataset.refresh()
+//
+//   /                 attrs: format="attnlab-metrics", format_version=1, config, layers, heads
+//   /train/step (int64), loss, lr, grad_norm, tokens_per_s, wall_s          [N]
+//   /eval/step (int64), loss, token_acc, seq_acc                            [M]
+//   /attention/<kind>/step (int64)                                          [K]
+//   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]
+//
+// Values are float64; every dataset is chunked with an unlimited first
+// dimension. A row that a reader sees before its values are written reads as
+// step -1 and NaN values (the fill values), and the datasets of one group may
+// briefly differ in length: readers should use the shortest.
+//
+// Only plain SWMR readers may open the file while the log is open or after a
+// crash: HDF5 1.10 refuses a non-SWMR open of a file marked "open for write".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experiments/h5file.h"
+
+namespace attnlab {
+
+class MetricsLog {
+public:
+    // Creates (replacing any file at `path`) the whole layout for `kinds`
+    // ("self", or "enc_self", "dec_self", "cross"), then starts SWMR writing.
+    static MetricsLog create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
+                             std::vector<std::string> kinds);
+
+    // Reopens an existing log for SWMR writing and cuts every series to its
+    // rows with step <= `step` (the checkpoint a run resumes from), so the
+    // resumed run appends where the checkpoint was. A log left marked "open for
+    // write" by a run that died is reopened too (as `h5clear -s` would): no
+    // other process may be writing it.
+    static MetricsLog resume(const std::string& path, int64_t step);
+
+    MetricsLog(MetricsLog&&) noexcept;
+    MetricsLog& operator=(MetricsLog&&) noexcept;
+    MetricsLog(const MetricsLog&) = delete;
+    MetricsLog& operator=(const MetricsLog&) = delete;
+    ~MetricsLog();  // closes quietly; call close() to see errors
+
+    // One row each. Steps must be >= 0 and never decrease within a series.
+    void append_train(int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double wall_s);
+    void append_eval(int64_t step, double loss, double token_acc, double seq_acc);
+    // Each vector holds layers * heads values, row-major [layer][head].
+    void append_attention(const std::string& kind, int64_t step, const std::vector<double>& entropy,
+                          const std::vector<double>& entropy_norm, const std::vector<double>& masked_mass,
+                          const std::vector<double>& masked_mass_max);
+
+    // Makes every row appended so far visible to readers and durable against a
+    // crash. Call it once per log interval, and before writing a checkpoint.
+    void flush();
+    void close();
+
+    const std::string& path() const;
+    size_t layers() const;
+    size_t heads() const;
+    std::vector<std::string> kinds() const;
+
+private:
+    struct State;
+    explicit MetricsLog(std::unique_ptr<State> state);
+    State& live() const;  // throws once closed
+    std::unique_ptr<State> state_;
+};
+
+}  // namespace attnlab

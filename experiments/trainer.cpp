@@ -1,0 +1,271 @@
+#include "experiments/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "autograd/blas.h"
+#include "autograd/ops.h"
+#include "cuda/backend.h"
+#include "experiments/checkpoint.h"
+#include "experiments/evaluate.h"
+#include "experiments/metrics_log.h"
+#include "experiments/model_factory.h"
+#include "optim/optimizer.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+
+namespace {
+
+// Set by SIGINT/SIGTERM; the loop finishes its step, checkpoints and exits 130.
+// (A signal handler can only reach state like this.)
+volatile std::sig_atomic_t stop_signal = 0;
+extern "C" void request_stop(int signal) { stop_signal = signal; }
+
+using Clock = std::chrono::steady_clock;
+
+double peak_rss_mb() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const Config& c, NamedTensors params) {
+    const auto& o = c.optim;
+    if (o.name == "sgd") return std::make_unique<SGD>(std::move(params), o.lr, o.momentum, o.nesterov, o.weight_decay);
+    if (o.name == "adam")
+        return std::make_unique<Adam>(std::move(params), o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay, false);
+    return make_adamw(std::move(params), o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay);
+}
+
+// Writes `text` to `path` through a temporary file and a rename.
+void write_file_atomically(const fs::path& path, const std::string& text) {
+    const fs::path tmp = path.string() + ".tmp";
+    {
+        std::ofstream out(tmp);
+        out << text;
+        if (!out) throw Error("[train] cannot write " + tmp.string());
+    }
+    fs::rename(tmp, path);
+}
+
+std::string format_duration(double seconds) {
+    const long s = std::lround(std::max(0.0, seconds));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+    return buf;
+}
+
+}  // namespace
+
+struct Trainer::State {
+    Config config;
+    fs::path dir;
+    std::unique_ptr<TaskGenerator> train_data;
+    std::vector<Batch> eval_batches;
+    Rng init_rng, dropout_rng;
+    std::unique_ptr<TaskModel> model;
+    std::unique_ptr<Optimizer> optimizer;
+    std::optional<MetricsLog> log;
+    int64_t step = 0;
+    double wall_before = 0;  // seconds spent by earlier processes of this run (resume)
+    RunSummary summary;
+
+    explicit State(const Config& c) : config(c), init_rng(static_cast<uint64_t>(c.run.seed), 10),
+                                      dropout_rng(static_cast<uint64_t>(c.run.seed), 11) {
+        const TaskConfig task = task_config(config);
+        const auto seed = static_cast<uint64_t>(config.run.seed);
+        train_data = std::make_unique<TaskGenerator>(task, seed, 0);
+        TaskGenerator eval_data(task, seed, 1);  // held out: a stream of its own, the same batches at every eval
+        for (int64_t i = 0; i < config.train.eval_batches; ++i)
+            eval_batches.push_back(eval_data.next(static_cast<size_t>(config.train.batch)));
+        model = std::make_unique<TaskModel>(config, train_data->max_sequence_length(), init_rng, &dropout_rng);
+        optimizer = make_optimizer(config, model->module().named_parameters());
+    }
+
+    void checkpoint() {
+        log->flush();
+        CheckpointData data;
+        data.step = step;
+        data.config_toml = to_toml(config);
+        data.params = model->module().named_parameters();
+        data.optimizer = optimizer->state();
+        const auto rng_words = [](const Rng& r) { const Rng::State s = r.state(); return std::vector<uint64_t>(s.begin(), s.end()); };
+        data.rng = {{"train_data", rng_words(train_data->rng())}, {"dropout", rng_words(dropout_rng)}};
+        data.data = {{"first_step_at_target", {summary.first_step_at_target.value_or(-1)}},
+                     {"wall_ms", {static_cast<int64_t>(std::llround(elapsed() * 1000.0))}}};
+        const fs::path folder = dir / "checkpoints";
+        write_checkpoint((folder / checkpoint_name(step)).string(), data);
+        if (config.train.keep_checkpoints > 0) prune_checkpoints(folder.string(), static_cast<size_t>(config.train.keep_checkpoints));
+    }
+
+    Clock::time_point started = Clock::now();
+    double elapsed() const { return wall_before + std::chrono::duration<double>(Clock::now() - started).count(); }
+};
+
+Trainer::Trainer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Trainer::~Trainer() = default;
+const std::string& Trainer::run_dir() const { return state_->dir.native(); }
+const RunSummary& Trainer::summary() const { return state_->summary; }
+
+std::unique_ptr<Trainer> Trainer::start(const Config& config) {
+    validate(config);
+    if (config.train.device == "cuda") {
+        cuda::require_device("train.device");
+        throw Error("[cuda] train.device: the CUDA training path is not implemented yet; use train.device=\"cpu\"");
+    }
+    auto state = std::make_unique<State>(config);  // everything that can fail on the config fails here
+    fs::path dir = fs::path(config.run.out_dir) / config.run.name;
+    for (int n = 2; fs::exists(dir); ++n) dir = fs::path(config.run.out_dir) / (config.run.name + "-" + std::to_string(n));
+    state->dir = dir;
+    fs::create_directories(dir / "checkpoints");
+    write_file_atomically(dir / "config.toml", to_toml(config));
+    state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(config), state->model->layers(),
+                                          state->model->heads(), state->model->kinds()));
+    return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
+    const fs::path dir(run_dir);
+    if (!fs::exists(dir / "config.toml"))
+        throw Error("[train] --resume " + run_dir + ": not a run directory (no config.toml)");
+    const Config config = load_config((dir / "config.toml").string());
+    const std::vector<std::string> saved = list_checkpoints((dir / "checkpoints").string());
+    if (saved.empty()) throw Error("[train] --resume " + run_dir + ": no checkpoint in " + (dir / "checkpoints").string());
+    const CheckpointData data = read_checkpoint(saved.back());
+    auto state = std::make_unique<State>(config);
+    state->dir = dir;
+    state->model->module().load_state_dict(data.params);
+    state->optimizer->load_state(data.optimizer);
+    for (const auto& [name, words] : data.rng) {
+        if (words.size() != 4) throw Error("[train] " + saved.back() + ": rng/" + name + " must hold 4 words");
+        const Rng::State s{words[0], words[1], words[2], words[3]};
+        if (name == "train_data") state->train_data->rng().set_state(s);
+        if (name == "dropout") state->dropout_rng.set_state(s);
+    }
+    for (const auto& [name, values] : data.data) {
+        if (name == "first_step_at_target" && !values.empty() && values[0] >= 0) state->summary.first_step_at_target = values[0];
+        if (name == "wall_ms" && !values.empty()) state->wall_before = static_cast<double>(values[0]) / 1000.0;
+    }
+    state->step = data.step;
+    state->log.emplace(MetricsLog::resume((dir / "metrics.h5").string(), data.step));
+    return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
+}
+
+int Trainer::run() {
+    State& s = *state_;
+    const Config& c = s.config;
+    set_blas_threads(c.train.threads > 0 ? static_cast<int>(c.train.threads) : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+    stop_signal = 0;
+    std::signal(SIGINT, request_stop);
+    std::signal(SIGTERM, request_stop);
+    const bool tty = isatty(STDERR_FILENO);
+    const Schedule schedule = parse_schedule(c.optim.schedule);
+    const double clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
+    const NamedTensors params = s.model->module().named_parameters();
+    s.model->module().train();
+
+    size_t tokens_total = 0, tokens_since_log = 0;
+    const int64_t first_step = s.step;
+    Clock::time_point last_log = Clock::now();
+    const Clock::time_point run_start = Clock::now();
+    while (s.step < c.train.steps) {
+        if (stop_signal) {
+            s.checkpoint();
+            std::fprintf(stderr, "%sattnlab train: interrupted at step %lld; checkpoint written; resume with `attnlab train --resume %s`\n",
+                         tty ? "\n" : "", static_cast<long long>(s.step), s.dir.c_str());
+            return 130;
+        }
+        const Batch batch = s.train_data->next(static_cast<size_t>(c.train.batch));
+        const double lr = scheduled_lr(c.optim.lr, schedule, s.step, c.optim.warmup, c.train.steps);
+        s.optimizer->lr = lr;
+        const int64_t next = s.step + 1;
+        const bool log_now = next % c.train.log_every == 0 || next == c.train.steps;
+        AttentionMaps maps;  // weights only at log steps; asking for them never changes the result
+        Tensor logits = s.model->forward(batch, log_now ? &maps : nullptr);
+        Tensor loss = cross_entropy(logits, batch.targets, batch.loss_mask);
+        const double loss_value = loss.item();
+        loss.backward();
+        const double grad_norm = clip_grad_norm(params, clip);
+        if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
+            s.log->flush();
+            const auto saved = list_checkpoints((s.dir / "checkpoints").string());
+            std::fprintf(stderr, "%sattnlab train: step %lld: %s is %s; stopping (last good checkpoint: %s)\n", tty ? "\n" : "",
+                         static_cast<long long>(next), std::isfinite(loss_value) ? "gradient norm" : "loss",
+                         std::isnan(std::isfinite(loss_value) ? grad_norm : loss_value) ? "NaN" : "infinite",
+                         saved.empty() ? "none" : saved.back().c_str());
+            return 1;
+        }
+        s.optimizer->step();
+        s.optimizer->zero_grad();
+        s.step = next;
+        size_t tokens = 0;
+        for (size_t length : batch.lengths) tokens += length;
+        tokens_total += tokens;
+        tokens_since_log += tokens;
+
+        if (log_now) {
+            const double since = std::chrono::duration<double>(Clock::now() - last_log).count();
+            const double tokens_per_s = static_cast<double>(tokens_since_log) / std::max(since, 1e-9);
+            last_log = Clock::now();
+            tokens_since_log = 0;
+            const Score train_score = accuracy(logits, batch);
+            s.log->append_train(s.step, loss_value, lr, grad_norm, tokens_per_s, s.elapsed());
+            for (const AttentionKind& kind : s.model->kinds_for(batch, maps)) {
+                const HeadStats h = attention_stats(*kind.weights, kind.mask, kind.query_lengths);
+                s.log->append_attention(kind.name, s.step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max);
+            }
+            s.log->flush();
+            const double rate = static_cast<double>(s.step - first_step) /
+                                std::max(std::chrono::duration<double>(Clock::now() - run_start).count(), 1e-9);
+            std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  acc %.3f  %.0f tok/s  ETA %s%s", tty ? "\r\033[K" : "",
+                         static_cast<long long>(s.step), static_cast<long long>(c.train.steps), loss_value,
+                         train_score.token_acc, tokens_per_s,
+                         format_duration(static_cast<double>(c.train.steps - s.step) / std::max(rate, 1e-9)).c_str(),
+                         tty ? "" : "\n");
+        }
+        if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) {
+            const Score e = evaluate(*s.model, s.eval_batches);
+            s.log->append_eval(s.step, e.loss, e.token_acc, e.seq_acc);
+            s.log->flush();
+            if (!s.summary.first_step_at_target && e.token_acc >= c.train.target_accuracy) s.summary.first_step_at_target = s.step;
+        }
+        if (s.step % c.train.checkpoint_every == 0 || s.step == c.train.steps) s.checkpoint();
+    }
+    if (tty) std::fprintf(stderr, "\n");
+
+    const Score final_score = evaluate(*s.model, s.eval_batches);
+    RunSummary& r = s.summary;
+    r.steps = s.step;
+    r.eval_loss = final_score.loss;
+    r.eval_token_acc = final_score.token_acc;
+    r.eval_seq_acc = final_score.seq_acc;
+    r.wall_s = s.elapsed();
+    const double this_process = std::chrono::duration<double>(Clock::now() - run_start).count();
+    r.tokens_per_s = static_cast<double>(tokens_total) / std::max(this_process, 1e-9);
+    r.peak_rss_mb = peak_rss_mb();
+    std::ostringstream json;
+    json.precision(10);
+    json << "{\n  \"run_dir\": \"" << s.dir.string() << "\",\n  \"steps\": " << r.steps << ",\n  \"eval_loss\": " << r.eval_loss
+         << ",\n  \"eval_token_acc\": " << r.eval_token_acc << ",\n  \"eval_seq_acc\": " << r.eval_seq_acc
+         << ",\n  \"target_accuracy\": " << c.train.target_accuracy << ",\n  \"first_step_at_target\": "
+         << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << ",\n  \"wall_s\": " << r.wall_s
+         << ",\n  \"tokens_per_s\": " << r.tokens_per_s << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << "\n}\n";
+    write_file_atomically(s.dir / "summary.json", json.str());
+    std::printf("run %s: %lld steps, eval loss %.4f, token accuracy %.4f, sequence accuracy %.4f, %.1f s, %.0f tokens/s, peak memory %.0f MB\n",
+                s.dir.c_str(), static_cast<long long>(r.steps), r.eval_loss, r.eval_token_acc, r.eval_seq_acc, r.wall_s,
+                r.tokens_per_s, r.peak_rss_mb);
+    return 0;
+}
+
+}  // namespace attnlab
