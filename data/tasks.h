@@ -45,16 +45,25 @@ struct Batch {
     std::vector<size_t> src_lengths;
 };
 
-class TaskGenerator {
+// Where training and evaluation batches come from: a task generator, or a token file.
+class BatchSource {
+public:
+    virtual ~BatchSource() = default;
+    virtual Batch next(size_t batch_size) = 0;
+    virtual size_t max_sequence_length() const = 0;  // longest input a batch can have
+    virtual bool encoder_decoder() const = 0;
+    virtual Rng& rng() = 0;  // its whole state, for checkpoints
+};
+
+class TaskGenerator : public BatchSource {
 public:
     // `stream` separates train (0) from held-out eval (1) batches of the same seed.
     TaskGenerator(const TaskConfig& config, uint64_t seed, uint64_t stream);
-    Batch next(size_t batch_size);
-    bool encoder_decoder() const { return config_.name == "translate"; }
-    // Longest input a batch can have (for the positional table).
-    size_t max_sequence_length() const;
+    Batch next(size_t batch_size) override;
+    bool encoder_decoder() const override { return config_.name == "translate"; }
+    size_t max_sequence_length() const override;
     const TaskConfig& config() const { return config_; }
-    Rng& rng() { return rng_; }
+    Rng& rng() override { return rng_; }
 
     // The fixed content-token permutation of `translate` (depends only on vocab).
     int32_t translate_token(int32_t token) const;

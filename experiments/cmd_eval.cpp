@@ -42,9 +42,9 @@ int cmd_eval(const std::vector<std::string>& args) {
     const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
     const LoadedModel loaded = load_model(config, checkpoint, path);
     const uint64_t seed = static_cast<uint64_t>(parsed.count("seed") ? parsed["seed"].as<int64_t>() : config.run.seed);
-    TaskGenerator fresh(task_config(config), seed, 2);  // stream 0 trains, 1 is the run's held-out set
+    const std::unique_ptr<BatchSource> fresh = make_batch_source(config, seed, 2);  // 0 trains, 1 is the run's held-out set
     std::vector<Batch> data;
-    for (int i = 0; i < batches; ++i) data.push_back(fresh.next(static_cast<size_t>(config.train.batch)));
+    for (int i = 0; i < batches; ++i) data.push_back(fresh->next(static_cast<size_t>(config.train.batch)));
     const Score s = evaluate(*loaded.model, data);
     std::printf("checkpoint %s (step %lld): loss %.4f  token accuracy %.4f  sequence accuracy %.4f  (%zu sequences, %zu counted tokens)\n",
                 path.c_str(), static_cast<long long>(checkpoint.step), s.loss, s.token_acc, s.seq_acc, s.sequences, s.counted);

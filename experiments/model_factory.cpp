@@ -1,5 +1,6 @@
 #include "experiments/model_factory.h"
 
+#include "data/file_task.h"
 #include "experiments/checkpoint.h"
 #include "experiments/config.h"
 
@@ -26,6 +27,12 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.norm = parse_norm(c.model.norm);
     b.dropout = c.model.dropout;
     return m;
+}
+
+std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream) {
+    if (config.task.name == "file")
+        return std::make_unique<FileTask>(config.task.path, static_cast<size_t>(config.task.vocab), seed, stream);
+    return std::make_unique<TaskGenerator>(task_config(config), seed, stream);
 }
 
 TaskModel::TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropout_rng) {
@@ -71,7 +78,7 @@ size_t TaskModel::heads() const {
 
 LoadedModel load_model(const Config& config, const CheckpointData& checkpoint, const std::string& source) {
     LoadedModel loaded;
-    loaded.max_len = TaskGenerator(task_config(config), 0, 0).max_sequence_length();
+    loaded.max_len = make_batch_source(config, 0, 0)->max_sequence_length();
     Rng init(0);  // the values are replaced by the checkpoint's
     loaded.model = std::make_unique<TaskModel>(config, loaded.max_len, init, nullptr);
     try {

@@ -42,6 +42,10 @@ private:
 
 ModelConfig model_config(const Config& config, size_t max_len);
 
+// The task's batches for a data stream: 0 trains, 1 is the run's held-out
+// evaluation set, 2 is fresh data for `attnlab eval`.
+std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream);
+
 struct CheckpointData;
 struct LoadedModel {
     std::unique_ptr<TaskModel> model;

@@ -71,7 +71,7 @@ std::string format_duration(double seconds) {
 struct Trainer::State {
     Config config;
     fs::path dir;
-    std::unique_ptr<TaskGenerator> train_data;
+    std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
     Rng init_rng, dropout_rng;
     std::unique_ptr<TaskModel> model;
@@ -83,13 +83,18 @@ struct Trainer::State {
 
     explicit State(const Config& c) : config(c), init_rng(static_cast<uint64_t>(c.run.seed), 10),
                                       dropout_rng(static_cast<uint64_t>(c.run.seed), 11) {
-        const TaskConfig task = task_config(config);
         const auto seed = static_cast<uint64_t>(config.run.seed);
-        train_data = std::make_unique<TaskGenerator>(task, seed, 0);
-        TaskGenerator eval_data(task, seed, 1);  // held out: a stream of its own, the same batches at every eval
+        train_data = make_batch_source(config, seed, 0);
+        // held out: a stream of its own, the same batches at every evaluation
+        const std::unique_ptr<BatchSource> eval_data = make_batch_source(config, seed, 1);
         for (int64_t i = 0; i < config.train.eval_batches; ++i)
-            eval_batches.push_back(eval_data.next(static_cast<size_t>(config.train.batch)));
-        model = std::make_unique<TaskModel>(config, train_data->max_sequence_length(), init_rng, &dropout_rng);
+            eval_batches.push_back(eval_data->next(static_cast<size_t>(config.train.batch)));
+        const size_t longest = train_data->max_sequence_length();
+        if (config.model.max_len > 0 && static_cast<size_t>(config.model.max_len) < longest)
+            throw ConfigError("model.max_len", "model.max_len: " + std::to_string(config.model.max_len) +
+                                                   " is shorter than the longest sequence of " + config.task.path + " (" +
+                                                   std::to_string(longest) + " inputs)");
+        model = std::make_unique<TaskModel>(config, longest, init_rng, &dropout_rng);
         optimizer = make_optimizer(config, model->module().named_parameters());
     }
 

@@ -1,0 +1,91 @@
+// The `file` task: inputs and targets are a token-file row shifted by one, the
+// file's loss mask selects the counted targets, and the last tenth of the rows
+// is held out for evaluation.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "data/file_task.h"
+#include "experiments/h5file.h"
+
+namespace attnlab {
+namespace {
+
+// N = 10 rows of width S = 5: row n is [n+3, n+4, ..., ] with length 2 + n % 4
+std::string write_file(bool with_mask) {
+    const std::string path = (std::filesystem::temp_directory_path() / (with_mask ? "attnlab_file_task_mask.h5" : "attnlab_file_task.h5")).string();
+    const size_t N = 10, S = 5;
+    std::vector<int32_t> tokens(N * S, 0);
+    std::vector<int64_t> lengths(N);
+    std::vector<uint8_t> mask(N * S, 0);
+    for (size_t n = 0; n < N; ++n) {
+        lengths[n] = static_cast<int64_t>(2 + n % 4);
+        for (size_t t = 0; t < static_cast<size_t>(lengths[n]); ++t) {
+            tokens[n * S + t] = static_cast<int32_t>(n + 3 + t);
+            mask[n * S + t] = t % 2;  // odd positions count
+        }
+    }
+    h5::File f = h5::File::create(path, "test");
+    f.write<int32_t>("tokens", {N, S}, tokens.data());
+    f.write<int64_t>("lengths", {N}, lengths.data());
+    if (with_mask) f.write<uint8_t>("loss_mask", {N, S}, mask.data());
+    f.close();
+    return path;
+}
+
+TEST(FileTask, RowsShiftedByOneAndPaddedRight) {
+    FileTask task(write_file(false), 32, 0, 0);
+    EXPECT_EQ(task.rows(), 9u);  // one of ten held out
+    EXPECT_EQ(task.max_sequence_length(), 4u);
+    Batch b = task.next(16);
+    const size_t T = b.inputs.shape[1];
+    for (size_t r = 0; r < 16; ++r) {
+        const size_t L = b.lengths[r];
+        const int32_t first = b.inputs.values[r * T];  // = n + 3 for row n
+        const size_t n = static_cast<size_t>(first - 3);
+        EXPECT_LT(n, 9u) << "a training batch used the held-out row";
+        EXPECT_EQ(L, 1 + n % 4);
+        for (size_t t = 0; t < L; ++t) {
+            EXPECT_EQ(b.inputs.values[r * T + t], static_cast<int32_t>(n + 3 + t));
+            EXPECT_EQ(b.targets.values[r * T + t], static_cast<int32_t>(n + 4 + t));
+            EXPECT_EQ(b.loss_mask.values[r * T + t], 1);
+        }
+        for (size_t t = L; t < T; ++t) EXPECT_EQ(b.loss_mask.values[r * T + t], 0);
+    }
+}
+
+TEST(FileTask, LossMaskSelectsTargetsAndEvalUsesHeldOutRows) {
+    FileTask eval(write_file(true), 32, 0, 1);
+    EXPECT_EQ(eval.rows(), 1u);
+    Batch b = eval.next(3);
+    const size_t T = b.inputs.shape[1];
+    for (size_t r = 0; r < 3; ++r) {
+        EXPECT_EQ(b.inputs.values[r * T], 12);  // row 9 only: tokens 12, 13; length 3
+        ASSERT_EQ(b.lengths[r], 2u);
+        // targets are positions 1 and 2 of the row; the mask counts odd positions
+        EXPECT_EQ(b.loss_mask.values[r * T + 0], 1);
+        EXPECT_EQ(b.loss_mask.values[r * T + 1], 0);
+    }
+}
+
+TEST(FileTask, TooFewRowsIsAnError) {
+    const std::string path = (std::filesystem::temp_directory_path() / "attnlab_file_task_one.h5").string();
+    {
+        h5::File f = h5::File::create(path, "test");
+        const int32_t tokens[3] = {3, 4, 5};
+        const int64_t lengths[1] = {3};
+        f.write<int32_t>("tokens", {1, 3}, tokens);
+        f.write<int64_t>("lengths", {1}, lengths);
+        f.close();
+    }
+    try {
+        FileTask t(path, 32, 0, 0);
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("needs at least 2 sequences"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace attnlab
