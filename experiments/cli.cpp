@@ -15,11 +15,21 @@ constexpr const char* usage =
     "  train [CONFIG] [key=value ...]   train from a TOML config (no CONFIG: the default experiment)\n"
     "  train --resume RUN_DIR           continue a run from its newest checkpoint\n"
     "  eval CHECKPOINT                  loss, token and sequence accuracy on fresh data\n"
+    "  sweep CONFIG [key=value ...]     run the config's [sweep] grid, then one summary table\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
     "Run `attnlab COMMAND --help` for a command's options.\n";
 
 }  // namespace
+
+void split_config_and_overrides(const std::vector<std::string>& positionals, std::string& config_path,
+                                std::vector<std::string>& overrides) {
+    for (const auto& a : positionals) {
+        if (a.find('=') != std::string::npos && !std::filesystem::is_regular_file(a)) overrides.push_back(a);
+        else if (config_path.empty()) config_path = a;
+        else throw UsageError("more than one config file given ('" + config_path + "' and '" + a + "')");
+    }
+}
 
 int run_cli(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
@@ -33,6 +43,7 @@ int run_cli(int argc, char** argv) {
         if (command == "gradcheck") return cmd_gradcheck(args);
         if (command == "train") return cmd_train(args);
         if (command == "eval") return cmd_eval(args);
+        if (command == "sweep") return cmd_sweep(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
     } catch (const UsageError& e) {
         std::cerr << "attnlab " << command << ": " << e.what() << "\n";

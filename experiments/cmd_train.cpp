@@ -11,6 +11,7 @@ int cmd_train(const std::vector<std::string>& args) {
     cxxopts::Options options("attnlab train", "Train a model from a TOML config (the built-in default experiment without one).");
     options.positional_help("[CONFIG] [key=value ...]");
     options.add_options()("resume", "continue RUN_DIR from its newest checkpoint", cxxopts::value<std::string>())
+                         ("run-dir", "write the run exactly to this new folder (as sweeps do)", cxxopts::value<std::string>())
                          ("keys", "list every config key with its default")
                          ("h,help", "this help")
                          ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
@@ -33,17 +34,12 @@ int cmd_train(const std::vector<std::string>& args) {
     }
     std::string config_path;
     std::vector<std::string> overrides;
-    if (parsed.count("args"))
-        for (const auto& a : parsed["args"].as<std::vector<std::string>>()) {
-            if (a.find('=') != std::string::npos) overrides.push_back(a);
-            else if (config_path.empty()) config_path = a;
-            else throw UsageError("more than one config file given ('" + config_path + "' and '" + a + "')");
-        }
+    if (parsed.count("args")) split_config_and_overrides(parsed["args"].as<std::vector<std::string>>(), config_path, overrides);
 
     std::unique_ptr<Trainer> trainer;
     if (parsed.count("resume")) {
-        if (!config_path.empty() || !overrides.empty())
-            throw UsageError("--resume continues a run with its saved config: give no CONFIG or overrides");
+        if (!config_path.empty() || !overrides.empty() || parsed.count("run-dir"))
+            throw UsageError("--resume continues a run with its saved config: give no CONFIG, overrides or --run-dir");
         trainer = Trainer::resume(parsed["resume"].as<std::string>());
     } else {
         Config config = config_path.empty() ? default_config() : load_config(config_path, overrides);
@@ -52,7 +48,7 @@ int cmd_train(const std::vector<std::string>& args) {
             validate(config);
         }
         if (!config.sweep.empty()) throw UsageError("this config has a [sweep] table: run it with `attnlab sweep`");
-        trainer = Trainer::start(config);
+        trainer = Trainer::start(config, parsed.count("run-dir") ? parsed["run-dir"].as<std::string>() : "");
     }
     std::cerr << "attnlab train: writing " << trainer->run_dir() << "\n";
     return trainer->run();

@@ -14,8 +14,14 @@ struct UsageError : std::runtime_error {
 
 int run_cli(int argc, char** argv);
 
+// Splits `train`/`sweep` positionals: an existing file is the CONFIG, any other
+// argument with '=' an override (key=value); a second config is a UsageError.
+void split_config_and_overrides(const std::vector<std::string>& positionals, std::string& config_path,
+                                std::vector<std::string>& overrides);
+
 int cmd_gradcheck(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
+int cmd_sweep(const std::vector<std::string>& args);
 
 }  // namespace attnlab

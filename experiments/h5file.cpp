@@ -339,6 +339,14 @@ Id string_type(bool variable, size_t size, const Where& where) {
 
 }  // namespace
 
+Dataset Group::write_strings(const std::string& name, const std::vector<std::string>& values) const {
+    const Where where = attribute(where_, name);
+    Id type = string_type(true, 0, where);
+    std::vector<const char*> pointers;
+    for (const std::string& v : values) pointers.push_back(v.c_str());
+    return write_raw(name, Shape{values.size()}, type.get(), pointers.data());
+}
+
 void Group::write_attr_string(const std::string& name, const std::string& value) const {
     const Where where = attribute(where_, name);
     Id type = string_type(true, 0, where);

@@ -128,6 +128,8 @@ public:
         return write_raw(name, Shape{values.size()}, native_type<T>(), values.data());
     }
     Dataset write_raw(const std::string& name, const Shape& shape, hid_t type, const void* values) const;
+    // A 1-D dataset of variable-length UTF-8 strings (h5py reads them as bytes or str).
+    Dataset write_strings(const std::string& name, const std::vector<std::string>& values) const;
 
     // An empty dataset of shape [0, row_shape...], unlimited along the first
     // dimension, chunked `chunk_rows` rows at a time; unwritten rows read as

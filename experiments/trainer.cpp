@@ -123,7 +123,7 @@ Trainer::~Trainer() = default;
 const std::string& Trainer::run_dir() const { return state_->dir.native(); }
 const RunSummary& Trainer::summary() const { return state_->summary; }
 
-std::unique_ptr<Trainer> Trainer::start(const Config& config) {
+std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir) {
     validate(config);
     if (config.train.device == "cuda") {
         cuda::require_device("train.device");
@@ -131,6 +131,10 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config) {
     }
     auto state = std::make_unique<State>(config);  // everything that can fail on the config fails here
     fs::path dir = fs::path(config.run.out_dir) / config.run.name;
+    if (!run_dir.empty()) {
+        dir = run_dir;
+        if (fs::exists(dir)) throw Error("[train] --run-dir " + run_dir + " already exists (resume it with --resume)");
+    }
     for (int n = 2; fs::exists(dir); ++n) dir = fs::path(config.run.out_dir) / (config.run.name + "-" + std::to_string(n));
     state->dir = dir;
     fs::create_directories(dir / "checkpoints");

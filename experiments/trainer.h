@@ -23,7 +23,8 @@ class Trainer {
 public:
     // A new run in out_dir/name (or name-2, name-3, ... when that exists: nothing
     // is overwritten). Validates everything before the folder is created.
-    static std::unique_ptr<Trainer> start(const Config& config);
+    // With `run_dir`, exactly there instead (it must not exist: sweeps name their cells).
+    static std::unique_ptr<Trainer> start(const Config& config, const std::string& run_dir = "");
     // Continues run_dir from its newest checkpoint, with its saved config.
     static std::unique_ptr<Trainer> resume(const std::string& run_dir);
     ~Trainer();

@@ -1,0 +1,55 @@
+// attnlab sweep CONFIG [key=value ...] [--jobs N] [--force]
+#include <cxxopts.hpp>
+#include <iostream>
+#include <unistd.h>
+
+#include "experiments/commands.h"
+#include "experiments/sweep.h"
+
+namespace attnlab {
+
+int cmd_sweep(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab sweep", "Run every cell of a config's [sweep] grid and tabulate the results.");
+    options.positional_help("CONFIG [key=value ...]");
+    options.add_options()("jobs", "cells run at a time (the cores are split between them)", cxxopts::value<int>()->default_value("1"))
+                         ("force", "run a grid larger than 64 cells")
+                         ("h,help", "this help")
+                         ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
+    options.parse_positional({"args"});
+    std::vector<const char*> argv{"attnlab sweep"};
+    for (const auto& a : args) argv.push_back(a.c_str());
+    cxxopts::ParseResult parsed;
+    try {
+        parsed = options.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const cxxopts::exceptions::exception& e) {
+        throw UsageError(e.what());
+    }
+    if (parsed.count("help")) {
+        std::cout << options.help();
+        return 0;
+    }
+    std::string config_path;
+    std::vector<std::string> overrides;
+    if (parsed.count("args")) split_config_and_overrides(parsed["args"].as<std::vector<std::string>>(), config_path, overrides);
+    if (config_path.empty()) throw UsageError("give the sweep's CONFIG (a TOML file with a [sweep] table)");
+    const int jobs = parsed["jobs"].as<int>();
+    if (jobs < 1) throw UsageError("--jobs must be at least 1, got " + std::to_string(jobs));
+
+    const Config config = load_config(config_path, overrides);
+    if (config.sweep.empty()) throw UsageError(config_path + ": no [sweep] table (train a single run with `attnlab train`)");
+    SweepOptions sweep;
+    sweep.jobs = static_cast<size_t>(jobs);
+    sweep.force = parsed.count("force") > 0;
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    sweep.executable = n > 0 ? std::string(self, static_cast<size_t>(n)) : "attnlab";
+    const SweepTable table = run_sweep(config, sweep);
+    std::cout << format_table(table, table.aggregated);
+    size_t failed = 0;
+    for (const auto& c : table.cells) failed += c.status != "ok";
+    std::cout << table.cells.size() - failed << " of " << table.cells.size() << " cells ok; summary in "
+              << config.run.out_dir << "/" << config.run.name << "/summary.csv\n";
+    return failed ? 1 : 0;
+}
+
+}  // namespace attnlab
