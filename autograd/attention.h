@@ -58,6 +58,9 @@ struct AttentionOptions {
 struct AttentionResult {
     Tensor context;  // (B, H, Tq, d_v), in the graph
     Tensor weights;  // (B, H, Tq, Tk) before dropout, no graph; undefined unless need_weights
+    // With need_weights: per head, the standard deviation of the scaled scores
+    // scale * q.k over eligible (query, key) pairs of the whole batch.
+    std::vector<double> score_std;
 };
 
 // q (B, H, Tq, d), k (B, H_kv, Tk, d), v (B, H_kv, Tk, d_v); H_kv divides H and

@@ -83,6 +83,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
         Array<T> context = make_array<T>({B, H, Tq, d_v});
         if (use_dropout) dropped = make_array<T>({B, H, Tq, Tk});
         const T keep_scale = static_cast<T>(1.0 / (1.0 - options.dropout));
+        std::vector<double> score_sum(H, 0.0), score_sumsq(H, 0.0), score_count(H, 0.0);  // need_weights only
 
         for (size_t b = 0; b < B; ++b)
             for (size_t h = 0; h < H; ++h) {
@@ -93,12 +94,27 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
                 T* A = weights.data() + (b * H + h) * Tq * Tk;  // (Tq, Tk)
                 // scores = scale Q K^T, written into A and turned into weights in place
                 gemm<T>(false, true, Tq, Tk, d, scale, Qh, Kh, T(0), A);
+                if (options.need_weights)
+                    for (size_t i = 0; i < Tq; ++i)
+                        for (size_t j = 0; j < Tk; ++j)
+                            if (mask.allows(b, i, j, Tq, Tk)) {
+                                const double s = A[i * Tk + j];
+                                score_sum[h] += s;
+                                score_sumsq[h] += s * s;
+                                score_count[h] += 1;
+                            }
                 for (size_t i = 0; i < Tq; ++i) {
                     T* row = A + i * Tk;
                     T m = -std::numeric_limits<T>::infinity();
+                    bool any_eligible = false;
                     for (size_t j = 0; j < Tk; ++j)
-                        if (mask.allows(b, i, j, Tq, Tk)) m = std::max(m, row[j]);
-                    if (m == -std::numeric_limits<T>::infinity()) {  // no eligible key
+                        if (mask.allows(b, i, j, Tq, Tk)) {
+                            m = std::max(m, row[j]);
+                            any_eligible = true;
+                        }
+                    // A row whose eligible scores overflowed (inf, NaN) is not a masking
+                    // matter: it goes on to NaN weights, which the loss then reports.
+                    if (!any_eligible) {
                         if (options.masked_rows == MaskedRows::error)
                             fail(op, "batch item " + std::to_string(b) + ", query position " + std::to_string(i) +
                                          " has no eligible key (masked_rows = \"error\"; use \"zero\" to allow it)");
@@ -122,7 +138,13 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
                 gemm<T>(false, false, Tq, d_v, Tk, T(1), P, Vh, T(0), context.data() + (b * H + h) * Tq * d_v);
             }
 
-        if (options.need_weights) result.weights = wrap<T>(Array<T>(weights));
+        if (options.need_weights) {
+            result.weights = wrap<T>(Array<T>(weights));
+            for (size_t h = 0; h < H; ++h) {
+                const double n = std::max(score_count[h], 1.0), mean = score_sum[h] / n;
+                result.score_std.push_back(std::sqrt(std::max(0.0, score_sumsq[h] / n - mean * mean)));
+            }
+        }
         return record<T>(op, std::move(context), {q, k, v},
                          [q, k, v, dims, group, scale, keep_scale, use_dropout, weights = std::move(weights),
                           dropped = std::move(dropped)](const Array<T>& g, const Array<T>&) {

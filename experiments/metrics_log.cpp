@@ -14,7 +14,9 @@ constexpr int64_t kFormatVersion = 1;
 
 const std::vector<std::string> kTrainValues{"loss", "lr", "grad_norm", "tokens_per_s", "wall_s"};
 const std::vector<std::string> kEvalValues{"loss", "token_acc", "seq_acc"};
-const std::vector<std::string> kAttentionValues{"entropy", "entropy_norm", "masked_mass", "masked_mass_max"};
+// score_std: standard deviation of the scaled scores (scale * q.k) over eligible
+// pairs, per head: the seed chapter's Figure 21.5 statistic (row 0 is at init).
+const std::vector<std::string> kAttentionValues{"entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"};
 
 constexpr size_t kChunkRows = 1024;          // 1-D series: 8 KiB chunks
 constexpr size_t kAttentionChunkValues = 8192;  // [rows, layers, heads] chunks of about 64 KiB
@@ -214,7 +216,7 @@ void MetricsLog::append_eval(int64_t step, double loss, double token_acc, double
 
 void MetricsLog::append_attention(const std::string& kind, int64_t step, const std::vector<double>& entropy,
                                   const std::vector<double>& entropy_norm, const std::vector<double>& masked_mass,
-                                  const std::vector<double>& masked_mass_max) {
+                                  const std::vector<double>& masked_mass_max, const std::vector<double>& score_std) {
     State& state = live();
     auto found = std::find_if(state.attention.begin(), state.attention.end(),
                               [&](const auto& entry) { return entry.first == kind; });
@@ -223,8 +225,10 @@ void MetricsLog::append_attention(const std::string& kind, int64_t step, const s
                                     std::to_string(state.attention.size()) + ")",
                                 false);
     Series& series = found->second;
-    const std::vector<const std::vector<double>*> values{&entropy, &entropy_norm, &masked_mass, &masked_mass_max};
     const size_t expected = state.layers * state.heads;
+    const std::vector<double> unknown(score_std.empty() ? expected : 0, kUnwrittenValue);  // not measured: NaN
+    const std::vector<const std::vector<double>*> values{&entropy, &entropy_norm, &masked_mass, &masked_mass_max,
+                                                         score_std.empty() ? &unknown : &score_std};
     for (size_t i = 0; i < values.size(); ++i)
         if (values[i]->size() != expected)
             series.values[i].where().fail(std::to_string(values[i]->size()) + " values given, expected layers * heads = " +

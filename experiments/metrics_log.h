@@ -9,6 +9,8 @@
 //   /eval/step (int64), loss, token_acc, seq_acc                            [M]
 //   /attention/<kind>/step (int64)                                          [K]
 //   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]
+//   /attention/<kind>/score_std   [K, layers, heads]  std of scale * q.k over eligible pairs
+//                                 (beyond DESIGN.md's list; row 0 is the model at initialisation)
 //
 // Values are float64; every dataset is chunked with an unlimited first
 // dimension. A row that a reader sees before its values are written reads as
@@ -55,7 +57,7 @@ public:
     // Each vector holds layers * heads values, row-major [layer][head].
     void append_attention(const std::string& kind, int64_t step, const std::vector<double>& entropy,
                           const std::vector<double>& entropy_norm, const std::vector<double>& masked_mass,
-                          const std::vector<double>& masked_mass_max);
+                          const std::vector<double>& masked_mass_max, const std::vector<double>& score_std = {});
 
     // Makes every row appended so far visible to readers and durable against a
     // crash. Call it once per log interval, and before writing a checkpoint.

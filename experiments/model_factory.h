@@ -20,6 +20,7 @@ struct AttentionKind {
     AttentionMask mask;
     std::vector<size_t> query_lengths;
     const std::vector<Tensor>* weights = nullptr;  // per layer, from AttentionMaps
+    const std::vector<std::vector<double>>* score_std = nullptr;  // per layer, per head
 };
 
 class TaskModel {

@@ -114,6 +114,28 @@ struct Trainer::State {
         if (config.train.keep_checkpoints > 0) prune_checkpoints(folder.string(), static_cast<size_t>(config.train.keep_checkpoints));
     }
 
+    // One row per attention kind: what every head does on `batch`, at the current step.
+    void log_attention(const Batch& batch, const AttentionMaps& maps) {
+        for (const AttentionKind& kind : model->kinds_for(batch, maps)) {
+            const HeadStats h = attention_stats(*kind.weights, kind.mask, kind.query_lengths);
+            std::vector<double> score_std;  // [layer][head]
+            for (const std::vector<double>& layer : *kind.score_std) score_std.insert(score_std.end(), layer.begin(), layer.end());
+            log->append_attention(kind.name, step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max, score_std);
+        }
+    }
+
+    // Step 0: the model at initialisation, on the first held-out batch (so the
+    // training stream is untouched), in eval mode and without a graph.
+    void log_initial_attention() {
+        NoGradGuard no_grad;
+        model->module().eval();
+        AttentionMaps maps;
+        model->forward(eval_batches.front(), &maps);
+        log_attention(eval_batches.front(), maps);
+        log->flush();
+        model->module().train();
+    }
+
     Clock::time_point started = Clock::now();
     double elapsed() const { return wall_before + std::chrono::duration<double>(Clock::now() - started).count(); }
 };
@@ -141,6 +163,7 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
     write_file_atomically(dir / "config.toml", to_toml(config));
     state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(config), state->model->layers(),
                                           state->model->heads(), state->model->kinds()));
+    state->log_initial_attention();
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
 }
 
@@ -230,10 +253,7 @@ int Trainer::run() {
             tokens_since_log = 0;
             const Score train_score = accuracy(logits, batch);
             s.log->append_train(s.step, loss_value, lr, grad_norm, tokens_per_s, s.elapsed());
-            for (const AttentionKind& kind : s.model->kinds_for(batch, maps)) {
-                const HeadStats h = attention_stats(*kind.weights, kind.mask, kind.query_lengths);
-                s.log->append_attention(kind.name, s.step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max);
-            }
+            s.log_attention(batch, maps);
             s.log->flush();
             const double rate = static_cast<double>(s.step - first_step) /
                                 std::max(std::chrono::duration<double>(Clock::now() - run_start).count(), 1e-9);

@@ -39,7 +39,8 @@ class EncoderBlock : public Module {
 public:
     EncoderBlock(const BlockConfig& config, Rng& init, Rng* dropout_rng);
     // x (B, S, D); weights (B, H, S, S) appended to *weights when given
-    Tensor forward(const Tensor& x, const AttentionMask& mask, std::vector<Tensor>* weights = nullptr) const;
+    Tensor forward(const Tensor& x, const AttentionMask& mask, std::vector<Tensor>* weights = nullptr,
+                   std::vector<std::vector<double>>* score_std = nullptr) const;
     MultiHeadAttention attn;
     Residual res1;
     std::unique_ptr<FeedForward> ffn;
@@ -53,6 +54,8 @@ struct BlockCaches {
 struct BlockWeights {
     std::vector<Tensor>* self = nullptr;
     std::vector<Tensor>* cross = nullptr;
+    std::vector<std::vector<double>>* self_score_std = nullptr;   // per layer, per head
+    std::vector<std::vector<double>>* cross_score_std = nullptr;
 };
 
 // Causal self-attention, optional cross-attention to an encoder's output, FFN.

@@ -56,7 +56,7 @@ Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& leng
     check_tokens("decoder", tokens, lengths);
     Tensor x = emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens)));  // (B, T, D)
     const AttentionMask mask = padding_mask(lengths, true);
-    for (const auto& block : blocks) x = block->forward(x, mask, Tensor(), {}, {maps ? &maps->self : nullptr, nullptr});
+    for (const auto& block : blocks) x = block->forward(x, mask, Tensor(), {}, maps ? maps->self_sink() : BlockWeights{});
     if (ln_f) x = ln_f->forward(x);
     return head.forward(x);  // (B, T, V)
 }
@@ -68,7 +68,7 @@ Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache, Att
     AttentionMask mask;
     mask.causal = true;  // bottom-right aligned: the new queries see every cached key
     for (size_t l = 0; l < blocks.size(); ++l)
-        x = blocks[l]->forward(x, mask, Tensor(), {}, {maps ? &maps->self : nullptr, nullptr}, &cache.layers[l]);
+        x = blocks[l]->forward(x, mask, Tensor(), {}, maps ? maps->self_sink() : BlockWeights{}, &cache.layers[l]);
     cache.position += tokens.shape[1];
     if (ln_f) x = ln_f->forward(x);
     return head.forward(x);
@@ -108,7 +108,7 @@ Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src
     check_tokens("encoder", src, src_lengths);
     Tensor x = emb_drop.forward(src_pos_emb.forward(src_emb.forward(src)));  // (B, S, D)
     const AttentionMask mask = padding_mask(src_lengths, false);
-    for (const auto& block : encoder) x = block->forward(x, mask, maps ? &maps->enc_self : nullptr);
+    for (const auto& block : encoder) x = block->forward(x, mask, maps ? &maps->enc_self : nullptr, maps ? &maps->enc_self_score_std : nullptr);
     return enc_ln_f ? enc_ln_f->forward(x) : x;
 }
 
@@ -120,7 +120,7 @@ Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& s
     const AttentionMask cross_mask = padding_mask(src_lengths, false);
     for (const auto& block : decoder)
         x = block->forward(x, self_mask, memory, cross_mask,
-                           {maps ? &maps->self : nullptr, maps ? &maps->cross : nullptr});
+                           maps ? maps->decoder_sink() : BlockWeights{});
     if (dec_ln_f) x = dec_ln_f->forward(x);
     return head.forward(x);  // (B, T, V)
 }
@@ -140,7 +140,7 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
     const AttentionMask cross_mask = padding_mask(src_lengths, false);
     for (size_t l = 0; l < decoder.size(); ++l)
         x = decoder[l]->forward(x, self_mask, memory, cross_mask,
-                                {maps ? &maps->self : nullptr, maps ? &maps->cross : nullptr}, &cache.layers[l]);
+                                maps ? maps->decoder_sink() : BlockWeights{}, &cache.layers[l]);
     cache.position += tgt_new.shape[1];
     if (dec_ln_f) x = dec_ln_f->forward(x);
     return head.forward(x);

@@ -24,6 +24,11 @@ struct AttentionMaps {
     std::vector<Tensor> self;      // DecoderLM ("self"), or decoder self-attention ("dec_self")
     std::vector<Tensor> enc_self;  // encoder self-attention
     std::vector<Tensor> cross;     // decoder -> encoder
+    // per layer, per head: std of the scaled scores over eligible pairs
+    std::vector<std::vector<double>> self_score_std, enc_self_score_std, cross_score_std;
+    // where decoder blocks put theirs: a DecoderLM's (self only) or an EncoderDecoder's
+    BlockWeights self_sink() { return {&self, nullptr, &self_score_std, nullptr}; }
+    BlockWeights decoder_sink() { return {&self, &cross, &self_score_std, &cross_score_std}; }
 };
 
 // Per-layer KV caches and the number of positions already decoded.

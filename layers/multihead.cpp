@@ -81,7 +81,7 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     AttentionResult r = attention(q, k, v, mask, options);  // context (B, H, Tq, d_h)
     const size_t B = q.size(0), Tq = q.size(2);
     Tensor merged = reshape(permute(r.context, {0, 2, 1, 3}), {B, Tq, heads * head_width});  // Concat(heads)
-    return {out_proj.forward(merged), r.weights};
+    return {out_proj.forward(merged), r.weights, r.score_std};
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask,

@@ -42,6 +42,7 @@ public:
     struct Output {
         Tensor out;      // (B, Tq, D)
         Tensor weights;  // (B, H, Tq, Tk) when requested, else undefined
+        std::vector<double> score_std;  // per head, when weights are requested
     };
     // x_q (B, Tq, D), x_kv (B, Tk, D_kv)
     Output forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask, bool need_weights = false) const;

@@ -26,7 +26,7 @@ import numpy as np
 
 TRAIN = ["step", "loss", "lr", "grad_norm", "tokens_per_s", "wall_s"]
 EVAL = ["step", "loss", "token_acc", "seq_acc"]
-ATTENTION = ["step", "entropy", "entropy_norm", "masked_mass", "masked_mass_max"]
+ATTENTION = ["step", "entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"]
 
 
 class CheckFailed(Exception):

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "autograd/attention.h"
 #include "autograd/ops.h"
@@ -71,6 +72,44 @@ TEST(SeedExample, ContextIsWeightsTimesValues) {
     std::vector<double> got = r.context.values(), want = expected.values();
     ASSERT_EQ(got.size(), want.size());
     for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-12);
+}
+
+}  // namespace
+}  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// The score statistic of Figure 21.5: std of scale * q.k over eligible pairs.
+TEST(SeedExample, ScoreStdOverEligiblePairs) {
+    SeedExample ex;
+    AttentionMask mask;
+    mask.causal = true;
+    AttentionResult r = ex.run(mask);
+    ASSERT_EQ(r.score_std.size(), 1u);
+    Tensor scores = matmul(matmul(ex.X, ex.Wq), transpose(matmul(ex.X, ex.Wk), 0, 1)) * (1.0 / std::sqrt(2.0));
+    double sum = 0, sumsq = 0, n = 0;
+    for (size_t i = 0; i < 5; ++i)
+        for (size_t j = 0; j <= i; ++j) {  // the 15 causal pairs
+            const double s = scores.at({i, j});
+            sum += s;
+            sumsq += s * s;
+            n += 1;
+        }
+    const double mean = sum / n;
+    EXPECT_NEAR(r.score_std[0], std::sqrt(sumsq / n - mean * mean), 1e-12);
+}
+
+// An overflowed score is a numerical failure, not a masking one: the row turns
+// NaN (which the loss reports) instead of raising the all-masked-row error.
+TEST(SeedExample, NonFiniteScoresAreNotReportedAsMaskedRows) {
+    Tensor q = Tensor::from_values({std::numeric_limits<double>::infinity(), 1.0}, {1, 1, 1, 2}, DType::f64);
+    Tensor k = Tensor::from_values({-1.0, 0.0, 1.0, 0.0}, {1, 1, 2, 2}, DType::f64);
+    Tensor v = Tensor::from_values({1.0, 2.0}, {1, 1, 2, 1}, DType::f64);
+    AttentionOptions options;  // masked_rows = error
+    AttentionResult r;
+    ASSERT_NO_THROW(r = attention(q, k, v, {}, options));
+    EXPECT_TRUE(std::isnan(r.context.item()));
 }
 
 }  // namespace

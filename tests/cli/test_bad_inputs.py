@@ -1,0 +1,243 @@
+"""Bad input of every kind ends with exit status 2, one line on stderr that names
+what is wrong and where (file:line:column for a config file), nothing on stdout,
+no new run directory, and no change to an existing run (DESIGN.md, "Command line").
+
+    /usr/bin/python3 tests/cli/test_bad_inputs.py ATTNLAB_BINARY REPO_ROOT
+"""
+import os
+import re
+import shutil
+import tempfile
+import unittest
+
+import h5py
+import numpy as np
+
+import cli_common as cc
+
+
+def config_text(bad_section, bad_lines):
+    """The tiny config as TOML with `bad_lines` right under `[bad_section]` (lines 2, 3, ...).
+    Keys the bad lines set are left out of the rest, so the file has no duplicate key."""
+    sections = {name: dict(keys) for name, keys in cc.TINY_SECTIONS.items()}
+    for line in bad_lines:
+        key = line.split("=", 1)[0].strip()
+        sections.get(bad_section, {}).pop(key, None)
+    out = [f"[{bad_section}]"] + list(bad_lines)
+    out += [f"{k} = {v}" for k, v in sections.pop(bad_section, {}).items()]
+    for name, keys in sections.items():
+        out.append(f"[{name}]")
+        out += [f"{k} = {v}" for k, v in keys.items()]
+    return "\n".join(out) + "\n"
+
+
+# Each case: args (with {runs}, {broken}, {files} placeholders), an optional
+# config file {cfg} (section, bad lines), the substrings the one line must hold,
+# and for a config file the line the message must point at.
+CASES = [
+    # --- config files: file:line:column ---
+    dict(name="config syntax error", cfg=("model", ["heads = "]), line=2, want=["TOML syntax error"]),
+    dict(name="unknown key in file (suggestion)", cfg=("model", ["head = 2"]), line=2,
+         want=["unknown key model.head", "did you mean model.heads?"]),
+    dict(name="unknown section in file (suggestion)", cfg=("modle", ["heads = 2"]), line=2,
+         want=["modle", "did you mean model.heads?"]),
+    dict(name="wrong type in file", cfg=("model", ['heads = "four"']), line=2,
+         want=["model.heads", "expected an integer"]),
+    dict(name="out of range in file", cfg=("model", ["layers = 0"]), line=2, want=["model.layers", ">= 1", "0"]),
+    dict(name="width not divisible by heads", cfg=("model", ["width = 15"]), line=2,
+         want=["model.width", "15", "model.heads"]),
+    dict(name="kv_heads does not divide heads", cfg=("model", ["heads = 4", "kv_heads = 3"]), line=3,
+         want=["model.kv_heads", "3", "model.heads = 4"]),
+    dict(name="max_len shorter than the task", cfg=("model", ["max_len = 3"]), line=2,
+         want=["model.max_len", "3", "shorter"]),
+    dict(name="task/model kind mismatch in file", cfg=("task", ['name = "translate"']), line=2,
+         want=["model.kind", "translate", "encoder-decoder"]),
+    dict(name="bad enum value in file", cfg=("model", ['norm = "middle"']), line=2, want=["model.norm", "middle"]),
+    # --- overrides ---
+    dict(name="override unknown key (suggestion)", args=["model.headz=2"],
+         want=["override", "model.headz", "did you mean model.heads?"]),
+    dict(name="override wrong type", args=["model.heads=abc"], want=["override", "model.heads", "expected an integer"]),
+    dict(name="override out of range", args=["train.steps=0"], want=["train.steps", ">= 1"]),
+    dict(name="override wrong array length", args=["optim.betas=[0.9]"], want=["optim.betas", "array"]),
+    dict(name="override bad enum value", args=["model.norm=middle"], want=["model.norm", "middle"]),
+    dict(name="override width not divisible", args=["model.width=15"], want=["model.width", "model.heads"]),
+    dict(name="override task/model mismatch", args=["model.kind=encoder-decoder"],
+         want=["model.kind", "recall", "decoder"]),
+    dict(name="override min_len > max_len", args=["task.min_len=7"], want=["task.min_len", "task.max_len"]),
+    dict(name="override without '=' is a missing config file", args=["model.heads"],
+         want=["model.heads", "no such config file"]),
+    dict(name="two config files", args=["{files}/ok.toml", "{files}/ok2.toml"],
+         want=["more than one config file", "ok.toml", "ok2.toml"]),
+    dict(name="missing config file", args=["{files}/nope.toml"], want=["nope.toml", "no such config file"]),
+    dict(name="train.device=cuda without a GPU", args=["train.device=cuda"], want=["train.device"], needs_no_gpu=True),
+    dict(name="file task without task.path", args=["task.name=file"], want=["task.path"]),
+    dict(name="file task with a missing token file", args=["task.name=file", "task.path={files}/no_tokens.h5"],
+         want=["no_tokens.h5"]),
+    dict(name="file task with a token >= vocab", args=["task.name=file", "task.path={files}/tokens_big.h5"],
+         want=["tokens_big.h5", "tokens[3, 2] = 40", "vocab"]),
+    # --- commands and options ---
+    dict(name="unknown command", cmd=["trian"], want=["trian", "unknown command"]),
+    dict(name="unknown option (train)", args=["--bogus"], want=["bogus"]),
+    dict(name="unknown option (eval)", cmd=["eval", "--bogus", "{files}/trunc.h5"], want=["bogus"]),
+    dict(name="eval without a checkpoint", cmd=["eval"], want=["CHECKPOINT"]),
+    dict(name="eval --batches 0", cmd=["eval", "--batches", "0", "{runs}/base/checkpoints/step_0000040.h5"],
+         want=["--batches", "0"]),
+    # --- --resume ---
+    dict(name="--resume of a folder that is not a run", cmd=["train", "--resume", "{broken}/notarun"],
+         want=["notarun", "not a run directory"]),
+    dict(name="--resume of a missing folder", cmd=["train", "--resume", "{broken}/absent"], want=["absent"]),
+    dict(name="--resume with overrides", cmd=["train", "--resume", "{runs}/base", "model.heads=2"],
+         want=["--resume"]),
+    dict(name="--resume of a truncated checkpoint", cmd=["train", "--resume", "{broken}/trunc"],
+         want=["step_0000040.h5", "truncated"]),
+    dict(name="--resume of another format_version", cmd=["train", "--resume", "{broken}/fv"],
+         want=["step_0000040.h5", "format_version"]),
+    # --- eval ---
+    dict(name="eval of a missing file", cmd=["eval", "{files}/absent.h5"], want=["absent.h5"]),
+    dict(name="eval of a non-HDF5 file", cmd=["eval", "{files}/notes.txt"], want=["notes.txt", "HDF5"]),
+    dict(name="eval of a truncated checkpoint", cmd=["eval", "{files}/trunc.h5"], want=["trunc.h5", "truncated"]),
+    dict(name="eval of params that do not match the config", cmd=["eval", "{files}/noparam.h5"],
+         want=["noparam.h5", "head.weight"]),
+    dict(name="eval of another format_version", cmd=["eval", "{files}/fv.h5"], want=["fv.h5", "format_version"]),
+    dict(name="eval of a checkpoint with a broken config", cmd=["eval", "{files}/badcfg.h5"],
+         want=["badcfg.h5", "TOML syntax error"], line=1),
+    dict(name="eval of a metrics file", cmd=["eval", "{runs}/base/metrics.h5"], want=["metrics.h5", "checkpoint"]),
+]
+
+
+# The CUDA case is about a machine without a GPU (where even a CUDA build must refuse).
+HAS_GPU = os.path.exists("/dev/nvidia0")
+
+
+class BadInputs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="attnlab_cli_bad_")
+        cls.runs = os.path.join(cls.tmp, "runs")
+        cls.broken = os.path.join(cls.tmp, "broken")
+        cls.files = os.path.join(cls.tmp, "files")
+        os.makedirs(cls.broken)
+        os.makedirs(cls.files)
+        # A real run that every bad train command points at (run.out_dir, run.name).
+        r = cc.attnlab(["train"] + cc.overrides(**{"run.out_dir": cls.runs, "run.name": "base"}), cls.tmp)
+        assert r.returncode == 0, r.stderr
+        base = os.path.join(cls.runs, "base")
+        assert cc.checkpoint_steps(base) == [20, 30, 40], cc.checkpoint_steps(base)
+        newest = cc.checkpoint_path(base, 40)
+
+        os.makedirs(os.path.join(cls.broken, "notarun", "checkpoints"))
+        with open(os.path.join(cls.broken, "notarun", "notes.txt"), "w") as f:
+            f.write("not a run\n")
+        # A run whose only checkpoint is cut short.
+        trunc = os.path.join(cls.broken, "trunc")
+        shutil.copytree(base, trunc)
+        for step in (20, 30):
+            os.remove(cc.checkpoint_path(trunc, step))
+        cut = os.path.getsize(newest) // 2
+        with open(cc.checkpoint_path(trunc, 40), "r+b") as f:
+            f.truncate(cut)
+        shutil.copy(cc.checkpoint_path(trunc, 40), os.path.join(cls.files, "trunc.h5"))
+        # A run whose checkpoints say format_version 2.
+        fv = os.path.join(cls.broken, "fv")
+        shutil.copytree(base, fv)
+        for step in cc.checkpoint_steps(fv):
+            with h5py.File(cc.checkpoint_path(fv, step), "r+") as h:
+                h.attrs["format_version"] = np.int64(2)
+        shutil.copy(cc.checkpoint_path(fv, 40), os.path.join(cls.files, "fv.h5"))
+        # A checkpoint missing a parameter, and one with a broken config attribute.
+        shutil.copy(newest, os.path.join(cls.files, "noparam.h5"))
+        with h5py.File(os.path.join(cls.files, "noparam.h5"), "r+") as h:
+            del h["params/head.weight"]
+        shutil.copy(newest, os.path.join(cls.files, "badcfg.h5"))
+        with h5py.File(os.path.join(cls.files, "badcfg.h5"), "r+") as h:
+            h.attrs["config"] = "[model\nheads = 2\n"
+        with open(os.path.join(cls.files, "notes.txt"), "w") as f:
+            f.write("this is not HDF5\n" * 50)
+        # Token file with a token >= vocab (32) at a valid position.
+        tokens = np.full((8, 10), 5, np.int32)
+        tokens[3, 2] = 40
+        with h5py.File(os.path.join(cls.files, "tokens_big.h5"), "w") as h:
+            h.create_dataset("tokens", data=tokens)
+            h.create_dataset("lengths", data=np.full(8, 10, np.int64))
+        for name in ("ok.toml", "ok2.toml"):
+            with open(os.path.join(cls.files, name), "w") as f:
+                f.write(config_text("run", [f'out_dir = "{cls.runs}"', 'name = "base"']))
+
+        cls.before = {d: cc.tree_hashes(d) for d in (cls.runs, cls.broken, cls.files)}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def fill(self, text):
+        return text.format(runs=self.runs, broken=self.broken, files=self.files)
+
+    def check_case(self, index, case):
+        cwd = os.path.join(self.tmp, f"case{index:02d}")
+        os.makedirs(cwd)
+        # Train commands aim at the existing run; the tiny config keeps an
+        # accepted command (a failure) short.
+        target = [f"run.out_dir={self.runs}", "run.name=base"]
+        cfg_path = None
+        if "cfg" in case:
+            section, lines = case["cfg"]
+            cfg_path = os.path.join(self.files, f"case{index:02d}.toml")
+            with open(cfg_path, "w") as f:
+                f.write(config_text(section, lines))
+            self.before[self.files] = cc.tree_hashes(self.files)
+            args = ["train", cfg_path] + target
+        elif "cmd" in case:
+            args = [self.fill(a) for a in case["cmd"]]
+        else:
+            args = ["train"] + cc.overrides() + target + [self.fill(a) for a in case["args"]]
+        runs_before = set(os.listdir(self.runs))
+        try:
+            r = cc.attnlab(args, cwd, timeout=30)
+        finally:  # keeps a wrongly accepted command from spoiling the later cases
+            created = set(os.listdir(self.runs)) - runs_before
+            for extra in created:
+                shutil.rmtree(os.path.join(self.runs, extra), ignore_errors=True)
+        shown = f"attnlab {' '.join(args)}\nexit {r.returncode}\nstdout: {r.stdout!r}\nstderr: {r.stderr!r}"
+        self.assertEqual(r.returncode, 2, shown)
+        self.assertEqual(r.stdout, "", shown)
+        self.assertTrue(r.stderr.endswith("\n") and r.stderr.count("\n") == 1, "not exactly one line:\n" + shown)
+        line = r.stderr.rstrip("\n")
+        self.assertTrue(line.startswith(f"attnlab {args[0]}: "), shown)
+        for want in case["want"]:
+            self.assertIn(self.fill(want), line, shown)
+        if "line" in case:
+            source = re.escape(cfg_path) if cfg_path else r"[^:]+"
+            m = re.search(source + r"(?: \(config attribute\))?:(\d+):(\d+): ", line)
+            self.assertIsNotNone(m, "no file:line:column in:\n" + shown)
+            self.assertEqual(int(m.group(1)), case["line"], shown)
+            self.assertGreaterEqual(int(m.group(2)), 1, shown)
+        # Nothing created, nothing damaged.
+        self.assertEqual(created, set(), f"a run directory was created\n{shown}")
+        self.assertEqual(os.listdir(cwd), [], f"files left in the working directory\n{shown}")
+        for folder, hashes in self.before.items():
+            self.assertEqual(cc.tree_hashes(folder), hashes, f"{folder} changed\n{shown}")
+
+    def test_table_has_enough_cases(self):
+        self.assertGreaterEqual(len(CASES), 20)
+
+    def test_bad_inputs(self):
+        for index, case in enumerate(CASES):
+            with self.subTest(case=case["name"]):
+                if case.get("needs_no_gpu") and HAS_GPU:
+                    self.skipTest("this machine has a GPU")
+                self.check_case(index, case)
+
+    def test_good_config_file_is_accepted(self):
+        # The control: the same machinery with a valid file runs (so the table's
+        # failures come from the bad lines, not from the harness).
+        cfg = os.path.join(self.tmp, "good.toml")
+        out = os.path.join(self.tmp, "good_runs")
+        with open(cfg, "w") as f:
+            f.write(config_text("model", ["heads = 4"]))
+        r = cc.attnlab(["train", cfg, f"run.out_dir={out}"], self.tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "default", "summary.json")))
+
+
+if __name__ == "__main__":
+    cc.main()

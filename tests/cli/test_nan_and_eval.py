@@ -1,0 +1,111 @@
+"""A loss that turns non-finite stops the run with exit status 1 and a message
+naming the step, keeping the last good checkpoint; `attnlab eval CHECKPOINT` of
+a finished run prints loss and accuracies and exits 0.
+
+    /usr/bin/python3 tests/cli/test_nan_and_eval.py ATTNLAB_BINARY REPO_ROOT
+"""
+import hashlib
+import json
+import math
+import os
+import re
+import unittest
+
+import h5py
+import numpy as np
+
+import cli_common as cc
+
+# Blows up at once: AdamW moves every weight by about lr at the first step.
+EXPLODE = {"optim.lr": "1e30", "optim.warmup": "0", "train.checkpoint_every": "1", "train.log_every": "1"}
+
+EVAL_LINE = re.compile(r"checkpoint (?P<path>.+) \(step (?P<step>\d+)\): loss (?P<loss>\S+)\s+token accuracy (?P<tok>\S+)"
+                       r"\s+sequence accuracy (?P<seq>\S+)")
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class NonFinite(cc.TempDirTest):
+    def check_stops(self, **extra):
+        out = self.path("runs")
+        run_dir = os.path.join(out, "default")
+        args = ["train"] + cc.overrides(**EXPLODE, **{"run.out_dir": out}, **extra)
+        r = cc.attnlab(args, self.tmp)
+        shown = f"attnlab {' '.join(args)}\nexit {r.returncode}\nstderr:\n{r.stderr}"
+        self.assertEqual(r.returncode, 1, shown)
+        last = r.stderr.rstrip("\n").splitlines()[-1]
+        m = re.search(r"step (\d+): .*(NaN|infinite)", last)
+        self.assertIsNotNone(m, "the last line does not name the step and the problem\n" + shown)
+        bad_step = int(m.group(1))
+        steps = cc.checkpoint_steps(run_dir)
+        self.assertTrue(steps, "no checkpoint kept\n" + shown)
+        self.assertLess(steps[-1], bad_step, shown)
+        good = cc.checkpoint_path(run_dir, steps[-1])
+        self.assertIn(good, last, "the message does not name the last good checkpoint\n" + shown)
+        with h5py.File(good, "r") as f:
+            self.assertEqual(int(f.attrs["step"]), steps[-1])
+            for name, d in f["params"].items():
+                self.assertTrue(np.all(np.isfinite(d[()])), f"{good}: params/{name} is not finite")
+        self.assertFalse(os.path.exists(os.path.join(run_dir, "summary.json")), "a failed run wrote summary.json")
+        with cc.open_metrics(os.path.join(run_dir, "metrics.h5")) as f:
+            logged, loss = f["train/step"][()], f["train/loss"][()]
+        self.assertTrue(np.all(logged < bad_step), logged)
+        self.assertTrue(np.all(np.isfinite(loss)), loss)
+
+    def test_lr_1e30_stops_with_exit_1(self):
+        # The default masked_rows = "error": a score row that overflows is a
+        # numerical failure, not a row with no eligible key.
+        self.check_stops()
+
+    def test_nonfinite_loss_stops_with_exit_1_masked_rows_zero(self):
+        self.check_stops(**{"model.masked_rows": "zero"})
+
+
+class Eval(cc.TempDirTest):
+    def eval_line(self, args):
+        r = self.run_ok(["eval"] + args)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stdout)
+        m = EVAL_LINE.search(lines[0])
+        self.assertIsNotNone(m, r.stdout)
+        return m, r.stdout
+
+    def check_finished_run(self, config, label):
+        out = self.path(label)
+        self.run_ok(["train"] + cc.overrides(config, **{"run.out_dir": out}))
+        run_dir = os.path.join(out, "default")
+        steps = int(config["train.steps"])
+        checkpoint = cc.checkpoint_path(run_dir, steps)
+        before = sha256(checkpoint)
+        m, stdout = self.eval_line([checkpoint])
+        self.assertEqual(int(m.group("step")), steps)
+        loss, tok, seq = float(m.group("loss")), float(m.group("tok")), float(m.group("seq"))
+        self.assertTrue(math.isfinite(loss) and loss > 0, stdout)
+        self.assertTrue(0 <= tok <= 1 and 0 <= seq <= 1, stdout)
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+        # Fresh data from the same task: close to the run's own final evaluation.
+        self.assertLess(abs(tok - summary["eval_token_acc"]), 0.2, f"{stdout}\nsummary: {summary}")
+        self.assertLess(abs(loss - summary["eval_loss"]), 0.5 * summary["eval_loss"], f"{stdout}\nsummary: {summary}")
+        # Deterministic, and read-only.
+        _, again = self.eval_line([checkpoint])
+        self.assertEqual(again, stdout)
+        self.assertEqual(sha256(checkpoint), before, "eval changed the checkpoint")
+        # Options: another seed and batch count still give a valid line.
+        m2, _ = self.eval_line([checkpoint, "--batches", "2", "--seed", "7"])
+        self.assertTrue(0 <= float(m2.group("tok")) <= 1)
+
+    def test_eval_decoder_run(self):
+        config = dict(cc.TINY, **{"train.steps": "60", "optim.lr": "3e-3", "optim.warmup": "5"})
+        self.check_finished_run(config, "dec")
+
+    def test_eval_encoder_decoder_run(self):
+        config = dict(cc.TINY, **{"task.name": "translate", "model.kind": "encoder-decoder", "train.steps": "40"})
+        self.check_finished_run(config, "encdec")
+
+
+if __name__ == "__main__":
+    cc.main()
