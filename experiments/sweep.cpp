@@ -349,21 +349,22 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
         const auto& [name, cell] = plan[i];
         const fs::path dir = sweep_dir / name;
         std::vector<std::string> args{options.executable, "train"};
+        std::string action = "starting";
         if (fs::exists(dir / "summary.json")) {
             std::cerr << "sweep: " << name << ": finished earlier, skipped\n";
             continue;
         }
         if (fs::exists(dir / "checkpoints") && !fs::is_empty(dir / "checkpoints")) {
             args.insert(args.end(), {"--resume", dir.string()});
-            std::cerr << "sweep: " << name << ": resuming\n";
+            action = "resuming";
         } else {
             fs::remove_all(dir);  // started earlier but never checkpointed: nothing to keep
             const fs::path cell_config = sweep_dir / "cells" / (std::to_string(i) + ".toml");
             write_atomically(cell_config, to_toml(cell));
             args.insert(args.end(), {cell_config.string(), "--run-dir", dir.string()});
-            std::cerr << "sweep: " << name << ": starting\n";
         }
         while (running.size() >= jobs) wait_one();
+        std::cerr << "sweep: " << name << ": " << action << "\n";
         running[spawn(args, sweep_dir / "logs" / (name + ".log"))] = name;
     }
     while (!running.empty()) wait_one();
