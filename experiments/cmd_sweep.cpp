@@ -21,6 +21,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
     cxxopts::ParseResult parsed;
     try {
         parsed = options.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+        throw UsageError(std::string("--jobs: expected a positive integer (") + e.what() + ")");
     } catch (const cxxopts::exceptions::exception& e) {
         throw UsageError(e.what());
     }

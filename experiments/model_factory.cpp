@@ -57,12 +57,12 @@ std::vector<AttentionKind> TaskModel::kinds_for(const Batch& batch, const Attent
     AttentionMask causal_padded;  // decoder self-attention: causal AND key padding
     causal_padded.causal = true;
     causal_padded.key_lengths = batch.lengths;
-    if (!enc_dec_) return {{"self", causal_padded, batch.lengths, &maps.self, &maps.self_score_std}};
+    if (!enc_dec_) return {{"self", causal_padded, batch.lengths, &maps.self}};
     AttentionMask source;  // keys of the source beyond its length are ineligible
     source.key_lengths = batch.src_lengths;
-    return {{"enc_self", source, batch.src_lengths, &maps.enc_self, &maps.enc_self_score_std},
-            {"dec_self", causal_padded, batch.lengths, &maps.self, &maps.self_score_std},
-            {"cross", source, batch.lengths, &maps.cross, &maps.cross_score_std}};
+    return {{"enc_self", source, batch.src_lengths, &maps.enc_self},
+            {"dec_self", causal_padded, batch.lengths, &maps.self},
+            {"cross", source, batch.lengths, &maps.cross}};
 }
 
 Module& TaskModel::module() const {

@@ -19,8 +19,7 @@ struct AttentionKind {
     std::string name;          // "self" | "enc_self" | "dec_self" | "cross"
     AttentionMask mask;
     std::vector<size_t> query_lengths;
-    const std::vector<Tensor>* weights = nullptr;  // per layer, from AttentionMaps
-    const std::vector<std::vector<double>>* score_std = nullptr;  // per layer, per head
+    const AttentionTrace* trace = nullptr;  // per layer: weights, score statistics, head outputs
 };
 
 class TaskModel {

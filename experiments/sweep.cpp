@@ -179,11 +179,13 @@ std::vector<CellResult> aggregate_over_seeds(const SweepTable& table) {
         const auto& cells = members[g];
         size_t ok = 0;
         for (const CellResult* c : cells) ok += c->status == "ok";
+        // only finished cells count: a failed cell's partial metrics are not a result
         groups[g].status = std::to_string(ok) + "/" + std::to_string(cells.size()) + " ok";
         groups[g].numbers["n"] = static_cast<double>(cells.size());
         for (const std::string& column : table.columns) {
             std::vector<double> xs;
             for (const CellResult* c : cells) {
+                if (c->status != "ok") continue;
                 auto it = c->numbers.find(column);
                 if (it != c->numbers.end() && !std::isnan(it->second)) xs.push_back(it->second);
             }
@@ -205,17 +207,25 @@ std::vector<CellResult> aggregate_over_seeds(const SweepTable& table) {
 
 namespace {
 
+// RFC 4180: a field holding a comma, a quote or a line break is quoted, quotes doubled.
+std::string csv_field(const std::string& text) {
+    if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+    std::string out = "\"";
+    for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return out + "\"";
+}
+
 void write_csv(const SweepTable& t, const fs::path& path) {
     std::ostringstream out;
     out << "row,name";
-    for (const auto& k : t.keys) out << "," << k;
+    for (const auto& k : t.keys) out << "," << csv_field(k);
     out << ",status,n";
     for (const auto& c : t.columns) out << "," << c << "," << c << "_std";
     out << "\n";
     auto row = [&](const char* kind, const CellResult& r, bool aggregate) {
-        out << kind << "," << r.name;
-        for (const auto& v : r.values) out << "," << v;
-        out << "," << r.status << "," << (aggregate ? fmt(r.numbers.at("n")) : "1");
+        out << kind << "," << csv_field(r.name);
+        for (const auto& v : r.values) out << "," << csv_field(v);
+        out << "," << csv_field(r.status) << "," << (aggregate ? fmt(r.numbers.at("n")) : "1");
         for (const auto& c : t.columns) {
             auto it = r.numbers.find(c);
             out << "," << (it == r.numbers.end() ? "" : fmt(it->second, 10));
@@ -327,6 +337,25 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
         cell.run.out_dir = sweep_dir.string();
         validate(cell);
         plan.emplace_back(cell.run.name, cell);
+    }
+    // A cell folder left by an earlier run of this sweep must hold the same
+    // config (threads aside, which follow --jobs): otherwise skipping or
+    // resuming it would tabulate another experiment's results.
+    for (const auto& [name, cell] : plan) {
+        const fs::path existing = sweep_dir / name / "config.toml";
+        if (!fs::exists(existing)) continue;
+        Config earlier = load_config(existing.string());
+        earlier.train.threads = cell.train.threads;
+        earlier.run.out_dir = cell.run.out_dir;
+        if (earlier == cell) continue;
+        std::istringstream a(to_toml(earlier)), b(to_toml(cell));
+        std::string section, la, lb;
+        while (std::getline(a, la) && std::getline(b, lb)) {
+            if (!la.empty() && la.front() == '[') section = la.substr(1, la.find(']') - 1);
+            if (la != lb) break;
+        }
+        throw Error("[sweep] " + (sweep_dir / name).string() + " was run with " + section + "." + la +
+                    ", this sweep has " + section + "." + lb + "; use another run.name, or remove the folder");
     }
     fs::create_directories(sweep_dir / "cells");
     fs::create_directories(sweep_dir / "logs");

@@ -79,6 +79,8 @@ struct Trainer::State {
     std::optional<MetricsLog> log;
     int64_t step = 0;
     double wall_before = 0;  // seconds spent by earlier processes of this run (resume)
+    int64_t tokens_before = 0;  // valid tokens they trained on
+    size_t tokens_total = 0;    // valid tokens this process trained on
     RunSummary summary;
 
     explicit State(const Config& c) : config(c), init_rng(static_cast<uint64_t>(c.run.seed), 10),
@@ -108,7 +110,8 @@ struct Trainer::State {
         const auto rng_words = [](const Rng& r) { const Rng::State s = r.state(); return std::vector<uint64_t>(s.begin(), s.end()); };
         data.rng = {{"train_data", rng_words(train_data->rng())}, {"dropout", rng_words(dropout_rng)}};
         data.data = {{"first_step_at_target", {summary.first_step_at_target.value_or(-1)}},
-                     {"wall_ms", {static_cast<int64_t>(std::llround(elapsed() * 1000.0))}}};
+                     {"wall_ms", {static_cast<int64_t>(std::llround(elapsed() * 1000.0))}},
+                     {"tokens", {tokens_before + static_cast<int64_t>(tokens_total)}}};
         const fs::path folder = dir / "checkpoints";
         write_checkpoint((folder / checkpoint_name(step)).string(), data);
         if (config.train.keep_checkpoints > 0) prune_checkpoints(folder.string(), static_cast<size_t>(config.train.keep_checkpoints));
@@ -117,9 +120,9 @@ struct Trainer::State {
     // One row per attention kind: what every head does on `batch`, at the current step.
     void log_attention(const Batch& batch, const AttentionMaps& maps) {
         for (const AttentionKind& kind : model->kinds_for(batch, maps)) {
-            const HeadStats h = attention_stats(*kind.weights, kind.mask, kind.query_lengths);
+            const HeadStats h = attention_stats(kind.trace->weights, kind.mask, kind.query_lengths);
             std::vector<double> score_std;  // [layer][head]
-            for (const std::vector<double>& layer : *kind.score_std) score_std.insert(score_std.end(), layer.begin(), layer.end());
+            for (const std::vector<double>& layer : kind.trace->score_std) score_std.insert(score_std.end(), layer.begin(), layer.end());
             log->append_attention(kind.name, step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max, score_std);
         }
     }
@@ -188,6 +191,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
     for (const auto& [name, values] : data.data) {
         if (name == "first_step_at_target" && !values.empty() && values[0] >= 0) state->summary.first_step_at_target = values[0];
         if (name == "wall_ms" && !values.empty()) state->wall_before = static_cast<double>(values[0]) / 1000.0;
+        if (name == "tokens" && !values.empty()) state->tokens_before = values[0];
     }
     state->step = data.step;
     state->log.emplace(MetricsLog::resume((dir / "metrics.h5").string(), data.step));
@@ -207,7 +211,7 @@ int Trainer::run() {
     const NamedTensors params = s.model->module().named_parameters();
     s.model->module().train();
 
-    size_t tokens_total = 0, tokens_since_log = 0;
+    size_t tokens_since_log = 0;
     const int64_t first_step = s.step;
     Clock::time_point last_log = Clock::now();
     const Clock::time_point run_start = Clock::now();
@@ -243,7 +247,7 @@ int Trainer::run() {
         s.step = next;
         size_t tokens = 0;
         for (size_t length : batch.lengths) tokens += length;
-        tokens_total += tokens;
+        s.tokens_total += tokens;
         tokens_since_log += tokens;
 
         if (log_now) {
@@ -280,8 +284,8 @@ int Trainer::run() {
     r.eval_token_acc = final_score.token_acc;
     r.eval_seq_acc = final_score.seq_acc;
     r.wall_s = s.elapsed();
-    const double this_process = std::chrono::duration<double>(Clock::now() - run_start).count();
-    r.tokens_per_s = static_cast<double>(tokens_total) / std::max(this_process, 1e-9);
+    // over the whole run, earlier processes of a resumed run included
+    r.tokens_per_s = static_cast<double>(s.tokens_before + static_cast<int64_t>(s.tokens_total)) / std::max(r.wall_s, 1e-9);
     r.peak_rss_mb = peak_rss_mb();
     std::ostringstream json;
     json.precision(10);

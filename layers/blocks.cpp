@@ -48,12 +48,10 @@ EncoderBlock::EncoderBlock(const BlockConfig& c, Rng& init, Rng* dropout_rng)
     add_feed_forward(*this, c, init, dropout_rng, ffn, res2);
 }
 
-Tensor EncoderBlock::forward(const Tensor& x, const AttentionMask& mask, std::vector<Tensor>* weights,
-                             std::vector<std::vector<double>>* score_std) const {
+Tensor EncoderBlock::forward(const Tensor& x, const AttentionMask& mask, AttentionTrace* trace) const {
     Tensor h = res1.before(x);
-    MultiHeadAttention::Output a = attn.forward(h, h, mask, weights != nullptr);
-    if (weights) weights->push_back(a.weights);
-    if (weights && score_std) score_std->push_back(a.score_std);
+    MultiHeadAttention::Output a = attn.forward(h, h, mask, trace != nullptr);
+    if (trace) trace->add(a);
     Tensor y = res1.after(x, a.out);
     if (ffn) y = res2->after(y, ffn->forward(res2->before(y)));
     return y;
@@ -75,21 +73,20 @@ DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init
 }
 
 Tensor DecoderBlock::forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,
-                             const AttentionMask& cross_mask, Weights weights, Caches* caches) const {
+                             const AttentionMask& cross_mask, AttentionTrace* self_trace, AttentionTrace* cross_trace,
+                             Caches* caches) const {
     Tensor h = res1.before(x);
-    MultiHeadAttention::Output a = caches ? attn.forward_cached(h, caches->self, self_mask, weights.self != nullptr)
-                                          : attn.forward(h, h, self_mask, weights.self != nullptr);
-    if (weights.self) weights.self->push_back(a.weights);
-    if (weights.self && weights.self_score_std) weights.self_score_std->push_back(a.score_std);
+    MultiHeadAttention::Output a = caches ? attn.forward_cached(h, caches->self, self_mask, self_trace != nullptr)
+                                          : attn.forward(h, h, self_mask, self_trace != nullptr);
+    if (self_trace) self_trace->add(a);
     Tensor y = res1.after(x, a.out);
     if (cross_attn) {
         if (!memory.defined()) fail("decoder", "cross-attention needs the encoder output");
         Tensor hq = res_cross->before(y);
         MultiHeadAttention::Output c =
-            caches ? cross_attn->forward_cross_cached(hq, memory, caches->cross, cross_mask, weights.cross != nullptr)
-                   : cross_attn->forward(hq, memory, cross_mask, weights.cross != nullptr);
-        if (weights.cross) weights.cross->push_back(c.weights);
-        if (weights.cross && weights.cross_score_std) weights.cross_score_std->push_back(c.score_std);
+            caches ? cross_attn->forward_cross_cached(hq, memory, caches->cross, cross_mask, cross_trace != nullptr)
+                   : cross_attn->forward(hq, memory, cross_mask, cross_trace != nullptr);
+        if (cross_trace) cross_trace->add(c);
         y = res_cross->after(y, c.out);
     }
     if (ffn) y = res2->after(y, ffn->forward(res2->before(y)));

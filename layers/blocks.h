@@ -23,6 +23,19 @@ struct BlockConfig {
     double dropout = 0.0;       // on each sublayer's output (residual dropout)
 };
 
+// What one attention kind did in each layer of a forward pass (appended per layer
+// when a trace is given; asking for it never changes the result).
+struct AttentionTrace {
+    std::vector<Tensor> weights;                 // (B, H, Tq, Tk)
+    std::vector<std::vector<double>> score_std;  // per head: std of scale * q.k over eligible pairs
+    std::vector<Tensor> context;                 // (B, H, Tq, d_h): per-head outputs before out_proj
+    void add(const MultiHeadAttention::Output& o) {
+        weights.push_back(o.weights);
+        score_std.push_back(o.score_std);
+        context.push_back(o.context);
+    }
+};
+
 // One sublayer with its residual path and optional LayerNorm.
 class Residual : public Module {
 public:
@@ -39,8 +52,7 @@ class EncoderBlock : public Module {
 public:
     EncoderBlock(const BlockConfig& config, Rng& init, Rng* dropout_rng);
     // x (B, S, D); weights (B, H, S, S) appended to *weights when given
-    Tensor forward(const Tensor& x, const AttentionMask& mask, std::vector<Tensor>* weights = nullptr,
-                   std::vector<std::vector<double>>* score_std = nullptr) const;
+    Tensor forward(const Tensor& x, const AttentionMask& mask, AttentionTrace* trace = nullptr) const;
     MultiHeadAttention attn;
     Residual res1;
     std::unique_ptr<FeedForward> ffn;
@@ -51,23 +63,17 @@ struct BlockCaches {
     KVCache self, cross;
 };
 // Where a decoder block appends its attention weights (nullptr: not requested).
-struct BlockWeights {
-    std::vector<Tensor>* self = nullptr;
-    std::vector<Tensor>* cross = nullptr;
-    std::vector<std::vector<double>>* self_score_std = nullptr;   // per layer, per head
-    std::vector<std::vector<double>>* cross_score_std = nullptr;
-};
 
 // Causal self-attention, optional cross-attention to an encoder's output, FFN.
 class DecoderBlock : public Module {
 public:
     DecoderBlock(const BlockConfig& config, bool cross_attention, Rng& init, Rng* dropout_rng);
     using Caches = BlockCaches;
-    using Weights = BlockWeights;
     // x (B, T, D); memory (B, S, D) or undefined when there is no cross-attention.
     // With `caches`, x holds only new positions and keys/values are cached.
     Tensor forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,
-                   const AttentionMask& cross_mask, Weights weights = {}, Caches* caches = nullptr) const;
+                   const AttentionMask& cross_mask, AttentionTrace* self_trace = nullptr,
+                   AttentionTrace* cross_trace = nullptr, Caches* caches = nullptr) const;
     MultiHeadAttention attn;
     Residual res1;
     std::unique_ptr<MultiHeadAttention> cross_attn;

@@ -55,8 +55,12 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
 Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths, AttentionMaps* maps) const {
     check_tokens("decoder", tokens, lengths);
     Tensor x = emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens)));  // (B, T, D)
+    if (maps) maps->hidden.push_back(x);
     const AttentionMask mask = padding_mask(lengths, true);
-    for (const auto& block : blocks) x = block->forward(x, mask, Tensor(), {}, maps ? maps->self_sink() : BlockWeights{});
+    for (const auto& block : blocks) {
+        x = block->forward(x, mask, Tensor(), {}, maps ? &maps->self : nullptr);
+        if (maps) maps->hidden.push_back(x);
+    }
     if (ln_f) x = ln_f->forward(x);
     return head.forward(x);  // (B, T, V)
 }
@@ -65,10 +69,13 @@ Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache, Att
     check_tokens("decoder", tokens, {});
     if (cache.layers.empty()) cache.layers.resize(blocks.size());
     Tensor x = emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens), cache.position));
+    if (maps) maps->hidden.push_back(x);
     AttentionMask mask;
     mask.causal = true;  // bottom-right aligned: the new queries see every cached key
-    for (size_t l = 0; l < blocks.size(); ++l)
-        x = blocks[l]->forward(x, mask, Tensor(), {}, maps ? maps->self_sink() : BlockWeights{}, &cache.layers[l]);
+    for (size_t l = 0; l < blocks.size(); ++l) {
+        x = blocks[l]->forward(x, mask, Tensor(), {}, maps ? &maps->self : nullptr, nullptr, &cache.layers[l]);
+        if (maps) maps->hidden.push_back(x);
+    }
     cache.position += tokens.shape[1];
     if (ln_f) x = ln_f->forward(x);
     return head.forward(x);
@@ -107,8 +114,12 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
 Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths, AttentionMaps* maps) const {
     check_tokens("encoder", src, src_lengths);
     Tensor x = emb_drop.forward(src_pos_emb.forward(src_emb.forward(src)));  // (B, S, D)
+    if (maps) maps->enc_hidden.push_back(x);
     const AttentionMask mask = padding_mask(src_lengths, false);
-    for (const auto& block : encoder) x = block->forward(x, mask, maps ? &maps->enc_self : nullptr, maps ? &maps->enc_self_score_std : nullptr);
+    for (const auto& block : encoder) {
+        x = block->forward(x, mask, maps ? &maps->enc_self : nullptr);
+        if (maps) maps->enc_hidden.push_back(x);
+    }
     return enc_ln_f ? enc_ln_f->forward(x) : x;
 }
 
@@ -116,11 +127,13 @@ Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& s
                               const std::vector<size_t>& tgt_lengths, AttentionMaps* maps) const {
     check_tokens("decoder", tgt_in, tgt_lengths);
     Tensor x = emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_in)));  // (B, T, D)
+    if (maps) maps->hidden.push_back(x);
     const AttentionMask self_mask = padding_mask(tgt_lengths, true);
     const AttentionMask cross_mask = padding_mask(src_lengths, false);
-    for (const auto& block : decoder)
-        x = block->forward(x, self_mask, memory, cross_mask,
-                           maps ? maps->decoder_sink() : BlockWeights{});
+    for (const auto& block : decoder) {
+        x = block->forward(x, self_mask, memory, cross_mask, maps ? &maps->self : nullptr, maps ? &maps->cross : nullptr);
+        if (maps) maps->hidden.push_back(x);
+    }
     if (dec_ln_f) x = dec_ln_f->forward(x);
     return head.forward(x);  // (B, T, V)
 }
@@ -135,12 +148,15 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
     check_tokens("decoder", tgt_new, {});
     if (cache.layers.empty()) cache.layers.resize(decoder.size());
     Tensor x = emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_new), cache.position));
+    if (maps) maps->hidden.push_back(x);
     AttentionMask self_mask;
     self_mask.causal = true;
     const AttentionMask cross_mask = padding_mask(src_lengths, false);
-    for (size_t l = 0; l < decoder.size(); ++l)
-        x = decoder[l]->forward(x, self_mask, memory, cross_mask,
-                                maps ? maps->decoder_sink() : BlockWeights{}, &cache.layers[l]);
+    for (size_t l = 0; l < decoder.size(); ++l) {
+        x = decoder[l]->forward(x, self_mask, memory, cross_mask, maps ? &maps->self : nullptr,
+                                maps ? &maps->cross : nullptr, &cache.layers[l]);
+        if (maps) maps->hidden.push_back(x);
+    }
     cache.position += tgt_new.shape[1];
     if (dec_ln_f) x = dec_ln_f->forward(x);
     return head.forward(x);

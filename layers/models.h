@@ -19,16 +19,15 @@ struct ModelConfig {
     double embedding_dropout = 0.0;
 };
 
-// Attention weights per layer, (B, H, Tq, Tk) each, by attention kind.
+// What a forward pass shows, per attention kind and layer: weights, score
+// statistics, per-head outputs; and the hidden states (B, T, D) after the
+// embeddings and after each block.
 struct AttentionMaps {
-    std::vector<Tensor> self;      // DecoderLM ("self"), or decoder self-attention ("dec_self")
-    std::vector<Tensor> enc_self;  // encoder self-attention
-    std::vector<Tensor> cross;     // decoder -> encoder
-    // per layer, per head: std of the scaled scores over eligible pairs
-    std::vector<std::vector<double>> self_score_std, enc_self_score_std, cross_score_std;
-    // where decoder blocks put theirs: a DecoderLM's (self only) or an EncoderDecoder's
-    BlockWeights self_sink() { return {&self, nullptr, &self_score_std, nullptr}; }
-    BlockWeights decoder_sink() { return {&self, &cross, &self_score_std, &cross_score_std}; }
+    AttentionTrace self;      // DecoderLM ("self"), or decoder self-attention ("dec_self")
+    AttentionTrace enc_self;  // encoder self-attention
+    AttentionTrace cross;     // decoder -> encoder
+    std::vector<Tensor> hidden;      // decoder: embeddings, then each block's output
+    std::vector<Tensor> enc_hidden;  // encoder: the same
 };
 
 // Per-layer KV caches and the number of positions already decoded.

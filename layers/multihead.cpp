@@ -80,8 +80,29 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     options.need_weights = need_weights;
     AttentionResult r = attention(q, k, v, mask, options);  // context (B, H, Tq, d_h)
     const size_t B = q.size(0), Tq = q.size(2);
-    Tensor merged = reshape(permute(r.context, {0, 2, 1, 3}), {B, Tq, heads * head_width});  // Concat(heads)
-    return {out_proj.forward(merged), r.weights, r.score_std};
+    Tensor context = head_edits.empty() ? r.context : edit_heads(r.context);
+    Tensor merged = reshape(permute(context, {0, 2, 1, 3}), {B, Tq, heads * head_width});  // Concat(heads)
+    return {out_proj.forward(merged), r.weights, r.score_std, context};
+}
+
+// context (B, H, Tq, d_h) -> context * keep + replacement, keep (1, H, 1, 1), replacement (1, H, 1, d_h)
+Tensor MultiHeadAttention::edit_heads(const Tensor& context) const {
+    if (head_edits.size() != heads)
+        fail("attention", std::to_string(head_edits.size()) + " head edits for " + std::to_string(heads) + " heads");
+    std::vector<double> keep(heads, 1.0), replacement(heads * head_width, 0.0);
+    for (size_t h = 0; h < heads; ++h) {
+        const HeadEdit& e = head_edits[h];
+        if (e.kind == HeadEdit::Kind::keep) continue;
+        keep[h] = 0.0;
+        if (e.kind == HeadEdit::Kind::replace) {
+            if (e.value.size() != head_width)
+                fail("attention", "replacement for head " + std::to_string(h) + " has " + std::to_string(e.value.size()) +
+                                      " values, head width is " + std::to_string(head_width));
+            std::copy(e.value.begin(), e.value.end(), replacement.begin() + static_cast<std::ptrdiff_t>(h * head_width));
+        }
+    }
+    return context * Tensor::from_values(keep, {1, heads, 1, 1}, context.dtype()) +
+           Tensor::from_values(replacement, {1, heads, 1, head_width}, context.dtype());
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask,

@@ -43,7 +43,15 @@ public:
         Tensor out;      // (B, Tq, D)
         Tensor weights;  // (B, H, Tq, Tk) when requested, else undefined
         std::vector<double> score_std;  // per head, when weights are requested
+        Tensor context;  // (B, H, Tq, d_h): each head's output before the output projection
     };
+    // Per-head interventions on the context before the output projection
+    // (head ablation): keep, zero, or replace by a fixed vector (mean ablation).
+    struct HeadEdit {
+        enum class Kind { keep, zero, replace } kind = Kind::keep;
+        std::vector<double> value;  // d_h, for replace
+    };
+    std::vector<HeadEdit> head_edits;  // empty, or one per head
     // x_q (B, Tq, D), x_kv (B, Tk, D_kv)
     Output forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask, bool need_weights = false) const;
     // Self-attention over a KV cache: projects x_new (B, Tn, D), appends its keys and
@@ -63,6 +71,7 @@ public:
 
 private:
     Tensor split_heads(const Tensor& x, size_t heads) const;  // (B, T, H*d_h) -> (B, H, T, d_h)
+    Tensor edit_heads(const Tensor& context) const;
     Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;
 };
 

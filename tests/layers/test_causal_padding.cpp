@@ -38,7 +38,7 @@ std::vector<double> logits(DecoderLM& model, Path path, const Indices& tokens) {
     if (path == Path::eval || path == Path::eval_maps || training) {
         Tensor out = model.forward(tokens, {}, m);
         if (want_maps) {
-            EXPECT_EQ(maps.self.size(), model.blocks.size());
+            EXPECT_EQ(maps.self.weights.size(), model.blocks.size());
         }
         return out.values();
     }
@@ -219,7 +219,7 @@ TEST(PaddingInvariance, CrossAttentionIgnoresPaddedSource) {
     expect_valid_positions_equal(a, b, all_positions);
     AttentionMaps maps;
     expect_valid_positions_equal(a, model.forward(src_b, batch.src_lengths, batch.tgt, {}, &maps), all_positions);
-    ASSERT_EQ(maps.cross.size(), 2u);
+    ASSERT_EQ(maps.cross.weights.size(), 2u);
     for (size_t i = 0; i < 2; ++i) {
         const size_t n = batch.src_lengths[i];
         expect_matches_alone(a, i, model.forward(token_row(batch.src, i, n), {n}, token_row(batch.tgt, i, 6)), 6);

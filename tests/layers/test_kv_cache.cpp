@@ -91,13 +91,13 @@ TEST(KVCache, CachedWeightsAreTheFullPassRows) {
     for (size_t t = 0; t < T; ++t) {
         AttentionMaps step;
         model.forward_cached(token_columns(tokens, t, t + 1), cache, &step);
-        ASSERT_EQ(step.self.size(), 2u);
+        ASSERT_EQ(step.self.weights.size(), 2u);
         for (size_t l = 0; l < 2; ++l) {
-            ASSERT_EQ(step.self[l].shape(), (Shape{B, H, 1, t + 1}));
+            ASSERT_EQ(step.self.weights[l].shape(), (Shape{B, H, 1, t + 1}));
             for (size_t b = 0; b < B; ++b)
                 for (size_t h = 0; h < H; ++h)
                     for (size_t j = 0; j <= t; ++j)
-                        EXPECT_NEAR(step.self[l].at({b, h, 0, j}), full.self[l].at({b, h, t, j}), 1e-6)
+                        EXPECT_NEAR(step.self.weights[l].at({b, h, 0, j}), full.self.weights[l].at({b, h, t, j}), 1e-6)
                             << "layer " << l << " step " << t << " key " << j;
         }
     }
