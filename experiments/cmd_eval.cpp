@@ -1,11 +1,10 @@
 // attnlab eval CHECKPOINT [--batches N] [--seed S]: loss, token accuracy and
 // sequence accuracy of a checkpoint on fresh data (a data stream that neither
 // training nor the run's held-out evaluation used).
-#include <cxxopts.hpp>
 #include <cstdio>
 
 #include "experiments/checkpoint.h"
-#include "experiments/commands.h"
+#include "experiments/command_line.h"
 #include "experiments/config.h"
 #include "experiments/evaluate.h"
 #include "experiments/model_factory.h"
@@ -20,14 +19,7 @@ int cmd_eval(const std::vector<std::string>& args) {
                          ("h,help", "this help")
                          ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"checkpoint"});
-    std::vector<const char*> argv{"attnlab eval"};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    cxxopts::ParseResult parsed;
-    try {
-        parsed = options.parse(static_cast<int>(argv.size()), argv.data());
-    } catch (const cxxopts::exceptions::exception& e) {
-        throw UsageError(e.what());
-    }
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {
         std::printf("%s", options.help().c_str());
         return 0;

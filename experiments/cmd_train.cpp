@@ -1,8 +1,7 @@
 // attnlab train [CONFIG] [key=value ...] | attnlab train --resume RUN_DIR
-#include <cxxopts.hpp>
 #include <iostream>
 
-#include "experiments/commands.h"
+#include "experiments/command_line.h"
 #include "experiments/trainer.h"
 
 namespace attnlab {
@@ -16,14 +15,7 @@ int cmd_train(const std::vector<std::string>& args) {
                          ("h,help", "this help")
                          ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"args"});
-    std::vector<const char*> argv{"attnlab train"};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    cxxopts::ParseResult parsed;
-    try {
-        parsed = options.parse(static_cast<int>(argv.size()), argv.data());
-    } catch (const cxxopts::exceptions::exception& e) {
-        throw UsageError(e.what());
-    }
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {
         std::cout << options.help() << "\nOverrides use the config's dotted keys, e.g. model.heads=8; see --keys.\n";
         return 0;
