@@ -23,5 +23,6 @@ int cmd_gradcheck(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
+int cmd_generate(const std::vector<std::string>& args);
 
 }  // namespace attnlab
