@@ -15,6 +15,7 @@ constexpr const char* usage =
     "  train [CONFIG] [key=value ...]   train from a TOML config (no CONFIG: the default experiment)\n"
     "  train --resume RUN_DIR           continue a run from its newest checkpoint\n"
     "  eval CHECKPOINT                  loss, token and sequence accuracy on fresh data\n"
+    "  inspect CHECKPOINT --tokens \"...\" --out OUT.h5   logits, per-head attention weights, hidden states\n"
     "  sweep CONFIG [key=value ...]     run the config's [sweep] grid, then one summary table\n"
     "  generate CHECKPOINT --prompt \"...\"  decode with the KV cache (greedy, temperature, top-k)\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
@@ -44,6 +45,7 @@ int run_cli(int argc, char** argv) {
         if (command == "gradcheck") return cmd_gradcheck(args);
         if (command == "train") return cmd_train(args);
         if (command == "eval") return cmd_eval(args);
+        if (command == "inspect") return cmd_inspect(args);
         if (command == "sweep") return cmd_sweep(args);
         if (command == "generate") return cmd_generate(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");

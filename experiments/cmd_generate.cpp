@@ -3,14 +3,13 @@
 // Decodes one sequence with the KV cache (experiments/generate.h); prints
 // "prompt | generated" on one line, and with --check-cache one line per step and
 // a final "cache check: N steps, max |cached - full| = X" (exit 1 on a failure).
-#include <cxxopts.hpp>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "experiments/checkpoint.h"
-#include "experiments/commands.h"
+#include "experiments/command_line.h"
 #include "experiments/config.h"
 #include "experiments/generate.h"
 #include "experiments/model_factory.h"

@@ -1,9 +1,8 @@
 // attnlab sweep CONFIG [key=value ...] [--jobs N] [--force]
-#include <cxxopts.hpp>
 #include <iostream>
 #include <unistd.h>
 
-#include "experiments/commands.h"
+#include "experiments/command_line.h"
 #include "experiments/sweep.h"
 
 namespace attnlab {

@@ -2,6 +2,10 @@
 // the command name, its errors turned into UsageError (one line, exit 2).
 #pragma once
 
+// Vector-valued options (our positional CONFIG and key=value lists) must keep
+// commas: "optim.betas=[0.9,0.98]" is one argument. Every command includes
+// cxxopts through this header, so the setting is the same everywhere.
+#define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 #include <string>
 #include <vector>

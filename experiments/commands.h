@@ -22,6 +22,7 @@ void split_config_and_overrides(const std::vector<std::string>& positionals, std
 int cmd_gradcheck(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
+int cmd_inspect(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 

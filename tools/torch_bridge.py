@@ -1,0 +1,533 @@
+#!/usr/bin/python3
+"""An attnlab checkpoint as the equivalent PyTorch module, checked against `attnlab inspect`.
+
+    tools/torch_bridge.py CHECKPOINT --compare OUT.h5 [--tol 1e-4] [--nn-mha] [--dtype float32|float64]
+    tools/torch_bridge.py CHECKPOINT --tokens "3 7 5 1" [--target "2 9"]     # run it, print argmax
+    tools/torch_bridge.py CHECKPOINT --save MODEL.pt                         # state_dict + config for torch.load
+
+The checkpoint's /params/<dotted.name> (float32, PyTorch layout) load with
+load_state_dict(strict=True) into DecoderLM or EncoderDecoder below, whose
+modules carry the same dotted names (README, "Parameter names"). The
+architecture comes from the checkpoint's `config` attribute (TOML): model.kind
+decoder | encoder-decoder, norm pre | post | none, positional learned |
+sinusoidal | none, ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
+bias on | off, kv_heads (grouped K/V: query head h reads K/V head
+h // (heads / kv_heads), i.e. repeat_interleave), head_width, scale sqrt | none
+| linear | a number. LayerNorm eps is 1e-5. Sequences are right-padded; keys at
+positions >= length are ineligible, decoder self-attention is also causal.
+
+--compare OUT.h5 reads the tokens (and lengths) of an `attnlab inspect` file,
+runs this module on them in eval mode and prints the largest absolute
+difference of the logits, of every attention map and every hidden state. Exit
+status: 0 when the logits and attention weights differ by at most --tol and
+each hidden state by at most --tol * max(1, its largest magnitude); 1
+otherwise; 2 for bad input (one line on stderr).
+
+Masks: attnlab (like SDPA and FlashAttention) uses boolean ELIGIBILITY, true =
+the query may attend to the key. torch.nn.MultiheadAttention's bool attn_mask
+and key_padding_mask use the opposite polarity, true = NOT allowed; pass it
+`~eligible` (see mha_attn_mask). --nn-mha runs every attention layer that
+nn.MultiheadAttention can express (kv_heads = heads, heads * head_width =
+width, scale 1/sqrt(head_width)) through torch.nn.functional.multi_head_attention_forward
+with that converted mask, instead of the explicit softmax(scale Q K^T) V.
+
+Needs Debian's /usr/bin/python3 with python3-torch, python3-h5py, python3-numpy.
+"""
+import argparse
+import math
+import os
+import sys
+import tomllib
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CHECKPOINT_FORMAT = "attnlab-checkpoint"
+INSPECT_FORMAT = "attnlab-inspect"
+FORMAT_VERSION = 1
+BOS = 2
+
+
+class BridgeError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+# ---- checkpoint and config ---------------------------------------------------
+
+def _attr_text(value):
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _open_h5(path, what):
+    if not os.path.exists(path):
+        raise BridgeError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise BridgeError(f"{path}: is a directory, not a file")
+    try:
+        is_hdf5 = h5py.is_hdf5(path)
+    except OSError as e:
+        raise BridgeError(f"{path}: cannot read ({e})") from None
+    if not is_hdf5:
+        raise BridgeError(f"{path}: not an HDF5 file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise BridgeError(f"{path}: HDF5 cannot open this {what} ({str(e).splitlines()[0]})") from None
+
+
+def _check_format(f, path, expected):
+    for attr in ("format", "format_version", "config"):
+        if attr not in f.attrs:
+            raise BridgeError(f"{path}: missing root attribute '{attr}'")
+    fmt = _attr_text(f.attrs["format"])
+    if fmt != expected:
+        raise BridgeError(f"{path}: format is '{fmt}', expected '{expected}'")
+    version = int(f.attrs["format_version"])
+    if version != FORMAT_VERSION:
+        raise BridgeError(f"{path}: format_version {version} is not supported (this bridge reads {FORMAT_VERSION})")
+
+
+def read_checkpoint(path):
+    """-> (params {dotted.name: float32 ndarray}, config dict from the TOML text, config text, step)"""
+    with _open_h5(path, "checkpoint") as f:
+        try:
+            _check_format(f, path, CHECKPOINT_FORMAT)
+            text = _attr_text(f.attrs["config"])
+            step = int(f.attrs["step"]) if "step" in f.attrs else -1
+            if "params" not in f or not isinstance(f["params"], h5py.Group):
+                raise BridgeError(f"{path}: no /params group")
+            params = {}
+
+            def visit(name, obj):
+                if isinstance(obj, h5py.Dataset):
+                    params[name] = np.asarray(obj[()], dtype=np.float32)
+
+            f["params"].visititems(visit)
+        except (OSError, KeyError, ValueError) as e:  # truncated or corrupt past the superblock
+            raise BridgeError(f"{path}: cannot read ({str(e).splitlines()[0]})") from None
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise BridgeError(f"{path}: config attribute is not valid TOML ({e})") from None
+    return params, config, text, step
+
+
+def resolve_scale(spec, head_width):
+    """attnlab's model.scale: "sqrt" -> 1/sqrt(d_h), "none" -> 1, "linear" -> 1/d_h, or a positive number."""
+    spec = str(spec)
+    if spec == "sqrt":
+        return 1.0 / math.sqrt(head_width)
+    if spec == "none":
+        return 1.0
+    if spec == "linear":
+        return 1.0 / head_width
+    try:
+        value = float(spec)
+    except ValueError:
+        raise BridgeError(f"model.scale '{spec}' is not sqrt, none, linear or a number") from None
+    if not value > 0 or not math.isfinite(value):
+        raise BridgeError(f"model.scale '{spec}' must be a positive number")
+    return value
+
+
+class Arch:
+    """What the module builder needs from the config's [model] and [task] sections."""
+
+    def __init__(self, config):
+        try:
+            m, t = config["model"], config["task"]
+            self.kind = m["kind"]
+            self.vocab = int(t["vocab"])
+            self.layers = int(m["layers"])
+            self.width = int(m["width"])
+            self.heads = int(m["heads"])
+            self.kv_heads = int(m.get("kv_heads", 0)) or self.heads
+            self.head_width = int(m.get("head_width", 0)) or self.width // self.heads
+            self.ffn = int(m["ffn"])
+            self.norm = m["norm"]
+            self.positional = m["positional"]
+            self.activation = m.get("activation", "gelu")
+            self.bias = bool(m.get("bias", True))
+            self.scale = resolve_scale(m.get("scale", "sqrt"), self.head_width)
+        except KeyError as e:
+            raise BridgeError(f"config has no key {e}") from None
+        checks = [
+            (self.kind in ("decoder", "encoder-decoder"), f"model.kind '{self.kind}'"),
+            (self.norm in ("pre", "post", "none"), f"model.norm '{self.norm}'"),
+            (self.positional in ("learned", "sinusoidal", "none"), f"model.positional '{self.positional}'"),
+            (self.activation in ("gelu", "relu"), f"model.activation '{self.activation}'"),
+            (self.heads % self.kv_heads == 0, f"model.kv_heads {self.kv_heads} for {self.heads} heads"),
+        ]
+        for ok, what in checks:
+            if not ok:
+                raise BridgeError(f"the bridge cannot build {what}")
+
+
+# ---- modules (names as attnlab's parameters) ---------------------------------
+
+def sinusoidal_table(positions, width, dtype):
+    """PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(p / 10000^(2i/D)), computed in float64."""
+    p = torch.arange(positions, dtype=torch.float64)[:, None]
+    i = torch.arange(width)
+    angle = p / torch.pow(10000.0, (i - i % 2).to(torch.float64) / width)[None, :]
+    return torch.where(i % 2 == 0, torch.sin(angle), torch.cos(angle)).to(dtype)  # (T, D)
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, kind, max_len, width):
+        super().__init__()
+        self.kind, self.width = kind, width
+        if kind == "learned":
+            self.weight = nn.Parameter(torch.zeros(max_len, width))
+
+    def forward(self, x):  # x (B, T, D)
+        T = x.shape[1]
+        if self.kind == "learned":
+            if T > self.weight.shape[0]:
+                raise BridgeError(f"{T} positions exceed the learned table of {self.weight.shape[0]}")
+            return x + self.weight[:T]
+        if self.kind == "sinusoidal":
+            return x + sinusoidal_table(T, self.width, x.dtype)
+        return x
+
+
+def eligibility(key_lengths, queries, keys, causal):
+    """(B, Tq, Tk) bool, True = the query may attend to the key (attnlab's convention).
+
+    Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq)."""
+    j = torch.arange(keys)
+    ok = (j[None, None, :] < key_lengths[:, None, None]).expand(len(key_lengths), queries, keys)
+    if causal:
+        i = torch.arange(queries)
+        ok = ok & (j[None, :] <= i[:, None] + (keys - queries))[None]
+    return ok
+
+
+def mha_attn_mask(eligible, heads):
+    """attnlab eligibility (B, Tq, Tk) -> nn.MultiheadAttention's bool attn_mask (B*heads, Tq, Tk).
+
+    Opposite polarity: nn.MultiheadAttention blocks where the mask is True."""
+    return (~eligible).repeat_interleave(heads, dim=0)
+
+
+class Attention(nn.Module):
+    """q/k/v/out projections as attnlab's MultiHeadAttention; K/V grouped when kv_heads < heads."""
+
+    use_nn_mha = False  # class-wide switch set by --nn-mha
+
+    def __init__(self, a):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_width, self.scale = a.heads, a.kv_heads, a.head_width, a.scale
+        self.q_proj = nn.Linear(a.width, a.heads * a.head_width, bias=a.bias)
+        self.k_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
+        self.v_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
+        self.out_proj = nn.Linear(a.heads * a.head_width, a.width, bias=a.bias)
+        self.ran_nn_mha = False
+
+    def nn_mha_compatible(self):
+        width = self.out_proj.out_features
+        return (self.kv_heads == self.heads and self.heads * self.head_width == width
+                and math.isclose(self.scale, 1.0 / math.sqrt(self.head_width), rel_tol=1e-12))
+
+    def split(self, x, heads):  # (B, T, h*d_h) -> (B, h, T, d_h)
+        B, T, _ = x.shape
+        return x.view(B, T, heads, self.head_width).transpose(1, 2)
+
+    def forward(self, x_q, x_kv, eligible):
+        """x_q (B, Tq, D), x_kv (B, Tk, D), eligible (B, Tq, Tk) -> out (B, Tq, D), weights (B, H, Tq, Tk)"""
+        if Attention.use_nn_mha and self.nn_mha_compatible():
+            return self.forward_nn_mha(x_q, x_kv, eligible)
+        q = self.split(self.q_proj(x_q), self.heads)
+        k = self.split(self.k_proj(x_kv), self.kv_heads)
+        v = self.split(self.v_proj(x_kv), self.kv_heads)
+        if self.kv_heads != self.heads:  # query head h reads K/V head h // (H / H_kv)
+            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        scores = self.scale * (q @ k.transpose(-1, -2))  # (B, H, Tq, Tk)
+        scores = scores.masked_fill(~eligible[:, None], float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        context = weights @ v  # (B, H, Tq, d_h)
+        B, _, Tq, _ = context.shape
+        return self.out_proj(context.transpose(1, 2).reshape(B, Tq, self.heads * self.head_width)), weights
+
+    def forward_nn_mha(self, x_q, x_kv, eligible):
+        self.ran_nn_mha = True
+        width = self.out_proj.out_features
+        biases = [self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]
+        out, weights = F.multi_head_attention_forward(
+            x_q.transpose(0, 1), x_kv.transpose(0, 1), x_kv.transpose(0, 1), width, self.heads,
+            torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]),
+            torch.cat(biases) if biases[0] is not None else None,
+            None, None, False, 0.0, self.out_proj.weight, self.out_proj.bias, training=False,
+            need_weights=True, attn_mask=mha_attn_mask(eligible, self.heads), average_attn_weights=False)
+        return out.transpose(0, 1), weights
+
+
+class FeedForward(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.fc1 = nn.Linear(a.width, a.ffn)
+        self.fc2 = nn.Linear(a.ffn, a.width)
+        self.activation = a.activation
+
+    def forward(self, x):
+        h = self.fc1(x)
+        return self.fc2(F.gelu(h) if self.activation == "gelu" else F.relu(h))
+
+
+def sublayer(norm, ln, x, f):
+    """pre: x + f(LN(x));  post: LN(x + f(x));  none: x + f(x)."""
+    if norm == "pre":
+        return x + f(ln(x))
+    if norm == "post":
+        return ln(x + f(x))
+    return x + f(x)
+
+
+class Block(nn.Module):
+    """attn + ln1, optional cross_attn + ln_cross, optional ffn + ln2 (attnlab's Encoder/DecoderBlock)."""
+
+    def __init__(self, a, cross):
+        super().__init__()
+        self.norm = a.norm
+        with_ln = a.norm != "none"
+        self.attn = Attention(a)
+        self.ln1 = nn.LayerNorm(a.width, eps=1e-5) if with_ln else None
+        self.cross_attn = Attention(a) if cross else None
+        self.ln_cross = nn.LayerNorm(a.width, eps=1e-5) if cross and with_ln else None
+        self.ffn = FeedForward(a) if a.ffn > 0 else None
+        self.ln2 = nn.LayerNorm(a.width, eps=1e-5) if a.ffn > 0 and with_ln else None
+
+    def forward(self, x, self_eligible, memory=None, cross_eligible=None, weights=None):
+        def self_attention(h):
+            out, w = self.attn(h, h, self_eligible)
+            weights["self"].append(w)
+            return out
+
+        def cross_attention(h):
+            out, w = self.cross_attn(h, memory, cross_eligible)
+            weights["cross"].append(w)
+            return out
+
+        x = sublayer(self.norm, self.ln1, x, self_attention)
+        if self.cross_attn is not None:
+            x = sublayer(self.norm, self.ln_cross, x, cross_attention)
+        if self.ffn is not None:
+            x = sublayer(self.norm, self.ln2, x, self.ffn)
+        return x
+
+
+class DecoderLM(nn.Module):
+    def __init__(self, a, max_len):
+        super().__init__()
+        self.tok_emb = nn.Embedding(a.vocab, a.width)
+        self.pos_emb = PositionalEncoding(a.positional, max_len, a.width)
+        self.blocks = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
+        self.ln_f = nn.LayerNorm(a.width, eps=1e-5) if a.norm == "pre" else None
+        self.head = nn.Linear(a.width, a.vocab, bias=False)
+
+    def forward(self, tokens, lengths):
+        """tokens (B, T), lengths (B) -> logits (B, T, V), {"self": [weights per layer]}, {"decoder": [hidden]}"""
+        x = self.pos_emb(self.tok_emb(tokens))
+        hidden, weights = [x], {"self": [], "cross": []}
+        eligible = eligibility(lengths, tokens.shape[1], tokens.shape[1], causal=True)
+        for block in self.blocks:
+            x = block(x, eligible, weights=weights)
+            hidden.append(x)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        return self.head(x), {"self": weights["self"]}, {"decoder": hidden}
+
+
+class EncoderDecoder(nn.Module):
+    def __init__(self, a, max_len):
+        super().__init__()
+        self.src_emb = nn.Embedding(a.vocab, a.width)
+        self.tgt_emb = nn.Embedding(a.vocab, a.width)
+        self.src_pos_emb = PositionalEncoding(a.positional, max_len, a.width)
+        self.tgt_pos_emb = PositionalEncoding(a.positional, max_len, a.width)
+        self.encoder = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
+        self.decoder = nn.ModuleList(Block(a, cross=True) for _ in range(a.layers))
+        self.enc_ln_f = nn.LayerNorm(a.width, eps=1e-5) if a.norm == "pre" else None
+        self.dec_ln_f = nn.LayerNorm(a.width, eps=1e-5) if a.norm == "pre" else None
+        self.head = nn.Linear(a.width, a.vocab, bias=False)
+
+    def forward(self, src, src_lengths, tgt, tgt_lengths):
+        """src (B, S), tgt (B, T) = the decoder input, <BOS> first -> logits (B, T, V), weights, hidden"""
+        S, T = src.shape[1], tgt.shape[1]
+        x = self.src_pos_emb(self.src_emb(src))
+        enc_hidden, enc_weights = [x], {"self": [], "cross": []}
+        src_eligible = eligibility(src_lengths, S, S, causal=False)
+        for block in self.encoder:
+            x = block(x, src_eligible, weights=enc_weights)
+            enc_hidden.append(x)
+        memory = self.enc_ln_f(x) if self.enc_ln_f is not None else x
+
+        y = self.tgt_pos_emb(self.tgt_emb(tgt))
+        dec_hidden, dec_weights = [y], {"self": [], "cross": []}
+        tgt_eligible = eligibility(tgt_lengths, T, T, causal=True)
+        cross_eligible = eligibility(src_lengths, T, S, causal=False)
+        for block in self.decoder:
+            y = block(y, tgt_eligible, memory, cross_eligible, weights=dec_weights)
+            dec_hidden.append(y)
+        if self.dec_ln_f is not None:
+            y = self.dec_ln_f(y)
+        weights = {"enc_self": enc_weights["self"], "dec_self": dec_weights["self"], "cross": dec_weights["cross"]}
+        return self.head(y), weights, {"encoder": enc_hidden, "decoder": dec_hidden}
+
+
+def build_module(path, dtype=torch.float32):
+    """The checkpoint at `path` as a torch module in eval mode -> (module, Arch, config text, step)."""
+    params, config, text, step = read_checkpoint(path)
+    arch = Arch(config)
+    pos_name = "pos_emb.weight" if arch.kind == "decoder" else "tgt_pos_emb.weight"
+    max_len = params[pos_name].shape[0] if arch.positional == "learned" and pos_name in params else 1
+    module = (DecoderLM if arch.kind == "decoder" else EncoderDecoder)(arch, max_len)
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(params))
+    unexpected = sorted(set(params) - set(expected))
+    if missing or unexpected:
+        raise BridgeError(f"{path}: parameters do not match the config's architecture "
+                          f"(missing: {', '.join(missing) or 'none'}; unexpected: {', '.join(unexpected) or 'none'})")
+    for name, value in params.items():
+        if tuple(expected[name].shape) != value.shape:
+            raise BridgeError(f"{path}: /params/{name} has shape {value.shape}, "
+                              f"the config gives {tuple(expected[name].shape)}")
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()}, strict=True)
+    module.to(dtype).eval()
+    return module, arch, text, step
+
+
+def run(module, arch, rows):
+    """rows: {"tokens", "lengths"} or {"src", "src_lengths", "tgt", "tgt_lengths"} as int ndarrays."""
+    t = {k: torch.as_tensor(np.asarray(v, dtype=np.int64)) for k, v in rows.items()}
+    with torch.no_grad():
+        if arch.kind == "decoder":
+            return module(t["tokens"], t["lengths"])
+        return module(t["src"], t["src_lengths"], t["tgt"], t["tgt_lengths"])
+
+
+# ---- compare with an inspect file --------------------------------------------
+
+def read_inspect(path, arch, config_text, step):
+    """Inputs and reference arrays of an `attnlab inspect` OUT.h5 made from the same checkpoint."""
+    with _open_h5(path, "inspect file") as f:
+        _check_format(f, path, INSPECT_FORMAT)
+        if _attr_text(f.attrs["config"]) != config_text:
+            raise BridgeError(f"{path}: was made from a checkpoint with another config")
+        if "step" in f.attrs and step >= 0 and int(f.attrs["step"]) != step:
+            raise BridgeError(f"{path}: was made from the checkpoint of step {int(f.attrs['step'])}, not {step}")
+        names = ["tokens", "lengths"] if arch.kind == "decoder" else ["src", "src_lengths", "tgt", "tgt_lengths"]
+        try:
+            rows = {n: f[n][()] for n in names}
+            reference = {"logits": f["logits"][()], "attention": {}, "hidden": {}}
+            for kind, group in f["attention"].items():
+                reference["attention"][kind] = [group[f"layer_{l}"][()] for l in range(arch.layers)]
+            for part, group in f["hidden"].items():
+                reference["hidden"][part] = [group[f"layer_{l}"][()] for l in range(arch.layers + 1)]
+        except KeyError as e:
+            raise BridgeError(f"{path}: missing dataset ({e})") from None
+    return rows, reference
+
+
+def max_abs_diff(a, b, where):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise BridgeError(f"{where}: attnlab shape {a.shape}, torch shape {b.shape}")
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def compare(module, arch, config_text, step, inspect_path, tol):
+    """Prints one line per compared array; returns True when everything agrees within tol."""
+    rows, ref = read_inspect(inspect_path, arch, config_text, step)
+    logits, weights, hidden = run(module, arch, rows)
+    ok = True
+    lines = []
+
+    def report(name, diff, limit, scale=None):
+        nonlocal ok
+        good = diff <= limit
+        ok = ok and good
+        extra = f"  (max |value| {scale:.3g})" if scale is not None else ""
+        lines.append(f"{name:32s} max |diff| {diff:.3e}{extra}{'' if good else '  > ' + format(limit, '.1e')}")
+
+    logit_diff = max_abs_diff(ref["logits"], logits.numpy(), "logits")
+    report("logits", logit_diff, tol, float(np.max(np.abs(ref["logits"]))))
+    if set(ref["attention"]) != set(weights):
+        raise BridgeError(f"{inspect_path}: attention kinds {sorted(ref['attention'])}, the model has {sorted(weights)}")
+    for kind in weights:
+        for l, w in enumerate(weights[kind]):
+            name = f"attention/{kind}/layer_{l}"
+            report(name, max_abs_diff(ref["attention"][kind][l], w.numpy(), name), tol)
+    for part in hidden:
+        for l, h in enumerate(hidden[part]):
+            name = f"hidden/{part}/layer_{l}"
+            magnitude = float(np.max(np.abs(ref["hidden"][part][l])))
+            report(name, max_abs_diff(ref["hidden"][part][l], h.numpy(), name), tol * max(1.0, magnitude), magnitude)
+    print("\n".join(lines))
+    used = [m for m in module.modules() if isinstance(m, Attention)]
+    if Attention.use_nn_mha:
+        print(f"nn.MultiheadAttention ran {sum(m.ran_nn_mha for m in used)} of {len(used)} attention layers")
+    print(f"{'AGREE' if ok else 'DISAGREE'}: max |logits diff| {logit_diff:.3e} (tolerance {tol:g}) "
+          f"on {ref['logits'].shape[0]} sequence(s)")
+    return ok
+
+
+def parse_ids(text, option, vocab):
+    try:
+        ids = [int(w) for w in text.split()]
+    except ValueError:
+        raise BridgeError(f"{option}: '{text}' is not a list of token ids") from None
+    if not ids or any(i < 0 or i >= vocab for i in ids):
+        raise BridgeError(f"{option}: give token ids in [0, {vocab})")
+    return np.asarray([ids], dtype=np.int64)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--compare", metavar="OUT.h5", help="an `attnlab inspect` file of this checkpoint")
+    parser.add_argument("--tol", type=float, default=1e-4, help="largest allowed |difference| (default 1e-4)")
+    parser.add_argument("--tokens", help="token ids \"3 7 5\" (the source, for an encoder-decoder)")
+    parser.add_argument("--target", help="encoder-decoder: decoder input ids, <BOS> first (default \"2\")")
+    parser.add_argument("--save", metavar="MODEL.pt", help="torch.save {'state_dict', 'config'} of the module")
+    parser.add_argument("--nn-mha", action="store_true",
+                        help="run compatible attention layers through nn.MultiheadAttention (inverted mask)")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    args = parser.parse_args(argv)
+    if not (args.compare or args.tokens or args.save):
+        parser.error("give --compare OUT.h5, --tokens \"...\" or --save MODEL.pt")
+    torch.set_num_threads(1)
+    Attention.use_nn_mha = args.nn_mha
+    try:
+        module, arch, text, step = build_module(args.checkpoint, getattr(torch, args.dtype))
+        status = 0
+        if args.save:
+            torch.save({"state_dict": module.state_dict(), "config": text}, args.save)
+            print(f"saved {args.save}")
+        if args.tokens:
+            tokens = parse_ids(args.tokens, "--tokens", arch.vocab)
+            if arch.kind == "decoder":
+                if args.target:
+                    raise BridgeError("--target is for encoder-decoder checkpoints")
+                rows = {"tokens": tokens, "lengths": [tokens.shape[1]]}
+            else:
+                tgt = parse_ids(args.target, "--target", arch.vocab) if args.target else np.asarray([[BOS]])
+                rows = {"src": tokens, "src_lengths": [tokens.shape[1]], "tgt": tgt, "tgt_lengths": [tgt.shape[1]]}
+            logits = run(module, arch, rows)[0]
+            print("argmax", " ".join(str(int(i)) for i in logits[0].argmax(-1)))
+        if args.compare:
+            status = 0 if compare(module, arch, text, step, args.compare, args.tol) else 1
+        return status
+    except BridgeError as e:
+        print(f"torch_bridge: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
