@@ -78,7 +78,8 @@ size_t TaskModel::heads() const {
 
 LoadedModel load_model(const Config& config, const CheckpointData& checkpoint, const std::string& source) {
     LoadedModel loaded;
-    loaded.max_len = make_batch_source(config, 0, 0)->max_sequence_length();
+    loaded.max_len = config.model.max_len > 0 ? static_cast<size_t>(config.model.max_len)
+                                              : make_batch_source(config, 0, 0)->max_sequence_length();
     Rng init(0);  // the values are replaced by the checkpoint's
     loaded.model = std::make_unique<TaskModel>(config, loaded.max_len, init, nullptr);
     try {

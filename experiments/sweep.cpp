@@ -346,6 +346,7 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
         if (!fs::exists(existing)) continue;
         Config earlier = load_config(existing.string());
         earlier.train.threads = cell.train.threads;
+        if (cell.model.max_len == 0) earlier.model.max_len = 0;  // the run writes the length it derived
         earlier.run.out_dir = cell.run.out_dir;
         if (earlier == cell) continue;
         std::istringstream a(to_toml(earlier)), b(to_toml(cell));

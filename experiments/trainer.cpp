@@ -96,6 +96,9 @@ struct Trainer::State {
             throw ConfigError("model.max_len", "model.max_len: " + std::to_string(config.model.max_len) +
                                                    " is shorter than the longest sequence of " + config.task.path + " (" +
                                                    std::to_string(longest) + " inputs)");
+        // The resolved config names the positional table it built, so a checkpoint
+        // describes its model without the task's data (a moved token file).
+        if (config.model.max_len == 0) config.model.max_len = static_cast<int64_t>(longest);
         model = std::make_unique<TaskModel>(config, longest, init_rng, &dropout_rng);
         optimizer = make_optimizer(config, model->module().named_parameters());
     }
@@ -163,8 +166,8 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
     for (int n = 2; fs::exists(dir); ++n) dir = fs::path(config.run.out_dir) / (config.run.name + "-" + std::to_string(n));
     state->dir = dir;
     fs::create_directories(dir / "checkpoints");
-    write_file_atomically(dir / "config.toml", to_toml(config));
-    state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(config), state->model->layers(),
+    write_file_atomically(dir / "config.toml", to_toml(state->config));
+    state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(state->config), state->model->layers(),
                                           state->model->heads(), state->model->kinds()));
     state->log_initial_attention();
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
