@@ -18,6 +18,8 @@ constexpr const char* usage =
     "  inspect CHECKPOINT --tokens \"...\" --out OUT.h5   logits, per-head attention weights, hidden states\n"
     "  sweep CONFIG [key=value ...]     run the config's [sweep] grid, then one summary table\n"
     "  generate CHECKPOINT --prompt \"...\"  decode with the KV cache (greedy, temperature, top-k)\n"
+    "  audit CHECKPOINT [--json]        the seed's audit record, its live tests PASS/FAIL (exit 1 on a FAIL)\n"
+    "  ablate CHECKPOINT [--out F.h5]   zero- and mean-ablate every head: change in eval loss and accuracy\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
     "Run `attnlab COMMAND --help` for a command's options.\n";
@@ -48,6 +50,8 @@ int run_cli(int argc, char** argv) {
         if (command == "inspect") return cmd_inspect(args);
         if (command == "sweep") return cmd_sweep(args);
         if (command == "generate") return cmd_generate(args);
+        if (command == "audit") return cmd_audit(args);
+        if (command == "ablate") return cmd_ablate(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
     } catch (const UsageError& e) {
         std::cerr << "attnlab " << command << ": " << e.what() << "\n";

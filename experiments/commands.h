@@ -25,5 +25,7 @@ int cmd_eval(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
+int cmd_audit(const std::vector<std::string>& args);
+int cmd_ablate(const std::vector<std::string>& args);
 
 }  // namespace attnlab
