@@ -15,8 +15,8 @@
 
 namespace attnlab::audit_detail {
 
-inline const DecoderLM* decoder_of(const TaskModel& model) { return dynamic_cast<const DecoderLM*>(&model.module()); }
-inline const EncoderDecoder* enc_dec_of(const TaskModel& model) { return dynamic_cast<const EncoderDecoder*>(&model.module()); }
+inline const DecoderLM* decoder_of(const TaskModel& model) { return model.decoder_lm(); }
+inline const EncoderDecoder* enc_dec_of(const TaskModel& model) { return model.enc_dec(); }
 
 inline size_t vocab_of(const TaskModel& model) {
     if (const DecoderLM* d = decoder_of(model)) return d->config.vocab;

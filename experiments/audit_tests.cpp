@@ -25,11 +25,10 @@ using namespace audit_detail;
 
 std::vector<AttentionSite> attention_sites(const TaskModel& model) {
     std::vector<AttentionSite> sites;
-    Module& m = model.module();
-    if (auto* d = dynamic_cast<DecoderLM*>(&m)) {
+    if (DecoderLM* d = model.decoder_lm()) {
         for (size_t l = 0; l < d->blocks.size(); ++l)
             sites.push_back({"self", l, "blocks." + std::to_string(l) + ".attn", &d->blocks[l]->attn});
-    } else if (auto* e = dynamic_cast<EncoderDecoder*>(&m)) {
+    } else if (EncoderDecoder* e = model.enc_dec()) {
         for (size_t l = 0; l < e->encoder.size(); ++l)
             sites.push_back({"enc_self", l, "encoder." + std::to_string(l) + ".attn", &e->encoder[l]->attn});
         for (size_t l = 0; l < e->decoder.size(); ++l)

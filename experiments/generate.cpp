@@ -150,10 +150,8 @@ Generation generate(const EncoderDecoder& model, const std::vector<int32_t>& sou
 }
 
 Generation generate(const TaskModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options) {
-    Module& module = model.module();
-    if (const auto* enc_dec = dynamic_cast<const EncoderDecoder*>(&module)) return generate(*enc_dec, prompt, options);
-    if (const auto* decoder = dynamic_cast<const DecoderLM*>(&module)) return generate(*decoder, prompt, options);
-    fail(op, "the model is neither a DecoderLM nor an EncoderDecoder");
+    if (model.enc_dec()) return generate(*model.enc_dec(), prompt, options);
+    return generate(*model.decoder_lm(), prompt, options);
 }
 
 int32_t choose_token(const std::vector<double>& logits, double temperature, size_t top_k, Rng& rng) {
