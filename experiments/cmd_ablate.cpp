@@ -75,26 +75,20 @@ void check_output(const std::string& option, const std::string& path, const std:
 
 int cmd_ablate(const std::vector<std::string>& args) {
     cxxopts::Options options("attnlab ablate", "Zero- and mean-ablate every attention head of a checkpoint, one at a time.");
-    options.positional_help("CHECKPOINT");
+    add_checkpoint_options(options, "16");
     options.add_options()("out", "HDF5 table (default: CHECKPOINT with .ablation.h5)", cxxopts::value<std::string>())
                          ("maps", "also write the first eval batch's attention maps here", cxxopts::value<std::string>())
                          ("together", "also ablate these heads at once: [KIND:]L.H joined by '+' (1.0+1.1); "
                                       "commas or repeats give more groups", cxxopts::value<std::vector<std::string>>())
-                         ("batches", "eval batches", cxxopts::value<int>()->default_value("16"))
-                         ("seed", "data seed (default: the run's seed)", cxxopts::value<int64_t>())
-                         ("h,help", "this help")
-                         ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
-    options.parse_positional({"checkpoint"});
+                         ("h,help", "this help");
     const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {
         std::printf("%s%s", options.help().c_str(), kHelpTail);
         return 0;
     }
-    if (!parsed.count("checkpoint") || parsed["checkpoint"].as<std::vector<std::string>>().size() != 1)
-        throw UsageError("give exactly one CHECKPOINT (see --help)");
-    const int batches = parsed["batches"].as<int>();
-    if (batches < 1) throw UsageError("--batches must be at least 1, got " + std::to_string(batches));
-    const std::string path = parsed["checkpoint"].as<std::vector<std::string>>()[0];
+    const std::string path = checkpoint_argument(parsed);
+    if (parsed["batches"].as<int>() < 1)
+        throw UsageError("--batches must be at least 1, got " + std::to_string(parsed["batches"].as<int>()));
     const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : default_out(path);
     check_output("--out", out, path);
     const std::string maps = parsed.count("maps") ? parsed["maps"].as<std::string>() : "";
@@ -104,9 +98,11 @@ int cmd_ablate(const std::vector<std::string>& args) {
             throw UsageError("--maps and --out name the same file " + out);
     }
 
-    const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
-    const LoadedModel loaded = load_model(config, checkpoint, path);
+    const CheckpointInput in = load_checkpoint_input(parsed);  // after the output paths are checked
+    const CheckpointData& checkpoint = in.checkpoint;
+    const Config& config = in.config;
+    const LoadedModel& loaded = in.loaded;
+    const int batches = in.batches;
     set_blas_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads)
                                               : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
     std::vector<std::vector<HeadRef>> groups;
@@ -121,11 +117,9 @@ int cmd_ablate(const std::vector<std::string>& args) {
     source.checkpoint = path;
     source.step = checkpoint.step;
     source.config_toml = checkpoint.config_toml;
-    source.seed = static_cast<uint64_t>(parsed.count("seed") ? parsed["seed"].as<int64_t>() : config.run.seed);
+    source.seed = in.seed;
     source.batches = static_cast<size_t>(batches);
-    const std::unique_ptr<BatchSource> fresh = make_batch_source(config, source.seed, 2);  // the `attnlab eval` stream
-    std::vector<Batch> data;
-    for (int i = 0; i < batches; ++i) data.push_back(fresh->next(static_cast<size_t>(config.train.batch)));
+    const std::vector<Batch> data = fresh_batches(in);  // the `attnlab eval` stream
 
     const Ablation ablation = ablate(*loaded.model, data, groups);
     write_ablation_h5(out, ablation, source);

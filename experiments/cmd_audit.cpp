@@ -317,35 +317,23 @@ std::string json(const AuditRecord& r) {
 
 int cmd_audit(const std::vector<std::string>& args) {
     cxxopts::Options options("attnlab audit", "The seed chapter's self-attention audit of a checkpoint, with its tests run live.");
-    options.positional_help("CHECKPOINT");
+    add_checkpoint_options(options, "4");
     options.add_options()("json", "print the record as one JSON object instead of text")
-                         ("batches", "eval batches for the statistics", cxxopts::value<int>()->default_value("4"))
-                         ("seed", "data seed (default: the run's seed)", cxxopts::value<int64_t>())
-                         ("h,help", "this help")
-                         ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
-    options.parse_positional({"checkpoint"});
+                         ("h,help", "this help");
     const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {
         std::printf("%s%s", options.help().c_str(), kHelpTail);
         return 0;
     }
-    if (!parsed.count("checkpoint") || parsed["checkpoint"].as<std::vector<std::string>>().size() != 1)
-        throw UsageError("give exactly one CHECKPOINT (see --help)");
-    const int batches = parsed["batches"].as<int>();
-    if (batches < 1) throw UsageError("--batches must be at least 1, got " + std::to_string(batches));
-    const std::string path = parsed["checkpoint"].as<std::vector<std::string>>()[0];
-
-    const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
-    const LoadedModel loaded = load_model(config, checkpoint, path);
-    set_blas_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads)
-                                              : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+    const CheckpointInput in = load_checkpoint_input(parsed);
+    set_blas_threads(in.config.train.threads > 0 ? static_cast<int>(in.config.train.threads)
+                                                 : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
     AuditOptions audit_options;
-    audit_options.batches = static_cast<size_t>(batches);
-    audit_options.seed = static_cast<uint64_t>(parsed.count("seed") ? parsed["seed"].as<int64_t>() : config.run.seed);
-    AuditRecord record = audit(*loaded.model, config, audit_options);
-    record.checkpoint = path;
-    record.step = checkpoint.step;
+    audit_options.batches = static_cast<size_t>(in.batches);
+    audit_options.seed = in.seed;
+    AuditRecord record = audit(*in.loaded.model, in.config, audit_options);
+    record.checkpoint = in.path;
+    record.step = in.checkpoint.step;
     std::fputs(parsed.count("json") ? json(record).c_str() : text(record).c_str(), stdout);
     return record.passed() ? 0 : 1;
 }
