@@ -12,8 +12,12 @@
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "layers/models.h"
+#include "tests/autograd/expect.h"  // error_message, starts_with
 
 namespace attnlab::layer_testing {
+
+using testing::error_message;
+using testing::starts_with;
 
 // vocab 11, width 16, heads 2, 2 layers, ffn 32, max_len 16 (the small config).
 inline ModelConfig small_config(Norm norm = Norm::pre, Positional positional = Positional::learned,
@@ -92,21 +96,6 @@ inline bool all_finite(const std::vector<double>& v) {
     return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
 
-// Runs `f`, which must throw attnlab::Error; returns its message ("" if it did not throw).
-template <class F> std::string error_message(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    } catch (const std::exception& e) {
-        ADD_FAILURE() << "threw a non-attnlab exception: " << e.what();
-        return "";
-    }
-    ADD_FAILURE() << "did not throw";
-    return "";
-}
-
-inline bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace attnlab::layer_testing

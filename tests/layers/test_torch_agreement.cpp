@@ -23,6 +23,7 @@
 
 #include "autograd/ops.h"
 #include "layers/multihead.h"
+#include "tests/reference/compare.h"
 #include "tests/reference/h5_reader.h"
 
 namespace attnlab {
@@ -63,26 +64,6 @@ struct Quantity {
     std::string name;
     Tensor ours;
 };
-
-// Largest |a - b| (NaN if either holds a NaN), after checking the shapes agree.
-double max_abs_difference(const Tensor& ours, const Tensor& theirs, const std::string& what) {
-    if (!ours.defined()) {
-        ADD_FAILURE() << what << ": attnlab produced no tensor (gradient never reached it?)";
-        return NAN;
-    }
-    if (ours.shape() != theirs.shape()) {
-        ADD_FAILURE() << what << ": attnlab shape " << shape_str(ours.shape()) << ", torch " << shape_str(theirs.shape());
-        return NAN;
-    }
-    const std::vector<double> a = ours.values(), b = theirs.values();
-    double worst = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        const double d = std::abs(a[i] - b[i]);
-        if (std::isnan(d)) return NAN;
-        worst = std::max(worst, d);
-    }
-    return worst;
-}
 
 void check_case(const std::string& name, const std::vector<std::string>& references) {
     std::string why;

@@ -27,6 +27,7 @@
 
 #include "autograd/ops.h"
 #include "optim/optimizer.h"
+#include "tests/reference/compare.h"
 #include "tests/reference/h5_reader.h"
 
 namespace attnlab {
@@ -86,22 +87,6 @@ void set_grad(Tensor p, const Tensor& g) {
     p.zero_grad();
     sum(p * g).backward();
     ASSERT_EQ(p.grad().values(), g.values()) << "set_grad did not reproduce the gradient exactly";
-}
-
-// Largest |ours - theirs| over all elements, after checking shapes (NaN on mismatch or NaN).
-double max_abs_difference(const Tensor& ours, const Tensor& theirs, const std::string& what) {
-    if (ours.shape() != theirs.shape()) {
-        ADD_FAILURE() << what << ": attnlab shape " << shape_str(ours.shape()) << ", torch " << shape_str(theirs.shape());
-        return NAN;
-    }
-    const std::vector<double> a = ours.values(), b = theirs.values();
-    double worst = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        const double d = std::abs(a[i] - b[i]);
-        if (std::isnan(d)) return NAN;
-        worst = std::max(worst, d);
-    }
-    return worst;
 }
 
 double abs_tolerance(DType dtype) { return dtype == DType::f32 ? kAbsTolerance32 : kAbsTolerance64; }
