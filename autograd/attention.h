@@ -7,6 +7,7 @@
 // keeps; they are never materialised a second time.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,16 @@ struct AttentionMask {
     std::vector<size_t> key_lengths;
     // optional explicit eligibility, shape (Tq, Tk) or (B, Tq, Tk), broadcast over heads
     Mask eligible;
+
+    // Keys j >= key_end(b, i, ...) are ineligible by the causal and padding parts;
+    // below it only an explicit mask can exclude more. Lets the op skip whole runs.
+    size_t key_end(size_t b, size_t i, size_t Tq, size_t Tk) const {
+        size_t end = Tk;
+        if (causal) end = i + Tk >= Tq ? std::min(Tk, i + Tk - Tq + 1) : 0;
+        if (!key_lengths.empty()) end = std::min(end, key_lengths[b]);
+        return end;
+    }
+    bool has_explicit() const { return !eligible.values.empty(); }
 
     bool allows(size_t b, size_t i, size_t j, size_t Tq, size_t Tk) const {
         if (causal && j + Tq > i + Tk) return false;  // j > i + (Tk - Tq), without going negative

@@ -94,10 +94,11 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
                 T* A = weights.data() + (b * H + h) * Tq * Tk;  // (Tq, Tk)
                 // scores = scale Q K^T, written into A and turned into weights in place
                 gemm<T>(false, true, Tq, Tk, d, scale, Qh, Kh, T(0), A);
+                const bool explicit_mask = mask.has_explicit();
                 if (options.need_weights)
                     for (size_t i = 0; i < Tq; ++i)
-                        for (size_t j = 0; j < Tk; ++j)
-                            if (mask.allows(b, i, j, Tq, Tk)) {
+                        for (size_t j = 0, end = mask.key_end(b, i, Tq, Tk); j < end; ++j)
+                            if (!explicit_mask || mask.allows(b, i, j, Tq, Tk)) {
                                 const double s = A[i * Tk + j];
                                 score_sum[h] += s;
                                 score_sumsq[h] += s * s;
@@ -105,10 +106,11 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
                             }
                 for (size_t i = 0; i < Tq; ++i) {
                     T* row = A + i * Tk;
+                    const size_t end = mask.key_end(b, i, Tq, Tk);  // keys >= end are ineligible
                     T m = -std::numeric_limits<T>::infinity();
                     bool any_eligible = false;
-                    for (size_t j = 0; j < Tk; ++j)
-                        if (mask.allows(b, i, j, Tq, Tk)) {
+                    for (size_t j = 0; j < end; ++j)
+                        if (!explicit_mask || mask.allows(b, i, j, Tq, Tk)) {
                             m = std::max(m, row[j]);
                             any_eligible = true;
                         }
@@ -122,11 +124,13 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
                         continue;
                     }
                     T total = 0;
-                    for (size_t j = 0; j < Tk; ++j) {
-                        row[j] = mask.allows(b, i, j, Tq, Tk) ? std::exp(row[j] - m) : T(0);
+                    for (size_t j = 0; j < end; ++j) {
+                        row[j] = !explicit_mask || mask.allows(b, i, j, Tq, Tk) ? std::exp(row[j] - m) : T(0);
                         total += row[j];
                     }
-                    for (size_t j = 0; j < Tk; ++j) row[j] /= total;
+                    const T inverse = T(1) / total;
+                    for (size_t j = 0; j < end; ++j) row[j] *= inverse;
+                    std::fill(row + end, row + Tk, T(0));
                 }
                 const T* P = A;  // the weights the values are mixed with
                 if (use_dropout) {
