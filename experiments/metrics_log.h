@@ -10,7 +10,8 @@
 //   /attention/<kind>/step (int64)                                          [K]
 //   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]
 //   /attention/<kind>/score_std   [K, layers, heads]  std of scale * q.k over eligible pairs
-//                                 (beyond DESIGN.md's list; row 0 is the model at initialisation)
+//                                 (padded query rows included, unlike the entropies; beyond
+//                                 DESIGN.md's list; row 0 is the model at initialisation)
 //
 // Values are float64; every dataset is chunked with an unlimited first
 // dimension. A row that a reader sees before its values are written reads as
