@@ -13,24 +13,12 @@
 #include "autograd/ops.h"
 #include "data/tasks.h"
 #include "experiments/generate.h"
+#include "tests/layers/layer_test_util.h"
 
 namespace attnlab {
 namespace {
 
-// vocab 11, width 16, heads 2, 2 layers, ffn 32, max_len 16.
-ModelConfig small_config(Norm norm = Norm::pre, Positional positional = Positional::learned, size_t kv_heads = 0) {
-    ModelConfig c;
-    c.vocab = 11;
-    c.layers = 2;
-    c.max_len = 16;
-    c.positional = positional;
-    c.block.attention.width = 16;
-    c.block.attention.heads = 2;
-    c.block.attention.kv_heads = kv_heads;
-    c.block.ffn = 32;
-    c.block.norm = norm;
-    return c;
-}
+using layer_testing::small_config;  // vocab 11, width 16, heads 2, 2 layers, ffn 32, max_len 16
 
 Indices row_of(const std::vector<int32_t>& tokens) { return Indices({1, tokens.size()}, tokens); }
 
