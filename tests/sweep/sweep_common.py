@@ -17,13 +17,15 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+import cli_common as cli  # noqa: E402  (the process helpers of tests/cli/)
 
 ATTNLAB = None  # the attnlab binary (argv[1])
 
@@ -67,6 +69,7 @@ def setup_from_argv():
     ATTNLAB = os.path.abspath(sys.argv[1])
     if not os.access(ATTNLAB, os.X_OK):
         sys.exit(f"{ATTNLAB}: not an executable")
+    cli.ATTNLAB = ATTNLAB  # cli.attnlab runs it
     del sys.argv[1]
 
 
@@ -75,16 +78,11 @@ def main():
     unittest.main(verbosity=2)
 
 
-def env():
-    e = dict(os.environ)
-    e["OPENBLAS_NUM_THREADS"] = "1"
-    e["OMP_NUM_THREADS"] = "1"
-    return e
+env = cli.env  # one thread for OpenBLAS, as every process test runs
 
 
 def attnlab(args, cwd, timeout=120):
-    return subprocess.run([ATTNLAB] + list(args), cwd=cwd, env=env(), capture_output=True, text=True,
-                          encoding="utf-8", errors="replace", timeout=timeout)
+    return cli.attnlab(args, cwd, timeout)
 
 
 def shown(args, r):
