@@ -4,9 +4,11 @@
 #include <numbers>
 
 #include "autograd/gradcheck.h"
+#include "autograd/kernels.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "autograd/shape.h"
+#include "autograd/threads.h"
 
 namespace attnlab {
 
@@ -140,13 +142,17 @@ Tensor gelu(const Tensor& x) {
     // gelu(x) = x Phi(x), Phi the standard normal CDF; d gelu = Phi(x) + x phi(x).
     return unary_op(op, x,
         []<class T>(const Array<T>& X) {
-            return Array<T>(T(0.5) * X * (T(1) + xt::erf(X * T(std::numbers::sqrt2 / 2))));
+            Array<T> Y = make_array<T>(to_shape(X.shape()));
+            parallel_for(X.size(), [&](size_t i0, size_t i1) { kernels::gelu_forward(X.data() + i0, Y.data() + i0, i1 - i0); },
+                         kElementGrain);
+            return Y;
         },
         []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
-            const T inv_sqrt_2pi = T(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
-            Array<T> cdf = T(0.5) * (T(1) + xt::erf(X * T(std::numbers::sqrt2 / 2)));
-            Array<T> pdf = inv_sqrt_2pi * xt::exp(T(-0.5) * X * X);
-            return Array<T>(g * (cdf + X * pdf));
+            Array<T> gx = make_array<T>(to_shape(X.shape()));
+            parallel_for(X.size(), [&](size_t i0, size_t i1) {
+                kernels::gelu_backward(g.data() + i0, X.data() + i0, gx.data() + i0, i1 - i0);
+            }, kElementGrain);
+            return gx;
         });
 }
 

@@ -3,9 +3,11 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
+#include "autograd/kernels.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "autograd/shape.h"
+#include "autograd/threads.h"
 
 namespace attnlab {
 
@@ -268,8 +270,7 @@ Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& l
             const T* z = Z + k * C;
             T m = z[0];
             for (size_t c = 1; c < C; ++c) m = std::max(m, z[c]);
-            T sum_exp = 0;
-            for (size_t c = 0; c < C; ++c) sum_exp += probs.data()[k * C + c] = std::exp(z[c] - m);
+            const T sum_exp = kernels::exp_shifted(z, m, probs.data() + k * C, C);
             for (size_t c = 0; c < C; ++c) probs.data()[k * C + c] /= sum_exp;
             // -log softmax(z)[t] = log sum exp(z - m) - (z_t - m)
             total += std::log(sum_exp) - (z[targets.values[k]] - m);

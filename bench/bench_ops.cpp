@@ -29,9 +29,15 @@
 #include "autograd/blas.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
+#include "bench/bench_common.h"
 
 namespace attnlab {
 namespace {
+
+using bench::json_string;
+using bench::median;
+using bench::print_probe;
+using bench::sgemm_loop;
 
 struct Settings {
     int threads = 1;
@@ -67,12 +73,6 @@ double seconds_of(Workload& w) {
     return std::chrono::duration<double>(stop - start).count();
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 void measure_group(std::vector<Workload>& group, const Settings& settings) {
     std::vector<size_t> reps;
     for (Workload& w : group) {
@@ -91,16 +91,6 @@ void measure_group(std::vector<Workload>& group, const Settings& settings) {
             const size_t until = (reps[i] * turn + settings.blocks - 1) / settings.blocks;
             while (group[i].times.size() < until) group[i].times.push_back(seconds_of(group[i]));
         }
-}
-
-std::string json_string(const std::string& s) {
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') out += '\\';
-        if (c == '\n') { out += "\\n"; continue; }
-        out += c;
-    }
-    return out + "\"";
 }
 
 void print_measurement(const Workload& w, const AttentionShape& shape, int threads) {
@@ -123,17 +113,6 @@ void print_measurement(const Workload& w, const AttentionShape& shape, int threa
 std::vector<float> floats_of(const Tensor& t) {
     const std::vector<double> v = t.values();
     return std::vector<float>(v.begin(), v.end());
-}
-
-// C[b] = op(A[b]) op(B[b]) for b < batch, C[b] (M,N): the loop of cblas_sgemm
-// calls that our batched matmul makes, with nothing around it.
-void sgemm_loop(size_t batch, bool trans_a, bool trans_b, size_t M, size_t N, size_t K, const float* A,
-                const float* B, float* C) {
-    const int lda = static_cast<int>(trans_a ? M : K), ldb = static_cast<int>(trans_b ? K : N);
-    for (size_t b = 0; b < batch; ++b)
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, A + b * M * K, lda,
-                    B + b * K * N, ldb, 0.0f, C + b * M * N, static_cast<int>(N));
 }
 
 // Plain buffers for C = A @ B and its backward, A (batch,M,K), B (batch,K,N).
@@ -233,24 +212,6 @@ void bench_shape(const AttentionShape& shape, const Settings& settings, Rng& rng
         measure_group(group, settings);
         for (const Workload& w : group) print_measurement(w, shape, settings.threads);
     }
-}
-
-// The machine's GEMM speed now: one 1024^3 sgemm, median of 5 (bench_ops.py
-// times the same product through torch.mm). This VM's two CPUs sometimes give
-// the throughput of one for minutes, unseen by /proc/stat; probes at the start
-// and end of each process show whether attnlab and torch ran in the same state.
-void print_probe(const char* when, int threads) {
-    constexpr size_t n = 1024;
-    std::vector<float> A(n * n, 0.5f), B(n * n, 0.25f), C(n * n);
-    std::vector<double> times;
-    for (int rep = 0; rep < 6; ++rep) {
-        const auto start = std::chrono::steady_clock::now();
-        sgemm_loop(1, false, false, n, n, n, A.data(), B.data(), C.data());
-        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    times.erase(times.begin());  // the first touches C
-    std::cout << "{\"framework\": \"attnlab\", \"probe\": " << json_string(when) << ", \"threads\": " << threads
-              << ", \"gflops\": " << 2.0 * n * n * n / median(times) * 1e-9 << "}" << std::endl;
 }
 
 int run(int argc, char** argv) {

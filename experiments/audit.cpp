@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "autograd/threads.h"
 #include "autograd/blas.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -159,7 +160,7 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     rec.positional_max_len = model_config(config, rec.longest).max_len;
     // translate (the encoder-decoder task) has sources of at most task.max_len tokens
     rec.longest_source = enc_dec ? static_cast<size_t>(config.task.max_len) : 0;
-    rec.threads = blas_threads();
+    rec.threads = threads();
     if (enc_dec) {
         rec.masks = {{"enc_self", false, "source lengths", "source", "source"},
                      {"dec_self", true, "decoder lengths", "decoder input", "decoder input"},

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "autograd/threads.h"
 #include "autograd/blas.h"
 #include "experiments/ablate.h"
 #include "experiments/checkpoint.h"
@@ -103,7 +104,7 @@ int cmd_ablate(const std::vector<std::string>& args) {
     const Config& config = in.config;
     const LoadedModel& loaded = in.loaded;
     const int batches = in.batches;
-    set_blas_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads)
+    set_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads)
                                               : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
     std::vector<std::vector<HeadRef>> groups;
     if (parsed.count("together"))

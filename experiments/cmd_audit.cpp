@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "autograd/threads.h"
 #include "autograd/blas.h"
 #include "experiments/audit.h"
 #include "experiments/checkpoint.h"
@@ -326,7 +327,7 @@ int cmd_audit(const std::vector<std::string>& args) {
         return 0;
     }
     const CheckpointInput in = load_checkpoint_input(parsed);
-    set_blas_threads(in.config.train.threads > 0 ? static_cast<int>(in.config.train.threads)
+    set_threads(in.config.train.threads > 0 ? static_cast<int>(in.config.train.threads)
                                                  : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
     AuditOptions audit_options;
     audit_options.batches = static_cast<size_t>(in.batches);

@@ -12,6 +12,7 @@
 #include <limits>
 #include <sstream>
 
+#include "autograd/threads.h"
 #include "autograd/blas.h"
 #include "autograd/ops.h"
 #include "cuda/backend.h"
@@ -204,7 +205,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
 int Trainer::run() {
     State& s = *state_;
     const Config& c = s.config;
-    set_blas_threads(c.train.threads > 0 ? static_cast<int>(c.train.threads) : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+    set_threads(c.train.threads > 0 ? static_cast<int>(c.train.threads) : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
     stop_signal = 0;
     std::signal(SIGINT, request_stop);
     std::signal(SIGTERM, request_stop);

@@ -1,0 +1,73 @@
+#include "autograd/kernels.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace attnlab::kernels {
+
+// One set of the float loops per instruction set (kernels_impl.h).
+#define ATTNLAB_DECLARE_ISA(isa)                                              \
+    namespace isa {                                                           \
+    float exp_shifted(const float* x, float shift, float* y, size_t n);       \
+    void gelu_forward(const float* x, float* y, size_t n);                    \
+    void gelu_backward(const float* g, const float* x, float* gx, size_t n);  \
+    }
+ATTNLAB_DECLARE_ISA(base)
+ATTNLAB_DECLARE_ISA(avx2)
+ATTNLAB_DECLARE_ISA(avx512)
+#undef ATTNLAB_DECLARE_ISA
+
+namespace {
+
+struct FloatKernels {
+    float (*exp_shifted)(const float*, float, float*, size_t);
+    void (*gelu_forward)(const float*, float*, size_t);
+    void (*gelu_backward)(const float*, const float*, float*, size_t);
+};
+
+// The widest set this CPU runs, chosen once.
+const FloatKernels& best() {
+    static const FloatKernels chosen = [] {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl"))
+            return FloatKernels{avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward};
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            return FloatKernels{avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward};
+        return FloatKernels{base::exp_shifted, base::gelu_forward, base::gelu_backward};
+    }();
+    return chosen;
+}
+
+constexpr double kInvSqrt2Pi = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2;
+
+}  // namespace
+
+float exp(float x) {
+    float y;
+    best().exp_shifted(&x, 0.0f, &y, 1);
+    return y;
+}
+
+float exp_shifted(const float* x, float shift, float* y, size_t n) { return best().exp_shifted(x, shift, y, n); }
+void gelu_forward(const float* x, float* y, size_t n) { best().gelu_forward(x, y, n); }
+void gelu_backward(const float* g, const float* x, float* gx, size_t n) { best().gelu_backward(g, x, gx, n); }
+
+double exp_shifted(const double* x, double shift, double* y, size_t n) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) total += y[i] = std::exp(x[i] - shift);
+    return total;
+}
+
+void gelu_forward(const double* x, double* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] = x[i] * 0.5 * std::erfc(-x[i] * (std::numbers::sqrt2 / 2));
+}
+
+void gelu_backward(const double* g, const double* x, double* gx, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        const double cdf = 0.5 * std::erfc(-x[i] * (std::numbers::sqrt2 / 2));
+        gx[i] = g[i] * (cdf + x[i] * kInvSqrt2Pi * std::exp(-0.5 * x[i] * x[i]));
+    }
+}
+
+}  // namespace attnlab::kernels

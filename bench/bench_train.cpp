@@ -1,0 +1,214 @@
+// bench_train: the workloads of the CPU-performance issue in attnlab, one per
+// process (so that peak memory is the workload's own):
+//
+//   mha   MultiHeadAttention forward+backward, loss = sum of outputs, causal,
+//         float32, need_weights off, x (B, S, D) -> (B, S, D)
+//   train one training step of a pre-LayerNorm decoder LM (token embedding,
+//         vocabulary 32, learned positions, L blocks of causal MHA + FFN
+//         D -> 4D GELU -> D, final LayerNorm, linear head, cross-entropy on
+//         every position, AdamW lr 1e-3) on random tokens
+//
+// bench/bench_train.py runs the same workloads in PyTorch and prints the same
+// JSON lines with "framework": "torch"; bench/run_train.sh alternates the two.
+//
+// FLOP convention (shared with bench_train.py): multiply-adds x 2, attention
+// over the full S x S score matrix (what PyTorch computes under a causal mask),
+// backward = 2 x forward. Per token and layer, forward: projections 8 D^2,
+// FFN 16 D^2, scores and context 4 S D; the head 2 D V.
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include <cxxopts.hpp>
+
+#include "autograd/blas.h"
+#include "autograd/memory.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "autograd/threads.h"
+#include "bench/bench_common.h"
+#include "layers/models.h"
+#include "optim/optimizer.h"
+
+namespace attnlab {
+namespace {
+
+struct Timing {
+    double warmup_seconds = 1.0;  // at least 2 steps
+    double seconds = 3.0;         // timed steps: at least min_reps, until this long
+    size_t min_reps = 5;
+};
+
+// Runs `step` through the warm-up, then times it; returns every timed step's seconds.
+std::vector<double> time_steps(const std::function<void()>& step, const Timing& timing) {
+    using clock = std::chrono::steady_clock;
+    auto seconds_since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+    const auto warm_start = clock::now();
+    for (int n = 0; n < 2 || seconds_since(warm_start) < timing.warmup_seconds; ++n) step();
+    std::vector<double> times;
+    const auto start = clock::now();
+    while (times.size() < timing.min_reps || seconds_since(start) < timing.seconds) {
+        const auto t0 = clock::now();
+        step();
+        times.push_back(seconds_since(t0));
+    }
+    return times;
+}
+
+struct Result {
+    std::string workload;
+    std::string shape;   // human-readable workload parameters
+    double flops;        // per step
+    std::vector<double> times;
+};
+
+void print_result(const Result& r, int threads) {
+    const double med = bench::median(r.times);
+    std::ostringstream line;
+    line.precision(6);
+    line << "{\"framework\": \"attnlab\", \"workload\": " << bench::json_string(r.workload)
+         << ", \"shape\": " << bench::json_string(r.shape) << ", \"threads\": " << threads
+         << ", \"reps\": " << r.times.size() << ", \"median_s\": " << med << ", \"steps_per_s\": " << 1.0 / med
+         << ", \"gflops\": " << r.flops / med * 1e-9 << ", \"peak_rss_mib\": " << bench::peak_rss_mib()
+         << ", \"times_s\": [";
+    for (size_t i = 0; i < r.times.size(); ++i) line << (i ? ", " : "") << r.times[i];
+    line << "]}";
+    std::cout << line.str() << std::endl;
+}
+
+// ---- MultiHeadAttention forward+backward ----
+
+Result bench_mha(size_t B, size_t S, size_t D, size_t H, const Timing& timing) {
+    Rng init(1), data(2);
+    AttentionConfig config;
+    config.width = D;
+    config.heads = H;
+    MultiHeadAttention mha(config, init, nullptr);
+    const Tensor x = data.normal({B, S, D}, 0, 1).set_requires_grad(true);  // (B, S, D)
+    AttentionMask causal;
+    causal.causal = true;
+    auto step = [&] {
+        Tensor out = mha.forward(x, x, causal, false).out;  // (B, S, D)
+        sum(out).backward();
+        for (auto& [name, p] : mha.named_parameters()) p.zero_grad();
+        Tensor(x).zero_grad();
+    };
+    const double flops = 3.0 * (8.0 * B * S * D * D + 4.0 * B * S * S * D);
+    return {"mha", "B=" + std::to_string(B) + " S=" + std::to_string(S) + " D=" + std::to_string(D) +
+                       " H=" + std::to_string(H),
+            flops, time_steps(step, timing)};
+}
+
+// ---- decoder training step ----
+
+struct ModelSize {
+    std::string name;
+    size_t D, H, L, S, B;
+};
+
+ModelSize model_size(const std::string& name) {
+    if (name == "small") return {name, 32, 2, 1, 16, 32};
+    if (name == "medium") return {name, 128, 4, 2, 64, 64};
+    if (name == "large") return {name, 256, 8, 4, 128, 32};
+    throw Error("[bench_train] --size must be small, medium or large, got \"" + name + "\"");
+}
+
+constexpr size_t kVocab = 32;
+
+Result bench_train_step(const ModelSize& m, const Timing& timing) {
+    ModelConfig config;
+    config.vocab = kVocab;
+    config.layers = m.L;
+    config.max_len = m.S;
+    config.positional = Positional::learned;
+    config.block.attention.width = m.D;
+    config.block.attention.heads = m.H;
+    config.block.ffn = 4 * m.D;
+    config.block.activation = Activation::gelu;
+    config.block.norm = Norm::pre;
+    Rng init(1), data(2);
+    DecoderLM model(config, init, nullptr);
+    model.train();
+    auto optimizer = make_adamw(model.named_parameters(), 1e-3);
+
+    // A few fixed batches of random tokens and targets, used in turn.
+    std::vector<std::pair<Indices, Indices>> batches;
+    for (int i = 0; i < 4; ++i) {
+        auto random_ids = [&] {
+            std::vector<int32_t> ids(m.B * m.S);
+            for (int32_t& id : ids) id = static_cast<int32_t>(data.integer(0, kVocab));
+            return Indices({m.B, m.S}, std::move(ids));
+        };
+        batches.emplace_back(random_ids(), random_ids());
+    }
+    size_t next = 0;
+    auto step = [&] {
+        const auto& [tokens, targets] = batches[next++ % batches.size()];
+        Tensor loss = cross_entropy(model.forward(tokens), targets);  // logits (B, S, V)
+        loss.backward();
+        optimizer->step();
+        optimizer->zero_grad();
+    };
+    const double per_token = m.L * (24.0 * m.D * m.D + 4.0 * m.S * m.D) + 2.0 * m.D * kVocab;
+    return {"train_" + m.name,
+            "D=" + std::to_string(m.D) + " H=" + std::to_string(m.H) + " L=" + std::to_string(m.L) +
+                " S=" + std::to_string(m.S) + " B=" + std::to_string(m.B),
+            3.0 * per_token * m.B * m.S, time_steps(step, timing)};
+}
+
+int run(int argc, char** argv) {
+    cxxopts::Options options("bench_train", "attnlab MultiHeadAttention and training-step benchmarks");
+    options.add_options()
+        ("workload", "mha | train", cxxopts::value<std::string>())
+        ("threads", "threads (attnlab's pool and OpenBLAS together)", cxxopts::value<int>()->default_value("1"))
+        ("seconds", "timed seconds (at least --min-reps steps)", cxxopts::value<double>()->default_value("3"))
+        ("warmup", "warm-up seconds (at least 2 steps)", cxxopts::value<double>()->default_value("1"))
+        ("min-reps", "minimum timed steps", cxxopts::value<size_t>()->default_value("5"))
+        ("size", "train: small | medium | large", cxxopts::value<std::string>()->default_value("small"))
+        ("shape", "mha: B,S,D,H", cxxopts::value<std::vector<size_t>>()->default_value("8,128,256,8"))
+        ("h,help", "show this help");
+    const auto args = options.parse(argc, argv);
+    if (args.count("help") || !args.count("workload")) {
+        std::cout << options.help() << std::endl;
+        return args.count("help") ? 0 : 2;
+    }
+    const int threads = args["threads"].as<int>();
+    if (threads < 1) throw Error("[bench_train] --threads must be at least 1");
+    set_threads(threads);
+    Timing timing;
+    timing.seconds = args["seconds"].as<double>();
+    timing.warmup_seconds = args["warmup"].as<double>();
+    timing.min_reps = args["min-reps"].as<size_t>();
+
+    std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
+              << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename()) << "}" << std::endl;
+    bench::print_probe("start", threads);
+    const std::string workload = args["workload"].as<std::string>();
+    if (workload == "mha") {
+        const auto s = args["shape"].as<std::vector<size_t>>();
+        if (s.size() != 4) throw Error("[bench_train] --shape takes B,S,D,H");
+        print_result(bench_mha(s[0], s[1], s[2], s[3], timing), threads);
+    } else if (workload == "train") {
+        print_result(bench_train_step(model_size(args["size"].as<std::string>()), timing), threads);
+    } else {
+        throw Error("[bench_train] --workload must be mha or train, got \"" + workload + "\"");
+    }
+    bench::print_probe("end", threads);
+    return 0;
+}
+
+}  // namespace
+}  // namespace attnlab
+
+int main(int argc, char** argv) {
+    attnlab::keep_freed_memory();  // as the attnlab CLI does
+    try {
+        return attnlab::run(argc, argv);
+    } catch (const std::exception& e) {
+        std::cerr << "bench_train: " << e.what() << std::endl;
+        return 2;
+    }
+}

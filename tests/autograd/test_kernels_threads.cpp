@@ -1,0 +1,130 @@
+// The vectorised float kernels against libm, and the thread pool's contract.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <stdexcept>
+#include <vector>
+
+#include "autograd/kernels.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "autograd/threads.h"
+
+namespace attnlab {
+namespace {
+
+TEST(Kernels, ExpMatchesLibmWithinFourTenthsOfAMillionth) {
+    std::vector<float> x;
+    for (double v = -86.5; v <= 88.7; v += 0.0137) x.push_back(static_cast<float>(v));
+    std::vector<float> y(x.size());
+    kernels::exp_shifted(x.data(), 0.0f, y.data(), x.size());
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double want = std::exp(static_cast<double>(x[i]));
+        worst = std::max(worst, std::abs(y[i] - want) / want);
+    }
+    EXPECT_LT(worst, 4e-7);
+}
+
+TEST(Kernels, ExpEdgeCases) {
+    const float inf = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(kernels::exp(-inf), 0.0f);
+    EXPECT_EQ(kernels::exp(-100.0f), 0.0f);
+    EXPECT_EQ(kernels::exp(0.0f), 1.0f);
+    EXPECT_EQ(kernels::exp(100.0f), inf);
+    EXPECT_TRUE(std::isnan(kernels::exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(Kernels, ExpShiftedReturnsTheSumOfItsOutputs) {
+    std::vector<float> x(37), y(37);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i);
+    const float total = kernels::exp_shifted(x.data(), 3.6f, y.data(), x.size());
+    double want = 0;
+    for (size_t i = 0; i < x.size(); ++i) want += std::exp(static_cast<double>(x[i]) - 3.6);
+    EXPECT_NEAR(total, want, 1e-6 * want);
+}
+
+TEST(Kernels, GeluAndItsGradientMatchTheFloat64Form) {
+    std::vector<float> x;
+    for (double v = -12.0; v <= 12.0; v += 0.0031) x.push_back(static_cast<float>(v));
+    std::vector<float> y(x.size()), ones(x.size(), 1.0f), dy(x.size());
+    kernels::gelu_forward(x.data(), y.data(), x.size());
+    kernels::gelu_backward(ones.data(), x.data(), dy.data(), x.size());
+    std::vector<double> xd(x.begin(), x.end()), yd(x.size()), onesd(x.size(), 1.0), dyd(x.size());
+    kernels::gelu_forward(xd.data(), yd.data(), xd.size());
+    kernels::gelu_backward(onesd.data(), xd.data(), dyd.data(), xd.size());
+    double worst_y = 0, worst_dy = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        worst_y = std::max(worst_y, std::abs(y[i] - yd[i]) / std::max(1.0, std::abs(yd[i])));
+        worst_dy = std::max(worst_dy, std::abs(dy[i] - dyd[i]));
+        // the float64 form itself against the textbook x Phi(x)
+        EXPECT_NEAR(yd[i], xd[i] * 0.5 * (1 + std::erf(xd[i] / std::numbers::sqrt2)), 1e-12);
+    }
+    EXPECT_LT(worst_y, 1e-6);
+    EXPECT_LT(worst_dy, 1e-6);
+}
+
+// Restores the thread count a test changed.
+struct ThreadCount {
+    int saved = threads();
+    ~ThreadCount() { set_threads(saved); }
+};
+
+TEST(Threads, ParallelForCoversTheRangeOnceInContiguousChunks) {
+    ThreadCount restore;
+    for (int t : {1, 2, 3}) {
+        set_threads(t);
+        std::vector<int> hits(1000, 0);
+        parallel_for(hits.size(), [&](size_t b, size_t e) { for (size_t i = b; i < e; ++i) ++hits[i]; });
+        for (int h : hits) ASSERT_EQ(h, 1);
+    }
+}
+
+TEST(Threads, RethrowsTheFirstErrorAfterAllChunksFinish) {
+    ThreadCount restore;
+    set_threads(2);
+    std::vector<int> done(2, 0);
+    EXPECT_THROW(parallel_for(2, [&](size_t b, size_t) {
+        done[b] = 1;
+        if (b == 1) throw std::runtime_error("chunk 1 failed");
+    }), std::runtime_error);
+    EXPECT_EQ(done[0] + done[1], 2);
+    // the pool still works afterwards
+    int calls = 0;
+    parallel_for(1, [&](size_t, size_t) { ++calls; });
+    EXPECT_EQ(calls, 1);
+}
+
+TEST(Threads, NestedLoopsRunSerially) {
+    ThreadCount restore;
+    set_threads(2);
+    std::vector<int> inner_parallel(2, -1);
+    parallel_for(2, [&](size_t b, size_t) {
+        parallel_for(4, [&](size_t i0, size_t i1) { inner_parallel[b] = (i0 == 0 && i1 == 4) ? 0 : 1; });
+    });
+    EXPECT_EQ(inner_parallel[0], 0);
+    EXPECT_EQ(inner_parallel[1], 0);
+}
+
+TEST(Threads, BadCountIsRefused) {
+    EXPECT_THROW(set_threads(0), Error);
+}
+
+// The same training-sized computation gives bitwise the same values twice at a
+// given thread count, and matches one thread within float rounding.
+TEST(Threads, MatmulIsDeterministicPerThreadCountAndAgreesAcrossCounts) {
+    ThreadCount restore;
+    Rng rng(3);
+    const Tensor a = rng.normal({512, 256}, 0, 1), b = rng.normal({256, 384}, 0, 1);
+    set_threads(1);
+    const std::vector<double> one = matmul(a, b).values();
+    set_threads(2);
+    const std::vector<double> two = matmul(a, b).values(), again = matmul(a, b).values();
+    EXPECT_EQ(two, again);
+    for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], two[i], 1e-4);
+}
+
+}  // namespace
+}  // namespace attnlab
