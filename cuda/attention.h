@@ -1,0 +1,98 @@
+// The attention core on the device, float32, same semantics as the CPU op
+// attnlab::attention (autograd/attention.h):
+//
+//     A = softmax_over_keys( scale * Q K^T  restricted to eligible keys ),   C = A V
+//
+// q (B, H, Tq, d), k (B, H_kv, Tk, d), v (B, H_kv, Tk, d_v), all contiguous;
+// query head h reads K/V head h / (H / H_kv). The mask parts (causal
+// bottom-right, key lengths, explicit eligibility) combine by AND. A row with no
+// eligible key is refused by check_attention under masked_rows = "error"; the
+// kernels themselves always give it zero weights, context and gradients.
+//
+// Two kernels:
+//   dense  cuBLAS GEMMs around our masked-softmax kernels; materialises the
+//          (B, H, Tq, Tk) weights, which the backward reads.
+//   flash  one fused kernel, online softmax over 64-key tiles, no Tq x Tk
+//          buffer; keeps the log-sum-exp (B, H, Tq) per row (-inf for a row
+//          with no eligible key), from which the backward recomputes P per tile.
+//
+// Device-pointer functions below take pointers into DeviceBuffers of one Context
+// and only launch work on its stream; validate first with check_attention.
+// attention_host.h wraps them for host Tensors (tests, benchmarks).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "autograd/attention.h"
+#include "cuda/context.h"
+
+namespace attnlab::cuda {
+
+enum class AttentionKernel { dense, flash };
+std::string to_string(AttentionKernel kernel);    // "dense" | "flash"
+AttentionKernel parse_attention_kernel(const std::string& name);
+
+struct AttentionDims {
+    size_t B = 0, H = 0, H_kv = 0, Tq = 0, Tk = 0, d = 0, d_v = 0;
+};
+
+// The flash kernel keeps tiles of width up to this in shared memory.
+constexpr size_t flash_max_head_width = 128;
+
+// Shapes of host tensors, checked as the CPU op checks them ("[attention] ..."),
+// and float32 only.
+AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v);
+
+// Everything a device call would refuse, as attnlab::Error, before any work:
+// mask sizes, dropout in training (not on the GPU path), head widths above
+// flash_max_head_width or need_weights for flash, and under masked_rows = "error"
+// the first row with no eligible key, named as the CPU op names it.
+void check_attention(const AttentionDims& dims, const AttentionMask& mask, const AttentionOptions& options,
+                     AttentionKernel kernel);
+
+// The mask as the kernels read it: device pointers, nullptr for an absent part.
+struct MaskView {
+    const int32_t* key_lengths = nullptr;  // (B)
+    const uint8_t* eligible = nullptr;     // (Tq, Tk) or (B, Tq, Tk), 1 = eligible
+    bool eligible_per_batch = false;       // eligible is (B, Tq, Tk)
+    bool causal = false;
+};
+
+// An AttentionMask copied to the device (key lengths as int32, eligibility as bytes).
+class DeviceMask {
+public:
+    DeviceMask(Context& context, const AttentionMask& mask, const AttentionDims& dims);
+    const MaskView& view() const { return view_; }
+
+private:
+    DeviceBuffer key_lengths_;
+    DeviceBuffer eligible_;
+    MaskView view_;
+};
+
+// ---- dense -----------------------------------------------------------------
+
+// context (B, H, Tq, d_v); weights (B, H, Tq, Tk), always written (the backward needs them).
+void dense_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                             const float* v, const MaskView& mask, float scale, float* out_context, float* weights);
+
+// dcontext (B, H, Tq, d_v) -> dq, dk, dv (shapes of q, k, v; overwritten).
+// scratch (B, H, Tq, Tk) holds dA and then dS. No mask needed: ineligible keys have A = 0.
+void dense_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                              const float* v, const float* weights, const float* dcontext, float scale, float* dq,
+                              float* dk, float* dv, float* scratch);
+
+// ---- flash -----------------------------------------------------------------
+
+// context (B, H, Tq, d_v); lse (B, H, Tq) = log sum_j exp(scale q.k_j) over eligible j, -inf if none.
+void flash_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                             const float* v, const MaskView& mask, float scale, float* out_context, float* lse);
+
+// The FlashAttention-2 backward from the forward's context and lse. row_dot
+// (B, H, Tq) is scratch for D_i = sum_c dcontext_ic context_ic. dq, dk, dv overwritten.
+void flash_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                              const float* v, const float* out_context, const float* lse, const float* dcontext,
+                              const MaskView& mask, float scale, float* dq, float* dk, float* dv, float* row_dot);
+
+}  // namespace attnlab::cuda

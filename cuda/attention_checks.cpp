@@ -1,0 +1,85 @@
+// What the device attention refuses, checked on the host before any work.
+// Plain C++, compiled in both builds (the tests run these checks without a GPU).
+#include <climits>
+
+#include "cuda/attention.h"
+
+namespace attnlab::cuda {
+
+std::string to_string(AttentionKernel kernel) { return kernel == AttentionKernel::dense ? "dense" : "flash"; }
+
+AttentionKernel parse_attention_kernel(const std::string& name) {
+    if (name == "dense") return AttentionKernel::dense;
+    if (name == "flash") return AttentionKernel::flash;
+    fail("cuda", "attention kernel must be \"dense\" or \"flash\", got \"" + name + "\"");
+}
+
+AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v) {
+    constexpr const char* op = "attention";
+    if (!q.defined() || !k.defined() || !v.defined()) fail(op, "q, k and v must be defined tensors");
+    const std::string shapes = "q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape());
+    if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) fail(op, shapes + ": expected (B, H, T, d) for each");
+    for (const Tensor* t : {&q, &k, &v})
+        if (t->dtype() != DType::f32) fail(op, shapes + ": the CUDA path takes float32 only, got " + to_string(t->dtype()));
+    const AttentionDims dims{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+    if (k.size(0) != dims.B || v.size(0) != dims.B) fail(op, shapes + ": batch sizes differ");
+    if (v.size(1) != dims.H_kv || v.size(2) != dims.Tk) fail(op, shapes + ": k and v disagree on heads or length");
+    if (k.size(3) != dims.d) fail(op, shapes + ": q and k head widths differ");
+    if (dims.H_kv == 0 || dims.H % dims.H_kv != 0)
+        fail(op, shapes + ": K/V heads (" + std::to_string(dims.H_kv) + ") must divide query heads (" +
+                     std::to_string(dims.H) + ")");
+    return dims;
+}
+
+void check_attention(const AttentionDims& dims, const AttentionMask& mask, const AttentionOptions& options,
+                     AttentionKernel kernel) {
+    constexpr const char* op = "attention";
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+    const std::string dims_text = "(B, H, H_kv, Tq, Tk, d, d_v) = (" + std::to_string(B) + ", " + std::to_string(H) +
+                                  ", " + std::to_string(H_kv) + ", " + std::to_string(Tq) + ", " + std::to_string(Tk) +
+                                  ", " + std::to_string(d) + ", " + std::to_string(d_v) + ")";
+    for (size_t n : {B, H, H_kv, Tq, Tk, d, d_v})
+        if (n == 0 || n > size_t(INT_MAX)) fail(op, dims_text + ": the CUDA path needs every size in [1, 2^31)");
+    if (H % H_kv != 0) fail(op, dims_text + ": K/V heads must divide query heads");
+    if (!mask.key_lengths.empty()) {
+        if (mask.key_lengths.size() != B)
+            fail(op, std::to_string(mask.key_lengths.size()) + " key lengths for batch " + std::to_string(B));
+        for (size_t b = 0; b < B; ++b)
+            if (mask.key_lengths[b] > Tk)
+                fail(op, "key length " + std::to_string(mask.key_lengths[b]) + " of batch item " + std::to_string(b) +
+                             " exceeds key count " + std::to_string(Tk));
+    }
+    if (mask.has_explicit()) {
+        const Shape& s = mask.eligible.shape;
+        if (s != Shape{Tq, Tk} && s != Shape{B, Tq, Tk})
+            fail(op, "mask " + shape_str(s) + " must be (Tq, Tk) = " + shape_str({Tq, Tk}) + " or (B, Tq, Tk) = " +
+                         shape_str({B, Tq, Tk}));
+        if (mask.eligible.values.size() != numel_of(s))
+            fail(op, "mask " + shape_str(s) + " holds " + std::to_string(mask.eligible.values.size()) + " values");
+    }
+    if (!(options.dropout >= 0.0 && options.dropout < 1.0))
+        fail(op, "dropout " + std::to_string(options.dropout) + " is outside [0, 1)");
+    if (options.training && options.dropout > 0.0)
+        fail(op, "dropout " + std::to_string(options.dropout) +
+                     " in training is not implemented on the CUDA path; use dropout = 0 or the CPU");
+    if (kernel == AttentionKernel::flash) {
+        if (d > flash_max_head_width || d_v > flash_max_head_width)
+            fail(op, "the flash kernel takes head widths up to " + std::to_string(flash_max_head_width) + ", got d = " +
+                         std::to_string(d) + ", d_v = " + std::to_string(d_v) + "; use the dense kernel");
+        if (options.need_weights)
+            fail(op, "the flash kernel keeps no (Tq, Tk) weights; use the dense kernel for need_weights");
+    }
+    if (options.masked_rows == MaskedRows::error)
+        for (size_t b = 0; b < B; ++b)
+            for (size_t i = 0; i < Tq; ++i) {
+                const size_t end = mask.key_end(b, i, Tq, Tk);
+                bool any_eligible = !mask.has_explicit() && end > 0;
+                for (size_t j = 0; mask.has_explicit() && j < end && !any_eligible; ++j)
+                    any_eligible = mask.allows(b, i, j, Tq, Tk);
+                if (!any_eligible)
+                    fail(op, "batch item " + std::to_string(b) + ", query position " + std::to_string(i) +
+                                 " has no eligible key (masked_rows = \"error\"; use \"zero\" to allow it)");
+            }
+}
+
+}  // namespace attnlab::cuda

@@ -1,0 +1,134 @@
+// The dense attention kernel: cuBLAS GEMMs around our masked softmax, forward
+// and backward side by side. The (B, H, Tq, Tk) weights are materialised once.
+//
+// Grouped K/V: query head h = kv * group + g reads K/V head kv. For a fixed g
+// the heads (b, kv * group + g) form one strided batch over n = b * H_kv + kv:
+// Q_n = q + (n * group + g) * Tq * d, K_n = k + n * Tk * d. So every GEMM is
+// `group` strided-batched calls of B * H_kv products, and K/V are never copied.
+#include <cmath>
+
+#include "cuda/attention.h"
+#include "cuda/check.cuh"
+#include "cuda/gemm.cuh"
+#include "cuda/mask.cuh"
+#include "cuda/warp.cuh"
+
+namespace attnlab::cuda {
+
+namespace {
+
+constexpr int rows_per_block = 8;  // one warp per (b, h, query) row
+constexpr int softmax_threads = rows_per_block * 32;
+
+int row_blocks(size_t rows) { return int((rows + rows_per_block - 1) / rows_per_block); }
+
+// In place over each row of scores (B, H, Tq, Tk): weights = softmax over the
+// eligible keys, 0 elsewhere; a row with no eligible key becomes all zeros.
+__global__ void masked_softmax_kernel(float* scores, long long rows, int H, int Tq, int Tk, MaskView mask) {
+    const long long row = (long long)blockIdx.x * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;  // whole warps leave together
+    const int lane = threadIdx.x % 32;
+    const int i = int(row % Tq), b = int(row / ((long long)H * Tq));
+    float* s = scores + row * Tk;  // (Tk)
+    const int end = mask_key_end(mask, b, i, Tq, Tk);
+    const bool per_key = mask.eligible != nullptr;  // below `end` only an explicit mask excludes keys
+
+    float row_max = -INFINITY;
+    for (int j = lane; j < end; j += 32)
+        if (!per_key || mask_allows(mask, b, i, j, Tq, Tk)) row_max = fmaxf(row_max, s[j]);
+    row_max = warp_max(row_max);
+    if (row_max == -INFINITY) {  // no eligible key: zero weights (masked_rows = "zero")
+        for (int j = lane; j < Tk; j += 32) s[j] = 0.0f;
+        return;
+    }
+    float total = 0.0f;
+    for (int j = lane; j < end; j += 32)
+        if (!per_key || mask_allows(mask, b, i, j, Tq, Tk)) total += expf(s[j] - row_max);
+    const float inverse = 1.0f / warp_sum(total);
+    for (int j = lane; j < Tk; j += 32) {
+        const bool eligible = j < end && (!per_key || mask_allows(mask, b, i, j, Tq, Tk));
+        s[j] = eligible ? expf(s[j] - row_max) * inverse : 0.0f;
+    }
+}
+
+// In place over each row of dA (B, H, Tq, Tk): dS_j = scale A_j (dA_j - sum_k dA_k A_k).
+// Ineligible keys and all-masked rows have A = 0, so they get exactly 0.
+__global__ void softmax_backward_kernel(float* grad, const float* weights, long long rows, int Tk, float scale) {
+    const long long row = (long long)blockIdx.x * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    float* g = grad + row * Tk;
+    const float* a = weights + row * Tk;
+    float dot = 0.0f;
+    for (int j = lane; j < Tk; j += 32) dot += g[j] * a[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < Tk; j += 32) g[j] = scale * a[j] * (g[j] - dot);
+}
+
+struct Strides {  // elements between consecutive batch entries n = b * H_kv + kv, and head offsets
+    int group, batch;
+    long long q, kv_k, kv_v, scores, out;  // q/out per query head group; kv per K/V head
+};
+
+Strides strides_of(const AttentionDims& dims) {
+    const long long group = (long long)(dims.H / dims.H_kv);
+    return {int(group), int(dims.B * dims.H_kv), group * (long long)(dims.Tq * dims.d), (long long)(dims.Tk * dims.d),
+            (long long)(dims.Tk * dims.d_v), group * (long long)(dims.Tq * dims.Tk),
+            group * (long long)(dims.Tq * dims.d_v)};
+}
+
+}  // namespace
+
+void dense_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                             const float* v, const MaskView& mask, float scale, float* out_context, float* weights) {
+    const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d), d_v = int(dims.d_v);
+    const Strides st = strides_of(dims);
+    for (int g = 0; g < st.group; ++g) {
+        // scores = scale Q K^T   (Tq, Tk) per head, straight into the weights
+        gemm_batched(context, Tq, Tk, d, scale, {q + (size_t)g * Tq * d, d, st.q}, {k, d, st.kv_k, true}, 0.0f,
+                     weights + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, "dense_attention_forward: Q K^T");
+    }
+    const size_t rows = dims.B * dims.H * dims.Tq;
+    masked_softmax_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(weights, (long long)rows,
+                                                                                       int(dims.H), Tq, Tk, mask);
+    check_launch("dense_attention_forward: masked_softmax_kernel");
+    for (int g = 0; g < st.group; ++g) {
+        // context = A V   (Tq, d_v)
+        gemm_batched(context, Tq, d_v, Tk, 1.0f, {weights + (size_t)g * Tq * Tk, Tk, st.scores}, {v, d_v, st.kv_v},
+                     0.0f, out_context + (size_t)g * Tq * d_v, d_v, st.out, st.batch, "dense_attention_forward: A V");
+    }
+}
+
+void dense_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                              const float* v, const float* weights, const float* dcontext, float scale, float* dq,
+                              float* dk, float* dv, float* scratch) {
+    const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d), d_v = int(dims.d_v);
+    const Strides st = strides_of(dims);
+    for (int g = 0; g < st.group; ++g) {
+        const float* A = weights + (size_t)g * Tq * Tk;        // (Tq, Tk) per head
+        const float* dC = dcontext + (size_t)g * Tq * d_v;     // (Tq, d_v) per head
+        const float beta = g == 0 ? 0.0f : 1.0f;               // K/V gradients sum over the group
+        // dV += A^T dC   (Tk, d_v)
+        gemm_batched(context, Tk, d_v, Tq, 1.0f, {A, Tk, st.scores, true}, {dC, d_v, st.out}, beta, dv, d_v, st.kv_v,
+                     st.batch, "dense_attention_backward: A^T dC");
+        // dA = dC V^T   (Tq, Tk)
+        gemm_batched(context, Tq, Tk, d_v, 1.0f, {dC, d_v, st.out}, {v, d_v, st.kv_v, true}, 0.0f,
+                     scratch + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, "dense_attention_backward: dC V^T");
+    }
+    const size_t rows = dims.B * dims.H * dims.Tq;
+    softmax_backward_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(scratch, weights,
+                                                                                         (long long)rows, Tk, scale);
+    check_launch("dense_attention_backward: softmax_backward_kernel");
+    for (int g = 0; g < st.group; ++g) {
+        const float* dS = scratch + (size_t)g * Tq * Tk;  // (Tq, Tk) per head, scale included
+        const float beta = g == 0 ? 0.0f : 1.0f;
+        // dQ = dS K   (Tq, d)
+        gemm_batched(context, Tq, d, Tk, 1.0f, {dS, Tk, st.scores}, {k, d, st.kv_k}, 0.0f, dq + (size_t)g * Tq * d, d,
+                     st.q, st.batch, "dense_attention_backward: dS K");
+        // dK += dS^T Q   (Tk, d)
+        gemm_batched(context, Tk, d, Tq, 1.0f, {dS, Tk, st.scores, true}, {q + (size_t)g * Tq * d, d, st.q}, beta, dk,
+                     d, st.kv_k, st.batch, "dense_attention_backward: dS^T Q");
+    }
+}
+
+}  // namespace attnlab::cuda

@@ -1,0 +1,30 @@
+// Compiled in place of attention_dense.cu and attention_flash.cu without CUDA.
+// Unreachable in practice (no Context can be made), but every entry point still
+// refuses, saying why.
+#include "cuda/attention.h"
+#include "cuda/backend.h"
+
+namespace attnlab::cuda {
+
+namespace {
+[[noreturn]] void refuse(const std::string& where) { fail("cuda", where + ": " + probe().reason); }
+}  // namespace
+
+void dense_attention_forward(Context&, const AttentionDims&, const float*, const float*, const float*, const MaskView&,
+                             float, float*, float*) {
+    refuse("dense_attention_forward");
+}
+void dense_attention_backward(Context&, const AttentionDims&, const float*, const float*, const float*, const float*,
+                              const float*, float, float*, float*, float*, float*) {
+    refuse("dense_attention_backward");
+}
+void flash_attention_forward(Context&, const AttentionDims&, const float*, const float*, const float*, const MaskView&,
+                             float, float*, float*) {
+    refuse("flash_attention_forward");
+}
+void flash_attention_backward(Context&, const AttentionDims&, const float*, const float*, const float*, const float*,
+                              const float*, const float*, const MaskView&, float, float*, float*, float*, float*) {
+    refuse("flash_attention_backward");
+}
+
+}  // namespace attnlab::cuda

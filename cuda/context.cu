@@ -1,0 +1,102 @@
+// The real Context and allocator (nvcc, -DATTNLAB_CUDA=ON).
+#include "cuda/context.h"
+
+#include "cuda/backend.h"
+#include "cuda/check.cuh"
+
+namespace attnlab::cuda {
+
+DeviceBuffer DeviceAllocator::allocate(size_t bytes) {
+    if (bytes == 0) return {};
+    const size_t size = rounded_size(bytes);
+    void* block = nullptr;
+    auto cached = free_blocks_.find(size);
+    if (cached != free_blocks_.end() && !cached->second.empty()) {
+        block = cached->second.back();
+        cached->second.pop_back();
+        stats_.bytes_cached -= size;
+    } else {
+        cudaError_t status = cudaMalloc(&block, size);
+        if (status == cudaErrorMemoryAllocation && stats_.bytes_cached > 0) {
+            cudaGetLastError();
+            empty_cache();
+            status = cudaMalloc(&block, size);
+        }
+        check_cuda(status, "allocate " + std::to_string(size) + " bytes (" + std::to_string(stats_.bytes_in_use) +
+                               " in use)");
+        ++stats_.device_allocations;
+    }
+    stats_.bytes_in_use += size;
+    if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    return DeviceBuffer(this, block, bytes);
+}
+
+void DeviceAllocator::recycle(void* block, size_t bytes) {
+    const size_t size = rounded_size(bytes);
+    free_blocks_[size].push_back(block);
+    stats_.bytes_in_use -= size;
+    stats_.bytes_cached += size;
+}
+
+void DeviceAllocator::empty_cache() {
+    for (auto& [size, blocks] : free_blocks_)
+        for (void* block : blocks) cudaFree(block);  // implicitly waits for the device
+    free_blocks_.clear();
+    stats_.bytes_cached = 0;
+}
+
+DeviceAllocator::~DeviceAllocator() { empty_cache(); }
+
+Context::Context(int device) : device_(device) {
+    require_device("Context");
+    check_cuda(cudaSetDevice(device), "Context: cudaSetDevice(" + std::to_string(device) + ")");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "Context: cudaStreamCreate");
+    cublasHandle_t handle = nullptr;
+    const cublasStatus_t status = cublasCreate(&handle);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        cudaStreamDestroy(stream_);
+        check_cublas(status, "Context: cublasCreate");
+    }
+    blas_ = handle;
+    check_cublas(cublasSetStream(blas_, stream_), "Context: cublasSetStream");
+    // Plain fp32 GEMMs (no TF32): results must agree with the CPU op to 1e-4.
+    check_cublas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "Context: cublasSetMathMode");
+}
+
+Context::~Context() {
+    cudaStreamSynchronize(stream_);
+    allocator_.empty_cache();
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+}
+
+void Context::synchronize(const char* where) const { check_cuda(cudaStreamSynchronize(stream_), where); }
+
+DeviceBuffer to_device(Context& context, const void* values, size_t bytes) {
+    DeviceBuffer buffer = context.allocate(bytes);
+    if (bytes == 0) return buffer;
+    check_cuda(cudaMemcpyAsync(buffer.data(), values, bytes, cudaMemcpyHostToDevice, context.stream()), "to_device");
+    // The host memory may be pageable and reused as soon as we return.
+    context.synchronize("to_device");
+    return buffer;
+}
+
+DeviceBuffer to_device(Context& context, const std::vector<float>& values) {
+    return to_device(context, values.data(), values.size() * sizeof(float));
+}
+
+void to_host(Context& context, const DeviceBuffer& buffer, void* values, size_t bytes) {
+    if (bytes > buffer.bytes())
+        fail("cuda", "to_host: " + std::to_string(bytes) + " bytes asked from a buffer of " + std::to_string(buffer.bytes()));
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(values, buffer.data(), bytes, cudaMemcpyDeviceToHost, context.stream()), "to_host");
+    context.synchronize("to_host");
+}
+
+std::vector<float> to_host_floats(Context& context, const DeviceBuffer& buffer, size_t count) {
+    std::vector<float> values(count);
+    to_host(context, buffer, values.data(), count * sizeof(float));
+    return values;
+}
+
+}  // namespace attnlab::cuda

@@ -1,0 +1,129 @@
+// Shared by the CUDA attention tests: random inputs, the CPU op as reference
+// (forward, weights and gradients through backward with a seed), the
+// log-sum-exp computed on the host in double, and the comparison with its
+// stated tolerance.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "autograd/attention.h"
+#include "autograd/rng.h"
+#include "cuda/attention_host.h"
+#include "cuda/backend.h"
+
+namespace attnlab::cuda {
+// gtest prints parameters with this (else as raw bytes in the test list)
+inline void PrintTo(AttentionKernel kernel, std::ostream* os) { *os << to_string(kernel); }
+}  // namespace attnlab::cuda
+
+namespace attnlab::cuda_test {
+
+using attnlab::cuda::AttentionDims;
+using attnlab::cuda::AttentionKernel;
+
+// fp32 agreement with the CPU op: |gpu - cpu| <= abs_tolerance + rel_tolerance |cpu|,
+// element by element, for context, weights, lse and every gradient.
+constexpr double abs_tolerance = 1e-4;
+constexpr double rel_tolerance = 1e-4;
+
+inline Tensor random_tensor(Rng& rng, const Shape& shape) { return rng.normal(shape, 0.0, 1.0, DType::f32); }
+
+struct Inputs {
+    Tensor q, k, v, dcontext;  // (B, H, Tq, d), (B, H_kv, Tk, d), (B, H_kv, Tk, d_v), (B, H, Tq, d_v)
+};
+
+inline Inputs random_inputs(const AttentionDims& s, uint64_t seed) {
+    Rng rng(seed);
+    return {random_tensor(rng, {s.B, s.H, s.Tq, s.d}), random_tensor(rng, {s.B, s.H_kv, s.Tk, s.d}),
+            random_tensor(rng, {s.B, s.H_kv, s.Tk, s.d_v}), random_tensor(rng, {s.B, s.H, s.Tq, s.d_v})};
+}
+
+struct Reference {
+    Tensor context, weights, dq, dk, dv;
+};
+
+// The CPU op on copies of the inputs, with need_weights, then backward(dcontext).
+inline Reference cpu_reference(const Inputs& in, const AttentionMask& mask, AttentionOptions options) {
+    Tensor q = in.q.clone().set_requires_grad(true);
+    Tensor k = in.k.clone().set_requires_grad(true);
+    Tensor v = in.v.clone().set_requires_grad(true);
+    options.need_weights = true;
+    AttentionResult result = attention(q, k, v, mask, options);
+    result.context.backward(in.dcontext);
+    return {result.context.detach(), result.weights, q.grad(), k.grad(), v.grad()};
+}
+
+// log sum_j exp(scale q_i . k_j) over eligible keys, in double; -inf for a row with none.
+inline std::vector<double> reference_lse(const Inputs& in, const AttentionMask& mask, double scale) {
+    const Shape& qs = in.q.shape();
+    const size_t B = qs[0], H = qs[1], Tq = qs[2], d = qs[3], H_kv = in.k.size(1), Tk = in.k.size(2);
+    const std::vector<double> q = in.q.values(), k = in.k.values();
+    std::vector<double> lse;
+    for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h)
+            for (size_t i = 0; i < Tq; ++i) {
+                std::vector<double> scores;
+                for (size_t j = 0; j < Tk; ++j) {
+                    if (!mask.allows(b, i, j, Tq, Tk)) continue;
+                    const double* qi = q.data() + ((b * H + h) * Tq + i) * d;
+                    const double* kj = k.data() + ((b * H_kv + h / (H / H_kv)) * Tk + j) * d;
+                    double dot = 0;
+                    for (size_t c = 0; c < d; ++c) dot += qi[c] * kj[c];
+                    scores.push_back(scale * dot);
+                }
+                if (scores.empty()) {
+                    lse.push_back(-std::numeric_limits<double>::infinity());
+                    continue;
+                }
+                double m = scores[0], total = 0;
+                for (double s : scores) m = std::max(m, s);
+                for (double s : scores) total += std::exp(s - m);
+                lse.push_back(m + std::log(total));
+            }
+    return lse;
+}
+
+// Element-wise check with the tolerance above; reports the worst element.
+inline void expect_close(const std::vector<double>& gpu, const std::vector<double>& cpu, const std::string& what) {
+    ASSERT_EQ(gpu.size(), cpu.size()) << what;
+    size_t worst = 0, bad = 0;
+    double worst_excess = -1;
+    for (size_t e = 0; e < cpu.size(); ++e) {
+        const bool both_neg_inf = std::isinf(cpu[e]) && cpu[e] < 0 && std::isinf(gpu[e]) && gpu[e] < 0;
+        if (both_neg_inf) continue;
+        const double excess = std::abs(gpu[e] - cpu[e]) - (abs_tolerance + rel_tolerance * std::abs(cpu[e]));
+        if (!(excess <= 0)) ++bad;  // NaN counts as bad
+        if (!(excess <= worst_excess)) {
+            worst_excess = excess;
+            worst = e;
+        }
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " elements off; worst at flat index "
+                       << worst << ": gpu " << gpu[worst] << ", cpu " << cpu[worst];
+}
+
+inline void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+    ASSERT_TRUE(gpu.defined()) << what << " missing";
+    ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+    expect_close(gpu.values(), cpu.values(), what);
+}
+
+// Skips the test (with the probe's reason) unless a device is present; else a Context.
+class DeviceTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const cuda::DeviceInfo info = cuda::probe();
+        if (!info.available) GTEST_SKIP() << info.reason;
+        context = std::make_unique<cuda::Context>();
+    }
+    std::unique_ptr<cuda::Context> context;
+};
+
+}  // namespace attnlab::cuda_test

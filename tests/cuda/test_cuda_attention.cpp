@@ -1,0 +1,179 @@
+// Both device kernels (dense, flash) against the CPU op attnlab::attention on
+// random float32 inputs, forward (context; weights for dense, lse for flash)
+// and gradients (dq, dk, dv for a random dcontext), for every mask kind.
+// Tolerance: |gpu - cpu| <= 1e-4 + 1e-4 |cpu| per element (attention_reference.h).
+// Shapes are chosen to cross the flash kernel's 64-row tiles (65, 70, 130, 257)
+// and to pad head widths (d = 12, 100). Skipped without a device.
+#include <cmath>
+
+#include "attention_reference.h"
+
+namespace attnlab::cuda_test {
+namespace {
+
+struct Case {
+    std::string name;
+    AttentionDims dims;
+    AttentionMask mask;
+    MaskedRows masked_rows = MaskedRows::error;
+};
+
+AttentionMask causal() {
+    AttentionMask mask;
+    mask.causal = true;
+    return mask;
+}
+
+AttentionMask padded(std::vector<size_t> lengths, bool is_causal = false) {
+    AttentionMask mask;
+    mask.key_lengths = std::move(lengths);
+    mask.causal = is_causal;
+    return mask;
+}
+
+// Random eligibility with key i % Tk always eligible, so no row is empty.
+Mask random_eligible(const Shape& shape, uint64_t seed) {
+    Rng rng(seed);
+    const size_t Tq = shape[shape.size() - 2], Tk = shape.back();
+    std::vector<uint8_t> values(numel_of(shape));
+    for (size_t e = 0; e < values.size(); ++e) {
+        const size_t i = e / Tk % Tq, j = e % Tk;
+        values[e] = j == i % Tk || rng.bernoulli(0.6) ? 1 : 0;
+    }
+    return Mask(shape, values);
+}
+
+AttentionMask explicit_mask(const Shape& shape) {
+    AttentionMask mask;
+    mask.eligible = random_eligible(shape, 11);
+    return mask;
+}
+
+// Row 3 of the explicit mask has no eligible key, and batch item 1 has no keys at all.
+AttentionMask with_empty_rows(size_t Tq, size_t Tk) {
+    AttentionMask mask = explicit_mask({Tq, Tk});
+    for (size_t j = 0; j < Tk; ++j) mask.eligible.values[3 * Tk + j] = 0;
+    mask.key_lengths = {Tk, 0};
+    return mask;
+}
+
+std::vector<Case> cases() {
+    //            B  H  H_kv Tq   Tk   d    d_v
+    return {
+        {"no_mask", {2, 2, 2, 70, 70, 16, 12}, {}},
+        {"causal_square", {2, 2, 2, 130, 130, 16, 16}, causal()},
+        {"causal_cache_tq_lt_tk", {2, 2, 2, 37, 100, 16, 12}, causal()},
+        {"causal_tq_gt_tk_zero_rows", {1, 2, 2, 80, 50, 16, 16}, causal(), MaskedRows::zero},
+        {"key_padding", {3, 2, 2, 70, 70, 16, 12}, padded({70, 33, 64})},
+        {"causal_and_padding", {2, 2, 2, 130, 130, 16, 16}, padded({130, 70}, true)},
+        {"explicit_tq_tk", {2, 2, 2, 70, 90, 16, 12}, explicit_mask({70, 90})},
+        {"explicit_b_tq_tk", {2, 2, 2, 70, 90, 16, 12}, explicit_mask({2, 70, 90})},
+        {"explicit_and_causal_and_padding", {2, 2, 2, 70, 70, 16, 12},
+         [] {
+             AttentionMask mask = explicit_mask({2, 70, 70});
+             mask.causal = true;
+             mask.key_lengths = {70, 50};
+             return mask;
+         }()},
+        {"grouped_kv_4_over_2", {2, 4, 2, 70, 70, 16, 12}, causal()},
+        {"grouped_kv_6_over_2_padded", {2, 6, 2, 65, 65, 8, 8}, padded({65, 20})},
+        {"all_masked_rows_zero", {2, 2, 2, 20, 24, 16, 12}, with_empty_rows(20, 24), MaskedRows::zero},
+        {"wide_heads_128", {1, 2, 2, 65, 65, 128, 128}, causal()},
+        {"uneven_heads_100_72", {1, 2, 1, 65, 70, 100, 72}, causal()},
+        {"longer_257_d64", {1, 2, 2, 257, 257, 64, 64}, causal()},
+    };
+}
+
+struct Param {
+    Case c;
+    AttentionKernel kernel;
+};
+
+void PrintTo(const Param& param, std::ostream* os) { *os << param.c.name << ", " << cuda::to_string(param.kernel); }
+
+std::vector<Param> params() {
+    std::vector<Param> all;
+    for (const Case& c : cases())
+        for (AttentionKernel kernel : {AttentionKernel::dense, AttentionKernel::flash}) all.push_back({c, kernel});
+    return all;
+}
+
+class CudaAttentionAgreement : public DeviceTest, public ::testing::WithParamInterface<Param> {};
+
+TEST_P(CudaAttentionAgreement, ForwardAndGradientsMatchTheCpuOp) {
+    const Case& c = GetParam().c;
+    const AttentionKernel kernel = GetParam().kernel;
+    const Inputs in = random_inputs(c.dims, 7);
+    AttentionOptions options;
+    options.scale = 1.0 / std::sqrt(double(c.dims.d));
+    options.masked_rows = c.masked_rows;
+    const Reference cpu = cpu_reference(in, c.mask, options);
+
+    options.need_weights = kernel == AttentionKernel::dense;
+    const cuda::HostAttention gpu = cuda::attention_host(*context, kernel, in.q, in.k, in.v, c.mask, options);
+    expect_close(gpu.context, cpu.context, "context");
+    if (kernel == AttentionKernel::dense) expect_close(gpu.weights, cpu.weights, "weights");
+    if (kernel == AttentionKernel::flash) {
+        ASSERT_TRUE(gpu.lse.defined());
+        expect_close(gpu.lse.values(), reference_lse(in, c.mask, options.scale), "lse");
+    }
+
+    options.need_weights = false;
+    const cuda::HostAttentionGrads grads =
+        cuda::attention_backward_host(*context, kernel, in.q, in.k, in.v, c.mask, options, in.dcontext);
+    expect_close(grads.dq, cpu.dq, "dq");
+    expect_close(grads.dk, cpu.dk, "dk");
+    expect_close(grads.dv, cpu.dv, "dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, CudaAttentionAgreement, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                             return info.param.c.name + "_" + cuda::to_string(info.param.kernel);
+                         });
+
+// A row with no eligible key under "zero": exactly zero context, weights and
+// gradient, -inf lse; never NaN.
+class CudaMaskedRows : public DeviceTest, public ::testing::WithParamInterface<AttentionKernel> {};
+
+TEST_P(CudaMaskedRows, EmptyRowsAreExactlyZero) {
+    const AttentionDims dims{2, 2, 2, 20, 24, 16, 12};
+    const AttentionMask mask = with_empty_rows(20, 24);  // row 3 everywhere; all rows of batch item 1
+    const Inputs in = random_inputs(dims, 3);
+    AttentionOptions options;
+    options.scale = 0.25;
+    options.masked_rows = MaskedRows::zero;
+    options.need_weights = GetParam() == AttentionKernel::dense;
+    const cuda::HostAttention out = cuda::attention_host(*context, GetParam(), in.q, in.k, in.v, mask, options);
+    options.need_weights = false;
+    const cuda::HostAttentionGrads grads =
+        cuda::attention_backward_host(*context, GetParam(), in.q, in.k, in.v, mask, options, in.dcontext);
+    for (size_t b = 0; b < 2; ++b)
+        for (size_t h = 0; h < 2; ++h)
+            for (size_t i = 0; i < 20; ++i) {
+                if (!(b == 1 || i == 3)) continue;
+                for (size_t c = 0; c < 12; ++c) EXPECT_EQ(out.context.at({b, h, i, c}), 0.0) << b << h << i;
+                for (size_t c = 0; c < 16; ++c) EXPECT_EQ(grads.dq.at({b, h, i, c}), 0.0) << b << h << i;
+                if (out.weights.defined()) {
+                    for (size_t j = 0; j < 24; ++j) EXPECT_EQ(out.weights.at({b, h, i, j}), 0.0);
+                }
+                if (out.lse.defined()) {
+                    EXPECT_EQ(out.lse.at({b, h, i}), -std::numeric_limits<double>::infinity());
+                }
+            }
+    for (const Tensor* t : {&out.context, &grads.dq, &grads.dk, &grads.dv})
+        for (double x : t->values()) ASSERT_TRUE(std::isfinite(x));
+    // batch item 1 has no eligible key at all: its K/V gradients are zero too
+    for (size_t h = 0; h < 2; ++h)
+        for (size_t j = 0; j < 24; ++j) {
+            for (size_t c = 0; c < 16; ++c) EXPECT_EQ(grads.dk.at({1, h, j, c}), 0.0);
+            for (size_t c = 0; c < 12; ++c) EXPECT_EQ(grads.dv.at({1, h, j, c}), 0.0);
+        }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaMaskedRows, ::testing::Values(AttentionKernel::dense, AttentionKernel::flash),
+                         [](const ::testing::TestParamInfo<AttentionKernel>& info) {
+                             return cuda::to_string(info.param);
+                         });
+
+}  // namespace
+}  // namespace attnlab::cuda_test

@@ -1,0 +1,103 @@
+// What the device attention refuses, checked on the host: these run in every
+// build, with or without a GPU. The masked-row error must read exactly as the
+// CPU op's, naming batch item and query position.
+#include <functional>
+
+#include "attention_reference.h"
+
+namespace attnlab::cuda_test {
+namespace {
+
+using cuda::attention_dims;
+using cuda::check_attention;
+
+std::string error_of(const std::function<void()>& call) {
+    try {
+        call();
+    } catch (const Error& error) {
+        return error.what();
+    }
+    return "(no error)";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const AttentionDims small{2, 2, 2, 4, 5, 3, 3};
+
+TEST(CudaAttentionChecks, MaskedRowErrorNamesTheRowExactlyAsTheCpuOp) {
+    AttentionMask mask;
+    mask.key_lengths = {5, 5};
+    mask.eligible = Mask::filled({2, 4, 5}, true);
+    for (size_t j = 0; j < 5; ++j) mask.eligible.values[(1 * 4 + 2) * 5 + j] = 0;  // batch item 1, query 2
+    const Inputs in = random_inputs(small, 1);
+    const std::string cpu = error_of([&] { attention(in.q, in.k, in.v, mask, {}); });
+    for (AttentionKernel kernel : {AttentionKernel::dense, AttentionKernel::flash}) {
+        const std::string gpu = error_of([&] { check_attention(small, mask, {}, kernel); });
+        EXPECT_EQ(gpu, cpu);
+        EXPECT_EQ(gpu, "[attention] batch item 1, query position 2 has no eligible key (masked_rows = \"error\"; "
+                       "use \"zero\" to allow it)");
+    }
+    AttentionOptions zero;
+    zero.masked_rows = MaskedRows::zero;
+    EXPECT_NO_THROW(check_attention(small, mask, zero, AttentionKernel::flash));
+}
+
+TEST(CudaAttentionChecks, EmptyRowsFromCausalAndPaddingAreFoundToo) {
+    AttentionMask causal;
+    causal.causal = true;  // Tq = 6 > Tk = 4: query 0 sees keys j <= 0 - 2, none
+    const AttentionDims wide{1, 1, 1, 6, 4, 2, 2};
+    EXPECT_EQ(error_of([&] { check_attention(wide, causal, {}, AttentionKernel::flash); }),
+              "[attention] batch item 0, query position 0 has no eligible key (masked_rows = \"error\"; use \"zero\" "
+              "to allow it)");
+    AttentionMask padding;
+    padding.key_lengths = {5, 0};
+    EXPECT_TRUE(contains(error_of([&] { check_attention(small, padding, {}, AttentionKernel::dense); }),
+                         "batch item 1, query position 0 has no eligible key"));
+}
+
+TEST(CudaAttentionChecks, DropoutInTrainingIsRefused) {
+    AttentionOptions options;
+    options.dropout = 0.1;
+    options.training = true;
+    const std::string message = error_of([&] { check_attention(small, {}, options, AttentionKernel::dense); });
+    EXPECT_TRUE(contains(message, "[attention] dropout")) << message;
+    EXPECT_TRUE(contains(message, "not implemented on the CUDA path")) << message;
+    options.training = false;  // evaluation ignores dropout, as the CPU op does
+    EXPECT_NO_THROW(check_attention(small, {}, options, AttentionKernel::flash));
+}
+
+TEST(CudaAttentionChecks, FlashRefusesWideHeadsAndWeights) {
+    const AttentionDims wide{1, 1, 1, 4, 4, 129, 8};
+    const std::string message = error_of([&] { check_attention(wide, {}, {}, AttentionKernel::flash); });
+    EXPECT_TRUE(contains(message, "head widths up to 128, got d = 129")) << message;
+    EXPECT_NO_THROW(check_attention(wide, {}, {}, AttentionKernel::dense));
+    AttentionOptions options;
+    options.need_weights = true;
+    EXPECT_TRUE(contains(error_of([&] { check_attention(small, {}, options, AttentionKernel::flash); }),
+                         "keeps no (Tq, Tk) weights"));
+}
+
+TEST(CudaAttentionChecks, ShapesAndMasksAreCheckedAsTheCpuOpChecksThem) {
+    Rng rng(2);
+    const Tensor q = random_tensor(rng, {1, 4, 3, 2}), k = random_tensor(rng, {1, 3, 3, 2}), v = random_tensor(rng, {1, 3, 3, 2});
+    EXPECT_TRUE(contains(error_of([&] { attention_dims(q, k, v); }), "K/V heads (3) must divide query heads (4)"));
+    const Tensor q64 = Tensor::zeros({1, 1, 3, 2}, DType::f64), k1 = Tensor::zeros({1, 1, 3, 2});
+    EXPECT_TRUE(contains(error_of([&] { attention_dims(q64, k1, k1); }), "float32 only, got float64"));
+    AttentionMask mask;
+    mask.eligible = Mask::filled({3, 4}, true);
+    EXPECT_TRUE(contains(error_of([&] { check_attention(small, mask, {}, AttentionKernel::dense); }),
+                         "mask (3,4) must be (Tq, Tk) = (4,5)"));
+    AttentionMask lengths;
+    lengths.key_lengths = {5, 6};
+    EXPECT_TRUE(contains(error_of([&] { check_attention(small, lengths, {}, AttentionKernel::dense); }),
+                         "key length 6 of batch item 1 exceeds key count 5"));
+}
+
+TEST(CudaAttentionChecks, KernelNames) {
+    EXPECT_EQ(cuda::parse_attention_kernel("flash"), AttentionKernel::flash);
+    EXPECT_EQ(cuda::to_string(AttentionKernel::dense), "dense");
+    EXPECT_TRUE(contains(error_of([] { cuda::parse_attention_kernel("fast"); }), "\"dense\" or \"flash\""));
+}
+
+}  // namespace
+}  // namespace attnlab::cuda_test
