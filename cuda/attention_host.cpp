@@ -78,7 +78,7 @@ HostAttentionGrads attention_backward_host(Context& context, AttentionKernel ker
         const DeviceBuffer scratch = context.allocate_floats(B * H * Tq * Tk);
         dense_attention_backward(context, dims, f.q.floats(), f.k.floats(), f.v.floats(), f.weights.floats(),
                                  dC.floats(), scale, dq.floats(), dk.floats(), dv.floats(), scratch.floats());
-        context.synchronize("attention_backward_host");  // before scratch goes back to the cache
+        context.synchronize("attention_backward_host");  // a kernel fault is reported here, naming us
     } else {
         const DeviceBuffer row_dot = context.allocate_floats(B * H * Tq);
         flash_attention_backward(context, dims, f.q.floats(), f.k.floats(), f.v.floats(), f.context.floats(),

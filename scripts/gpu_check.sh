@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Checks the CUDA backend on a GPU machine, from the folder scripts/gpu_pack.sh
+# made (this script runs from its copy there):
+#
+#   .gpu/gpu_check.sh OUTDIR        # e.g. set -o pipefail; .gpu/gpu_check.sh $OUT 2>&1 | tee $OUT/gpu_check.log
+#
+# Unpacks libs.tar.xz to a temporary folder, finds the machine's cuBLAS 13,
+# prints nvidia-smi, runs the CUDA tests (gtest JSON into OUTDIR), a smoke run
+# of the attnlab CLI, then the benchmarks (ours: bench_attnlab.jsonl; torch
+# SDPA: bench_sdpa.jsonl) and prints the table (table.md). A few minutes.
+# Exit status: 0 when every step passed; 1 when a test failed, no device was
+# present (the tests then skip), or a benchmark failed; 2 on bad usage.
+# Environment: PYTHON (default python3, the one with torch), BENCH_ARGS
+# (default none: 10 repetitions, all three shapes), SDPA_ARGS.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${1:-}"
+if [[ -z "$out" ]]; then
+  echo "usage: $0 OUTDIR" >&2
+  exit 2
+fi
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+python=${PYTHON:-python3}
+status=0
+
+libs="$(mktemp -d)"
+trap 'rm -rf "$libs"' EXIT
+tar -C "$libs" -xJf "$here/libs.tar.xz" || { echo "gpu_check: cannot unpack $here/libs.tar.xz" >&2; exit 1; }
+
+# cuBLAS 13 is not carried: the CUDA toolkit's, else the one pip's nvidia-cublas wheel holds (torch's).
+cublas_dir=""
+candidates=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64)
+candidates+=($(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 / { sub(/\/[^\/]*$/, "", $NF); print $NF }'))
+candidates+=($("$python" -c 'import glob, site; print(" ".join(sorted({p.rsplit("/", 1)[0] for d in site.getsitepackages() for p in glob.glob(d + "/nvidia/**/libcublas.so.13", recursive=True)})))' 2>/dev/null))
+for dir in "${candidates[@]}"; do
+  if [[ -e "$dir/libcublas.so.13" ]]; then
+    cublas_dir="$dir"
+    break
+  fi
+done
+echo "gpu_check: libraries unpacked to $libs; cuBLAS 13 from ${cublas_dir:-(not found: the binaries will not start)}"
+ours() { LD_LIBRARY_PATH="$libs${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+
+echo "== nvidia-smi"
+nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt" || echo "gpu_check: nvidia-smi failed or is missing"
+
+echo "== libraries of the binaries"
+if ours ldd "$here/bin/test_cuda" "$here/bin/bench_attention_gpu" | grep 'not found'; then
+  echo "gpu_check: libraries missing (above); stopping" >&2
+  exit 1
+fi
+
+echo "== test_cuda"
+ours "$here/bin/test_cuda" --gtest_output="json:$out/test_cuda.json" 2>&1 | tee "$out/test_cuda.log"
+tests_rc=${PIPESTATUS[0]}
+if ((tests_rc != 0)); then
+  echo "gpu_check: test_cuda FAILED (exit $tests_rc)"
+  status=1
+fi
+if grep -q 'no CUDA device present' "$out/test_cuda.log"; then
+  echo "gpu_check: no CUDA device present: the device tests skipped; no benchmark run" >&2
+  exit 1
+fi
+
+echo "== attnlab CLI smoke (gradcheck attention, CPU)"
+ours "$here/bin/attnlab" gradcheck attention 2>&1 | tail -5 || { echo "gpu_check: attnlab CLI failed"; status=1; }
+
+echo "== bench_attention_gpu"
+# shellcheck disable=SC2086
+if ! ours "$here/bin/bench_attention_gpu" ${BENCH_ARGS:-} | tee "$out/bench_attnlab.jsonl"; then
+  echo "gpu_check: bench_attention_gpu FAILED"
+  status=1
+fi
+
+echo "== bench_sdpa.py (torch)"
+# shellcheck disable=SC2086
+if ! PYTHONUNBUFFERED=1 "$python" "$here/bench_sdpa.py" ${SDPA_ARGS:-} | tee "$out/bench_sdpa.jsonl"; then
+  echo "gpu_check: bench_sdpa.py FAILED"
+  status=1
+fi
+
+echo "== table"
+"$python" "$here/gpu_table.py" "$out/bench_attnlab.jsonl" "$out/bench_sdpa.jsonl" | tee "$out/table.md"
+echo "gpu_check: done, exit $status; results in $out"
+exit $status
