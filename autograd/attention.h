@@ -2,7 +2,7 @@
 //
 //     A = softmax_over_keys( scale * Q K^T  restricted to eligible keys ),   C = A V
 //
-// This is the single place where a CUDA or blockwise CPU kernel can take over.
+// The loops (a dense and a blockwise path) are in attention_kernels.cpp.
 // Scores are computed once, straight into the weight buffer that the backward
 // keeps; they are never materialised a second time.
 #pragma once
@@ -57,6 +57,11 @@ struct AttentionMask {
     }
 };
 
+// dense: scores and weights as (Tq, Tk) per head, kept for the backward.
+// blockwise: online softmax over key blocks; memory linear in Tk; no weights,
+//   no dropout. automatic: blockwise unless weights or dropout are needed.
+enum class AttentionPath { automatic, dense, blockwise };
+
 struct AttentionOptions {
     double scale = 1.0;                 // multiplies Q K^T (1/sqrt(d_h) for "sqrt")
     MaskedRows masked_rows = MaskedRows::error;
@@ -64,6 +69,7 @@ struct AttentionOptions {
     bool training = false;
     Rng* rng = nullptr;                 // required when training with dropout > 0
     bool need_weights = false;
+    AttentionPath path = AttentionPath::automatic;
 };
 
 struct AttentionResult {
@@ -78,5 +84,12 @@ struct AttentionResult {
 // query head h reads K/V head h / (H / H_kv) (grouped K/V, no copies).
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                           const AttentionOptions& options);
+
+// The same op on the layout Linear projections produce, heads side by side in
+// the last axis: q (B, Tq, H d), k (B, Tk, H_kv d), v (B, Tk, H_kv d_v) ->
+// context (B, Tq, H d_v), heads concatenated as out_proj wants them. No head
+// split or merge copies; the weights are (B, H, Tq, Tk) as above.
+AttentionResult attention_packed(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads,
+                                 const AttentionMask& mask, const AttentionOptions& options);
 
 }  // namespace attnlab

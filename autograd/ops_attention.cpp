@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "autograd/attention.h"
-#include "autograd/blas.h"
+#include "autograd/attention_kernels.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -21,24 +21,15 @@ std::string to_string(MaskedRows policy) { return policy == MaskedRows::error ? 
 
 namespace {
 
-struct Dims {
-    size_t B, H, H_kv, Tq, Tk, d, d_v;
-};
+using attention_kernels::Dims;
+using attention_kernels::HeadView;
 
-Dims check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-                          const AttentionOptions& options) {
-    constexpr const char* op = "attention";
-    check_defined(op, q, "q");
-    check_defined(op, k, "k");
-    check_defined(op, v, "v");
-    const std::string shapes = "q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape());
-    if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) fail(op, shapes + ": expected (B, H, T, d) for each");
+// The checks both layouts share, on dims already read from the shapes.
+void check_common(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Dims& d,
+                  const AttentionMask& mask, const AttentionOptions& options, const std::string& shapes) {
     check_same_dtype(op, q, k);
     check_same_dtype(op, q, v);
-    const Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
     if (k.size(0) != d.B || v.size(0) != d.B) fail(op, shapes + ": batch sizes differ");
-    if (v.size(1) != d.H_kv || v.size(2) != d.Tk) fail(op, shapes + ": k and v disagree on heads or length");
-    if (k.size(3) != d.d) fail(op, shapes + ": q and k head widths differ");
     if (d.H_kv == 0 || d.H % d.H_kv != 0)
         fail(op, shapes + ": K/V heads (" + std::to_string(d.H_kv) + ") must divide query heads (" + std::to_string(d.H) + ")");
     if (!mask.key_lengths.empty()) {
@@ -57,9 +48,165 @@ Dims check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, con
     }
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         fail(op, "dropout " + std::to_string(options.dropout) + " is outside [0, 1)");
-    if (options.training && options.dropout > 0.0 && options.rng == nullptr)
-        fail(op, "dropout in training needs an Rng");
+    const bool use_dropout = options.training && options.dropout > 0.0;
+    if (use_dropout && options.rng == nullptr) fail(op, "dropout in training needs an Rng");
+    if (options.path == AttentionPath::blockwise && use_dropout)
+        fail(op, "the blockwise path keeps no weights to apply dropout to; use the dense path");
+}
+
+// q (B, H, Tq, d), k (B, H_kv, Tk, d), v (B, H_kv, Tk, d_v)
+Dims check_split(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                 const AttentionOptions& options) {
+    constexpr const char* op = "attention";
+    check_defined(op, q, "q");
+    check_defined(op, k, "k");
+    check_defined(op, v, "v");
+    const std::string shapes = "q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape());
+    if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) fail(op, shapes + ": expected (B, H, T, d) for each");
+    const Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+    if (v.size(1) != d.H_kv || v.size(2) != d.Tk) fail(op, shapes + ": k and v disagree on heads or length");
+    if (k.size(3) != d.d) fail(op, shapes + ": q and k head widths differ");
+    check_common(op, q, k, v, d, mask, options, shapes);
     return d;
+}
+
+// q (B, Tq, H d), k (B, Tk, H_kv d), v (B, Tk, H_kv d_v)
+Dims check_packed(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads,
+                  const AttentionMask& mask, const AttentionOptions& options) {
+    constexpr const char* op = "attention_packed";
+    check_defined(op, q, "q");
+    check_defined(op, k, "k");
+    check_defined(op, v, "v");
+    const std::string shapes = "q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()) +
+                               " with " + std::to_string(heads) + " heads over " + std::to_string(kv_heads) + " K/V heads";
+    if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3) fail(op, shapes + ": expected (B, T, heads * width) for each");
+    if (heads == 0 || kv_heads == 0 || q.size(2) % heads != 0 || k.size(2) % kv_heads != 0 || v.size(2) % kv_heads != 0)
+        fail(op, shapes + ": the last axes must split evenly into heads");
+    const Dims d{q.size(0), heads, kv_heads, q.size(1), k.size(1), q.size(2) / heads, v.size(2) / kv_heads};
+    if (v.size(1) != d.Tk) fail(op, shapes + ": k and v lengths differ");
+    if (k.size(2) / kv_heads != d.d) fail(op, shapes + ": q and k head widths differ");
+    check_common(op, q, k, v, d, mask, options, shapes);
+    return d;
+}
+
+// How a layout places each head: split (B, H, T, w) or packed (B, T, H w).
+template <class T>
+HeadView<T> view(T* data, size_t heads, size_t T_len, size_t width, bool packed) {
+    if (packed) return {data, T_len * heads * width, width, heads * width};
+    return {data, heads * T_len * width, T_len * width, width};
+}
+
+// Per head: the standard deviation of the eligible scaled scores, from the
+// per-(b, h) count, sum and sum of squares, added over the batch in order.
+std::vector<double> score_std_of(const std::vector<double>& moments, size_t B, size_t H) {
+    std::vector<double> out;
+    for (size_t h = 0; h < H; ++h) {
+        double count = 0, sum = 0, sumsq = 0;
+        for (size_t b = 0; b < B; ++b) {
+            const double* m = moments.data() + (b * H + h) * 3;
+            count += m[0];
+            sum += m[1];
+            sumsq += m[2];
+        }
+        const double n = std::max(count, 1.0), mean = sum / n;
+        out.push_back(std::sqrt(std::max(0.0, sumsq / n - mean * mean)));
+    }
+    return out;
+}
+
+// The op behind both layouts. `shape_out` is the context's shape.
+AttentionResult attention_impl(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Dims dims,
+                               bool packed, const Shape& shape_out, const AttentionMask& mask,
+                               const AttentionOptions& options) {
+    namespace ak = attention_kernels;
+    const bool use_dropout = options.training && options.dropout > 0.0;
+    // Blockwise unless dropout needs the weights; asking for the weights never
+    // changes the path, so that it never changes the output either.
+    const bool blockwise = options.path == AttentionPath::blockwise ||
+                           (options.path == AttentionPath::automatic && !use_dropout);
+    ak::check_masked_rows(dims, mask, options);
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+
+    AttentionResult result;
+    result.context = dispatch(q.dtype(), [&]<class T>() {
+        auto in_view = [&](const Tensor& t, size_t heads, size_t T_len, size_t width) {
+            return view<const T>(values_of<T>(t).data(), heads, T_len, width, packed);
+        };
+        const HeadView<const T> Q = in_view(q, H, Tq, d), K = in_view(k, H_kv, Tk, d), V = in_view(v, H_kv, Tk, d_v);
+        const T scale = static_cast<T>(options.scale);
+        Array<T> context = make_array<T>(shape_out);
+        const HeadView<T> C = view<T>(context.data(), H, Tq, d_v, packed);
+
+        if (blockwise) {
+            Array<T> lse = make_array<T>({B, H, Tq});  // log-sum-exp per query row, kept for the backward
+            ak::blockwise_forward<T>(dims, Q, K, V, mask, scale, C, lse.data());
+            if (options.need_weights) {  // computed beside the graph; the context above is not touched
+                Array<T> weights = make_array<T>({B, H, Tq, Tk});
+                std::vector<double> moments(B * H * 3, 0.0);
+                ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), nullptr, {}, HeadView<T>{nullptr, 0, 0, 0},
+                                     moments.data());
+                result.weights = wrap<T>(std::move(weights));
+                result.score_std = score_std_of(moments, B, H);
+            }
+            return record<T>(op, std::move(context), {q, k, v},
+                             [q, k, v, dims, packed, mask, scale, lse = std::move(lse)](const Array<T>& g, const Array<T>& out) {
+                const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+                auto in_view = [&](const Array<T>& a, size_t heads, size_t T_len, size_t width) {
+                    return view<const T>(a.data(), heads, T_len, width, packed);
+                };
+                Array<T> gq = make_array<T>(q.shape()), gk = make_array<T>(k.shape()), gv = make_array<T>(v.shape());
+                gq.fill(T(0));
+                gk.fill(T(0));
+                gv.fill(T(0));
+                ak::blockwise_backward<T>(dims, in_view(values_of<T>(q), H, Tq, d), in_view(values_of<T>(k), H_kv, Tk, d),
+                                          in_view(values_of<T>(v), H_kv, Tk, d_v), mask, scale, in_view(out, H, Tq, d_v),
+                                          lse.data(), in_view(g, H, Tq, d_v), view<T>(gq.data(), H, Tq, d, packed),
+                                          view<T>(gk.data(), H_kv, Tk, d, packed),
+                                          view<T>(gv.data(), H_kv, Tk, d_v, packed));
+                send_grad<T>(q, [&] { return std::move(gq); });
+                send_grad<T>(k, [&] { return std::move(gk); });
+                send_grad<T>(v, [&] { return std::move(gv); });
+            });
+        }
+
+        Array<T> weights = make_array<T>({B, H, Tq, Tk});  // A, kept for the backward
+        Array<T> dropped;                                   // A after dropout (if any)
+        std::vector<T> keep;                                // 1/(1-p) or 0 per weight
+        if (use_dropout) {
+            dropped = make_array<T>({B, H, Tq, Tk});
+            keep.resize(B * H * Tq * Tk);
+            const T keep_scale = static_cast<T>(1.0 / (1.0 - options.dropout));
+            for (T& e : keep) e = options.rng->bernoulli(options.dropout) ? T(0) : keep_scale;  // drawn in order
+        }
+        std::vector<double> moments(options.need_weights ? B * H * 3 : 0, 0.0);
+        ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), use_dropout ? dropped.data() : nullptr, keep, C,
+                             options.need_weights ? moments.data() : nullptr);
+        if (options.need_weights) {
+            result.weights = wrap<T>(Array<T>(weights));
+            result.score_std = score_std_of(moments, B, H);
+        }
+        return record<T>(op, std::move(context), {q, k, v},
+                         [q, k, v, dims, packed, scale, weights = std::move(weights), dropped = std::move(dropped),
+                          keep = std::move(keep)](const Array<T>& g, const Array<T>&) {
+            const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+            auto in_view = [&](const Array<T>& a, size_t heads, size_t T_len, size_t width) {
+                return view<const T>(a.data(), heads, T_len, width, packed);
+            };
+            Array<T> gq = make_array<T>(q.shape()), gk = make_array<T>(k.shape()), gv = make_array<T>(v.shape());
+            gq.fill(T(0));
+            gk.fill(T(0));  // K/V gradients accumulate over the heads of a group
+            gv.fill(T(0));
+            ak::dense_backward<T>(dims, in_view(values_of<T>(q), H, Tq, d), in_view(values_of<T>(k), H_kv, Tk, d),
+                                  in_view(values_of<T>(v), H_kv, Tk, d_v), scale, weights.data(),
+                                  keep.empty() ? nullptr : dropped.data(), keep, in_view(g, H, Tq, d_v),
+                                  view<T>(gq.data(), H, Tq, d, packed), view<T>(gk.data(), H_kv, Tk, d, packed),
+                                  view<T>(gv.data(), H_kv, Tk, d_v, packed));
+            send_grad<T>(q, [&] { return std::move(gq); });
+            send_grad<T>(k, [&] { return std::move(gk); });
+            send_grad<T>(v, [&] { return std::move(gv); });
+        });
+    });
+    return result;
 }
 
 }  // namespace
@@ -67,132 +214,15 @@ Dims check_attention_args(const Tensor& q, const Tensor& k, const Tensor& v, con
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                           const AttentionOptions& options) {
     constexpr const char* op = "attention";
-    const Dims dims = check_attention_args(q, k, v, mask, options);
-    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
-    const size_t group = H / H_kv;  // query heads per K/V head
-    const bool use_dropout = options.training && options.dropout > 0.0;
+    const Dims dims = check_split(q, k, v, mask, options);
+    return attention_impl(op, q, k, v, dims, false, {dims.B, dims.H, dims.Tq, dims.d_v}, mask, options);
+}
 
-    AttentionResult result;
-    result.context = dispatch(q.dtype(), [&]<class T>() {
-        const T* Q = values_of<T>(q).data();
-        const T* K = values_of<T>(k).data();
-        const T* V = values_of<T>(v).data();
-        const T scale = static_cast<T>(options.scale);
-        Array<T> weights = make_array<T>({B, H, Tq, Tk});   // A, kept for the backward
-        Array<T> dropped;                                     // A after dropout (if any)
-        Array<T> context = make_array<T>({B, H, Tq, d_v});
-        if (use_dropout) dropped = make_array<T>({B, H, Tq, Tk});
-        const T keep_scale = static_cast<T>(1.0 / (1.0 - options.dropout));
-        std::vector<double> score_sum(H, 0.0), score_sumsq(H, 0.0), score_count(H, 0.0);  // need_weights only
-
-        for (size_t b = 0; b < B; ++b)
-            for (size_t h = 0; h < H; ++h) {
-                const size_t kv = b * H_kv + h / group;
-                const T* Qh = Q + (b * H + h) * Tq * d;   // (Tq, d)
-                const T* Kh = K + kv * Tk * d;            // (Tk, d)
-                const T* Vh = V + kv * Tk * d_v;          // (Tk, d_v)
-                T* A = weights.data() + (b * H + h) * Tq * Tk;  // (Tq, Tk)
-                // scores = scale Q K^T, written into A and turned into weights in place
-                gemm<T>(false, true, Tq, Tk, d, scale, Qh, Kh, T(0), A);
-                const bool explicit_mask = mask.has_explicit();
-                if (options.need_weights)
-                    for (size_t i = 0; i < Tq; ++i)
-                        for (size_t j = 0, end = mask.key_end(b, i, Tq, Tk); j < end; ++j)
-                            if (!explicit_mask || mask.allows(b, i, j, Tq, Tk)) {
-                                const double s = A[i * Tk + j];
-                                score_sum[h] += s;
-                                score_sumsq[h] += s * s;
-                                score_count[h] += 1;
-                            }
-                for (size_t i = 0; i < Tq; ++i) {
-                    T* row = A + i * Tk;
-                    const size_t end = mask.key_end(b, i, Tq, Tk);  // keys >= end are ineligible
-                    T m = -std::numeric_limits<T>::infinity();
-                    bool any_eligible = false;
-                    for (size_t j = 0; j < end; ++j)
-                        if (!explicit_mask || mask.allows(b, i, j, Tq, Tk)) {
-                            m = std::max(m, row[j]);
-                            any_eligible = true;
-                        }
-                    // A row whose eligible scores overflowed (inf, NaN) is not a masking
-                    // matter: it goes on to NaN weights, which the loss then reports.
-                    if (!any_eligible) {
-                        if (options.masked_rows == MaskedRows::error)
-                            fail(op, "batch item " + std::to_string(b) + ", query position " + std::to_string(i) +
-                                         " has no eligible key (masked_rows = \"error\"; use \"zero\" to allow it)");
-                        std::fill(row, row + Tk, T(0));
-                        continue;
-                    }
-                    T total = 0;
-                    for (size_t j = 0; j < end; ++j) {
-                        row[j] = !explicit_mask || mask.allows(b, i, j, Tq, Tk) ? std::exp(row[j] - m) : T(0);
-                        total += row[j];
-                    }
-                    const T inverse = T(1) / total;
-                    for (size_t j = 0; j < end; ++j) row[j] *= inverse;
-                    std::fill(row + end, row + Tk, T(0));
-                }
-                const T* P = A;  // the weights the values are mixed with
-                if (use_dropout) {
-                    T* Ad = dropped.data() + (b * H + h) * Tq * Tk;
-                    for (size_t e = 0; e < Tq * Tk; ++e) Ad[e] = options.rng->bernoulli(options.dropout) ? T(0) : A[e] * keep_scale;
-                    P = Ad;
-                }
-                // context = P V   (Tq, d_v)
-                gemm<T>(false, false, Tq, d_v, Tk, T(1), P, Vh, T(0), context.data() + (b * H + h) * Tq * d_v);
-            }
-
-        if (options.need_weights) {
-            result.weights = wrap<T>(Array<T>(weights));
-            for (size_t h = 0; h < H; ++h) {
-                const double n = std::max(score_count[h], 1.0), mean = score_sum[h] / n;
-                result.score_std.push_back(std::sqrt(std::max(0.0, score_sumsq[h] / n - mean * mean)));
-            }
-        }
-        return record<T>(op, std::move(context), {q, k, v},
-                         [q, k, v, dims, group, scale, keep_scale, use_dropout, weights = std::move(weights),
-                          dropped = std::move(dropped)](const Array<T>& g, const Array<T>&) {
-            const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
-            const T* Q = values_of<T>(q).data();
-            const T* K = values_of<T>(k).data();
-            const T* V = values_of<T>(v).data();
-            Array<T> gq = make_array<T>(q.shape());
-            Array<T> gk = make_array<T>(k.shape());
-            Array<T> gv = make_array<T>(v.shape());
-            gk.fill(T(0));  // K/V gradients accumulate over the heads of a group
-            gv.fill(T(0));
-            std::vector<T> dA(Tq * Tk);  // gradient of the weights, then of the scores
-            for (size_t b = 0; b < B; ++b)
-                for (size_t h = 0; h < H; ++h) {
-                    const size_t kv = b * H_kv + h / group;
-                    const T* A = weights.data() + (b * H + h) * Tq * Tk;
-                    const T* P = use_dropout ? dropped.data() + (b * H + h) * Tq * Tk : A;
-                    const T* G = g.data() + (b * H + h) * Tq * d_v;  // dC (Tq, d_v)
-                    // dV += P^T dC   (Tk, d_v)
-                    gemm<T>(true, false, Tk, d_v, Tq, T(1), P, G, T(1), gv.data() + kv * Tk * d_v);
-                    // dP = dC V^T   (Tq, Tk); through dropout: dA = dP * keep/(1-p)
-                    gemm<T>(false, true, Tq, Tk, d_v, T(1), G, V + kv * Tk * d_v, T(0), dA.data());
-                    if (use_dropout)
-                        for (size_t e = 0; e < Tq * Tk; ++e) dA[e] = P[e] != T(0) ? dA[e] * keep_scale : T(0);
-                    // softmax backward: dS_ij = A_ij (dA_ij - sum_k dA_ik A_ik), times the scale.
-                    // Ineligible keys and all-masked rows have A = 0, so they get exactly 0.
-                    for (size_t i = 0; i < Tq; ++i) {
-                        T* row = dA.data() + i * Tk;
-                        const T* a = A + i * Tk;
-                        T dot = 0;
-                        for (size_t j = 0; j < Tk; ++j) dot += row[j] * a[j];
-                        for (size_t j = 0; j < Tk; ++j) row[j] = scale * a[j] * (row[j] - dot);
-                    }
-                    // dQ = dS K   (Tq, d);  dK += dS^T Q   (Tk, d)
-                    gemm<T>(false, false, Tq, d, Tk, T(1), dA.data(), K + kv * Tk * d, T(0), gq.data() + (b * H + h) * Tq * d);
-                    gemm<T>(true, false, Tk, d, Tq, T(1), dA.data(), Q + (b * H + h) * Tq * d, T(1), gk.data() + kv * Tk * d);
-                }
-            send_grad<T>(q, [&] { return std::move(gq); });
-            send_grad<T>(k, [&] { return std::move(gk); });
-            send_grad<T>(v, [&] { return std::move(gv); });
-        });
-    });
-    return result;
+AttentionResult attention_packed(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads,
+                                 const AttentionMask& mask, const AttentionOptions& options) {
+    constexpr const char* op = "attention_packed";
+    const Dims dims = check_packed(q, k, v, heads, kv_heads, mask, options);
+    return attention_impl(op, q, k, v, dims, true, {dims.B, dims.Tq, dims.H * dims.d_v}, mask, options);
 }
 
 void add_attention_cases(std::vector<GradcheckCase>& cases) {
@@ -202,34 +232,44 @@ void add_attention_cases(std::vector<GradcheckCase>& cases) {
     auto run = [](AttentionMask mask, AttentionOptions options) {
         return [mask, options](V t) { return attention(t[0], t[1], t[2], mask, options).context; };
     };
-    AttentionOptions plain;
-    plain.scale = 1.0 / std::sqrt(3.0);
-    cases.push_back({"attention", "no mask (2,2,3,3)", {in({2, 2, 3, 3}), in({2, 2, 3, 3}), in({2, 2, 3, 2})},
-                     run({}, plain)});
     AttentionMask causal;
     causal.causal = true;
-    cases.push_back({"attention", "causal, Tq=2 < Tk=4 (bottom-right)", {in({1, 2, 2, 3}), in({1, 2, 4, 3}), in({1, 2, 4, 3})},
-                     run(causal, plain)});
     AttentionMask padding;
     padding.key_lengths = {2, 4};
-    cases.push_back({"attention", "key padding, lengths 2 and 4", {in({2, 1, 3, 3}), in({2, 1, 4, 3}), in({2, 1, 4, 3})},
-                     run(padding, plain)});
     AttentionMask both = padding;
     both.causal = true;
-    cases.push_back({"attention", "causal AND key padding", {in({2, 2, 4, 2}), in({2, 2, 4, 2}), in({2, 2, 4, 2})},
-                     run(both, plain)});
     AttentionMask explicit_rows;
     explicit_rows.eligible = Mask({3, 3}, {1, 0, 1, 0, 0, 0, 1, 1, 0});  // row 1 has no eligible key
-    AttentionOptions zero_rows = plain;
-    zero_rows.masked_rows = MaskedRows::zero;
-    cases.push_back({"attention", "explicit mask with an all-masked row, policy zero",
-                     {in({1, 1, 3, 2}), in({1, 1, 3, 2}), in({1, 1, 3, 2})}, run(explicit_rows, zero_rows)});
-    cases.push_back({"attention", "grouped K/V: 4 query heads over 2 K/V heads",
-                     {in({1, 4, 3, 2}), in({1, 2, 3, 2}), in({1, 2, 3, 2})}, run(causal, plain)});
-    AttentionOptions with_dropout = plain;
+    for (AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
+        const std::string on = path == AttentionPath::dense ? " (dense)" : " (blockwise)";
+        AttentionOptions plain;
+        plain.scale = 1.0 / std::sqrt(3.0);
+        plain.path = path;
+        cases.push_back({"attention", "no mask (2,2,3,3)" + on, {in({2, 2, 3, 3}), in({2, 2, 3, 3}), in({2, 2, 3, 2})},
+                         run({}, plain)});
+        cases.push_back({"attention", "causal, Tq=2 < Tk=4 (bottom-right)" + on,
+                         {in({1, 2, 2, 3}), in({1, 2, 4, 3}), in({1, 2, 4, 3})}, run(causal, plain)});
+        cases.push_back({"attention", "key padding, lengths 2 and 4" + on,
+                         {in({2, 1, 3, 3}), in({2, 1, 4, 3}), in({2, 1, 4, 3})}, run(padding, plain)});
+        cases.push_back({"attention", "causal AND key padding" + on, {in({2, 2, 4, 2}), in({2, 2, 4, 2}), in({2, 2, 4, 2})},
+                         run(both, plain)});
+        AttentionOptions zero_rows = plain;
+        zero_rows.masked_rows = MaskedRows::zero;
+        cases.push_back({"attention", "explicit mask with an all-masked row, policy zero" + on,
+                         {in({1, 1, 3, 2}), in({1, 1, 3, 2}), in({1, 1, 3, 2})}, run(explicit_rows, zero_rows)});
+        cases.push_back({"attention", "grouped K/V: 4 query heads over 2 K/V heads" + on,
+                         {in({1, 4, 3, 2}), in({1, 2, 3, 2}), in({1, 2, 3, 2})}, run(causal, plain)});
+        // the packed layout: (B, T, H d) with 2 query heads over 1 K/V head, causal and padded
+        cases.push_back({"attention_packed", "(2,3,2*2) over (2,4,1*2), causal AND key padding" + on,
+                         {in({2, 3, 4}), in({2, 4, 2}), in({2, 4, 2})}, [both, plain](V t) {
+                             return attention_packed(t[0], t[1], t[2], 2, 1, both, plain).context;
+                         }});
+    }
+    AttentionOptions with_dropout;
+    with_dropout.scale = 1.0 / std::sqrt(3.0);
     with_dropout.dropout = 0.3;
     with_dropout.training = true;
-    cases.push_back({"attention", "dropout 0.3, fixed seed", {in({1, 2, 3, 2}), in({1, 2, 3, 2}), in({1, 2, 3, 2})},
+    cases.push_back({"attention", "dropout 0.3, fixed seed (dense)", {in({1, 2, 3, 2}), in({1, 2, 3, 2}), in({1, 2, 3, 2})},
                      [with_dropout](V t) {
                          Rng r(5);
                          AttentionOptions o = with_dropout;

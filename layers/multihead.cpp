@@ -64,11 +64,6 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("out_proj", out_proj);
 }
 
-Tensor MultiHeadAttention::split_heads(const Tensor& x, size_t h) const {
-    const size_t B = x.size(0), T = x.size(1);
-    return permute(reshape(x, {B, T, h, head_width}), {0, 2, 1, 3});  // (B, H, T, d_h)
-}
-
 MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                                                       const AttentionMask& mask, bool need_weights) const {
     AttentionOptions options;
@@ -78,14 +73,17 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     options.training = is_training();
     options.rng = dropout_rng;
     options.need_weights = need_weights;
-    AttentionResult r = attention(q, k, v, mask, options);  // context (B, H, Tq, d_h)
-    const size_t B = q.size(0), Tq = q.size(2);
-    Tensor context = head_edits.empty() ? r.context : edit_heads(r.context);
-    Tensor merged = reshape(permute(context, {0, 2, 1, 3}), {B, Tq, heads * head_width});  // Concat(heads)
-    return {out_proj.forward(merged), r.weights, r.score_std, context};
+    // q (B, Tq, H d_h), k and v (B, Tk, H_kv d_h): heads side by side, no split copies
+    AttentionResult r = attention_packed(q, k, v, heads, kv_heads, mask, options);
+    Tensor merged = head_edits.empty() ? r.context : edit_heads(r.context);  // Concat(heads) (B, Tq, H d_h)
+    Tensor per_head;  // (B, H, Tq, d_h), for traces only
+    if (need_weights)
+        per_head = permute(reshape(merged, {q.size(0), q.size(1), heads, head_width}), {0, 2, 1, 3});
+    return {out_proj.forward(merged), r.weights, r.score_std, per_head};
 }
 
-// context (B, H, Tq, d_h) -> context * keep + replacement, keep (1, H, 1, 1), replacement (1, H, 1, d_h)
+// context (B, Tq, H d_h) -> context * keep + replacement per head, as
+// (B, Tq, H, d_h) * keep (1, 1, H, 1) + replacement (1, 1, H, d_h)
 Tensor MultiHeadAttention::edit_heads(const Tensor& context) const {
     if (head_edits.size() != heads)
         fail("attention", std::to_string(head_edits.size()) + " head edits for " + std::to_string(heads) + " heads");
@@ -101,8 +99,10 @@ Tensor MultiHeadAttention::edit_heads(const Tensor& context) const {
             std::copy(e.value.begin(), e.value.end(), replacement.begin() + static_cast<std::ptrdiff_t>(h * head_width));
         }
     }
-    return context * Tensor::from_values(keep, {1, heads, 1, 1}, context.dtype()) +
-           Tensor::from_values(replacement, {1, heads, 1, head_width}, context.dtype());
+    const Shape split{context.size(0), context.size(1), heads, head_width};
+    const Tensor edited = reshape(context, split) * Tensor::from_values(keep, {1, 1, heads, 1}, context.dtype()) +
+                          Tensor::from_values(replacement, {1, 1, heads, head_width}, context.dtype());
+    return reshape(edited, context.shape());
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask,
@@ -110,26 +110,25 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const 
     if (x_q.dim() != 3 || x_kv.dim() != 3 || x_q.size(0) != x_kv.size(0))
         fail("attention", "inputs must be (B, T, D) with one batch size, got " + shape_str(x_q.shape()) + " and " +
                               shape_str(x_kv.shape()));
-    return attend(split_heads(q_proj.forward(x_q), heads), split_heads(k_proj.forward(x_kv), kv_heads),
-                  split_heads(v_proj.forward(x_kv), kv_heads), mask, need_weights);
+    return attend(q_proj.forward(x_q), k_proj.forward(x_kv), v_proj.forward(x_kv), mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache,
                                                               const AttentionMask& mask, bool need_weights) const {
-    Tensor k_new = split_heads(k_proj.forward(x_new), kv_heads);  // (B, H_kv, Tn, d_h)
-    Tensor v_new = split_heads(v_proj.forward(x_new), kv_heads);
-    cache.k = cache.k.defined() ? concat({cache.k, k_new}, 2) : k_new;
-    cache.v = cache.v.defined() ? concat({cache.v, v_new}, 2) : v_new;
-    return attend(split_heads(q_proj.forward(x_new), heads), cache.k, cache.v, mask, need_weights);
+    Tensor k_new = k_proj.forward(x_new);  // (B, Tn, H_kv d_h)
+    Tensor v_new = v_proj.forward(x_new);
+    cache.k = cache.k.defined() ? concat({cache.k, k_new}, 1) : k_new;
+    cache.v = cache.v.defined() ? concat({cache.v, v_new}, 1) : v_new;
+    return attend(q_proj.forward(x_new), cache.k, cache.v, mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache,
                                                                    const AttentionMask& mask, bool need_weights) const {
     if (!cache.k.defined()) {
-        cache.k = split_heads(k_proj.forward(memory), kv_heads);
-        cache.v = split_heads(v_proj.forward(memory), kv_heads);
+        cache.k = k_proj.forward(memory);  // (B, S, H_kv d_h)
+        cache.v = v_proj.forward(memory);
     }
-    return attend(split_heads(q_proj.forward(x_q), heads), cache.k, cache.v, mask, need_weights);
+    return attend(q_proj.forward(x_q), cache.k, cache.v, mask, need_weights);
 }
 
 }  // namespace attnlab

@@ -28,10 +28,11 @@ struct AttentionConfig {
     MaskedRows masked_rows = MaskedRows::error;
 };
 
-// Keys and values of earlier positions, (B, H_kv, T_cached, d_h) each.
+// Keys and values of earlier positions, (B, T_cached, H_kv d_h) each: the
+// projections as they come, heads side by side.
 struct KVCache {
     Tensor k, v;
-    size_t length() const { return k.defined() ? k.size(2) : 0; }
+    size_t length() const { return k.defined() ? k.size(1) : 0; }
     size_t bytes() const;  // what the cache holds now
 };
 
@@ -43,7 +44,7 @@ public:
         Tensor out;      // (B, Tq, D)
         Tensor weights;  // (B, H, Tq, Tk) when requested, else undefined
         std::vector<double> score_std;  // per head, when weights are requested
-        Tensor context;  // (B, H, Tq, d_h): each head's output before the output projection
+        Tensor context;  // (B, H, Tq, d_h): each head's output before the output projection (need_weights only)
     };
     // Per-head interventions on the context before the output projection
     // (head ablation): keep, zero, or replace by a fixed vector (mean ablation).
@@ -70,7 +71,6 @@ public:
     Linear q_proj, k_proj, v_proj, out_proj;
 
 private:
-    Tensor split_heads(const Tensor& x, size_t heads) const;  // (B, T, H*d_h) -> (B, H, T, d_h)
     Tensor edit_heads(const Tensor& context) const;
     Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;
 };

@@ -53,7 +53,7 @@ TEST(KVCache, DecoderLMTokenByTokenMatchesFullPass) {
 
         ASSERT_EQ(cache.layers.size(), layers);
         const Tensor& k = cache.layers[0].self.k;
-        EXPECT_EQ(k.shape(), (Shape{B, c.kv_heads, T, d_h}));
+        EXPECT_EQ(k.shape(), (Shape{B, T, c.kv_heads * d_h}));  // heads side by side
         EXPECT_EQ(k.dtype(), DType::f32);
         EXPECT_FALSE(cache.layers[0].cross.k.defined());  // a decoder-only model has no cross cache
         EXPECT_EQ(cache.layers[0].cross.bytes(), 0u);
@@ -140,12 +140,12 @@ TEST(KVCache, KVCacheBytesFormula) {
     EXPECT_EQ(empty.bytes(), 0u);
     EXPECT_EQ(empty.length(), 0u);
     KVCache c;
-    c.k = Tensor::zeros({3, 2, 5, 4});
-    c.v = Tensor::zeros({3, 2, 5, 4});
+    c.k = Tensor::zeros({3, 5, 2 * 4});  // (B, T, H_kv d_h)
+    c.v = Tensor::zeros({3, 5, 2 * 4});
     EXPECT_EQ(c.length(), 5u);
     EXPECT_EQ(c.bytes(), 2u * 3 * 2 * 5 * 4 * 4);
-    c.k = Tensor::zeros({3, 2, 5, 4}, DType::f64);
-    c.v = Tensor::zeros({3, 2, 5, 4}, DType::f64);
+    c.k = Tensor::zeros({3, 5, 2 * 4}, DType::f64);
+    c.v = Tensor::zeros({3, 5, 2 * 4}, DType::f64);
     EXPECT_EQ(c.bytes(), 2u * 3 * 2 * 5 * 4 * 8);
 }
 

@@ -146,7 +146,7 @@ TEST(ConstructionErrors, MaskShapeMismatch) {
     Rng init(1);
     MultiHeadAttention mha(attention_config(4, 1), init, nullptr);
     message = error_message([&] { mha.forward(Tensor::zeros({1, 2, 4}), Tensor::zeros({1, 3, 4}), mask); });
-    EXPECT_TRUE(starts_with(message, "[attention]") && contains(message, "(3,3)")) << message;
+    EXPECT_TRUE(starts_with(message, "[attention_packed]") && contains(message, "(3,3)")) << message;
     AttentionMask lengths;
     lengths.key_lengths = {1, 2};  // two lengths for a batch of one
     EXPECT_TRUE(starts_with(error_message([&] { attention(q, kv, kv, lengths, {}); }), "[attention]"));

@@ -1,0 +1,285 @@
+#include "autograd/attention_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "autograd/blas.h"
+#include "autograd/kernels.h"
+#include "autograd/tensor.h"
+#include "autograd/threads.h"
+
+namespace attnlab::attention_kernels {
+
+namespace {
+
+constexpr size_t kQueryBlock = 64;   // blockwise: query rows per block
+constexpr size_t kKeyBlock = 128;    // blockwise: keys per block
+
+template <class T> constexpr T minus_infinity() { return -std::numeric_limits<T>::infinity(); }
+
+// Runs task(b, kv) for every (batch item, K/V head) on the pool; `Scratch` is
+// one per chunk of tasks, reused across them.
+template <class Scratch, class Task>
+void for_each_group(const Dims& dims, Task&& task) {
+    parallel_for(dims.B * dims.H_kv, [&](size_t begin, size_t end) {
+        Scratch scratch;
+        for (size_t t = begin; t < end; ++t) task(t / dims.H_kv, t % dims.H_kv, scratch);
+    });
+}
+
+// Sets the scores of ineligible keys j0 .. j0 + n of query i to -inf.
+template <class T>
+void mask_row(T* row, const AttentionMask& mask, size_t b, size_t i, size_t j0, size_t n, const Dims& dims) {
+    const size_t end = mask.key_end(b, i, dims.Tq, dims.Tk);
+    const bool explicit_mask = mask.has_explicit();
+    for (size_t c = 0; c < n; ++c) {
+        const size_t j = j0 + c;
+        if (j >= end || (explicit_mask && !mask.allows(b, i, j, dims.Tq, dims.Tk))) row[c] = minus_infinity<T>();
+    }
+}
+
+// The last key + 1 that any query in [i0, i1) of batch item b may see.
+size_t block_key_end(const AttentionMask& mask, size_t b, size_t i0, size_t i1, const Dims& dims) {
+    size_t end = 0;
+    for (size_t i = i0; i < i1; ++i) end = std::max(end, mask.key_end(b, i, dims.Tq, dims.Tk));
+    return end;
+}
+
+}  // namespace
+
+void check_masked_rows(const Dims& dims, const AttentionMask& mask, const AttentionOptions& options) {
+    if (options.masked_rows != MaskedRows::error) return;
+    for (size_t b = 0; b < dims.B; ++b)
+        for (size_t i = 0; i < dims.Tq; ++i) {
+            const size_t end = mask.key_end(b, i, dims.Tq, dims.Tk);
+            bool any = false;
+            for (size_t j = 0; j < end && !any; ++j) any = !mask.has_explicit() || mask.allows(b, i, j, dims.Tq, dims.Tk);
+            if (!any)
+                fail("attention", "batch item " + std::to_string(b) + ", query position " + std::to_string(i) +
+                                      " has no eligible key (masked_rows = \"error\"; use \"zero\" to allow it)");
+        }
+}
+
+// ---- dense ----
+
+template <class T>
+void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
+                   const AttentionMask& mask, T scale, T* weights, T* dropped, const std::vector<T>& keep,
+                   HeadView<T> out, double* score_moments) {
+    const size_t Tq = dims.Tq, Tk = dims.Tk;
+    struct None {};
+    for_each_group<None>(dims, [&](size_t b, size_t kv, None&) {
+        for (size_t h = kv * dims.group(); h < (kv + 1) * dims.group(); ++h) {
+            T* A = weights + (b * dims.H + h) * Tq * Tk;  // (Tq, Tk)
+            // scores = scale Q K^T, written into A and turned into weights in place
+            gemm<T>(false, true, Tq, Tk, dims.d, scale, q.at(b, h), q.row, k.at(b, kv), k.row, T(0), A, Tk);
+            for (size_t i = 0; i < Tq; ++i) mask_row(A + i * Tk, mask, b, i, 0, Tk, dims);
+            if (score_moments) {
+                double* m = score_moments + (b * dims.H + h) * 3;
+                for (size_t e = 0; e < Tq * Tk; ++e)
+                    if (A[e] != minus_infinity<T>()) {
+                        m[0] += 1;
+                        m[1] += A[e];
+                        m[2] += static_cast<double>(A[e]) * A[e];
+                    }
+            }
+            for (size_t i = 0; i < Tq; ++i) {
+                T* row = A + i * Tk;
+                const size_t end = mask.key_end(b, i, Tq, Tk);  // keys >= end are ineligible
+                const T m = end ? *std::max_element(row, row + end) : minus_infinity<T>();
+                // A row whose eligible scores overflowed (inf, NaN) is not a masking
+                // matter: it goes on to NaN weights, which the loss then reports.
+                if (m == minus_infinity<T>()) {  // no eligible key: policy "zero" (check_masked_rows ran)
+                    std::fill(row, row + Tk, T(0));
+                    continue;
+                }
+                const T inverse = T(1) / kernels::exp_shifted(row, m, row, end);
+                for (size_t j = 0; j < end; ++j) row[j] *= inverse;
+                std::fill(row + end, row + Tk, T(0));
+            }
+            const T* P = A;  // the weights the values are mixed with
+            if (dropped) {
+                T* Ad = dropped + (b * dims.H + h) * Tq * Tk;
+                const T* keep_h = keep.data() + (b * dims.H + h) * Tq * Tk;
+                for (size_t e = 0; e < Tq * Tk; ++e) Ad[e] = A[e] * keep_h[e];
+                P = Ad;
+            }
+            // context = P V   (Tq, d_v); no context wanted (weights only) when out.data is null
+            if (out.data) gemm<T>(false, false, Tq, dims.d_v, Tk, T(1), P, Tk, v.at(b, kv), v.row, T(0), out.at(b, h), out.row);
+        }
+    });
+}
+
+template <class T>
+void dense_backward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, T scale,
+                    const T* weights, const T* dropped, const std::vector<T>& keep, HeadView<const T> grad_out,
+                    HeadView<T> dq, HeadView<T> dk, HeadView<T> dv) {
+    const size_t Tq = dims.Tq, Tk = dims.Tk, d = dims.d, d_v = dims.d_v;
+    for_each_group<std::vector<T>>(dims, [&](size_t b, size_t kv, std::vector<T>& dA) {
+        dA.resize(Tq * Tk);  // gradient of the weights, then of the scores
+        for (size_t h = kv * dims.group(); h < (kv + 1) * dims.group(); ++h) {
+            const T* A = weights + (b * dims.H + h) * Tq * Tk;
+            const T* P = dropped ? dropped + (b * dims.H + h) * Tq * Tk : A;
+            const T* G = grad_out.at(b, h);  // dC (Tq, d_v)
+            // dV += P^T dC   (Tk, d_v)
+            gemm<T>(true, false, Tk, d_v, Tq, T(1), P, Tk, G, grad_out.row, T(1), dv.at(b, kv), dv.row);
+            // dP = dC V^T   (Tq, Tk); through dropout: dA = dP * keep
+            gemm<T>(false, true, Tq, Tk, d_v, T(1), G, grad_out.row, v.at(b, kv), v.row, T(0), dA.data(), Tk);
+            if (dropped) {
+                const T* keep_h = keep.data() + (b * dims.H + h) * Tq * Tk;
+                for (size_t e = 0; e < Tq * Tk; ++e) dA[e] *= keep_h[e];
+            }
+            // softmax backward: dS_ij = A_ij (dA_ij - sum_k dA_ik A_ik), times the scale.
+            // Ineligible keys and all-masked rows have A = 0, so they get exactly 0.
+            for (size_t i = 0; i < Tq; ++i) {
+                T* row = dA.data() + i * Tk;
+                const T* a = A + i * Tk;
+                T dot = 0;
+                for (size_t j = 0; j < Tk; ++j) dot += row[j] * a[j];
+                for (size_t j = 0; j < Tk; ++j) row[j] = scale * a[j] * (row[j] - dot);
+            }
+            // dQ = dS K   (Tq, d);  dK += dS^T Q   (Tk, d)
+            gemm<T>(false, false, Tq, d, Tk, T(1), dA.data(), Tk, k.at(b, kv), k.row, T(0), dq.at(b, h), dq.row);
+            gemm<T>(true, false, Tk, d, Tq, T(1), dA.data(), Tk, q.at(b, h), q.row, T(1), dk.at(b, kv), dk.row);
+        }
+    });
+}
+
+// ---- blockwise ----
+
+template <class T>
+void blockwise_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
+                       const AttentionMask& mask, T scale, HeadView<T> out, T* lse) {
+    const size_t Tq = dims.Tq, d_v = dims.d_v;
+    struct Scratch {
+        std::vector<T> S, acc, m, l;  // (Bq, Bk) scores; (Bq, d_v) running sum; running max and total per row
+    };
+    for_each_group<Scratch>(dims, [&](size_t b, size_t kv, Scratch& s) {
+        s.S.resize(kQueryBlock * kKeyBlock);
+        s.acc.resize(kQueryBlock * d_v);
+        s.m.resize(kQueryBlock);
+        s.l.resize(kQueryBlock);
+        for (size_t h = kv * dims.group(); h < (kv + 1) * dims.group(); ++h)
+            for (size_t i0 = 0; i0 < Tq; i0 += kQueryBlock) {
+                const size_t rows = std::min(kQueryBlock, Tq - i0);
+                std::fill(s.m.begin(), s.m.end(), minus_infinity<T>());
+                std::fill(s.l.begin(), s.l.end(), T(0));
+                std::fill(s.acc.begin(), s.acc.end(), T(0));
+                const size_t key_end = block_key_end(mask, b, i0, i0 + rows, dims);
+                for (size_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+                    const size_t cols = std::min(kKeyBlock, key_end - j0);
+                    // S = scale Q_i K_j^T   (rows, cols)
+                    gemm<T>(false, true, rows, cols, dims.d, scale, q.at(b, h) + i0 * q.row, q.row,
+                            k.at(b, kv) + j0 * k.row, k.row, T(0), s.S.data(), cols);
+                    for (size_t r = 0; r < rows; ++r) {
+                        T* row = s.S.data() + r * cols;
+                        mask_row(row, mask, b, i0 + r, j0, cols, dims);
+                        const T m_new = std::max(s.m[r], *std::max_element(row, row + cols));
+                        if (m_new == minus_infinity<T>()) {  // nothing eligible yet
+                            std::fill(row, row + cols, T(0));
+                            continue;
+                        }
+                        // l = l e^(m - m_new) + sum_j e^(S_j - m_new);  acc likewise rescaled
+                        const T alpha = s.m[r] == minus_infinity<T>() ? T(0) : std::exp(s.m[r] - m_new);
+                        s.l[r] = s.l[r] * alpha + kernels::exp_shifted(row, m_new, row, cols);
+                        if (alpha != T(1))
+                            for (size_t c = 0; c < d_v; ++c) s.acc[r * d_v + c] *= alpha;
+                        s.m[r] = m_new;
+                    }
+                    // acc += P V_j   (rows, d_v)
+                    gemm<T>(false, false, rows, d_v, cols, T(1), s.S.data(), cols, v.at(b, kv) + j0 * v.row, v.row,
+                            T(1), s.acc.data(), d_v);
+                }
+                for (size_t r = 0; r < rows; ++r) {
+                    T* o = out.at(b, h) + (i0 + r) * out.row;
+                    T* L = lse + (b * dims.H + h) * Tq + i0 + r;
+                    if (s.l[r] == T(0)) {  // no eligible key: policy "zero"
+                        std::fill(o, o + d_v, T(0));
+                        *L = minus_infinity<T>();
+                        continue;
+                    }
+                    const T inverse = T(1) / s.l[r];
+                    for (size_t c = 0; c < d_v; ++c) o[c] = s.acc[r * d_v + c] * inverse;
+                    *L = s.m[r] + std::log(s.l[r]);
+                }
+            }
+    });
+}
+
+template <class T>
+void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
+                        const AttentionMask& mask, T scale, HeadView<const T> out, const T* lse,
+                        HeadView<const T> grad_out, HeadView<T> dq, HeadView<T> dk, HeadView<T> dv) {
+    const size_t Tq = dims.Tq, d = dims.d, d_v = dims.d_v;
+    struct Scratch {
+        std::vector<T> P, dP, D;  // (Bq, Bk) probabilities and their gradient; D_i = dO_i . O_i
+    };
+    for_each_group<Scratch>(dims, [&](size_t b, size_t kv, Scratch& s) {
+        s.P.resize(kQueryBlock * kKeyBlock);
+        s.dP.resize(kQueryBlock * kKeyBlock);
+        s.D.resize(kQueryBlock);
+        for (size_t h = kv * dims.group(); h < (kv + 1) * dims.group(); ++h)
+            for (size_t i0 = 0; i0 < Tq; i0 += kQueryBlock) {
+                const size_t rows = std::min(kQueryBlock, Tq - i0);
+                const T* L = lse + (b * dims.H + h) * Tq + i0;
+                const T* dO = grad_out.at(b, h) + i0 * grad_out.row;
+                for (size_t r = 0; r < rows; ++r) {
+                    const T* o = out.at(b, h) + (i0 + r) * out.row;
+                    T dot = 0;
+                    for (size_t c = 0; c < d_v; ++c) dot += dO[r * grad_out.row + c] * o[c];
+                    s.D[r] = dot;
+                }
+                const size_t key_end = block_key_end(mask, b, i0, i0 + rows, dims);
+                for (size_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+                    const size_t cols = std::min(kKeyBlock, key_end - j0);
+                    // P = exp(scale Q_i K_j^T - L_i), 0 where ineligible or where the row has no key
+                    gemm<T>(false, true, rows, cols, d, scale, q.at(b, h) + i0 * q.row, q.row, k.at(b, kv) + j0 * k.row,
+                            k.row, T(0), s.P.data(), cols);
+                    for (size_t r = 0; r < rows; ++r) {
+                        T* row = s.P.data() + r * cols;
+                        if (L[r] == minus_infinity<T>()) {
+                            std::fill(row, row + cols, T(0));
+                            continue;
+                        }
+                        mask_row(row, mask, b, i0 + r, j0, cols, dims);
+                        kernels::exp_shifted(row, L[r], row, cols);
+                    }
+                    // dV_j += P^T dO_i   (cols, d_v)
+                    gemm<T>(true, false, cols, d_v, rows, T(1), s.P.data(), cols, dO, grad_out.row, T(1),
+                            dv.at(b, kv) + j0 * dv.row, dv.row);
+                    // dP = dO_i V_j^T   (rows, cols);  dS = P (dP - D_i) scale, kept in dP
+                    gemm<T>(false, true, rows, cols, d_v, T(1), dO, grad_out.row, v.at(b, kv) + j0 * v.row, v.row, T(0),
+                            s.dP.data(), cols);
+                    for (size_t r = 0; r < rows; ++r)
+                        for (size_t c = 0; c < cols; ++c) {
+                            const size_t e = r * cols + c;
+                            s.dP[e] = scale * s.P[e] * (s.dP[e] - s.D[r]);
+                        }
+                    // dQ_i += dS K_j   (rows, d);  dK_j += dS^T Q_i   (cols, d)
+                    gemm<T>(false, false, rows, d, cols, T(1), s.dP.data(), cols, k.at(b, kv) + j0 * k.row, k.row, T(1),
+                            dq.at(b, h) + i0 * dq.row, dq.row);
+                    gemm<T>(true, false, cols, d, rows, T(1), s.dP.data(), cols, q.at(b, h) + i0 * q.row, q.row, T(1),
+                            dk.at(b, kv) + j0 * dk.row, dk.row);
+                }
+            }
+    });
+}
+
+#define ATTNLAB_INSTANTIATE(T)                                                                                       \
+    template void dense_forward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>,             \
+                                   const AttentionMask&, T, T*, T*, const std::vector<T>&, HeadView<T>, double*);    \
+    template void dense_backward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>, T,         \
+                                    const T*, const T*, const std::vector<T>&, HeadView<const T>, HeadView<T>,       \
+                                    HeadView<T>, HeadView<T>);                                                       \
+    template void blockwise_forward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>,         \
+                                       const AttentionMask&, T, HeadView<T>, T*);                                    \
+    template void blockwise_backward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>,        \
+                                        const AttentionMask&, T, HeadView<const T>, const T*, HeadView<const T>,     \
+                                        HeadView<T>, HeadView<T>, HeadView<T>);
+ATTNLAB_INSTANTIATE(float)
+ATTNLAB_INSTANTIATE(double)
+#undef ATTNLAB_INSTANTIATE
+
+}  // namespace attnlab::attention_kernels
