@@ -33,11 +33,11 @@ void for_each_group(const Dims& dims, Task&& task) {
 template <class T>
 void mask_row(T* row, const AttentionMask& mask, size_t b, size_t i, size_t j0, size_t n, const Dims& dims) {
     const size_t end = mask.key_end(b, i, dims.Tq, dims.Tk);
-    const bool explicit_mask = mask.has_explicit();
-    for (size_t c = 0; c < n; ++c) {
-        const size_t j = j0 + c;
-        if (j >= end || (explicit_mask && !mask.allows(b, i, j, dims.Tq, dims.Tk))) row[c] = minus_infinity<T>();
-    }
+    const size_t eligible_end = std::clamp(end, j0, j0 + n) - j0;  // columns >= this are beyond the key end
+    std::fill(row + eligible_end, row + n, minus_infinity<T>());
+    if (mask.has_explicit())
+        for (size_t c = 0; c < eligible_end; ++c)
+            if (!mask.allows(b, i, j0 + c, dims.Tq, dims.Tk)) row[c] = minus_infinity<T>();
 }
 
 // The last key + 1 that any query in [i0, i1) of batch item b may see.

@@ -166,20 +166,22 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         Array<T> out = make_array<T>(x.shape());
         Array<T> xhat = make_array<T>(x.shape());  // (x - mean) / sqrt(var + eps), kept for backward
         std::vector<T> rstd(rows);                 // 1 / sqrt(var + eps) per row
-        for (size_t r = 0; r < rows; ++r) {
-            const T* xr = X + r * D;
-            T mu = 0, var = 0;
-            for (size_t d = 0; d < D; ++d) mu += xr[d];
-            mu /= static_cast<T>(D);
-            for (size_t d = 0; d < D; ++d) var += (xr[d] - mu) * (xr[d] - mu);
-            var /= static_cast<T>(D);
-            rstd[r] = T(1) / std::sqrt(var + static_cast<T>(eps));
-            for (size_t d = 0; d < D; ++d) {
-                const T h = (xr[d] - mu) * rstd[r];
-                xhat.data()[r * D + d] = h;
-                out.data()[r * D + d] = (W ? h * W[d] : h) + (Bv ? Bv[d] : T(0));
+        parallel_for(rows, [&](size_t r0, size_t r1) {
+            for (size_t r = r0; r < r1; ++r) {
+                const T* xr = X + r * D;
+                T mu = 0, var = 0;
+                for (size_t d = 0; d < D; ++d) mu += xr[d];
+                mu /= static_cast<T>(D);
+                for (size_t d = 0; d < D; ++d) var += (xr[d] - mu) * (xr[d] - mu);
+                var /= static_cast<T>(D);
+                rstd[r] = T(1) / std::sqrt(var + static_cast<T>(eps));
+                for (size_t d = 0; d < D; ++d) {
+                    const T h = (xr[d] - mu) * rstd[r];
+                    xhat.data()[r * D + d] = h;
+                    out.data()[r * D + d] = (W ? h * W[d] : h) + (Bv ? Bv[d] : T(0));
+                }
             }
-        }
+        }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
         return record<T>(op, std::move(out), {x, weight, bias},
                          [x, weight, bias, xhat = std::move(xhat), rstd = std::move(rstd), rows, D](const Array<T>& g, const Array<T>&) {
             const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
@@ -187,20 +189,22 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
             // dx = rstd (dh - mean(dh) - xhat mean(dh xhat)), dh = g w
             send_grad<T>(x, [&] {
                 Array<T> gx = make_array<T>(x.shape());
-                for (size_t r = 0; r < rows; ++r) {
-                    T mean_dh = 0, mean_dh_h = 0;
-                    for (size_t d = 0; d < D; ++d) {
-                        const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
-                        mean_dh += dh;
-                        mean_dh_h += dh * H[r * D + d];
+                parallel_for(rows, [&](size_t r0, size_t r1) {
+                    for (size_t r = r0; r < r1; ++r) {
+                        T mean_dh = 0, mean_dh_h = 0;
+                        for (size_t d = 0; d < D; ++d) {
+                            const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
+                            mean_dh += dh;
+                            mean_dh_h += dh * H[r * D + d];
+                        }
+                        mean_dh /= static_cast<T>(D);
+                        mean_dh_h /= static_cast<T>(D);
+                        for (size_t d = 0; d < D; ++d) {
+                            const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
+                            gx.data()[r * D + d] = rstd[r] * (dh - mean_dh - H[r * D + d] * mean_dh_h);
+                        }
                     }
-                    mean_dh /= static_cast<T>(D);
-                    mean_dh_h /= static_cast<T>(D);
-                    for (size_t d = 0; d < D; ++d) {
-                        const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
-                        gx.data()[r * D + d] = rstd[r] * (dh - mean_dh - H[r * D + d] * mean_dh_h);
-                    }
-                }
+                }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
                 return gx;
             });
             // dw = sum over rows of g xhat; db = sum over rows of g

@@ -3,6 +3,9 @@
 //
 //   mha   MultiHeadAttention forward+backward, loss = sum of outputs, causal,
 //         float32, need_weights off, x (B, S, D) -> (B, S, D)
+//   attention  the attention op alone, forward+backward (loss = sum of the
+//         context), causal, (B, H, S, d), on the dense or the blockwise path:
+//         for peak memory against S
 //   train one training step of a pre-LayerNorm decoder LM (token embedding,
 //         vocabulary 32, learned positions, L blocks of causal MHA + FFN
 //         D -> 4D GELU -> D, final LayerNorm, linear head, cross-entropy on
@@ -65,11 +68,14 @@ struct Result {
     std::vector<double> times;
 };
 
+std::string label;  // --label: which setting of the benchmark driver ran this process
+
 void print_result(const Result& r, int threads) {
     const double med = bench::median(r.times);
     std::ostringstream line;
     line.precision(6);
-    line << "{\"framework\": \"attnlab\", \"workload\": " << bench::json_string(r.workload)
+    line << "{\"framework\": \"attnlab\", \"label\": " << bench::json_string(label)
+         << ", \"workload\": " << bench::json_string(r.workload)
          << ", \"shape\": " << bench::json_string(r.shape) << ", \"threads\": " << threads
          << ", \"reps\": " << r.times.size() << ", \"median_s\": " << med << ", \"steps_per_s\": " << 1.0 / med
          << ", \"gflops\": " << r.flops / med * 1e-9 << ", \"peak_rss_mib\": " << bench::peak_rss_mib()
@@ -100,6 +106,29 @@ Result bench_mha(size_t B, size_t S, size_t D, size_t H, const Timing& timing) {
     return {"mha", "B=" + std::to_string(B) + " S=" + std::to_string(S) + " D=" + std::to_string(D) +
                        " H=" + std::to_string(H),
             flops, time_steps(step, timing)};
+}
+
+// ---- the attention op alone ----
+
+Result bench_attention(size_t B, size_t H, size_t S, size_t d, const std::string& path, const Timing& timing) {
+    Rng data(2);
+    const Tensor q = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);  // (B, H, S, d)
+    const Tensor k = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);
+    const Tensor v = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);
+    AttentionMask causal;
+    causal.causal = true;
+    AttentionOptions options;
+    options.scale = 1.0 / std::sqrt(static_cast<double>(d));
+    if (path == "dense") options.path = AttentionPath::dense;
+    else if (path == "blockwise") options.path = AttentionPath::blockwise;
+    else throw Error("[bench_train] --path must be dense or blockwise, got \"" + path + "\"");
+    auto step = [&] {
+        sum(attention(q, k, v, causal, options).context).backward();
+        for (Tensor t : {q, k, v}) t.zero_grad();
+    };
+    return {"attention_" + path,
+            "B=" + std::to_string(B) + " H=" + std::to_string(H) + " S=" + std::to_string(S) + " d=" + std::to_string(d),
+            3.0 * 4.0 * B * H * S * S * d, time_steps(step, timing)};
 }
 
 // ---- decoder training step ----
@@ -162,13 +191,15 @@ Result bench_train_step(const ModelSize& m, const Timing& timing) {
 int run(int argc, char** argv) {
     cxxopts::Options options("bench_train", "attnlab MultiHeadAttention and training-step benchmarks");
     options.add_options()
-        ("workload", "mha | train", cxxopts::value<std::string>())
+        ("workload", "mha | attention | train", cxxopts::value<std::string>())
         ("threads", "threads (attnlab's pool and OpenBLAS together)", cxxopts::value<int>()->default_value("1"))
         ("seconds", "timed seconds (at least --min-reps steps)", cxxopts::value<double>()->default_value("3"))
         ("warmup", "warm-up seconds (at least 2 steps)", cxxopts::value<double>()->default_value("1"))
         ("min-reps", "minimum timed steps", cxxopts::value<size_t>()->default_value("5"))
         ("size", "train: small | medium | large", cxxopts::value<std::string>()->default_value("small"))
-        ("shape", "mha: B,S,D,H", cxxopts::value<std::vector<size_t>>()->default_value("8,128,256,8"))
+        ("shape", "mha: B,S,D,H; attention: B,H,S,d", cxxopts::value<std::vector<size_t>>()->default_value("8,128,256,8"))
+        ("path", "attention: dense | blockwise", cxxopts::value<std::string>()->default_value("blockwise"))
+        ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
         ("h,help", "show this help");
     const auto args = options.parse(argc, argv);
     if (args.count("help") || !args.count("workload")) {
@@ -182,21 +213,32 @@ int run(int argc, char** argv) {
     timing.seconds = args["seconds"].as<double>();
     timing.warmup_seconds = args["warmup"].as<double>();
     timing.min_reps = args["min-reps"].as<size_t>();
+    label = args["label"].as<std::string>();
 
     std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
               << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename()) << "}" << std::endl;
-    bench::print_probe("start", threads);
+    // The probe is plain OpenBLAS sgemm at `threads` threads (attnlab itself keeps it at one).
+    auto probe = [threads](const char* when) {
+        set_blas_threads(threads);
+        bench::print_probe(when, threads);
+        set_blas_threads(1);
+    };
+    probe("start");
     const std::string workload = args["workload"].as<std::string>();
     if (workload == "mha") {
         const auto s = args["shape"].as<std::vector<size_t>>();
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,S,D,H");
         print_result(bench_mha(s[0], s[1], s[2], s[3], timing), threads);
+    } else if (workload == "attention") {
+        const auto s = args["shape"].as<std::vector<size_t>>();
+        if (s.size() != 4) throw Error("[bench_train] --shape takes B,H,S,d for attention");
+        print_result(bench_attention(s[0], s[1], s[2], s[3], args["path"].as<std::string>(), timing), threads);
     } else if (workload == "train") {
         print_result(bench_train_step(model_size(args["size"].as<std::string>()), timing), threads);
     } else {
-        throw Error("[bench_train] --workload must be mha or train, got \"" + workload + "\"");
+        throw Error("[bench_train] --workload must be mha, attention or train, got \"" + workload + "\"");
     }
-    bench::print_probe("end", threads);
+    probe("end");
     return 0;
 }
 

@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB = 32
+LABEL = [""]  # --label: which setting of the benchmark driver ran this process
 SIZES = {  # D, H, L, S, B
     "small": (32, 2, 1, 16, 32),
     "medium": (128, 4, 2, 64, 64),
@@ -51,7 +52,7 @@ def peak_rss_mib():
 def print_result(workload, shape, flops, times, threads):
     med = statistics.median(times)
     print(json.dumps({
-        "framework": "torch", "workload": workload, "shape": shape, "threads": threads,
+        "framework": "torch", "label": LABEL[0], "workload": workload, "shape": shape, "threads": threads,
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "reps": len(times), "median_s": med, "steps_per_s": 1.0 / med, "gflops": flops / med * 1e-9,
@@ -163,7 +164,9 @@ def main():
     parser.add_argument("--min-reps", type=int, default=5)
     parser.add_argument("--size", default="small", choices=sorted(SIZES))
     parser.add_argument("--shape", default="8,128,256,8", help="mha: B,S,D,H")
+    parser.add_argument("--label", default="", help="a name for this setting, copied to the output")
     args = parser.parse_args()
+    LABEL[0] = args.label
     torch.set_num_threads(args.threads)
     print(json.dumps({"framework": "torch", "meta": True, "threads": args.threads,
                       "torch_version": torch.__version__,

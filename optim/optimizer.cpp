@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "autograd/tensor_impl.h"
+#include "autograd/threads.h"
 
 namespace attnlab {
 
@@ -89,16 +90,28 @@ void Adam::step() {
         const double correction1 = 1.0 - std::pow(beta1, step);
         const double correction2 = 1.0 - std::pow(beta2, step);
         const T wd = decay[i] ? static_cast<T>(weight_decay) : T(0);
-        if (decoupled) p *= T(1) - static_cast<T>(lr) * wd;  // AdamW: p -= lr wd p
-        const Array<T> g = decoupled ? g_in : Array<T>(g_in + wd * p);
-        Array<T>& m = m_[i].impl().array<T>();
-        Array<T>& v = v_[i].impl().array<T>();
-        m = static_cast<T>(beta1) * m + static_cast<T>(1 - beta1) * g;
-        v = static_cast<T>(beta2) * v + static_cast<T>(1 - beta2) * g * g;
+        const T shrink = T(1) - static_cast<T>(lr) * wd;  // AdamW: p -= lr wd p
+        const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
+        const T one_minus_b1 = static_cast<T>(1 - beta1), one_minus_b2 = static_cast<T>(1 - beta2);
         // p -= lr * m_hat / (sqrt(v_hat) + eps), written as torch does
         const T step_size = static_cast<T>(lr / correction1);
         const T sqrt_c2 = static_cast<T>(std::sqrt(correction2));
-        p -= step_size * m / (xt::sqrt(v) / sqrt_c2 + static_cast<T>(eps));
+        const T epsilon = static_cast<T>(eps);
+        T* P = p.data();
+        T* M = m_[i].impl().array<T>().data();
+        T* V = v_[i].impl().array<T>().data();
+        const T* G = g_in.data();
+        // One element at a time, with torch's operations in torch's order (so
+        // that float32 results match torch.optim bitwise); chunks on the pool.
+        parallel_for(p.size(), [&](size_t e0, size_t e1) {
+            for (size_t e = e0; e < e1; ++e) {
+                if (decoupled) P[e] *= shrink;
+                const T g = decoupled ? G[e] : G[e] + wd * P[e];
+                M[e] = b1 * M[e] + one_minus_b1 * g;
+                V[e] = b2 * V[e] + one_minus_b2 * g * g;
+                P[e] -= step_size * M[e] / (std::sqrt(V[e]) / sqrt_c2 + epsilon);
+            }
+        }, kElementGrain);
     });
 }
 
