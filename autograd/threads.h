@@ -27,7 +27,7 @@ int threads();
 void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& body, size_t grain = 1);
 
 // Elements per chunk below which an elementwise loop is not worth splitting.
-constexpr size_t kElementGrain = size_t(1) << 14;
+constexpr size_t kElementGrain = size_t(1) << 12;
 
 // True on a pool thread, or on the caller while it runs its own chunk.
 bool in_parallel_region();
