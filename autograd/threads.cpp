@@ -50,12 +50,21 @@ public:
         }
         wake_.notify_all();
         run_chunk(0);
-        while (pending_.load(std::memory_order_acquire) != 0) pause();
+        // The other chunks are about as long as ours: spin briefly, then yield
+        // the CPU (a worker sharing it with us could not run otherwise).
+        for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+            if (spin < kSpinsBeforeYield) pause();
+            else std::this_thread::yield();
+        }
         chunk_ = nullptr;
         if (error_) std::rethrow_exception(error_);
     }
 
 private:
+    // A pause instruction takes about 40-140 cycles, depending on the CPU.
+    static constexpr int kSpinsBeforeSleep = 2000;
+    static constexpr int kSpinsBeforeYield = 2000;
+
     static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -76,8 +85,9 @@ private:
     void work(int t) {
         uint64_t seen = 0;
         for (;;) {
-            // Spin a little (about 50 us), then sleep until the next generation.
-            for (int spin = 0; spin < 20000 && generation_.load(std::memory_order_acquire) == seen; ++spin) pause();
+            // Spin a little (a few tens of microseconds), then sleep until the next generation.
+            for (int spin = 0; spin < kSpinsBeforeSleep && generation_.load(std::memory_order_acquire) == seen; ++spin)
+                pause();
             if (generation_.load(std::memory_order_acquire) == seen) {
                 std::unique_lock<std::mutex> lock(mutex_);
                 wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
