@@ -136,8 +136,7 @@ void dense_backward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, 
             for (size_t i = 0; i < Tq; ++i) {
                 T* row = dA.data() + i * Tk;
                 const T* a = A + i * Tk;
-                T dot = 0;
-                for (size_t j = 0; j < Tk; ++j) dot += row[j] * a[j];
+                const T dot = kernels::dot(row, a, Tk);
                 for (size_t j = 0; j < Tk; ++j) row[j] = scale * a[j] * (row[j] - dot);
             }
             // dQ = dS K   (Tq, d);  dK += dS^T Q   (Tk, d)
@@ -225,12 +224,8 @@ void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T>
                 const size_t rows = std::min(kQueryBlock, Tq - i0);
                 const T* L = lse + (b * dims.H + h) * Tq + i0;
                 const T* dO = grad_out.at(b, h) + i0 * grad_out.row;
-                for (size_t r = 0; r < rows; ++r) {
-                    const T* o = out.at(b, h) + (i0 + r) * out.row;
-                    T dot = 0;
-                    for (size_t c = 0; c < d_v; ++c) dot += dO[r * grad_out.row + c] * o[c];
-                    s.D[r] = dot;
-                }
+                for (size_t r = 0; r < rows; ++r)
+                    s.D[r] = kernels::dot(dO + r * grad_out.row, out.at(b, h) + (i0 + r) * out.row, d_v);
                 const size_t key_end = block_key_end(mask, b, i0, i0 + rows, dims);
                 for (size_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
                     const size_t cols = std::min(kKeyBlock, key_end - j0);

@@ -8,6 +8,8 @@ namespace attnlab::kernels {
 // One set of the float loops per instruction set (kernels_impl.h).
 #define ATTNLAB_DECLARE_ISA(isa)                                              \
     namespace isa {                                                           \
+    float sum(const float* x, size_t n);                                      \
+    float dot(const float* a, const float* b, size_t n);                      \
     float exp_shifted(const float* x, float shift, float* y, size_t n);       \
     void gelu_forward(const float* x, float* y, size_t n);                    \
     void gelu_backward(const float* g, const float* x, float* gx, size_t n);  \
@@ -20,6 +22,8 @@ ATTNLAB_DECLARE_ISA(avx512)
 namespace {
 
 struct FloatKernels {
+    float (*sum)(const float*, size_t);
+    float (*dot)(const float*, const float*, size_t);
     float (*exp_shifted)(const float*, float, float*, size_t);
     void (*gelu_forward)(const float*, float*, size_t);
     void (*gelu_backward)(const float*, const float*, float*, size_t);
@@ -31,10 +35,10 @@ const FloatKernels& best() {
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl"))
-            return FloatKernels{avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward};
+            return FloatKernels{avx512::sum, avx512::dot, avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward};
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            return FloatKernels{avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward};
-        return FloatKernels{base::exp_shifted, base::gelu_forward, base::gelu_backward};
+            return FloatKernels{avx2::sum, avx2::dot, avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward};
+        return FloatKernels{base::sum, base::dot, base::exp_shifted, base::gelu_forward, base::gelu_backward};
     }();
     return chosen;
 }
@@ -49,9 +53,23 @@ float exp(float x) {
     return y;
 }
 
+float sum(const float* x, size_t n) { return best().sum(x, n); }
+float dot(const float* a, const float* b, size_t n) { return best().dot(a, b, n); }
 float exp_shifted(const float* x, float shift, float* y, size_t n) { return best().exp_shifted(x, shift, y, n); }
 void gelu_forward(const float* x, float* y, size_t n) { best().gelu_forward(x, y, n); }
 void gelu_backward(const float* g, const float* x, float* gx, size_t n) { best().gelu_backward(g, x, gx, n); }
+
+double sum(const double* x, size_t n) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) total += x[i];
+    return total;
+}
+
+double dot(const double* a, const double* b, size_t n) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; ++i) total += a[i] * b[i];
+    return total;
+}
 
 double exp_shifted(const double* x, double shift, double* y, size_t n) {
     double total = 0.0;

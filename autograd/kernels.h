@@ -18,6 +18,14 @@ namespace attnlab::kernels {
 
 float exp(float x);  // the scalar form of the vectorised exp
 
+// Row reductions. The float versions add in 8 fixed lanes, then the lanes
+// pairwise: vectorised, and the same result for the same inputs every run
+// (not the same as a left-to-right sum). float64: plain left-to-right loops.
+float sum(const float* x, size_t n);
+double sum(const double* x, size_t n);
+float dot(const float* a, const float* b, size_t n);
+double dot(const double* a, const double* b, size_t n);
+
 // y[i] = exp(x[i] - shift); returns the sum of y (accumulated in the input type).
 float exp_shifted(const float* x, float shift, float* y, size_t n);
 double exp_shifted(const double* x, double shift, double* y, size_t n);

@@ -3,6 +3,14 @@
 // (-march=skylake-avx512) each include this file inside their own namespace
 // (ATTNLAB_KERNEL_ISA); kernels.cpp picks one at run time from the CPU's flags.
 // No #pragma once: included once per instruction set.
+//
+// Speed: these loops are bound by the latency of their dependency chains, not by
+// the number of operations, so the polynomials are evaluated by Estrin's scheme
+// (depth log2 of the degree instead of the degree) with fused multiply-adds
+// where the instruction set has them. The fusing is written out (madd), never
+// left to the compiler (-ffp-contract=off), so that the vectoriser's scalar
+// remainder and its vector body round alike: a value never depends on where
+// it sits in its buffer.
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -11,22 +19,28 @@
 
 namespace attnlab::kernels::ATTNLAB_KERNEL_ISA {
 
+// a * b + c, rounded once where the CPU has FMA (vectorised as vfmadd), else twice.
+inline float madd(float a, float b, float c) {
+#if defined(__FMA__)
+    return __builtin_fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
 // exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln(2)/2; exp(r) by its
 // Taylor series to r^7 (truncation error below 6e-9 relative). ln 2 is split
 // into a high part exact in float and a low part (Cody and Waite).
 inline float exp_poly(float x) {
     float clamped = x < -86.5f ? -86.5f : x;  // not fmin/fmax, whose NaN rules block vectorising
     clamped = clamped > 88.7f ? 88.7f : clamped;  // 2^n below stays a normal float
-    const float n = (clamped * std::numbers::log2e_v<float> + 12582912.0f) - 12582912.0f;  // round to nearest
-    const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    const float n = madd(clamped, std::numbers::log2e_v<float>, 12582912.0f) - 12582912.0f;  // round to nearest
+    const float r = madd(n, 2.12194440e-4f, madd(n, -0.693359375f, clamped));
+    // p = sum_k r^k / k!, k = 0..7, by Estrin: pairs (c0 + c1 r), then r^2, then r^4
+    const float r2 = r * r, r4 = r2 * r2;
+    const float p01 = madd(r, 1.0f, 1.0f), p23 = madd(r, 1.0f / 6.0f, 0.5f);
+    const float p45 = madd(r, 1.0f / 120.0f, 1.0f / 24.0f), p67 = madd(r, 1.0f / 5040.0f, 1.0f / 720.0f);
+    const float p = madd(r4, madd(r2, p67, p45), madd(r2, p23, p01));
     // 2^n as 2^(n-1) times 2, applied in that order, so that n = 128 (x near
     // 88.7) neither overflows the exponent field nor the intermediate product
     const float half_scale = std::bit_cast<float>(static_cast<int32_t>(n + 126.0f) << 23);  // 2^(n-1)
@@ -40,17 +54,14 @@ inline float exp_poly(float x) {
 // Recipes, 2nd ed., 6.2: fractional error below 1.2e-7 everywhere).
 inline float erfc_nonnegative(float z) {
     const float t = 1.0f / (1.0f + 0.5f * z);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
-    return t * exp_poly(-z * z + p);
+    // P(t) = c0 + c1 t + ... + c9 t^9 by Estrin (pairs, then t^2, t^4, t^8)
+    const float t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
+    const float c01 = madd(t, 1.00002368f, -1.26551223f), c23 = madd(t, 0.09678418f, 0.37409196f);
+    const float c45 = madd(t, 0.27886807f, -0.18628806f), c67 = madd(t, 1.48851587f, -1.13520398f);
+    const float c89 = madd(t, 0.17087277f, -0.82215223f);
+    const float low = madd(t4, madd(t2, c67, c45), madd(t2, c23, c01));
+    const float p = madd(t8, c89, low);
+    return t * exp_poly(madd(-z, z, p));
 }
 
 // Phi(x) = erfc(-x / sqrt 2) / 2, computed from |x| so that the tail keeps its precision.
@@ -61,18 +72,39 @@ inline float normal_cdf(float x) {
 
 constexpr float kInvSqrt2Pi = static_cast<float>(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
 
-float exp_shifted(const float* x, float shift, float* y, size_t n) {
-    for (size_t i = 0; i < n; ++i) y[i] = exp_poly(x[i] - shift);
-    // The sum in 16 fixed lanes, added in a fixed order: vectorisable and deterministic.
-    constexpr size_t kLanes = 16;
+// Sums in 8 fixed lanes (one AVX register), the lanes then added pairwise and
+// the remainder last: vectorisable, short dependency chains, deterministic.
+constexpr size_t kLanes = 8;
+
+inline float add_lanes(float (&lanes)[kLanes]) {
+    for (size_t width = kLanes / 2; width >= 1; width /= 2)
+        for (size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+    return lanes[0];
+}
+
+float sum(const float* x, size_t n) {
     float lanes[kLanes] = {};
     size_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
-        for (size_t l = 0; l < kLanes; ++l) lanes[l] += y[i + l];
-    float total = 0.0f;
-    for (; i < n; ++i) total += y[i];
-    for (size_t l = 0; l < kLanes; ++l) total += lanes[l];
-    return total;
+        for (size_t l = 0; l < kLanes; ++l) lanes[l] += x[i + l];
+    float rest = 0.0f;
+    for (; i < n; ++i) rest += x[i];
+    return add_lanes(lanes) + rest;
+}
+
+float dot(const float* a, const float* b, size_t n) {
+    float lanes[kLanes] = {};
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (size_t l = 0; l < kLanes; ++l) lanes[l] = madd(a[i + l], b[i + l], lanes[l]);
+    float rest = 0.0f;
+    for (; i < n; ++i) rest = madd(a[i], b[i], rest);
+    return add_lanes(lanes) + rest;
+}
+
+float exp_shifted(const float* x, float shift, float* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] = exp_poly(x[i] - shift);
+    return sum(y, n);
 }
 
 void gelu_forward(const float* x, float* y, size_t n) {

@@ -169,16 +169,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         parallel_for(rows, [&](size_t r0, size_t r1) {
             for (size_t r = r0; r < r1; ++r) {
                 const T* xr = X + r * D;
-                T mu = 0, var = 0;
-                for (size_t d = 0; d < D; ++d) mu += xr[d];
-                mu /= static_cast<T>(D);
-                for (size_t d = 0; d < D; ++d) var += (xr[d] - mu) * (xr[d] - mu);
-                var /= static_cast<T>(D);
+                T* h = xhat.data() + r * D;  // x - mean, then scaled to xhat
+                T* o = out.data() + r * D;
+                const T mu = kernels::sum(xr, D) / static_cast<T>(D);
+                for (size_t d = 0; d < D; ++d) h[d] = xr[d] - mu;
+                const T var = kernels::dot(h, h, D) / static_cast<T>(D);
                 rstd[r] = T(1) / std::sqrt(var + static_cast<T>(eps));
                 for (size_t d = 0; d < D; ++d) {
-                    const T h = (xr[d] - mu) * rstd[r];
-                    xhat.data()[r * D + d] = h;
-                    out.data()[r * D + d] = (W ? h * W[d] : h) + (Bv ? Bv[d] : T(0));
+                    h[d] *= rstd[r];
+                    o[d] = (W ? h[d] * W[d] : h[d]) + (Bv ? Bv[d] : T(0));
                 }
             }
         }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
@@ -191,18 +190,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 Array<T> gx = make_array<T>(x.shape());
                 parallel_for(rows, [&](size_t r0, size_t r1) {
                     for (size_t r = r0; r < r1; ++r) {
-                        T mean_dh = 0, mean_dh_h = 0;
-                        for (size_t d = 0; d < D; ++d) {
-                            const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
-                            mean_dh += dh;
-                            mean_dh_h += dh * H[r * D + d];
-                        }
-                        mean_dh /= static_cast<T>(D);
-                        mean_dh_h /= static_cast<T>(D);
-                        for (size_t d = 0; d < D; ++d) {
-                            const T dh = g.data()[r * D + d] * (W ? W[d] : T(1));
-                            gx.data()[r * D + d] = rstd[r] * (dh - mean_dh - H[r * D + d] * mean_dh_h);
-                        }
+                        T* dx = gx.data() + r * D;  // dh = g w, then dx in place
+                        const T* gr = g.data() + r * D;
+                        const T* hr = H + r * D;
+                        for (size_t d = 0; d < D; ++d) dx[d] = W ? gr[d] * W[d] : gr[d];
+                        const T mean_dh = kernels::sum(dx, D) / static_cast<T>(D);
+                        const T mean_dh_h = kernels::dot(dx, hr, D) / static_cast<T>(D);
+                        for (size_t d = 0; d < D; ++d) dx[d] = rstd[r] * (dx[d] - mean_dh - hr[d] * mean_dh_h);
                     }
                 }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
                 return gx;
