@@ -14,6 +14,40 @@ namespace attnlab {
 
 namespace {
 
+// forward(A, B) on arrays, broadcasting as NumPy does. When one operand's shape
+// is the other's with leading axes removed (same shapes, a row vector, a
+// scalar: nearly every use) it runs as one flat loop of forward on elements,
+// split over the pool; other broadcasts go through xtensor.
+template <class T, class Forward>
+Array<T> elementwise(const Array<T>& A, const Shape& sa, const Array<T>& B, const Shape& sb, Forward forward) {
+    const bool b_repeats = is_trailing(sb, sa), a_repeats = !b_repeats && is_trailing(sa, sb);
+    if (!b_repeats && !a_repeats) return forward(A, B);
+    Array<T> out = make_array<T>(b_repeats ? sa : sb);
+    const T* pa = A.data();
+    const T* pb = B.data();
+    T* po = out.data();
+    if (sa == sb) {
+        parallel_for(out.size(), [&](size_t i0, size_t i1) {
+            for (size_t i = i0; i < i1; ++i) po[i] = forward(pa[i], pb[i]);
+        }, kElementGrain);
+        return out;
+    }
+    // The repeating operand has `inner` elements; out is `rows` copies of its shape.
+    const size_t inner = b_repeats ? B.size() : A.size(), rows = inner ? out.size() / inner : 0;
+    parallel_for(rows, [&](size_t r0, size_t r1) {
+        for (size_t r = r0; r < r1; ++r) {
+            const size_t o = r * inner;
+            if (inner == 1)  // a scalar operand
+                po[o] = b_repeats ? forward(pa[o], pb[0]) : forward(pa[0], pb[o]);
+            else if (b_repeats)
+                for (size_t i = 0; i < inner; ++i) po[o + i] = forward(pa[o + i], pb[i]);
+            else
+                for (size_t i = 0; i < inner; ++i) po[o + i] = forward(pa[i], pb[o + i]);
+        }
+    }, std::max<size_t>(1, kElementGrain / std::max<size_t>(inner, 1)));
+    return out;
+}
+
 // forward(A, B) -> out; grad_a/grad_b(g, A, B, out) -> gradient in out's shape.
 template <class Forward, class GradA, class GradB>
 Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Forward forward, GradA grad_a, GradB grad_b) {
@@ -24,7 +58,7 @@ Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Forward forwa
     return dispatch(a.dtype(), [&]<class T>() {
         const Array<T>& A = values_of<T>(a);
         const Array<T>& B = values_of<T>(b);
-        Array<T> out = forward(A, B);
+        Array<T> out = elementwise<T>(A, a.shape(), B, b.shape(), forward);
         return record<T>(op, std::move(out), {a, b}, [a, b, grad_a, grad_b](const Array<T>& g, const Array<T>& y) {
             const Array<T>& A = values_of<T>(a);
             const Array<T>& B = values_of<T>(b);

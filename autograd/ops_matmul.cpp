@@ -91,13 +91,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Shape out_shape = sx;
     out_shape.back() = out_features;
     return dispatch(x.dtype(), [&]<class T>() {
-        Array<T> out = make_array<T>(out_shape);  // (rows, out) = X (rows, in) W^T (in, out)
-        gemm<T>(false, true, rows, out_features, in, T(1), values_of<T>(x).data(), values_of<T>(weight).data(), T(0), out.data());
+        Array<T> out = make_array<T>(out_shape);  // (rows, out) = X (rows, in) W^T (in, out) + b
+        // With a bias, every row starts as b and the GEMM adds to it (beta = 1): one
+        // pass over the output instead of BLAS zeroing it and a second pass adding b.
         if (bias.defined()) {
             const T* b = values_of<T>(bias).data();
-            for (size_t r = 0; r < rows; ++r)
-                for (size_t o = 0; o < out_features; ++o) out.data()[r * out_features + o] += b[o];
+            for (size_t r = 0; r < rows; ++r) std::copy(b, b + out_features, out.data() + r * out_features);
         }
+        gemm<T>(false, true, rows, out_features, in, T(1), values_of<T>(x).data(), values_of<T>(weight).data(),
+                bias.defined() ? T(1) : T(0), out.data());
         return record<T>(op, std::move(out), {x, weight, bias}, [x, weight, bias, rows, in, out_features](const Array<T>& g, const Array<T>&) {
             // dX = g W   (rows, in)
             send_grad<T>(x, [&] {

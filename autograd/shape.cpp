@@ -39,9 +39,23 @@ std::vector<size_t> normalize_axes(const char* op, const std::vector<int>& axes,
     return out;
 }
 
-template <class T> Array<T> unbroadcast(const Array<T>& grad, const Shape& shape) {
+bool is_trailing(const Shape& inner, const Shape& outer) {
+    return inner.size() <= outer.size() && std::equal(inner.begin(), inner.end(), outer.end() - static_cast<long>(inner.size()));
+}
+
+template <class T> Array<T> unbroadcast(Array<T> grad, const Shape& shape) {
     const Shape grad_shape = to_shape(grad.shape());
     if (grad_shape == shape) return grad;
+    if (is_trailing(shape, grad_shape)) {  // only leading axes to sum: rows of `shape` added in order
+        Array<T> summed = make_array<T>(shape);
+        const size_t n = summed.size(), rows = grad.size() / std::max<size_t>(n, 1);
+        const T* g = grad.data();
+        T* out = summed.data();
+        std::copy(g, g + n, out);
+        for (size_t r = 1; r < rows; ++r)
+            for (size_t i = 0; i < n; ++i) out[i] += g[r * n + i];
+        return summed;
+    }
     // Axes to sum: the leading ones the input lacks, and those where it has size 1.
     const size_t lead = grad_shape.size() - shape.size();
     std::vector<size_t> axes;
@@ -52,8 +66,8 @@ template <class T> Array<T> unbroadcast(const Array<T>& grad, const Shape& shape
     return summed;
 }
 
-template Array<float> unbroadcast(const Array<float>&, const Shape&);
-template Array<double> unbroadcast(const Array<double>&, const Shape&);
+template Array<float> unbroadcast(Array<float>, const Shape&);
+template Array<double> unbroadcast(Array<double>, const Shape&);
 
 AxisSplit split_at_axis(const Shape& shape, size_t axis) {
     AxisSplit s;

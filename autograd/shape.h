@@ -18,8 +18,12 @@ size_t normalize_axis(const char* op, int axis, const Shape& shape);
 std::vector<size_t> normalize_axes(const char* op, const std::vector<int>& axes, const Shape& shape);
 
 // Sums `grad` (of a broadcast result's shape) down to `shape`: the one function
-// every broadcasting op uses for its backward.
-template <class T> Array<T> unbroadcast(const Array<T>& grad, const Shape& shape);
+// every broadcasting op uses for its backward. Returns grad itself (moved) when
+// the shapes already agree.
+template <class T> Array<T> unbroadcast(Array<T> grad, const Shape& shape);
+
+// True when `inner` is `outer` with some leading axes removed: (T,D) in (B,T,D), () in anything.
+bool is_trailing(const Shape& inner, const Shape& outer);
 
 // (outer, n, inner) view of a shape around one axis, for loops over that axis.
 struct AxisSplit {
