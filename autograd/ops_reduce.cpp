@@ -25,6 +25,11 @@ Shape keepdim_shape(const Shape& in, const std::vector<size_t>& axes) { return r
 
 // g (reduced shape) -> x's shape, every reduced position receiving g * scale.
 template <class T> Array<T> expand_grad(const Array<T>& g, const Shape& in, const std::vector<size_t>& axes, T scale) {
+    if (g.size() == 1) {  // every axis reduced (a loss): one value everywhere
+        Array<T> out = make_array<T>(in);
+        out.fill(g.data()[0] * scale);
+        return out;
+    }
     Array<T> g_keep = g;
     g_keep.reshape(keepdim_shape(in, axes));
     return Array<T>(xt::broadcast(g_keep * scale, in));
