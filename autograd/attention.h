@@ -59,7 +59,8 @@ struct AttentionMask {
 
 // dense: scores and weights as (Tq, Tk) per head, kept for the backward.
 // blockwise: online softmax over key blocks; memory linear in Tk; no weights,
-//   no dropout. automatic: blockwise unless weights or dropout are needed.
+//   no dropout. automatic: blockwise unless dropout needs the weights or the
+//   keys fit in one block of 128 (then dense, whose memory is then linear too).
 enum class AttentionPath { automatic, dense, blockwise };
 
 struct AttentionOptions {

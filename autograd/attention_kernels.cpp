@@ -15,7 +15,6 @@ namespace attnlab::attention_kernels {
 namespace {
 
 constexpr size_t kQueryBlock = 64;   // blockwise: query rows per block
-constexpr size_t kKeyBlock = 128;    // blockwise: keys per block
 
 template <class T> constexpr T minus_infinity() { return -std::numeric_limits<T>::infinity(); }
 

@@ -20,6 +20,8 @@
 
 namespace attnlab::attention_kernels {
 
+constexpr size_t kKeyBlock = 128;  // blockwise: keys per block
+
 // Where one head's (T, width) matrix lives: row t, column c of head h in batch
 // item b is data[b * batch + h * head + t * row + c].
 //   (B, H, T, w) contiguous:          batch = H T w, head = T w, row = w
