@@ -12,7 +12,7 @@ namespace attnlab::kernels {
     float dot(const float* a, const float* b, size_t n);                      \
     float exp_shifted(const float* x, float shift, float* y, size_t n);       \
     void gelu_forward(const float* x, float* y, size_t n);                    \
-    void gelu_backward(const float* g, const float* x, float* gx, size_t n);  \
+    void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);  \
     }
 ATTNLAB_DECLARE_ISA(base)
 ATTNLAB_DECLARE_ISA(avx2)
@@ -26,7 +26,7 @@ struct FloatKernels {
     float (*dot)(const float*, const float*, size_t);
     float (*exp_shifted)(const float*, float, float*, size_t);
     void (*gelu_forward)(const float*, float*, size_t);
-    void (*gelu_backward)(const float*, const float*, float*, size_t);
+    void (*gelu_backward)(const float*, const float*, const float*, float*, size_t);
 };
 
 // The widest set this CPU runs, chosen once.
@@ -57,7 +57,9 @@ float sum(const float* x, size_t n) { return best().sum(x, n); }
 float dot(const float* a, const float* b, size_t n) { return best().dot(a, b, n); }
 float exp_shifted(const float* x, float shift, float* y, size_t n) { return best().exp_shifted(x, shift, y, n); }
 void gelu_forward(const float* x, float* y, size_t n) { best().gelu_forward(x, y, n); }
-void gelu_backward(const float* g, const float* x, float* gx, size_t n) { best().gelu_backward(g, x, gx, n); }
+void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n) {
+    best().gelu_backward(g, x, y, gx, n);
+}
 
 double sum(const double* x, size_t n) {
     double total = 0.0;
@@ -81,7 +83,8 @@ void gelu_forward(const double* x, double* y, size_t n) {
     for (size_t i = 0; i < n; ++i) y[i] = x[i] * 0.5 * std::erfc(-x[i] * (std::numbers::sqrt2 / 2));
 }
 
-void gelu_backward(const double* g, const double* x, double* gx, size_t n) {
+// The float64 form recomputes Phi with libm (it is the reference the float one is tested against).
+void gelu_backward(const double* g, const double* x, const double* /*y*/, double* gx, size_t n) {
     for (size_t i = 0; i < n; ++i) {
         const double cdf = 0.5 * std::erfc(-x[i] * (std::numbers::sqrt2 / 2));
         gx[i] = g[i] * (cdf + x[i] * kInvSqrt2Pi * std::exp(-0.5 * x[i] * x[i]));

@@ -33,7 +33,8 @@ double exp_shifted(const double* x, double shift, double* y, size_t n);
 // gelu(x) = x Phi(x);  d gelu / dx = Phi(x) + x phi(x)   (exact form, as torch's default)
 void gelu_forward(const float* x, float* y, size_t n);
 void gelu_forward(const double* x, double* y, size_t n);
-void gelu_backward(const float* g, const float* x, float* gx, size_t n);
-void gelu_backward(const double* g, const double* x, double* gx, size_t n);
+// y = gelu_forward(x): the float version reads Phi(x) back as y / x.
+void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);
+void gelu_backward(const double* g, const double* x, const double* y, double* gx, size_t n);
 
 }  // namespace attnlab::kernels

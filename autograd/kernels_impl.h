@@ -111,10 +111,13 @@ void gelu_forward(const float* x, float* y, size_t n) {
     for (size_t i = 0; i < n; ++i) y[i] = x[i] * normal_cdf(x[i]);
 }
 
-void gelu_backward(const float* g, const float* x, float* gx, size_t n) {
+// Phi(x) is read back from the forward's y = x Phi(x) (one division, no second
+// erfc); near 0, where y / x loses its digits, Phi(x) = 1/2 + x phi(0) to 1e-19.
+void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n) {
     for (size_t i = 0; i < n; ++i) {
         const float pdf = kInvSqrt2Pi * exp_poly(-0.5f * x[i] * x[i]);
-        gx[i] = g[i] * (normal_cdf(x[i]) + x[i] * pdf);
+        const float cdf = std::fabs(x[i]) < 1e-6f ? madd(x[i], kInvSqrt2Pi, 0.5f) : y[i] / x[i];
+        gx[i] = g[i] * madd(x[i], pdf, cdf);
     }
 }
 

@@ -181,10 +181,10 @@ Tensor gelu(const Tensor& x) {
                          kElementGrain);
             return Y;
         },
-        []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
+        []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>& Y) {
             Array<T> gx = make_array<T>(to_shape(X.shape()));
             parallel_for(X.size(), [&](size_t i0, size_t i1) {
-                kernels::gelu_backward(g.data() + i0, X.data() + i0, gx.data() + i0, i1 - i0);
+                kernels::gelu_backward(g.data() + i0, X.data() + i0, Y.data() + i0, gx.data() + i0, i1 - i0);
             }, kElementGrain);
             return gx;
         });

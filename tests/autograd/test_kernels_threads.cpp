@@ -51,10 +51,10 @@ TEST(Kernels, GeluAndItsGradientMatchTheFloat64Form) {
     for (double v = -12.0; v <= 12.0; v += 0.0031) x.push_back(static_cast<float>(v));
     std::vector<float> y(x.size()), ones(x.size(), 1.0f), dy(x.size());
     kernels::gelu_forward(x.data(), y.data(), x.size());
-    kernels::gelu_backward(ones.data(), x.data(), dy.data(), x.size());
+    kernels::gelu_backward(ones.data(), x.data(), y.data(), dy.data(), x.size());
     std::vector<double> xd(x.begin(), x.end()), yd(x.size()), onesd(x.size(), 1.0), dyd(x.size());
     kernels::gelu_forward(xd.data(), yd.data(), xd.size());
-    kernels::gelu_backward(onesd.data(), xd.data(), dyd.data(), xd.size());
+    kernels::gelu_backward(onesd.data(), xd.data(), yd.data(), dyd.data(), xd.size());
     double worst_y = 0, worst_dy = 0;
     for (size_t i = 0; i < x.size(); ++i) {
         worst_y = std::max(worst_y, std::abs(y[i] - yd[i]) / std::max(1.0, std::abs(yd[i])));
