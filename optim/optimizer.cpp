@@ -1,7 +1,10 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
+#include <vector>
 
 #include "autograd/tensor_impl.h"
 #include "autograd/threads.h"
@@ -85,6 +88,15 @@ std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1, d
 }
 
 void Adam::step() {
+    // Each parameter's update as a loop over a range of its elements, placed at an
+    // offset in one flat range over all parameters, which the pool splits evenly:
+    // a model of many small tensors still gets every thread.
+    struct Update {
+        size_t offset, size;
+        std::function<void(size_t, size_t)> run;  // elements [e0, e1) of this parameter
+    };
+    std::vector<Update> updates;
+    size_t total = 0;
     for_each_with_grad(params_, [&]<class T>(Array<T>& p, const Array<T>& g_in, size_t i) {
         const double step = static_cast<double>(++steps_[i]);
         const double correction1 = 1.0 - std::pow(beta1, step);
@@ -101,18 +113,26 @@ void Adam::step() {
         T* M = m_[i].impl().array<T>().data();
         T* V = v_[i].impl().array<T>().data();
         const T* G = g_in.data();
+        const bool decoupled_ = decoupled;
         // One element at a time, with torch's operations in torch's order (so
-        // that float32 results match torch.optim bitwise); chunks on the pool.
-        parallel_for(p.size(), [&](size_t e0, size_t e1) {
+        // that float32 results match torch.optim bitwise).
+        updates.push_back({total, p.size(), [=](size_t e0, size_t e1) {
             for (size_t e = e0; e < e1; ++e) {
-                if (decoupled) P[e] *= shrink;
-                const T g = decoupled ? G[e] : G[e] + wd * P[e];
+                if (decoupled_) P[e] *= shrink;
+                const T g = decoupled_ ? G[e] : G[e] + wd * P[e];
                 M[e] = b1 * M[e] + one_minus_b1 * g;
                 V[e] = b2 * V[e] + one_minus_b2 * g * g;
                 P[e] -= step_size * M[e] / (std::sqrt(V[e]) / sqrt_c2 + epsilon);
             }
-        }, kElementGrain);
+        }});
+        total += p.size();
     });
+    parallel_for(total, [&](size_t begin, size_t end) {
+        for (const Update& u : updates) {
+            const size_t from = std::max(begin, u.offset), to = std::min(end, u.offset + u.size);
+            if (from < to) u.run(from - u.offset, to - u.offset);
+        }
+    }, kElementGrain);
 }
 
 NamedTensors Adam::state() const {
