@@ -6,7 +6,7 @@ Per workload: the median step time of each setting (the median over rounds of
 each process's median), attnlab against PyTorch at one thread and at two cores
 (PyTorch's best of its three two-core settings), the ratio torch/attnlab (above
 1: attnlab is faster), GFLOP/s of the step beside the sgemm probe of the same
-processes, and peak resident memory.
+processes, and peak resident memory (PyTorch's: of the setting quoted).
 """
 import json
 import statistics
@@ -57,7 +57,7 @@ def main(path):
             a, t = median_time(by_label[ours]), median_time(by_label[best])
             gflops = statistics.median(r["gflops"] for r in by_label[ours])
             pct = f"{100 * gflops / sgemm[threads]:.0f}%" if threads in sgemm else "-"
-            torch_peak = max(peak(by_label[c]) for c in present)
+            torch_peak = peak(by_label[best])  # the setting whose time is quoted
             print(f"| {key[0]} | {key[1]} | {threads} | {1e3 * a:.3f} | {1e3 * t:.3f} ({best}) | {t / a:.2f} "
                   f"| {gflops:.1f} | {pct} | {peak(by_label[ours]):.0f} | {torch_peak:.0f} |")
     if memory_rows:
