@@ -83,7 +83,7 @@ struct Config {
         int64_t eval_batches = 4;
         int64_t checkpoint_every = 500;
         int64_t keep_checkpoints = 3;  // 0 = keep all
-        std::string device = "cpu";    // cpu | cuda (the runner refuses cuda without a GPU)
+        std::string device = "cpu";    // cpu | cuda (attention core on the GPU; refused without a GPU)
         int64_t threads = 1;           // 0 = all cores; small models run fastest on one
         double target_accuracy = 0.99;
         bool operator==(const Train&) const = default;

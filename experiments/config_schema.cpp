@@ -223,7 +223,7 @@ std::vector<Field> make_fields() {
         integer(KEY(train, eval_batches), at_least(1), "held-out batches per evaluation"),
         integer(KEY(train, checkpoint_every), at_least(1), "steps between checkpoints"),
         integer(KEY(train, keep_checkpoints), at_least(0), "newest checkpoints kept; 0 = all"),
-        choice(KEY(train, device), {"cpu", "cuda"}, "where to train (cuda needs a CUDA build and a GPU)"),
+        choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the attention core on the GPU, the rest on the CPU (needs a CUDA build and a GPU)"),
         integer(KEY(train, threads), at_least(0), "CPU threads; 0 = all cores"),
         number(KEY(train, target_accuracy), probability, "eval token accuracy at which the task counts as solved"),
 

@@ -16,6 +16,7 @@
 #include "autograd/blas.h"
 #include "autograd/ops.h"
 #include "cuda/backend.h"
+#include "cuda/context.h"
 #include "experiments/checkpoint.h"
 #include "experiments/evaluate.h"
 #include "experiments/metrics_log.h"
@@ -75,6 +76,7 @@ struct Trainer::State {
     std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
     Rng init_rng, dropout_rng;
+    std::unique_ptr<cuda::Context> cuda_context;  // train.device = "cuda": the attention core runs there
     std::unique_ptr<TaskModel> model;
     std::unique_ptr<Optimizer> optimizer;
     std::optional<MetricsLog> log;
@@ -102,6 +104,12 @@ struct Trainer::State {
         if (config.model.max_len == 0) config.model.max_len = static_cast<int64_t>(longest);
         model = std::make_unique<TaskModel>(config, longest, init_rng, &dropout_rng);
         optimizer = make_optimizer(config, model->module().named_parameters());
+        if (config.train.device == "cuda") {
+            cuda_context = std::make_unique<cuda::Context>();  // "[cuda] Context: <reason>" without a device
+            const auto& m = config.model;
+            const auto head_width = static_cast<size_t>(m.head_width > 0 ? m.head_width : m.width / m.heads);
+            model->set_attention_device({cuda_context.get(), cuda::kernel_for_head_width(head_width)});
+        }
     }
 
     void checkpoint() {
@@ -154,10 +162,7 @@ const RunSummary& Trainer::summary() const { return state_->summary; }
 
 std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir) {
     validate(config);
-    if (config.train.device == "cuda") {
-        cuda::require_device("train.device");
-        throw Error("[cuda] train.device: the CUDA training path is not implemented yet; use train.device=\"cpu\"");
-    }
+    if (config.train.device == "cuda") cuda::require_device("train.device");  // before anything is written
     auto state = std::make_unique<State>(config);  // everything that can fail on the config fails here
     fs::path dir = fs::path(config.run.out_dir) / config.run.name;
     if (!run_dir.empty()) {

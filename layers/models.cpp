@@ -162,6 +162,18 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
     return head.forward(x);
 }
 
+void DecoderLM::set_attention_device(const cuda::AttentionDevice& device) {
+    for (auto& block : blocks) block->attn.device = device;
+}
+
+void EncoderDecoder::set_attention_device(const cuda::AttentionDevice& device) {
+    for (auto& block : encoder) block->attn.device = device;
+    for (auto& block : decoder) {
+        block->attn.device = device;
+        if (block->cross_attn) block->cross_attn->device = device;
+    }
+}
+
 Indices shift_right(const Indices& target, int32_t bos) {
     if (target.shape.size() != 2) fail("shift_right", "target must be (B, T), got " + shape_str(target.shape));
     const size_t B = target.shape[0], T = target.shape[1];

@@ -74,12 +74,30 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     options.rng = dropout_rng;
     options.need_weights = need_weights;
     // q (B, Tq, H d_h), k and v (B, Tk, H_kv d_h): heads side by side, no split copies
-    AttentionResult r = attention_packed(q, k, v, heads, kv_heads, mask, options);
+    AttentionResult r = attend_core(q, k, v, mask, options);
     Tensor merged = head_edits.empty() ? r.context : edit_heads(r.context);  // Concat(heads) (B, Tq, H d_h)
     Tensor per_head;  // (B, H, Tq, d_h), for traces only
     if (need_weights)
         per_head = permute(reshape(merged, {q.size(0), q.size(1), heads, head_width}), {0, 2, 1, 3});
     return {out_proj.forward(merged), r.weights, r.score_std, per_head};
+}
+
+// The attention core on the CPU (packed layout) or on the device, whose kernels
+// take (B, H, T, d_h): heads are split before and merged after, as copies.
+AttentionResult MultiHeadAttention::attend_core(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const AttentionMask& mask, const AttentionOptions& options) const {
+    const bool dropout_active = options.training && options.dropout > 0.0;
+    if (!device.on_device() || options.need_weights || dropout_active)
+        return attention_packed(q, k, v, heads, kv_heads, mask, options);
+    const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
+    auto heads_first = [&](const Tensor& t, size_t T, size_t n) {  // (B, T, n d_h) -> (B, n, T, d_h)
+        return permute(reshape(t, {B, T, n, head_width}), {0, 2, 1, 3});
+    };
+    const Tensor context = cuda::attention_on_device(device, heads_first(q, Tq, heads), heads_first(k, Tk, kv_heads),
+                                                     heads_first(v, Tk, kv_heads), mask, options);  // (B, H, Tq, d_h)
+    AttentionResult r;
+    r.context = reshape(permute(context, {0, 2, 1, 3}), {B, Tq, heads * head_width});  // (B, Tq, H d_h)
+    return r;
 }
 
 // context (B, Tq, H d_h) -> context * keep + replacement per head, as

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/attention.h"
+#include "cuda/attention_op.h"
 #include "layers/basic.h"
 
 namespace attnlab {
@@ -68,10 +69,16 @@ public:
     double dropout;
     MaskedRows masked_rows;
     Rng* dropout_rng;
+    // Where the attention core runs (train.device): the CPU op by default; on the
+    // device (cuda/attention_op.h) when set, except for calls that need the
+    // weights or dropout on them, which the device kernels do not give.
+    cuda::AttentionDevice device;
     Linear q_proj, k_proj, v_proj, out_proj;
 
 private:
     Tensor edit_heads(const Tensor& context) const;
+    AttentionResult attend_core(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                                const AttentionOptions& options) const;
     Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;
 };
 
