@@ -33,6 +33,9 @@
 #include "autograd/rng.h"
 #include "autograd/threads.h"
 #include "bench/bench_common.h"
+#include "cuda/attention_op.h"
+#include "cuda/backend.h"
+#include "cuda/context.h"
 #include "layers/models.h"
 #include "optim/optimizer.h"
 
@@ -66,6 +69,7 @@ struct Result {
     std::string shape;   // human-readable workload parameters
     double flops;        // per step
     std::vector<double> times;
+    std::string device = "cpu";  // where the attention core ran
 };
 
 std::string label;  // --label: which setting of the benchmark driver ran this process
@@ -76,7 +80,8 @@ void print_result(const Result& r, int threads) {
     line.precision(6);
     line << "{\"framework\": \"attnlab\", \"label\": " << bench::json_string(label)
          << ", \"workload\": " << bench::json_string(r.workload)
-         << ", \"shape\": " << bench::json_string(r.shape) << ", \"threads\": " << threads
+         << ", \"shape\": " << bench::json_string(r.shape) << ", \"device\": " << bench::json_string(r.device)
+         << ", \"threads\": " << threads
          << ", \"reps\": " << r.times.size() << ", \"median_s\": " << med << ", \"steps_per_s\": " << 1.0 / med
          << ", \"gflops\": " << r.flops / med * 1e-9 << ", \"peak_rss_mib\": " << bench::peak_rss_mib()
          << ", \"times_s\": [";
@@ -147,7 +152,8 @@ ModelSize model_size(const std::string& name) {
 
 constexpr size_t kVocab = 32;
 
-Result bench_train_step(const ModelSize& m, const Timing& timing) {
+// device: null for the CPU; else the attention core runs there (train.device = "cuda").
+Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context* device) {
     ModelConfig config;
     config.vocab = kVocab;
     config.layers = m.L;
@@ -161,6 +167,7 @@ Result bench_train_step(const ModelSize& m, const Timing& timing) {
     Rng init(1), data(2);
     DecoderLM model(config, init, nullptr);
     model.train();
+    if (device) model.set_attention_device({device, cuda::kernel_for_head_width(m.D / m.H)});
     auto optimizer = make_adamw(model.named_parameters(), 1e-3);
 
     // A few fixed batches of random tokens and targets, used in turn.
@@ -199,6 +206,8 @@ int run(int argc, char** argv) {
         ("size", "train: small | medium | large", cxxopts::value<std::string>()->default_value("small"))
         ("shape", "mha: B,S,D,H; attention: B,H,S,d", cxxopts::value<std::vector<size_t>>()->default_value("8,128,256,8"))
         ("path", "attention: dense | blockwise", cxxopts::value<std::string>()->default_value("blockwise"))
+        ("device", "train: cpu | cuda (the attention core on the GPU, as train.device)",
+         cxxopts::value<std::string>()->default_value("cpu"))
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
         ("h,help", "show this help");
     const auto args = options.parse(argc, argv);
@@ -214,6 +223,13 @@ int run(int argc, char** argv) {
     timing.warmup_seconds = args["warmup"].as<double>();
     timing.min_reps = args["min-reps"].as<size_t>();
     label = args["label"].as<std::string>();
+    const std::string device = args["device"].as<std::string>();
+    if (device != "cpu" && device != "cuda") throw Error("[bench_train] --device must be cpu or cuda, got \"" + device + "\"");
+    std::unique_ptr<cuda::Context> context;  // --device cuda: refused here, before any output, without a GPU
+    if (device == "cuda") {
+        cuda::require_device("bench_train --device");
+        context = std::make_unique<cuda::Context>();
+    }
 
     std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
               << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename()) << "}" << std::endl;
@@ -234,7 +250,9 @@ int run(int argc, char** argv) {
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,H,S,d for attention");
         print_result(bench_attention(s[0], s[1], s[2], s[3], args["path"].as<std::string>(), timing), threads);
     } else if (workload == "train") {
-        print_result(bench_train_step(model_size(args["size"].as<std::string>()), timing), threads);
+        Result result = bench_train_step(model_size(args["size"].as<std::string>()), timing, context.get());
+        result.device = device;
+        print_result(result, threads);
     } else {
         throw Error("[bench_train] --workload must be mha, attention or train, got \"" + workload + "\"");
     }

@@ -28,6 +28,12 @@ SIZES = {  # D, H, L, S, B
 }
 
 
+def synchronize(args):
+    """On the GPU a step has ended only when its queued kernels have."""
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+
+
 def time_steps(step, args):
     """Warm-up (at least 2 steps, --warmup s), then timed steps: at least
     --min-reps, until --seconds have passed. Returns each step's seconds."""
@@ -36,11 +42,13 @@ def time_steps(step, args):
     while n < 2 or time.perf_counter() - start < args.warmup:
         step()
         n += 1
+    synchronize(args)
     times = []
     start = time.perf_counter()
     while len(times) < args.min_reps or time.perf_counter() - start < args.seconds:
         t0 = time.perf_counter()
         step()
+        synchronize(args)
         times.append(time.perf_counter() - t0)
     return times
 
@@ -49,10 +57,11 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def print_result(workload, shape, flops, times, threads):
+def print_result(workload, shape, flops, times, threads, device):
     med = statistics.median(times)
     print(json.dumps({
-        "framework": "torch", "label": LABEL[0], "workload": workload, "shape": shape, "threads": threads,
+        "framework": "torch", "label": LABEL[0], "workload": workload, "shape": shape, "device": device,
+        "threads": threads,
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "reps": len(times), "median_s": med, "steps_per_s": 1.0 / med, "gflops": flops / med * 1e-9,
@@ -131,14 +140,15 @@ class DecoderLM(nn.Module):
 def bench_train_step(size, args):
     D, H, L, S, B = SIZES[size]
     torch.manual_seed(1)
-    model = DecoderLM(D, H, L, S)
+    model = DecoderLM(D, H, L, S).to(args.device)
     model.train()
     # AdamW with attnlab's default split: no weight decay on vectors (biases, norms)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
-    batches = [(torch.randint(0, VOCAB, (B, S)), torch.randint(0, VOCAB, (B, S))) for _ in range(4)]
+    batches = [(torch.randint(0, VOCAB, (B, S)).to(args.device), torch.randint(0, VOCAB, (B, S)).to(args.device))
+               for _ in range(4)]
     state = {"next": 0}
 
     def step():
@@ -165,7 +175,12 @@ def main():
     parser.add_argument("--size", default="small", choices=sorted(SIZES))
     parser.add_argument("--shape", default="8,128,256,8", help="mha: B,S,D,H")
     parser.add_argument("--label", default="", help="a name for this setting, copied to the output")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="train: where the model runs")
     args = parser.parse_args()
+    if args.device == "cuda" and args.workload != "train":
+        parser.error("--device cuda is for --workload train")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this torch sees no CUDA device")
     LABEL[0] = args.label
     torch.set_num_threads(args.threads)
     print(json.dumps({"framework": "torch", "meta": True, "threads": args.threads,
@@ -178,7 +193,7 @@ def main():
         result = bench_mha(B, S, D, H, args)
     else:
         result = bench_train_step(args.size, args)
-    print_result(*result, args.threads)
+    print_result(*result, args.threads, args.device)
     print_probe("end", args.threads)
 
 

@@ -7,11 +7,13 @@
 # Unpacks libs.tar.xz to a temporary folder, finds the machine's cuBLAS 13,
 # prints nvidia-smi, runs the CUDA tests (gtest JSON into OUTDIR), a smoke run
 # of the attnlab CLI, then the benchmarks (ours: bench_attnlab.jsonl; torch
-# SDPA: bench_sdpa.jsonl) and prints the table (table.md). A few minutes.
+# SDPA: bench_sdpa.jsonl) and prints the table (table.md), then training steps
+# of the toy decoders (train_gpu.jsonl, train_table.md). A few minutes.
 # Exit status: 0 when every step passed; 1 when a test failed, no device was
 # present (the tests then skip), or a benchmark failed; 2 on bad usage.
 # Environment: PYTHON (default python3, the one with torch), BENCH_ARGS
-# (default none: 10 repetitions, all three shapes), SDPA_ARGS.
+# (default none: 10 repetitions, all three shapes), SDPA_ARGS, TRAIN_SIZES
+# (default "small medium large").
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -47,7 +49,7 @@ echo "== nvidia-smi"
 nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt" || echo "gpu_check: nvidia-smi failed or is missing"
 
 echo "== libraries of the binaries"
-if ours ldd "$here/bin/test_cuda" "$here/bin/bench_attention_gpu" | grep 'not found'; then
+if ours ldd "$here/bin/test_cuda" "$here/bin/bench_attention_gpu" "$here/bin/bench_train" | grep 'not found'; then
   echo "gpu_check: libraries missing (above); stopping" >&2
   exit 1
 fi
@@ -83,5 +85,21 @@ fi
 
 echo "== table"
 "$python" "$here/gpu_table.py" "$out/bench_attnlab.jsonl" "$out/bench_sdpa.jsonl" | tee "$out/table.md"
+
+# Training steps of the toy decoders: attnlab with train.device = "cuda" (the
+# attention core on the GPU, the rest on this machine's cores), attnlab's CPU
+# path on every core, and the same model in PyTorch on the GPU.
+echo "== training steps (bench_train, bench_train.py)"
+cores=$(nproc)
+: > "$out/train_gpu.jsonl"
+for size in ${TRAIN_SIZES:-small medium large}; do
+  ours "$here/bin/bench_train" --workload train --size "$size" --device cuda --threads "$cores" --seconds 2 \
+    --label attnlab-cuda >> "$out/train_gpu.jsonl" || { echo "gpu_check: bench_train --device cuda ($size) FAILED"; status=1; }
+  ours "$here/bin/bench_train" --workload train --size "$size" --threads "$cores" --seconds 2 \
+    --label attnlab-cpu >> "$out/train_gpu.jsonl" || { echo "gpu_check: bench_train cpu ($size) FAILED"; status=1; }
+  "$python" "$here/bench_train.py" --workload train --size "$size" --device cuda --seconds 2 \
+    --label torch-cuda >> "$out/train_gpu.jsonl" || { echo "gpu_check: bench_train.py --device cuda ($size) FAILED"; status=1; }
+done
+"$python" "$here/train_gpu_table.py" "$out/train_gpu.jsonl" | tee "$out/train_table.md"
 echo "gpu_check: done, exit $status; results in $out"
 exit $status

@@ -4,11 +4,11 @@
 #   scripts/gpu_pack.sh        # then, on the GPU machine: .gpu/gpu_check.sh OUTDIR
 #
 # Builds build-cuda/ (sm_90; configured as scripts/setup.sh --cuda does, if it is
-# not yet) for the targets test_cuda, bench_attention_gpu and attnlab, and puts
-# into .gpu/: bin/ (the three binaries), libs.tar.xz (every shared library `ldd`
+# not yet) for the targets test_cuda, bench_attention_gpu, bench_train and
+# attnlab, and puts into .gpu/: bin/ (the four binaries), libs.tar.xz (every shared library `ldd`
 # lists for them except glibc's own and the CUDA driver, runtime and cuBLAS,
 # which the GPU machine's CUDA 13 install provides: cuBLAS alone is 600 MB),
-# gpu_check.sh, bench_sdpa.py and gpu_table.py. Fails if .gpu/ exceeds 64 MiB.
+# gpu_check.sh, bench_sdpa.py, gpu_table.py, bench_train.py and train_gpu_table.py. Fails if .gpu/ exceeds 64 MiB.
 # Environment: JOBS (default 2), NVCC (default /usr/local/cuda/bin/nvcc).
 set -euo pipefail
 
@@ -26,9 +26,9 @@ if ! grep -qsx 'ATTNLAB_CUDA:BOOL=ON' "$build/CMakeCache.txt"; then
     -DATTNLAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc"
 fi
 echo "gpu_pack.sh: building test_cuda, bench_attention_gpu, attnlab in $build/ (-j$jobs)"
-nice -n 10 cmake --build "$build" --target test_cuda bench_attention_gpu attnlab_cli -j"$jobs"
+nice -n 10 cmake --build "$build" --target test_cuda bench_attention_gpu bench_train attnlab_cli -j"$jobs"
 
-binaries=("$build/tests/cuda/test_cuda" "$build/bench/gpu/bench_attention_gpu" "$build/attnlab")
+binaries=("$build/tests/cuda/test_cuda" "$build/bench/gpu/bench_attention_gpu" "$build/bench/bench_train" "$build/attnlab")
 rm -rf .gpu
 mkdir -p .gpu/bin
 staging="$(mktemp -d)"
@@ -49,7 +49,7 @@ done | sort -u | while read -r name path; do
   cp -L "$path" "$staging/$name"
 done
 tar -C "$staging" -cJf .gpu/libs.tar.xz .
-cp scripts/gpu_check.sh bench/gpu/bench_sdpa.py bench/gpu/gpu_table.py .gpu/
+cp scripts/gpu_check.sh bench/gpu/bench_sdpa.py bench/gpu/gpu_table.py bench/bench_train.py bench/gpu/train_gpu_table.py .gpu/
 
 size=$(du -sb .gpu | cut -f1)
 echo "gpu_pack.sh: .gpu/ holds $(ls "$staging" | wc -l) libraries ($(du -sh "$staging" | cut -f1) unpacked):"
