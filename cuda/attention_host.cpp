@@ -18,43 +18,81 @@ Tensor download(Context& context, const DeviceBuffer& buffer, const Shape& shape
     return wrap<float>(std::move(values));
 }
 
-// The forward's device outputs, kept for the backward.
-struct DeviceForward {
-    DeviceBuffer q, k, v, context, weights, lse;
-};
-
-DeviceForward run_forward(Context& context, AttentionKernel kernel, const AttentionDims& dims, const Tensor& q,
-                          const Tensor& k, const Tensor& v, const DeviceMask& mask, float scale) {
+// dcontext must be float32 (B, H, Tq, d_v); refused before any device work.
+void check_dcontext(const AttentionDims& dims, const Tensor& dcontext) {
     const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
-    DeviceForward f{upload(context, q), upload(context, k), upload(context, v),
-                    context.allocate_floats(B * H * Tq * d_v), {}, {}};
-    if (kernel == AttentionKernel::dense) {
-        f.weights = context.allocate_floats(B * H * Tq * Tk);
-        dense_attention_forward(context, dims, f.q.floats(), f.k.floats(), f.v.floats(), mask.view(), scale,
-                                f.context.floats(), f.weights.floats());
-    } else {
-        f.lse = context.allocate_floats(B * H * Tq);
-        flash_attention_forward(context, dims, f.q.floats(), f.k.floats(), f.v.floats(), mask.view(), scale,
-                                f.context.floats(), f.lse.floats());
-    }
-    return f;
+    if (!dcontext.defined() || dcontext.dtype() != DType::f32 || dcontext.shape() != Shape{B, H, Tq, d_v})
+        fail("attention", "dcontext must be float32 " + shape_str({B, H, Tq, d_v}) + ", got " +
+                              (dcontext.defined() ? to_string(dcontext.dtype()) + " " + shape_str(dcontext.shape())
+                                                  : std::string("an undefined tensor")));
 }
 
 }  // namespace
 
+// The forward's device inputs and outputs, kept for the backward.
+struct DeviceAttentionPass::Buffers {
+    DeviceMask mask;
+    DeviceBuffer q, k, v, context, weights, lse;  // weights: dense only; lse: flash only
+};
+
+DeviceAttentionPass::DeviceAttentionPass(Context& context, AttentionKernel kernel, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const AttentionMask& mask, const AttentionOptions& options)
+    : context_(context), kernel_(kernel), dims_(attention_dims(q, k, v)), scale_(float(options.scale)),
+      q_shape_(q.shape()), k_shape_(k.shape()), v_shape_(v.shape()) {
+    check_attention(dims_, mask, options, kernel);
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims_;
+    buffers_.reset(new Buffers{DeviceMask(context, mask, dims_), upload(context, q), upload(context, k),
+                               upload(context, v), context.allocate_floats(B * H * Tq * d_v), {}, {}});
+    Buffers& f = *buffers_;
+    if (kernel == AttentionKernel::dense) {
+        f.weights = context.allocate_floats(B * H * Tq * Tk);
+        dense_attention_forward(context, dims_, f.q.floats(), f.k.floats(), f.v.floats(), f.mask.view(), scale_,
+                                f.context.floats(), f.weights.floats());
+    } else {
+        f.lse = context.allocate_floats(B * H * Tq);
+        flash_attention_forward(context, dims_, f.q.floats(), f.k.floats(), f.v.floats(), f.mask.view(), scale_,
+                                f.context.floats(), f.lse.floats());
+    }
+}
+
+DeviceAttentionPass::~DeviceAttentionPass() = default;
+
+HostAttention DeviceAttentionPass::result(bool need_weights) const {
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims_;
+    const Buffers& f = *buffers_;
+    HostAttention result;
+    result.context = download(context_, f.context, {B, H, Tq, d_v});
+    if (kernel_ == AttentionKernel::dense && need_weights) result.weights = download(context_, f.weights, {B, H, Tq, Tk});
+    if (kernel_ == AttentionKernel::flash) result.lse = download(context_, f.lse, {B, H, Tq});
+    return result;
+}
+
+HostAttentionGrads DeviceAttentionPass::backward(const Tensor& dcontext) const {
+    check_dcontext(dims_, dcontext);
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims_;
+    const Buffers& f = *buffers_;
+    const DeviceBuffer dC = upload(context_, dcontext);
+    DeviceBuffer dq = context_.allocate_floats(numel_of(q_shape_));
+    DeviceBuffer dk = context_.allocate_floats(numel_of(k_shape_));
+    DeviceBuffer dv = context_.allocate_floats(numel_of(v_shape_));
+    if (kernel_ == AttentionKernel::dense) {
+        const DeviceBuffer scratch = context_.allocate_floats(B * H * Tq * Tk);
+        dense_attention_backward(context_, dims_, f.q.floats(), f.k.floats(), f.v.floats(), f.weights.floats(),
+                                 dC.floats(), scale_, dq.floats(), dk.floats(), dv.floats(), scratch.floats());
+        context_.synchronize("attention backward");  // a kernel fault is reported here, naming us
+    } else {
+        const DeviceBuffer row_dot = context_.allocate_floats(B * H * Tq);
+        flash_attention_backward(context_, dims_, f.q.floats(), f.k.floats(), f.v.floats(), f.context.floats(),
+                                 f.lse.floats(), dC.floats(), f.mask.view(), scale_, dq.floats(), dk.floats(),
+                                 dv.floats(), row_dot.floats());
+        context_.synchronize("attention backward");
+    }
+    return {download(context_, dq, q_shape_), download(context_, dk, k_shape_), download(context_, dv, v_shape_)};
+}
+
 HostAttention attention_host(Context& context, AttentionKernel kernel, const Tensor& q, const Tensor& k,
                              const Tensor& v, const AttentionMask& mask, const AttentionOptions& options) {
-    const AttentionDims dims = attention_dims(q, k, v);
-    check_attention(dims, mask, options, kernel);
-    const DeviceMask device_mask(context, mask, dims);
-    const DeviceForward f = run_forward(context, kernel, dims, q, k, v, device_mask, float(options.scale));
-    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
-    HostAttention result;
-    result.context = download(context, f.context, {B, H, Tq, d_v});
-    if (kernel == AttentionKernel::dense && options.need_weights)
-        result.weights = download(context, f.weights, {B, H, Tq, Tk});
-    if (kernel == AttentionKernel::flash) result.lse = download(context, f.lse, {B, H, Tq});
-    return result;
+    return DeviceAttentionPass(context, kernel, q, k, v, mask, options).result(options.need_weights);
 }
 
 HostAttentionGrads attention_backward_host(Context& context, AttentionKernel kernel, const Tensor& q, const Tensor& k,
@@ -62,31 +100,8 @@ HostAttentionGrads attention_backward_host(Context& context, AttentionKernel ker
                                            const Tensor& dcontext) {
     const AttentionDims dims = attention_dims(q, k, v);
     check_attention(dims, mask, options, kernel);
-    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
-    if (!dcontext.defined() || dcontext.dtype() != DType::f32 || dcontext.shape() != Shape{B, H, Tq, d_v})
-        fail("attention", "dcontext must be float32 " + shape_str({B, H, Tq, d_v}) + ", got " +
-                              (dcontext.defined() ? to_string(dcontext.dtype()) + " " + shape_str(dcontext.shape())
-                                                  : std::string("an undefined tensor")));
-    const DeviceMask device_mask(context, mask, dims);
-    const float scale = float(options.scale);
-    const DeviceForward f = run_forward(context, kernel, dims, q, k, v, device_mask, scale);
-    const DeviceBuffer dC = upload(context, dcontext);
-    DeviceBuffer dq = context.allocate_floats(q.numel());
-    DeviceBuffer dk = context.allocate_floats(k.numel());
-    DeviceBuffer dv = context.allocate_floats(v.numel());
-    if (kernel == AttentionKernel::dense) {
-        const DeviceBuffer scratch = context.allocate_floats(B * H * Tq * Tk);
-        dense_attention_backward(context, dims, f.q.floats(), f.k.floats(), f.v.floats(), f.weights.floats(),
-                                 dC.floats(), scale, dq.floats(), dk.floats(), dv.floats(), scratch.floats());
-        context.synchronize("attention_backward_host");  // a kernel fault is reported here, naming us
-    } else {
-        const DeviceBuffer row_dot = context.allocate_floats(B * H * Tq);
-        flash_attention_backward(context, dims, f.q.floats(), f.k.floats(), f.v.floats(), f.context.floats(),
-                                 f.lse.floats(), dC.floats(), device_mask.view(), scale, dq.floats(), dk.floats(),
-                                 dv.floats(), row_dot.floats());
-        context.synchronize("attention_backward_host");
-    }
-    return {download(context, dq, q.shape()), download(context, dk, k.shape()), download(context, dv, v.shape())};
+    check_dcontext(dims, dcontext);
+    return DeviceAttentionPass(context, kernel, q, k, v, mask, options).backward(dcontext);
 }
 
 }  // namespace attnlab::cuda

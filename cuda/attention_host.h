@@ -2,6 +2,8 @@
 // benchmarks; real use keeps its tensors on the device (cuda/attention.h).
 #pragma once
 
+#include <memory>
+
 #include "cuda/attention.h"
 
 namespace attnlab::cuda {
@@ -25,5 +27,29 @@ struct HostAttentionGrads {
 HostAttentionGrads attention_backward_host(Context& context, AttentionKernel kernel, const Tensor& q, const Tensor& k,
                                            const Tensor& v, const AttentionMask& mask, const AttentionOptions& options,
                                            const Tensor& dcontext);
+
+// One forward on the device whose buffers (Q, K, V, the mask, the context and
+// the weights or log-sum-exp) stay there for its backward: what the autograd op
+// of attention_op.h keeps between the two passes. Must not outlive `context`.
+class DeviceAttentionPass {
+public:
+    DeviceAttentionPass(Context& context, AttentionKernel kernel, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const AttentionMask& mask, const AttentionOptions& options);
+    ~DeviceAttentionPass();
+    DeviceAttentionPass(const DeviceAttentionPass&) = delete;
+    DeviceAttentionPass& operator=(const DeviceAttentionPass&) = delete;
+
+    HostAttention result(bool need_weights) const;               // copied to the host
+    HostAttentionGrads backward(const Tensor& dcontext) const;   // dcontext (B, H, Tq, d_v)
+
+private:
+    struct Buffers;
+    Context& context_;
+    AttentionKernel kernel_;
+    AttentionDims dims_;
+    float scale_;
+    Shape q_shape_, k_shape_, v_shape_;
+    std::unique_ptr<Buffers> buffers_;
+};
 
 }  // namespace attnlab::cuda

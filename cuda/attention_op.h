@@ -1,11 +1,12 @@
 // The attention core as an autograd op whose work runs on the GPU: the first
 // step of train.device = "cuda". Its inputs and its output are host tensors,
 // like every other op's: the op copies q, k and v to the device, runs a kernel
-// of cuda/attention.h there and copies the context back; its backward copies
-// the gradient in, re-runs the forward (the device keeps nothing between the
-// two passes) and the kernel's backward, and copies dq, dk, dv out. So each
-// attention moves its inputs and outputs across the bus twice per step; the
-// other ops of a step stay on the CPU until they have device versions.
+// of cuda/attention.h there and copies the context back, keeping its device
+// buffers (DeviceAttentionPass) for the backward, which copies the gradient in,
+// runs the kernel's backward and copies dq, dk, dv out. So each attention moves
+// its inputs and outputs across the bus once each way per pass; the other ops
+// of a step stay on the CPU until they have device versions. A graph that is
+// never run backward frees the buffers with the graph.
 //
 // Plain C++ over attention_host.h, compiled in both builds; without CUDA (or a
 // GPU) no Context can be made, so nothing reaches the device.
