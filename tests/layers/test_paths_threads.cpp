@@ -80,6 +80,28 @@ TEST(AttentionPaths, BlockwiseAgreesWithDenseWithin1e5) {
     }
 }
 
+// The automatic path is the dense one while all keys fit in one key block
+// (Tk <= 128) and the blockwise one beyond: bitwise the same as asking for it.
+TEST(AttentionPaths, AutomaticIsDenseUpTo128KeysAndBlockwiseBeyond) {
+    Rng rng(5);
+    AttentionMask causal;
+    causal.causal = true;
+    for (size_t Tk : {size_t(32), size_t(128), size_t(129), size_t(300)}) {
+        const Tensor q = rng.normal({2, 2, Tk, 16}, 0, 1), k = rng.normal({2, 2, Tk, 16}, 0, 1),
+                     v = rng.normal({2, 2, Tk, 16}, 0, 1);
+        const Grads automatic = run_path(AttentionPath::automatic, q, k, v, causal, MaskedRows::error);
+        const Grads expected = run_path(Tk <= 128 ? AttentionPath::dense : AttentionPath::blockwise, q, k, v, causal,
+                                        MaskedRows::error);
+        const Grads other = run_path(Tk <= 128 ? AttentionPath::blockwise : AttentionPath::dense, q, k, v, causal,
+                                     MaskedRows::error);
+        EXPECT_EQ(automatic.context, expected.context) << "Tk = " << Tk;
+        EXPECT_EQ(automatic.dq, expected.dq) << "Tk = " << Tk;
+        EXPECT_EQ(automatic.dk, expected.dk) << "Tk = " << Tk;
+        // the two paths round differently, so the check above can tell them apart
+        EXPECT_NE(automatic.dq, other.dq) << "Tk = " << Tk;
+    }
+}
+
 TEST(AttentionPaths, BlockwiseRefusesDropout) {
     Rng rng(1), drop(2);
     const Tensor x = rng.normal({1, 1, 3, 2}, 0, 1);
