@@ -167,7 +167,7 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context*
     Rng init(1), data(2);
     DecoderLM model(config, init, nullptr);
     model.train();
-    if (device) model.set_attention_device({device, cuda::kernel_for_head_width(m.D / m.H)});
+    model.set_attention_device(device);
     auto optimizer = make_adamw(model.named_parameters(), 1e-3);
 
     // A few fixed batches of random tokens and targets, used in turn.

@@ -70,9 +70,9 @@ Module& TaskModel::module() const {
     return *decoder_;
 }
 
-void TaskModel::set_attention_device(const cuda::AttentionDevice& device) {
-    if (enc_dec_) enc_dec_->set_attention_device(device);
-    else decoder_->set_attention_device(device);
+void TaskModel::set_attention_device(cuda::Context* context) {
+    if (enc_dec_) enc_dec_->set_attention_device(context);
+    else decoder_->set_attention_device(context);
 }
 
 size_t TaskModel::layers() const { return enc_dec_ ? enc_dec_->config.layers : decoder_->config.layers; }

@@ -31,7 +31,7 @@ public:
     // Pairs each kind with its mask for this batch and its weights in `maps`.
     std::vector<AttentionKind> kinds_for(const Batch& batch, const AttentionMaps& maps) const;
     Module& module() const;
-    void set_attention_device(const cuda::AttentionDevice& device);
+    void set_attention_device(cuda::Context* context);  // null: the CPU
     // The model itself: exactly one of these is non-null.
     DecoderLM* decoder_lm() const { return decoder_.get(); }
     EncoderDecoder* enc_dec() const { return enc_dec_.get(); }

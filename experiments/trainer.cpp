@@ -106,9 +106,7 @@ struct Trainer::State {
         optimizer = make_optimizer(config, model->module().named_parameters());
         if (config.train.device == "cuda") {
             cuda_context = std::make_unique<cuda::Context>();  // "[cuda] Context: <reason>" without a device
-            const auto& m = config.model;
-            const auto head_width = static_cast<size_t>(m.head_width > 0 ? m.head_width : m.width / m.heads);
-            model->set_attention_device({cuda_context.get(), cuda::kernel_for_head_width(head_width)});
+            model->set_attention_device(cuda_context.get());
         }
     }
 

@@ -162,15 +162,15 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
     return head.forward(x);
 }
 
-void DecoderLM::set_attention_device(const cuda::AttentionDevice& device) {
-    for (auto& block : blocks) block->attn.device = device;
+void DecoderLM::set_attention_device(cuda::Context* context) {
+    for (auto& block : blocks) block->attn.set_device(context);
 }
 
-void EncoderDecoder::set_attention_device(const cuda::AttentionDevice& device) {
-    for (auto& block : encoder) block->attn.device = device;
+void EncoderDecoder::set_attention_device(cuda::Context* context) {
+    for (auto& block : encoder) block->attn.set_device(context);
     for (auto& block : decoder) {
-        block->attn.device = device;
-        if (block->cross_attn) block->cross_attn->device = device;
+        block->attn.set_device(context);
+        if (block->cross_attn) block->cross_attn->set_device(context);
     }
 }
 

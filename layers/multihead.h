@@ -73,6 +73,8 @@ public:
     // device (cuda/attention_op.h) when set, except for calls that need the
     // weights or dropout on them, which the device kernels do not give.
     cuda::AttentionDevice device;
+    // The core on `context` (null: the CPU) with the kernel this head width suits.
+    void set_device(cuda::Context* context) { device = {context, cuda::kernel_for_head_width(head_width)}; }
     Linear q_proj, k_proj, v_proj, out_proj;
 
 private:
