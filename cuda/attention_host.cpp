@@ -98,9 +98,7 @@ HostAttention attention_host(Context& context, AttentionKernel kernel, const Ten
 HostAttentionGrads attention_backward_host(Context& context, AttentionKernel kernel, const Tensor& q, const Tensor& k,
                                            const Tensor& v, const AttentionMask& mask, const AttentionOptions& options,
                                            const Tensor& dcontext) {
-    const AttentionDims dims = attention_dims(q, k, v);
-    check_attention(dims, mask, options, kernel);
-    check_dcontext(dims, dcontext);
+    check_dcontext(attention_dims(q, k, v), dcontext);  // the pass checks the rest before its forward
     return DeviceAttentionPass(context, kernel, q, k, v, mask, options).backward(dcontext);
 }
 
