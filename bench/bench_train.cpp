@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -36,6 +37,8 @@
 #include "cuda/attention_op.h"
 #include "cuda/backend.h"
 #include "cuda/context.h"
+#include "data/tasks.h"
+#include "experiments/device_training.h"
 #include "layers/models.h"
 #include "optim/optimizer.h"
 
@@ -69,7 +72,7 @@ struct Result {
     std::string shape;   // human-readable workload parameters
     double flops;        // per step
     std::vector<double> times;
-    std::string device = "cpu";  // where the attention core ran
+    std::string device = "cpu";  // where the step ran
 };
 
 std::string label;  // --label: which setting of the benchmark driver ran this process
@@ -152,7 +155,7 @@ ModelSize model_size(const std::string& name) {
 
 constexpr size_t kVocab = 32;
 
-// device: null for the CPU; else the attention core runs there (train.device = "cuda").
+// device: null for the CPU; else the whole step runs there (DeviceTraining, as train.device = "cuda").
 Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context* device) {
     ModelConfig config;
     config.vocab = kVocab;
@@ -167,8 +170,9 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context*
     Rng init(1), data(2);
     DecoderLM model(config, init, nullptr);
     model.train();
-    model.set_attention_device(device);
     auto optimizer = make_adamw(model.named_parameters(), 1e-3);
+    std::unique_ptr<DeviceTraining> on_device;
+    if (device != nullptr) on_device = std::make_unique<DeviceTraining>(*device, model, *optimizer);
 
     // A few fixed batches of random tokens and targets, used in turn.
     std::vector<std::pair<Indices, Indices>> batches;
@@ -181,7 +185,20 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context*
         batches.emplace_back(random_ids(), random_ids());
     }
     size_t next = 0;
+    std::vector<Batch> device_batches;  // the same batches as the device step takes them: every position counts
+    for (const auto& [tokens, targets] : batches) {
+        Batch b;
+        b.inputs = tokens;
+        b.targets = targets;
+        b.lengths.assign(m.B, m.S);
+        device_batches.push_back(std::move(b));
+    }
     auto step = [&] {
+        if (on_device) {  // returns once the loss and gradient norm are on the host: the step is done
+            on_device->step(device_batches[next++ % device_batches.size()], 1e-3,
+                            std::numeric_limits<double>::infinity());
+            return;
+        }
         const auto& [tokens, targets] = batches[next++ % batches.size()];
         Tensor loss = cross_entropy(model.forward(tokens), targets);  // logits (B, S, V)
         loss.backward();
@@ -206,7 +223,7 @@ int run(int argc, char** argv) {
         ("size", "train: small | medium | large", cxxopts::value<std::string>()->default_value("small"))
         ("shape", "mha: B,S,D,H; attention: B,H,S,d", cxxopts::value<std::vector<size_t>>()->default_value("8,128,256,8"))
         ("path", "attention: dense | blockwise", cxxopts::value<std::string>()->default_value("blockwise"))
-        ("device", "train: cpu | cuda (the attention core on the GPU, as train.device)",
+        ("device", "train: cpu | cuda (the whole step on the GPU, as train.device)",
          cxxopts::value<std::string>()->default_value("cpu"))
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
         ("h,help", "show this help");

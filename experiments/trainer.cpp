@@ -18,6 +18,7 @@
 #include "cuda/backend.h"
 #include "cuda/context.h"
 #include "experiments/checkpoint.h"
+#include "experiments/device_training.h"
 #include "experiments/evaluate.h"
 #include "experiments/metrics_log.h"
 #include "experiments/model_factory.h"
@@ -76,7 +77,13 @@ struct Trainer::State {
     std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
     Rng init_rng, dropout_rng;
-    std::unique_ptr<cuda::Context> cuda_context;  // train.device = "cuda": the attention core runs there
+    std::unique_ptr<cuda::Context> cuda_context;  // train.device = "cuda"
+    // train.device = "cuda" and a model the device step supports: the whole step
+    // runs there, and the host model and optimiser are brought up to date
+    // (sync_host) only when something reads them. Otherwise only the attention
+    // core runs on the device (set_attention_device).
+    std::unique_ptr<DeviceTraining> device_step;
+    bool host_current = true;  // the host model holds the device's parameters
     std::unique_ptr<TaskModel> model;
     std::unique_ptr<Optimizer> optimizer;
     std::optional<MetricsLog> log;
@@ -110,7 +117,13 @@ struct Trainer::State {
         }
     }
 
+    void sync_host() {
+        if (device_step && !host_current) device_step->download();
+        host_current = true;
+    }
+
     void checkpoint() {
+        sync_host();
         log->flush();
         CheckpointData data;
         data.step = step;
@@ -217,6 +230,15 @@ int Trainer::run() {
     const double clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
     const NamedTensors params = s.model->module().named_parameters();
     s.model->module().train();
+    if (s.cuda_context && !s.device_step) {
+        const std::string unsupported = device_step_unsupported(s.model->decoder_lm(), *s.optimizer);
+        if (unsupported.empty())
+            s.device_step = std::make_unique<DeviceTraining>(*s.cuda_context, *s.model->decoder_lm(),
+                                                             dynamic_cast<Adam&>(*s.optimizer));
+        std::fprintf(stderr, "attnlab train: train.device = \"cuda\": %s\n",
+                     unsupported.empty() ? "the whole training step runs on the GPU"
+                                         : ("only the attention core runs on the GPU (" + unsupported + ")").c_str());
+    }
 
     size_t tokens_since_log = 0;
     const int64_t first_step = s.step;
@@ -235,11 +257,25 @@ int Trainer::run() {
         const int64_t next = s.step + 1;
         const bool log_now = next % c.train.log_every == 0 || next == c.train.steps;
         AttentionMaps maps;  // weights only at log steps; asking for them never changes the result
-        Tensor logits = s.model->forward(batch, log_now ? &maps : nullptr);
-        Tensor loss = cross_entropy(logits, batch.targets, batch.loss_mask);
-        const double loss_value = loss.item();
-        loss.backward();
-        const double grad_norm = clip_grad_norm(params, clip);
+        Tensor logits;
+        double loss_value = 0, grad_norm = 0;
+        if (s.device_step) {
+            if (log_now) {  // the metrics read the step's logits and weights: a host forward before the update
+                s.sync_host();
+                NoGradGuard no_grad;
+                logits = s.model->forward(batch, &maps);
+            }
+            const DeviceTraining::StepResult r = s.device_step->step(batch, lr, clip);
+            s.host_current = false;
+            loss_value = r.loss;
+            grad_norm = r.grad_norm;
+        } else {
+            logits = s.model->forward(batch, log_now ? &maps : nullptr);
+            Tensor loss = cross_entropy(logits, batch.targets, batch.loss_mask);
+            loss_value = loss.item();
+            loss.backward();
+            grad_norm = clip_grad_norm(params, clip);
+        }
         if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
             s.log->flush();
             const auto saved = list_checkpoints((s.dir / "checkpoints").string());
@@ -249,8 +285,10 @@ int Trainer::run() {
                          saved.empty() ? "none" : saved.back().c_str());
             return 1;
         }
-        s.optimizer->step();
-        s.optimizer->zero_grad();
+        if (!s.device_step) {  // the device step has updated its parameters already
+            s.optimizer->step();
+            s.optimizer->zero_grad();
+        }
         s.step = next;
         size_t tokens = 0;
         for (size_t length : batch.lengths) tokens += length;
@@ -275,6 +313,7 @@ int Trainer::run() {
                          tty ? "" : "\n");
         }
         if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) {
+            s.sync_host();
             const Score e = evaluate(*s.model, s.eval_batches);
             s.log->append_eval(s.step, e.loss, e.token_acc, e.seq_acc);
             s.log->flush();
@@ -284,6 +323,7 @@ int Trainer::run() {
     }
     if (tty) std::fprintf(stderr, "\n");
 
+    s.sync_host();
     const Score final_score = evaluate(*s.model, s.eval_batches);
     RunSummary& r = s.summary;
     r.steps = s.step;

@@ -1,0 +1,294 @@
+// Embedding, layer norm, activations, layout and the loss on the device,
+// forward beside backward (cuda/train_ops.h). Elementwise kernels run a
+// grid-stride loop; row kernels give each row one warp.
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/check.cuh"
+#include "cuda/train_ops.h"
+#include "cuda/warp.cuh"
+
+namespace attnlab::cuda {
+
+namespace {
+
+constexpr int threads = 256;
+constexpr int rows_per_block = 8;  // row kernels: 8 warps of 32 lanes
+
+int grid_for(size_t n) { return int(std::min<size_t>((n + threads - 1) / threads, 8192)); }
+int row_grid(size_t rows) { return int((rows + rows_per_block - 1) / rows_per_block); }
+
+// Every index e of [0, n) once, over the whole grid.
+#define FOR_EACH_INDEX(e, n) \
+    for (size_t e = size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < (n); e += size_t(gridDim.x) * blockDim.x)
+
+// ---- embedding + positions ----
+
+__global__ void embedding_forward_kernel(size_t n, size_t T, size_t D, const int32_t* tokens, const float* E,
+                                         const float* P, float* x) {
+    FOR_EACH_INDEX(e, n) {
+        const size_t row = e / D, c = e % D, t = row % T;
+        x[e] = E[size_t(tokens[row]) * D + c] + (P != nullptr ? P[t * D + c] : 0.0f);
+    }
+}
+
+__global__ void embedding_scatter_kernel(size_t n, size_t D, const int32_t* tokens, const float* dx, float* dE) {
+    FOR_EACH_INDEX(e, n) atomicAdd(&dE[size_t(tokens[e / D]) * D + e % D], dx[e]);
+}
+
+// ---- column sums: block (32, 16) over 32 columns, 16 lanes down the rows ----
+
+constexpr int column_lanes = 16;
+
+__global__ void column_sums_kernel(size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
+    __shared__ float partial[column_lanes][33];
+    const size_t c = size_t(blockIdx.x) * 32 + threadIdx.x;
+    float total = 0.0f;
+    if (c < cols)
+        for (size_t r = threadIdx.y; r < rows; r += column_lanes) total += x[r * cols + c];
+    partial[threadIdx.y][threadIdx.x] = total;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= cols) return;
+    float sum = 0.0f;
+    for (int lane = 0; lane < column_lanes; ++lane) sum += partial[lane][threadIdx.x];
+    out[c] = accumulate ? out[c] + sum : sum;
+}
+
+// ---- layer norm: one warp per row ----
+
+__global__ void layer_norm_forward_kernel(size_t rows, int D, const float* x, const float* gamma, const float* beta,
+                                          float eps, float* y, float* mean_out, float* rstd_out) {
+    const size_t row = size_t(blockIdx.x) * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;  // whole warps leave together
+    const int lane = threadIdx.x % 32;
+    const float* xr = x + row * D;
+    float sum = 0.0f;
+    for (int c = lane; c < D; c += 32) sum += xr[c];
+    const float mean = warp_sum(sum) / float(D);
+    float squares = 0.0f;
+    for (int c = lane; c < D; c += 32) squares += (xr[c] - mean) * (xr[c] - mean);
+    const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(D) + eps);  // biased variance, as torch
+    float* yr = y + row * D;
+    for (int c = lane; c < D; c += 32) yr[c] = (xr[c] - mean) * rstd * gamma[c] + beta[c];
+    if (lane == 0) {
+        mean_out[row] = mean;
+        rstd_out[row] = rstd;
+    }
+}
+
+__global__ void layer_norm_backward_kernel(size_t rows, int D, const float* x, const float* gamma, const float* mean,
+                                           const float* rstd, const float* dy, float* dx, bool accumulate,
+                                           float* dy_xhat) {
+    const size_t row = size_t(blockIdx.x) * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const float mu = mean[row], r = rstd[row];
+    const float *xr = x + row * D, *dyr = dy + row * D;
+    float dxhat_sum = 0.0f, dxhat_xhat_sum = 0.0f;
+    for (int c = lane; c < D; c += 32) {
+        const float xhat = (xr[c] - mu) * r, dxhat = dyr[c] * gamma[c];
+        dxhat_sum += dxhat;
+        dxhat_xhat_sum += dxhat * xhat;
+    }
+    const float mean_dxhat = warp_sum(dxhat_sum) / float(D), mean_dxhat_xhat = warp_sum(dxhat_xhat_sum) / float(D);
+    float* dxr = dx + row * D;
+    float* sr = dy_xhat + row * D;
+    for (int c = lane; c < D; c += 32) {
+        const float xhat = (xr[c] - mu) * r, dxhat = dyr[c] * gamma[c];
+        const float g = r * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+        dxr[c] = accumulate ? dxr[c] + g : g;
+        sr[c] = dyr[c] * xhat;
+    }
+}
+
+// ---- activations ----
+
+__device__ __forceinline__ float normal_cdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
+
+__global__ void activation_forward_kernel(DeviceActivation activation, size_t n, const float* x, float* y) {
+    FOR_EACH_INDEX(e, n) {
+        const float v = x[e];
+        y[e] = activation == DeviceActivation::gelu ? v * normal_cdf(v) : fmaxf(v, 0.0f);
+    }
+}
+
+__global__ void activation_backward_kernel(DeviceActivation activation, size_t n, const float* x, const float* dy,
+                                           float* dx) {
+    FOR_EACH_INDEX(e, n) {
+        const float v = x[e];
+        float slope;
+        if (activation == DeviceActivation::gelu) {
+            const float density = 0.39894228040143268f * expf(-0.5f * v * v);  // phi(x)
+            slope = normal_cdf(v) + v * density;                                // d/dx x Phi(x)
+        } else {
+            slope = v > 0.0f ? 1.0f : 0.0f;
+        }
+        dx[e] = dy[e] * slope;
+    }
+}
+
+// ---- elementwise ----
+
+__global__ void add_kernel(size_t n, const float* a, const float* b, float* out) {
+    FOR_EACH_INDEX(e, n) out[e] = a[e] + b[e];
+}
+
+__global__ void add_into_kernel(size_t n, const float* a, float* out) {
+    FOR_EACH_INDEX(e, n) out[e] += a[e];
+}
+
+// ---- layout: packed rows <-> heads; `to_heads` picks the direction ----
+
+// Element e of the packed (B, T, W) buffer, W = (H + 2 H_kv) d, and where it sits in q, k or v.
+__global__ void qkv_layout_kernel(size_t n, size_t T, size_t H, size_t H_kv, size_t d, float* qkv, float* q, float* k,
+                                  float* v, bool to_heads) {
+    const size_t W = (H + 2 * H_kv) * d;
+    FOR_EACH_INDEX(e, n) {
+        const size_t row = e / W, col = e % W, b = row / T, t = row % T;
+        const size_t head = col / d, i = col % d;
+        float* target;
+        if (head < H) target = q + ((b * H + head) * T + t) * d + i;
+        else if (head < H + H_kv) target = k + ((b * H_kv + head - H) * T + t) * d + i;
+        else target = v + ((b * H_kv + head - H - H_kv) * T + t) * d + i;
+        if (to_heads) *target = qkv[e];
+        else qkv[e] = *target;
+    }
+}
+
+// Element e of merged (B, T, H d) and its place in heads (B, H, T, d).
+__global__ void heads_layout_kernel(size_t n, size_t H, size_t T, size_t d, float* heads, float* merged,
+                                    bool to_merged) {
+    FOR_EACH_INDEX(e, n) {
+        const size_t row = e / (H * d), col = e % (H * d), b = row / T, t = row % T, h = col / d, i = col % d;
+        float* head_element = heads + ((b * H + h) * T + t) * d + i;
+        if (to_merged) merged[e] = *head_element;
+        else *head_element = merged[e];
+    }
+}
+
+// ---- loss: one warp per row ----
+
+__global__ void cross_entropy_kernel(size_t rows, int V, const float* logits, const int32_t* targets,
+                                     const float* weight, float* loss_rows, float* dlogits) {
+    const size_t row = size_t(blockIdx.x) * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const float* z = logits + row * V;
+    float* dz = dlogits + row * V;
+    const float w = weight[row];
+    if (w == 0.0f) {  // left out by the loss mask: no loss, no gradient
+        for (int j = lane; j < V; j += 32) dz[j] = 0.0f;
+        if (lane == 0) loss_rows[row] = 0.0f;
+        return;
+    }
+    float row_max = -INFINITY;
+    for (int j = lane; j < V; j += 32) row_max = fmaxf(row_max, z[j]);
+    row_max = warp_max(row_max);
+    float total = 0.0f;
+    for (int j = lane; j < V; j += 32) total += expf(z[j] - row_max);
+    const float lse = row_max + logf(warp_sum(total));
+    const int target = targets[row];
+    for (int j = lane; j < V; j += 32) dz[j] = w * (expf(z[j] - lse) - (j == target ? 1.0f : 0.0f));
+    if (lane == 0) loss_rows[row] = w * (lse - z[target]);
+}
+
+}  // namespace
+
+void embedding_forward(Context& context, size_t B, size_t T, size_t D, const int32_t* tokens, const float* E,
+                       const float* P, float* x) {
+    const size_t n = B * T * D;
+    embedding_forward_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, T, D, tokens, E, P, x);
+    check_launch("embedding_forward");
+}
+
+void embedding_backward(Context& context, size_t B, size_t T, size_t D, const int32_t* tokens, const float* dx,
+                        float* dE, float* dP) {
+    const size_t n = B * T * D;
+    embedding_scatter_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, D, tokens, dx, dE);
+    check_launch("embedding_backward: scatter");
+    if (dP != nullptr) column_sums(context, B, T * D, dx, dP, true);  // dx as (B, T D): sum over the batch
+}
+
+void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
+    const dim3 block(32, column_lanes);
+    column_sums_kernel<<<int((cols + 31) / 32), block, 0, context.stream()>>>(rows, cols, x, out, accumulate);
+    check_launch("column_sums");
+}
+
+void layer_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* gamma, const float* beta,
+                        float eps, float* y, float* mean, float* rstd) {
+    layer_norm_forward_kernel<<<row_grid(rows), rows_per_block * 32, 0, context.stream()>>>(
+        rows, int(D), x, gamma, beta, eps, y, mean, rstd);
+    check_launch("layer_norm_forward");
+}
+
+void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
+                         float* dgamma, float* dbeta, float* scratch) {
+    layer_norm_backward_kernel<<<row_grid(rows), rows_per_block * 32, 0, context.stream()>>>(
+        rows, int(D), x, gamma, mean, rstd, dy, dx, accumulate, scratch);
+    check_launch("layer_norm_backward");
+    column_sums(context, rows, D, scratch, dgamma, true);  // sum of dy xhat
+    column_sums(context, rows, D, dy, dbeta, true);
+}
+
+void activation_forward(Context& context, DeviceActivation activation, size_t n, const float* x, float* y) {
+    activation_forward_kernel<<<grid_for(n), threads, 0, context.stream()>>>(activation, n, x, y);
+    check_launch("activation_forward");
+}
+
+void activation_backward(Context& context, DeviceActivation activation, size_t n, const float* x, const float* dy,
+                         float* dx) {
+    activation_backward_kernel<<<grid_for(n), threads, 0, context.stream()>>>(activation, n, x, dy, dx);
+    check_launch("activation_backward");
+}
+
+void add(Context& context, size_t n, const float* a, const float* b, float* out) {
+    add_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, a, b, out);
+    check_launch("add");
+}
+
+void add_into(Context& context, size_t n, const float* a, float* out) {
+    add_into_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, a, out);
+    check_launch("add_into");
+}
+
+void split_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* qkv, float* q,
+               float* k, float* v) {
+    const size_t n = B * T * (H + 2 * H_kv) * d;
+    qkv_layout_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, T, H, H_kv, d, const_cast<float*>(qkv), q, k,
+                                                                       v, true);
+    check_launch("split_qkv");
+}
+
+void merge_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* dq,
+               const float* dk, const float* dv, float* dqkv) {
+    const size_t n = B * T * (H + 2 * H_kv) * d;
+    qkv_layout_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, T, H, H_kv, d, dqkv, const_cast<float*>(dq),
+                                                                       const_cast<float*>(dk), const_cast<float*>(dv),
+                                                                       false);
+    check_launch("merge_qkv");
+}
+
+void merge_heads(Context& context, size_t B, size_t H, size_t T, size_t d, const float* heads, float* merged) {
+    const size_t n = B * H * T * d;
+    heads_layout_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, H, T, d, const_cast<float*>(heads), merged,
+                                                                         true);
+    check_launch("merge_heads");
+}
+
+void split_heads(Context& context, size_t B, size_t H, size_t T, size_t d, const float* dmerged, float* dheads) {
+    const size_t n = B * H * T * d;
+    heads_layout_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, H, T, d, dheads, const_cast<float*>(dmerged),
+                                                                         false);
+    check_launch("split_heads");
+}
+
+void cross_entropy_forward_backward(Context& context, size_t M, size_t V, const float* logits, const int32_t* targets,
+                                    const float* weight, float* loss_rows, float* dlogits) {
+    cross_entropy_kernel<<<row_grid(M), rows_per_block * 32, 0, context.stream()>>>(M, int(V), logits, targets, weight,
+                                                                                     loss_rows, dlogits);
+    check_launch("cross_entropy_forward_backward");
+}
+
+}  // namespace attnlab::cuda

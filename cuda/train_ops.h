@@ -1,0 +1,124 @@
+// The ops of a decoder's training step on the device, float32, each forward
+// beside its backward, on pointers into DeviceBuffers of one Context: every
+// call only queues work on the context's stream. Together with the attention
+// kernels of cuda/attention.h they are what experiments/device_training.cpp
+// composes into a step that moves only the batch in and the loss out.
+//
+// The CPU reference of each is the autograd op of the same name (embedding,
+// layer_norm, gelu, relu, linear, cross_entropy, Adam::step); the device tests
+// compare a whole step's loss, gradients and updated parameters with it.
+//
+// Row-major throughout; M = B T rows of width D. A backward that writes into a
+// parameter gradient always adds (the step zeroes all gradients first); one
+// that writes an input gradient adds when `accumulate`, else overwrites.
+// Column sums are deterministic (no atomics); only the embedding's scatter-add
+// uses atomics.
+//
+// Plain C++; train_nn.cu, train_linear.cu and train_optim.cu with
+// -DATTNLAB_CUDA=ON, train_ops_stub.cpp (which refuses) otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/context.h"
+
+namespace attnlab::cuda {
+
+// ---- embedding + positions (train_nn.cu) --------------------------------------
+
+// x (B T, D) = E[tokens] + P[t] for the row's position t (P (T_max, D), or null: no positions)
+void embedding_forward(Context& context, size_t B, size_t T, size_t D, const int32_t* tokens, const float* E,
+                       const float* P, float* x);
+// dE (V, D) += dx rows scattered by token; dP (T_max, D) rows [0, T) += sum over b of dx (when dP is not null)
+void embedding_backward(Context& context, size_t B, size_t T, size_t D, const int32_t* tokens, const float* dx,
+                        float* dE, float* dP);
+
+// ---- layer norm over the last axis (train_nn.cu) -----------------------------
+
+// y = (x - mean) rstd gamma + beta per row of x (rows, D); mean, rstd (rows) kept for the backward.
+void layer_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* gamma, const float* beta,
+                        float eps, float* y, float* mean, float* rstd);
+// dx (+)= rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dy gamma;
+// dgamma += sum over rows of dy xhat; dbeta += sum over rows of dy. scratch (rows, D).
+void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
+                         float* dgamma, float* dbeta, float* scratch);
+
+// ---- activations (train_nn.cu) ----------------------------------------------
+
+enum class DeviceActivation { gelu, relu };  // gelu: exact, x Phi(x), as the CPU op
+void activation_forward(Context& context, DeviceActivation activation, size_t n, const float* x, float* y);
+// dx = dy f'(x)
+void activation_backward(Context& context, DeviceActivation activation, size_t n, const float* x, const float* dy,
+                         float* dx);
+
+// ---- elementwise and layout (train_nn.cu) ------------------------------------
+
+void add(Context& context, size_t n, const float* a, const float* b, float* out);  // out = a + b
+void add_into(Context& context, size_t n, const float* a, float* out);             // out += a
+// out[c] (+)= sum over r of x[r, c], x (rows, cols)
+void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate);
+
+// qkv (B, T, (H + 2 H_kv) d), each row the query heads, then the key heads, then
+// the value heads (one GEMM over the three projections' stacked weights) ->
+// q (B, H, T, d), k and v (B, H_kv, T, d), the layout of the attention kernels.
+void split_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* qkv, float* q,
+               float* k, float* v);
+// Its backward: dq, dk, dv -> dqkv (B, T, (H + 2 H_kv) d), overwritten.
+void merge_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* dq,
+               const float* dk, const float* dv, float* dqkv);
+// heads (B, H, T, d) -> merged (B, T, H d), Concat(heads) before the output projection.
+void merge_heads(Context& context, size_t B, size_t H, size_t T, size_t d, const float* heads, float* merged);
+// Its backward: dmerged (B, T, H d) -> dheads (B, H, T, d).
+void split_heads(Context& context, size_t B, size_t H, size_t T, size_t d, const float* dmerged, float* dheads);
+
+// ---- loss (train_nn.cu) -------------------------------------------------------
+
+// logits (M, V), targets (M), weight (M): 1/count for a counted position, 0 for
+// one the loss mask leaves out. Forward and backward in one pass:
+//   loss_rows (M) = weight (logsumexp(z) - z_target),  dlogits (M, V) = weight (softmax(z) - onehot(target)).
+void cross_entropy_forward_backward(Context& context, size_t M, size_t V, const float* logits, const int32_t* targets,
+                                    const float* weight, float* loss_rows, float* dlogits);
+
+// ---- reductions (train_optim.cu) ------------------------------------------------
+
+constexpr size_t reduce_partials = 256;  // doubles of scratch sum_to_double needs
+// *out = sum over i of x_i (or of x_i^2), in double, in a fixed order.
+void sum_to_double(Context& context, size_t n, const float* x, bool squares, double* out, double* partials);
+
+// ---- linear layers on cuBLAS (train_linear.cu) ----------------------------------
+
+// y (M, N) = x (M, K) W^T + b, W (N, K) as Linear stores it, b (N) or null.
+void linear_forward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* b,
+                    float* y);
+// dx (M, K) (+)= dy W (skipped when dx is null); dW (N, K) += dy^T x; db (N) += column sums of dy (when not null).
+void linear_backward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* dy,
+                     float* dx, bool accumulate, float* dW, float* db);
+
+// ---- the optimiser (train_optim.cu) ----------------------------------------------
+
+// One Adam/AdamW step's scalars, computed on the host as Adam::step computes them.
+struct AdamScalars {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2;
+    float step_size;    // lr / (1 - beta1^t)
+    float sqrt_c2;      // sqrt(1 - beta2^t)
+    float eps;
+    float weight_decay;  // for the first n_decay elements; 0 for the rest
+    float shrink;        // 1 - lr weight_decay (AdamW) for the first n_decay elements
+    bool decoupled;      // AdamW: p *= shrink; Adam: g += weight_decay p
+    double max_norm;     // clip by the global norm (infinity: no clipping)
+};
+
+// Over flat parameters P, gradients G and moments M, V (n), the first n_decay of
+// which decay. stats (device) holds the step's [loss, sum of squared gradients]:
+// when either is not finite nothing changes (the trainer stops there, as on the
+// CPU); gradients are scaled by max_norm / (norm + 1e-6) when that is below 1
+// (torch's clip_grad_norm_), then the update runs element by element as Adam::step.
+void adam_update(Context& context, size_t n, size_t n_decay, float* P, const float* G, float* M, float* V,
+                 const AdamScalars& scalars, const double* stats);
+
+// bytes of device memory set to zero, queued on the stream
+void fill_zero(Context& context, void* data, size_t bytes);
+
+}  // namespace attnlab::cuda

@@ -1,0 +1,60 @@
+// Compiled in place of train_nn.cu, train_linear.cu and train_optim.cu without
+// CUDA. Unreachable in practice (no Context can be made), but every entry
+// point still refuses, saying why.
+#include "autograd/tensor.h"
+#include "cuda/backend.h"
+#include "cuda/train_ops.h"
+
+namespace attnlab::cuda {
+
+namespace {
+[[noreturn]] void refuse(const std::string& where) { fail("cuda", where + ": " + probe().reason); }
+}  // namespace
+
+void embedding_forward(Context&, size_t, size_t, size_t, const int32_t*, const float*, const float*, float*) {
+    refuse("embedding_forward");
+}
+void embedding_backward(Context&, size_t, size_t, size_t, const int32_t*, const float*, float*, float*) {
+    refuse("embedding_backward");
+}
+void layer_norm_forward(Context&, size_t, size_t, const float*, const float*, const float*, float, float*, float*,
+                        float*) {
+    refuse("layer_norm_forward");
+}
+void layer_norm_backward(Context&, size_t, size_t, const float*, const float*, const float*, const float*,
+                         const float*, float*, bool, float*, float*, float*) {
+    refuse("layer_norm_backward");
+}
+void activation_forward(Context&, DeviceActivation, size_t, const float*, float*) { refuse("activation_forward"); }
+void activation_backward(Context&, DeviceActivation, size_t, const float*, const float*, float*) {
+    refuse("activation_backward");
+}
+void add(Context&, size_t, const float*, const float*, float*) { refuse("add"); }
+void add_into(Context&, size_t, const float*, float*) { refuse("add_into"); }
+void column_sums(Context&, size_t, size_t, const float*, float*, bool) { refuse("column_sums"); }
+void split_qkv(Context&, size_t, size_t, size_t, size_t, size_t, const float*, float*, float*, float*) {
+    refuse("split_qkv");
+}
+void merge_qkv(Context&, size_t, size_t, size_t, size_t, size_t, const float*, const float*, const float*, float*) {
+    refuse("merge_qkv");
+}
+void merge_heads(Context&, size_t, size_t, size_t, size_t, const float*, float*) { refuse("merge_heads"); }
+void split_heads(Context&, size_t, size_t, size_t, size_t, const float*, float*) { refuse("split_heads"); }
+void cross_entropy_forward_backward(Context&, size_t, size_t, const float*, const int32_t*, const float*, float*,
+                                    float*) {
+    refuse("cross_entropy_forward_backward");
+}
+void sum_to_double(Context&, size_t, const float*, bool, double*, double*) { refuse("sum_to_double"); }
+void linear_forward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*) {
+    refuse("linear_forward");
+}
+void linear_backward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*, bool, float*,
+                     float*) {
+    refuse("linear_backward");
+}
+void adam_update(Context&, size_t, size_t, float*, const float*, float*, float*, const AdamScalars&, const double*) {
+    refuse("adam_update");
+}
+void fill_zero(Context&, void*, size_t) { refuse("fill_zero"); }
+
+}  // namespace attnlab::cuda

@@ -1,0 +1,303 @@
+// train.device = "cuda", the whole step (experiments/device_training.h):
+// DeviceTraining's loss, gradients, clipping and Adam/AdamW update against the
+// autograd model and optimiser on the CPU, for every architecture option the
+// device step takes; a loss curve; download and a fresh upload continuing the
+// same run. Compiled into test_cuda (the CUDA kernels; skipped without a GPU)
+// and, in the CPU build, into test_device_host, where tests/device_host/
+// carries out the device interface on the host (the composition, not the kernels).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "cuda/context.h"
+#include "data/tasks.h"
+#include "experiments/device_training.h"
+#include "layers/models.h"
+#include "optim/optimizer.h"
+
+namespace attnlab::device_step_test {
+namespace {
+
+constexpr double no_clip = std::numeric_limits<double>::infinity();
+
+class DeviceStep : public ::testing::Test {
+protected:
+    void SetUp() override {
+        try {
+            context = std::make_unique<cuda::Context>();
+        } catch (const Error& e) {
+            GTEST_SKIP() << e.what();
+        }
+    }
+    std::unique_ptr<cuda::Context> context;
+};
+
+ModelConfig tiny() {
+    ModelConfig c;
+    c.vocab = 13;
+    c.layers = 2;
+    c.max_len = 12;
+    c.block.attention.width = 16;
+    c.block.attention.heads = 4;
+    c.block.ffn = 32;
+    return c;
+}
+
+struct Variant {
+    std::string name;
+    ModelConfig config;
+    bool adamw = true;
+};
+void PrintTo(const Variant& v, std::ostream* out) { *out << v.name; }
+
+std::vector<Variant> variants() {
+    std::vector<Variant> v;
+    v.push_back({"pre_learned_gelu", tiny()});
+    ModelConfig c = tiny();
+    c.block.norm = Norm::post;
+    v.push_back({"post_norm", c});
+    c = tiny();
+    c.block.norm = Norm::none;
+    v.push_back({"no_norm", c});
+    c = tiny();
+    c.positional = Positional::sinusoidal;
+    v.push_back({"sinusoidal", c});
+    c = tiny();
+    c.positional = Positional::none;
+    v.push_back({"no_positions", c});
+    c = tiny();
+    c.block.ffn = 0;
+    v.push_back({"attention_only", c});
+    c = tiny();
+    c.block.activation = Activation::relu;
+    v.push_back({"relu", c});
+    c = tiny();
+    c.block.attention.kv_heads = 2;
+    v.push_back({"grouped_kv", c});
+    c = tiny();
+    c.block.attention.bias = false;
+    v.push_back({"no_bias", c});
+    c = tiny();
+    c.block.attention.heads = 1;
+    c.block.attention.head_width = 136;  // above the flash kernel's tiles: the dense kernel
+    v.push_back({"dense_kernel", c});
+    c = tiny();
+    c.block.attention.scale = "none";
+    v.push_back({"unscaled", c});
+    v.push_back({"adam_l2", tiny(), false});
+    return v;
+}
+
+// Random tokens and targets, ragged lengths, a loss mask over the valid positions
+// with a few more left out. Row 1 also counts its padded positions: under a
+// causal mask only padded queries can see padded keys, so without them in the
+// loss the key-padding mask would change nothing the test sees.
+Batch random_batch(Rng& data, size_t B, size_t T, size_t V) {
+    Batch b;
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(data.integer(0, V));
+    for (int32_t& t : targets) t = static_cast<int32_t>(data.integer(0, V));
+    b.inputs = Indices({B, T}, tokens);
+    b.targets = Indices({B, T}, targets);
+    std::vector<uint8_t> counted(B * T, 0);
+    for (size_t i = 0; i < B; ++i) {
+        const size_t length = T - (i * 3) % (T - 1);
+        b.lengths.push_back(length);
+        for (size_t t = 0; t < T; ++t) counted[i * T + t] = (t < length || i == 1) && (i + t) % 5 != 0;
+    }
+    b.loss_mask = Mask({B, T}, counted);
+    return b;
+}
+
+// eps 1e-2 makes the update lr g / (|g| + eps) smooth in g: two implementations'
+// float-level gradient differences then stay float-level in the parameters (at
+// eps 1e-8 a near-zero gradient's sign alone moves a parameter by lr).
+std::unique_ptr<Adam> optimizer_for(const Variant& v, DecoderLM& model, double eps = 1e-2) {
+    if (v.adamw) return make_adamw(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1);
+    return std::make_unique<Adam>(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1, false);
+}
+
+// The same model twice (same seed): one for the CPU, one for the device.
+struct Pair {
+    DecoderLM cpu, gpu;
+    explicit Pair(const ModelConfig& c) : cpu(make(c)), gpu(make(c)) {}
+    static DecoderLM make(const ModelConfig& c) {
+        Rng init(5);
+        return DecoderLM(c, init, nullptr);
+    }
+};
+
+// One CPU step as the trainer takes it; returns {loss, grad norm} and leaves the gradients.
+std::pair<double, double> cpu_step(DecoderLM& model, const Batch& b, double max_norm) {
+    Tensor loss = cross_entropy(model.forward(b.inputs, b.lengths), b.targets, b.loss_mask);
+    const double value = loss.item();
+    loss.backward();
+    const double norm = clip_grad_norm(model.named_parameters(), max_norm);
+    return {value, norm};
+}
+
+void expect_close(const Tensor& actual, const Tensor& expected, double atol, double rtol, const std::string& what) {
+    ASSERT_EQ(actual.shape(), expected.shape()) << what;
+    const std::vector<double> a = actual.values(), e = expected.values();
+    double worst = 0;
+    size_t where = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double excess = std::abs(a[i] - e[i]) - (atol + rtol * std::abs(e[i]));
+        if (!(excess <= worst)) {
+            worst = std::isnan(excess) ? std::numeric_limits<double>::infinity() : excess;
+            where = i;
+        }
+    }
+    EXPECT_LE(worst, 0.0) << what << ": element " << where << " is " << a[where] << ", expected " << e[where];
+}
+
+class DeviceStepAgreement : public DeviceStep, public ::testing::WithParamInterface<Variant> {};
+
+// Tolerances: loss 1e-5, gradient norm 1e-5 relative, gradients and updated
+// parameters 1e-5 + 1e-3 |cpu| (float32 sums in another order).
+TEST_P(DeviceStepAgreement, OneStepGivesTheCpuLossGradientsAndUpdate) {
+    const Variant& v = GetParam();
+    Pair models(v.config);
+    auto cpu_opt = optimizer_for(v, models.cpu);
+    auto gpu_opt = optimizer_for(v, models.gpu);
+    Rng data(9);
+    const Batch batch = random_batch(data, 3, 10, v.config.vocab);
+
+    const auto [loss, norm] = cpu_step(models.cpu, batch, no_clip);
+    DeviceTraining device(*context, models.gpu, *gpu_opt);
+    const DeviceTraining::StepResult r = device.step(batch, 1e-2, no_clip);
+    EXPECT_NEAR(r.loss, loss, 1e-5);
+    EXPECT_NEAR(r.grad_norm, norm, 1e-5 * norm);
+
+    const NamedTensors grads = device.gradients();
+    const NamedTensors cpu_params = models.cpu.named_parameters();
+    ASSERT_EQ(grads.size(), cpu_params.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+        ASSERT_EQ(grads[i].first, cpu_params[i].first);
+        expect_close(grads[i].second, cpu_params[i].second.grad(), 1e-5, 1e-3, "gradient of " + grads[i].first);
+    }
+    cpu_opt->step();
+    device.download();
+    const NamedTensors gpu_params = models.gpu.named_parameters();
+    for (size_t i = 0; i < gpu_params.size(); ++i)
+        expect_close(gpu_params[i].second, cpu_params[i].second, 1e-5, 1e-3, "updated " + gpu_params[i].first);
+    // the optimiser state came back too: one more CPU step from it matches
+    const NamedTensors state = gpu_opt->state(), cpu_state = cpu_opt->state();
+    ASSERT_EQ(state.size(), cpu_state.size());
+    for (size_t i = 0; i < state.size(); ++i)
+        expect_close(state[i].second, cpu_state[i].second, 1e-7, 1e-3, "optimiser state " + state[i].first);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, DeviceStepAgreement, ::testing::ValuesIn(variants()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST_F(DeviceStep, ClipsByTheGlobalNormAsTheCpu) {
+    const Variant v{"clip", tiny()};
+    Pair models(v.config);
+    auto cpu_opt = optimizer_for(v, models.cpu);
+    auto gpu_opt = optimizer_for(v, models.gpu);
+    Rng data(3);
+    const Batch batch = random_batch(data, 2, 8, v.config.vocab);
+    const double max_norm = 0.05;
+    const auto [loss, norm] = cpu_step(models.cpu, batch, max_norm);
+    ASSERT_GT(norm, 4 * max_norm) << "the gradient must be clipped for this test to mean anything";
+    cpu_opt->step();
+    DeviceTraining device(*context, models.gpu, *gpu_opt);
+    const DeviceTraining::StepResult r = device.step(batch, 1e-2, max_norm);
+    EXPECT_NEAR(r.grad_norm, norm, 1e-5 * norm);  // reported before clipping
+    device.download();
+    const NamedTensors cpu_params = models.cpu.named_parameters(), gpu_params = models.gpu.named_parameters();
+    for (size_t i = 0; i < gpu_params.size(); ++i)
+        expect_close(gpu_params[i].second, cpu_params[i].second, 1e-5, 1e-3, "clipped update of " + gpu_params[i].first);
+}
+
+// 30 AdamW steps at torch's eps on fixed random batches: the device curve
+// follows the CPU's within 1e-3 per step, and the model learns.
+TEST_F(DeviceStep, FollowsTheCpuLossCurve) {
+    const Variant v{"curve", tiny()};
+    Pair models(v.config);
+    auto cpu_opt = optimizer_for(v, models.cpu, 1e-8);
+    auto gpu_opt = optimizer_for(v, models.gpu, 1e-8);
+    DeviceTraining device(*context, models.gpu, *gpu_opt);
+    Rng data(11);
+    std::vector<Batch> batches;
+    for (int i = 0; i < 4; ++i) batches.push_back(random_batch(data, 4, 10, v.config.vocab));
+    std::vector<double> cpu, gpu;
+    for (int step = 0; step < 30; ++step) {
+        const Batch& b = batches[step % batches.size()];
+        cpu.push_back(cpu_step(models.cpu, b, 1.0).first);
+        cpu_opt->step();
+        cpu_opt->zero_grad();
+        gpu.push_back(device.step(b, 1e-2, 1.0).loss);
+    }
+    for (size_t s = 0; s < cpu.size(); ++s) EXPECT_NEAR(gpu[s], cpu[s], 1e-3) << "step " << s;
+    EXPECT_LT(cpu.back(), cpu.front() - 0.5) << "the model did not learn: the comparison would be vacuous";
+}
+
+// What a checkpoint and a resume do: download after 3 steps, a new DeviceTraining
+// from the host model and optimiser, 2 more steps: the losses of one run of 5.
+TEST_F(DeviceStep, DownloadAndAFreshUploadContinueTheRun) {
+    const Variant v{"resume", tiny()};
+    Pair models(v.config);
+    auto straight_opt = optimizer_for(v, models.cpu, 1e-8);
+    auto split_opt = optimizer_for(v, models.gpu, 1e-8);
+    Rng data(12);
+    std::vector<Batch> batches;
+    for (int i = 0; i < 5; ++i) batches.push_back(random_batch(data, 3, 9, v.config.vocab));
+    std::vector<double> straight, split;
+    {
+        DeviceTraining device(*context, models.cpu, *straight_opt);
+        for (const Batch& b : batches) straight.push_back(device.step(b, 1e-2, no_clip).loss);
+    }
+    {
+        DeviceTraining first(*context, models.gpu, *split_opt);
+        for (int i = 0; i < 3; ++i) split.push_back(first.step(batches[i], 1e-2, no_clip).loss);
+        first.download();
+    }
+    DeviceTraining second(*context, models.gpu, *split_opt);
+    for (int i = 3; i < 5; ++i) split.push_back(second.step(batches[i], 1e-2, no_clip).loss);
+    for (size_t s = 0; s < straight.size(); ++s) EXPECT_NEAR(split[s], straight[s], 1e-6) << "step " << s;
+}
+
+// A NaN loss leaves every parameter as it was (the trainer stops on that step).
+TEST_F(DeviceStep, ANonFiniteLossUpdatesNothing) {
+    const Variant v{"nan", tiny()};
+    Pair models(v.config);
+    auto opt = optimizer_for(v, models.gpu);
+    Tensor head = models.gpu.head.weight;
+    std::vector<double> values = head.values();
+    values[0] = std::nan("");
+    head.assign(Tensor::from_values(values, head.shape()));
+    const std::vector<double> before = models.gpu.blocks[0]->attn.q_proj.weight.values();
+    DeviceTraining device(*context, models.gpu, *opt);
+    Rng data(4);
+    const DeviceTraining::StepResult r = device.step(random_batch(data, 2, 6, v.config.vocab), 1e-2, no_clip);
+    EXPECT_TRUE(std::isnan(r.loss));
+    device.download();
+    EXPECT_EQ(models.gpu.blocks[0]->attn.q_proj.weight.values(), before);
+}
+
+TEST(DeviceStepSupport, NamesWhatItCannotRun) {
+    Rng init(1);
+    ModelConfig c = tiny();
+    DecoderLM plain(c, init, nullptr);
+    auto adamw = make_adamw(plain.named_parameters(), 1e-3);
+    EXPECT_EQ(device_step_unsupported(&plain, *adamw), "");
+    EXPECT_EQ(device_step_unsupported(nullptr, *adamw), "the encoder-decoder model has no device step yet");
+    SGD sgd(plain.named_parameters(), 1e-3);
+    EXPECT_EQ(device_step_unsupported(&plain, sgd), "optim.name = \"sgd\" has no device update yet");
+    c.block.dropout = 0.1;
+    Rng dropout(2);
+    DecoderLM with_dropout(c, init, &dropout);
+    auto opt = make_adamw(with_dropout.named_parameters(), 1e-3);
+    EXPECT_EQ(device_step_unsupported(&with_dropout, *opt), "residual dropout (model.dropout) has no device kernel yet");
+}
+
+}  // namespace
+}  // namespace attnlab::device_step_test
