@@ -3,7 +3,8 @@
 // stubs into test_device_host: the device step's composition (the flat buffers,
 // the stacked projections, every block's wiring, the loss weights, the Adam
 // scalars, download and upload) then runs on a machine without a GPU and is
-// compared with the autograd model by tests/cuda/test_device_step.cpp. It says
+// compared with the autograd model by tests/cuda/test_device_step.cpp, and the
+// trainer's device path by tests/cuda/test_device_trainer.cpp. It says
 // nothing about the CUDA kernels themselves: those are checked against the same
 // references by the same tests in test_cuda on a GPU.
 //
@@ -17,10 +18,25 @@
 
 #include "autograd/tensor.h"
 #include "cuda/attention.h"
+#include "cuda/backend.h"
 #include "cuda/context.h"
 #include "cuda/train_ops.h"
 
 namespace attnlab::cuda {
+
+// ---- the device: one, the host ----
+
+bool built_with_cuda() { return false; }
+
+DeviceInfo probe() {
+    DeviceInfo info;
+    info.available = true;
+    info.device_count = 1;
+    info.name = "the host (test_device_host)";
+    return info;
+}
+
+void require_device(const std::string&) {}
 
 // ---- context and memory ----
 
