@@ -77,7 +77,9 @@ TEST(DeviceTrainer, TrainsAsTheCpuRunDoes) {
         EXPECT_LT(largest_difference(gpu.last.params, cpu.last.params, name), 1e-4) << name;
     // the optimiser state in the checkpoint came from the device (moments are not zero)
     for (const auto& [name, t] : gpu.last.optimizer) {
-        if (name.rfind("step.", 0) == 0) EXPECT_EQ(t.item(), 60) << name;
+        if (name.rfind("step.", 0) == 0) {
+            EXPECT_EQ(t.item(), 60) << name;
+        }
         if (name == "m.head.weight") {
             double largest = 0;
             for (double v : t.values()) largest = std::max(largest, std::abs(v));
