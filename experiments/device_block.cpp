@@ -8,9 +8,9 @@ using namespace cuda;
 
 DeviceBuffer floats(Context& context, size_t count) { return context.allocate_floats(count); }
 
-AttentionDims attention_dims(const BlockShape& s) { return {s.B, s.H, s.H_kv, s.T, s.T, s.d, s.d}; }
+// ---- layer norm ----
 
-// y = LN(x) (M, D), with its statistics.
+// LN(x) (M, D), with its statistics.
 DeviceBuffer norm_forward(Context& context, const DeviceLayerNorm& ln, size_t M, size_t D, const float* x,
                           DeviceBuffer& mean, DeviceBuffer& rstd) {
     DeviceBuffer y = floats(context, M * D);
@@ -29,143 +29,192 @@ void norm_backward(Context& context, const DeviceLayerNorm& ln, size_t M, size_t
                         ln.weight.grad, ln.bias.grad, scratch.floats());
 }
 
-}  // namespace
+// ---- the residual wrapper (Residual::before / after) ----
 
-DeviceBuffer block_forward(Context& context, const BlockShape& s, const DeviceBlockParams& p, const MaskView& mask,
-                           DeviceBuffer x_in, BlockSaved& saved) {
-    const size_t M = s.rows(), D = s.D, W = s.qkv_width(), Hd = s.H * s.d;
-    saved.x = std::move(x_in);
-    const float* x = saved.x.floats();  // (M, D)
-
-    // ---- attention sublayer ----
-    if (s.norm == Norm::pre) saved.attn_in = norm_forward(context, *p.ln1, M, D, x, saved.ln1_mean, saved.ln1_rstd);
-    const float* h = s.norm == Norm::pre ? saved.attn_in.floats() : x;  // (M, D)
-    saved.qkv = floats(context, M * W);
-    linear_forward(context, M, W, D, h, p.qkv.weight.value, p.qkv.bias.value, saved.qkv.floats());  // (M, W)
-    saved.q = floats(context, s.B * s.H * s.T * s.d);
-    saved.k = floats(context, s.B * s.H_kv * s.T * s.d);
-    saved.v = floats(context, s.B * s.H_kv * s.T * s.d);
-    split_qkv(context, s.B, s.T, s.H, s.H_kv, s.d, saved.qkv.floats(), saved.q.floats(), saved.k.floats(),
-              saved.v.floats());
-    saved.context = floats(context, s.B * s.H * s.T * s.d);  // (B, H, T, d)
-    const AttentionDims dims = attention_dims(s);
-    if (s.kernel == AttentionKernel::flash) {
-        saved.lse = floats(context, s.B * s.H * s.T);
-        flash_attention_forward(context, dims, saved.q.floats(), saved.k.floats(), saved.v.floats(), mask, s.scale,
-                                saved.context.floats(), saved.lse.floats());
-    } else {
-        saved.weights = floats(context, s.B * s.H * s.T * s.T);
-        dense_attention_forward(context, dims, saved.q.floats(), saved.k.floats(), saved.v.floats(), mask, s.scale,
-                                saved.context.floats(), saved.weights.floats());
-    }
-    saved.merged = floats(context, M * Hd);
-    merge_heads(context, s.B, s.H, s.T, s.d, saved.context.floats(), saved.merged.floats());  // (M, H d)
-    DeviceBuffer sum = floats(context, M * D);
-    linear_forward(context, M, D, Hd, saved.merged.floats(), p.out.weight.value, p.out.bias.value, sum.floats());
-    add_into(context, M * D, x, sum.floats());  // x + Attn(h)
-    if (s.norm == Norm::post) {
-        saved.x1 = norm_forward(context, *p.ln1, M, D, sum.floats(), saved.ln1_mean, saved.ln1_rstd);
-        saved.sum1 = std::move(sum);
-    } else {
-        saved.x1 = std::move(sum);
-    }
-    if (!p.fc1) return std::move(saved.x1);  // attention-only: x1 is the output (its backward never reads it)
-
-    // ---- feed-forward sublayer ----
-    const float* x1 = saved.x1.floats();
-    if (s.norm == Norm::pre) saved.ffn_in = norm_forward(context, *p.ln2, M, D, x1, saved.ln2_mean, saved.ln2_rstd);
-    const float* f_in = s.norm == Norm::pre ? saved.ffn_in.floats() : x1;
-    const size_t F = p.fc1->out;
-    saved.hidden = floats(context, M * F);
-    linear_forward(context, M, F, D, f_in, p.fc1->weight.value, p.fc1->bias.value, saved.hidden.floats());
-    saved.activated = floats(context, M * F);
-    activation_forward(context, s.activation, M * F, saved.hidden.floats(), saved.activated.floats());
-    DeviceBuffer sum2 = floats(context, M * D);
-    linear_forward(context, M, D, F, saved.activated.floats(), p.fc2->weight.value, p.fc2->bias.value, sum2.floats());
-    add_into(context, M * D, x1, sum2.floats());  // x1 + FFN(...)
-    if (s.norm != Norm::post) return sum2;
-    DeviceBuffer out = norm_forward(context, *p.ln2, M, D, sum2.floats(), saved.ln2_mean, saved.ln2_rstd);
-    saved.sum2 = std::move(sum2);
+// x (M, D) moved into s -> x + f(LN(x)), LN(x + f(x)) or x + f(x). f(h) returns (M, D).
+template <class F>
+DeviceBuffer residual_forward(Context& context, Norm norm, const std::optional<DeviceLayerNorm>& ln, size_t M,
+                              size_t D, DeviceBuffer x, SublayerSaved& s, F&& f) {
+    s.x = std::move(x);
+    if (norm == Norm::pre) s.normed = norm_forward(context, *ln, M, D, s.x.floats(), s.mean, s.rstd);
+    DeviceBuffer y = f(norm == Norm::pre ? s.normed.floats() : s.x.floats());
+    add_into(context, M * D, s.x.floats(), y.floats());  // x + f(.)
+    if (norm != Norm::post) return y;
+    DeviceBuffer out = norm_forward(context, *ln, M, D, y.floats(), s.mean, s.rstd);
+    s.sum = std::move(y);
     return out;
 }
 
-DeviceBuffer block_backward(Context& context, const BlockShape& s, const DeviceBlockParams& p, const MaskView& mask,
-                            const BlockSaved& saved, DeviceBuffer dout) {
-    const size_t M = s.rows(), D = s.D, W = s.qkv_width(), Hd = s.H * s.d;
-
-    // ---- feed-forward sublayer: dout -> dx1 ----
-    DeviceBuffer dx1;
-    if (!p.fc1) {
-        dx1 = std::move(dout);
-    } else {
-        DeviceBuffer dsum2;  // gradient at x1 + FFN(...)
-        if (s.norm == Norm::post) {
-            dsum2 = floats(context, M * D);
-            norm_backward(context, *p.ln2, M, D, saved.sum2.floats(), saved.ln2_mean, saved.ln2_rstd, dout.floats(),
-                          dsum2.floats(), false);
-        } else {
-            dsum2 = std::move(dout);
-        }
-        const size_t F = p.fc1->out;
-        const DeviceBuffer dactivated = floats(context, M * F);
-        linear_backward(context, M, D, F, saved.activated.floats(), p.fc2->weight.value, dsum2.floats(),
-                        dactivated.floats(), false, p.fc2->weight.grad, p.fc2->bias.grad);
-        activation_backward(context, s.activation, M * F, saved.hidden.floats(), dactivated.floats(),
-                            dactivated.floats());  // now d hidden
-        const float* f_in = s.norm == Norm::pre ? saved.ffn_in.floats() : saved.x1.floats();
-        const DeviceBuffer df_in = floats(context, M * D);
-        linear_backward(context, M, F, D, f_in, p.fc1->weight.value, dactivated.floats(), df_in.floats(), false,
-                        p.fc1->weight.grad, p.fc1->bias.grad);
-        dx1 = std::move(dsum2);  // the residual path, plus the sublayer's input gradient:
-        if (s.norm == Norm::pre)
-            norm_backward(context, *p.ln2, M, D, saved.x1.floats(), saved.ln2_mean, saved.ln2_rstd, df_in.floats(),
-                          dx1.floats(), true);
-        else
-            add_into(context, M * D, df_in.floats(), dx1.floats());
-    }
-
-    // ---- attention sublayer: dx1 -> dx ----
-    DeviceBuffer dsum;  // gradient at x + Attn(h)
-    if (s.norm == Norm::post) {
+// dout (M, D) -> dx (M, D). f_backward(h, dy) returns the gradient (M, D) at f's input h.
+template <class FBackward>
+DeviceBuffer residual_backward(Context& context, Norm norm, const std::optional<DeviceLayerNorm>& ln, size_t M,
+                               size_t D, const SublayerSaved& s, DeviceBuffer dout, FBackward&& f_backward) {
+    DeviceBuffer dsum;  // gradient at x + f(.)
+    if (norm == Norm::post) {
         dsum = floats(context, M * D);
-        norm_backward(context, *p.ln1, M, D, saved.sum1.floats(), saved.ln1_mean, saved.ln1_rstd, dx1.floats(),
-                      dsum.floats(), false);
+        norm_backward(context, *ln, M, D, s.sum.floats(), s.mean, s.rstd, dout.floats(), dsum.floats(), false);
     } else {
-        dsum = std::move(dx1);
+        dsum = std::move(dout);
     }
-    const DeviceBuffer dmerged = floats(context, M * Hd);
-    linear_backward(context, M, D, Hd, saved.merged.floats(), p.out.weight.value, dsum.floats(), dmerged.floats(),
-                    false, p.out.weight.grad, p.out.bias.grad);
-    const DeviceBuffer dcontext = floats(context, s.B * s.H * s.T * s.d);
-    split_heads(context, s.B, s.H, s.T, s.d, dmerged.floats(), dcontext.floats());  // (B, H, T, d)
-    const DeviceBuffer dq = floats(context, s.B * s.H * s.T * s.d);
-    const DeviceBuffer dk = floats(context, s.B * s.H_kv * s.T * s.d);
-    const DeviceBuffer dv = floats(context, s.B * s.H_kv * s.T * s.d);
-    const AttentionDims dims = attention_dims(s);
-    if (s.kernel == AttentionKernel::flash) {
-        const DeviceBuffer row_dot = floats(context, s.B * s.H * s.T);
-        flash_attention_backward(context, dims, saved.q.floats(), saved.k.floats(), saved.v.floats(),
-                                 saved.context.floats(), saved.lse.floats(), dcontext.floats(), mask, s.scale,
-                                 dq.floats(), dk.floats(), dv.floats(), row_dot.floats());
-    } else {
-        const DeviceBuffer scratch = floats(context, s.B * s.H * s.T * s.T);
-        dense_attention_backward(context, dims, saved.q.floats(), saved.k.floats(), saved.v.floats(),
-                                 saved.weights.floats(), dcontext.floats(), s.scale, dq.floats(), dk.floats(),
-                                 dv.floats(), scratch.floats());
-    }
-    const DeviceBuffer dqkv = floats(context, M * W);
-    merge_qkv(context, s.B, s.T, s.H, s.H_kv, s.d, dq.floats(), dk.floats(), dv.floats(), dqkv.floats());
-    const float* h = s.norm == Norm::pre ? saved.attn_in.floats() : saved.x.floats();
-    const DeviceBuffer dh = floats(context, M * D);
-    linear_backward(context, M, W, D, h, p.qkv.weight.value, dqkv.floats(), dh.floats(), false, p.qkv.weight.grad,
-                    p.qkv.bias.grad);
-    DeviceBuffer dx = std::move(dsum);  // the residual path, plus the projections' input gradient:
-    if (s.norm == Norm::pre)
-        norm_backward(context, *p.ln1, M, D, saved.x.floats(), saved.ln1_mean, saved.ln1_rstd, dh.floats(),
-                      dx.floats(), true);
+    const DeviceBuffer dh = f_backward(norm == Norm::pre ? s.normed.floats() : s.x.floats(), dsum.floats());
+    DeviceBuffer dx = std::move(dsum);  // the residual path, plus the sublayer's input gradient:
+    if (norm == Norm::pre)
+        norm_backward(context, *ln, M, D, s.x.floats(), s.mean, s.rstd, dh.floats(), dx.floats(), true);
     else
         add_into(context, M * D, dh.floats(), dx.floats());
     return dx;
+}
+
+// ---- attention ----
+
+struct AttentionShape {
+    size_t B, Tq, Tk, H, H_kv, d, D;
+    AttentionKernel kernel;
+    float scale;
+    AttentionDims dims() const { return {B, H, H_kv, Tq, Tk, d, d}; }
+};
+
+// h (B Tq, D), m (B Tk, D) (self-attention: m = h) -> Attn(h, m) (B Tq, D)
+DeviceBuffer attention_forward(Context& context, const AttentionShape& a, const DeviceAttention& p,
+                               const MaskView& mask, const float* h, const float* m, AttentionSaved& s) {
+    const size_t Mq = a.B * a.Tq, Mk = a.B * a.Tk, Hd = a.H * a.d;
+    s.q = floats(context, a.B * a.H * a.Tq * a.d);
+    s.k = floats(context, a.B * a.H_kv * a.Tk * a.d);
+    s.v = floats(context, a.B * a.H_kv * a.Tk * a.d);
+    s.packed_q = floats(context, Mq * p.q.out);
+    linear_forward(context, Mq, p.q.out, a.D, h, p.q.weight.value, p.q.bias.value, s.packed_q.floats());
+    if (!p.cross) {
+        split_qkv(context, a.B, a.Tq, a.H, a.H_kv, a.d, s.packed_q.floats(), s.q.floats(), s.k.floats(), s.v.floats());
+    } else {
+        split_heads(context, a.B, a.H, a.Tq, a.d, s.packed_q.floats(), s.q.floats());  // (B, Tq, H d) -> heads
+        s.packed_kv = floats(context, Mk * p.kv.out);
+        linear_forward(context, Mk, p.kv.out, a.D, m, p.kv.weight.value, p.kv.bias.value, s.packed_kv.floats());
+        split_qkv(context, a.B, a.Tk, 0, a.H_kv, a.d, s.packed_kv.floats(), nullptr, s.k.floats(), s.v.floats());
+    }
+    s.context = floats(context, a.B * a.H * a.Tq * a.d);  // (B, H, Tq, d)
+    if (a.kernel == AttentionKernel::flash) {
+        s.lse = floats(context, a.B * a.H * a.Tq);
+        flash_attention_forward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), mask, a.scale,
+                                s.context.floats(), s.lse.floats());
+    } else {
+        s.weights = floats(context, a.B * a.H * a.Tq * a.Tk);
+        dense_attention_forward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), mask, a.scale,
+                                s.context.floats(), s.weights.floats());
+    }
+    s.merged = floats(context, Mq * Hd);
+    merge_heads(context, a.B, a.H, a.Tq, a.d, s.context.floats(), s.merged.floats());  // (B Tq, H d)
+    DeviceBuffer y = floats(context, Mq * a.D);
+    linear_forward(context, Mq, a.D, Hd, s.merged.floats(), p.out.weight.value, p.out.bias.value, y.floats());
+    return y;
+}
+
+// dy (B Tq, D) -> dh (B Tq, D); cross-attention adds m's gradient into dm.
+DeviceBuffer attention_backward(Context& context, const AttentionShape& a, const DeviceAttention& p,
+                                const MaskView& mask, const float* h, const float* m, float* dm,
+                                const AttentionSaved& s, const float* dy) {
+    const size_t Mq = a.B * a.Tq, Mk = a.B * a.Tk, Hd = a.H * a.d;
+    const DeviceBuffer dmerged = floats(context, Mq * Hd);
+    linear_backward(context, Mq, a.D, Hd, s.merged.floats(), p.out.weight.value, dy, dmerged.floats(), false,
+                    p.out.weight.grad, p.out.bias.grad);
+    const DeviceBuffer dcontext = floats(context, a.B * a.H * a.Tq * a.d);
+    split_heads(context, a.B, a.H, a.Tq, a.d, dmerged.floats(), dcontext.floats());  // (B, H, Tq, d)
+    const DeviceBuffer dq = floats(context, a.B * a.H * a.Tq * a.d);
+    const DeviceBuffer dk = floats(context, a.B * a.H_kv * a.Tk * a.d);
+    const DeviceBuffer dv = floats(context, a.B * a.H_kv * a.Tk * a.d);
+    if (a.kernel == AttentionKernel::flash) {
+        const DeviceBuffer row_dot = floats(context, a.B * a.H * a.Tq);
+        flash_attention_backward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), s.context.floats(),
+                                 s.lse.floats(), dcontext.floats(), mask, a.scale, dq.floats(), dk.floats(),
+                                 dv.floats(), row_dot.floats());
+    } else {
+        const DeviceBuffer scratch = floats(context, a.B * a.H * a.Tq * a.Tk);
+        dense_attention_backward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), s.weights.floats(),
+                                 dcontext.floats(), a.scale, dq.floats(), dk.floats(), dv.floats(), scratch.floats());
+    }
+    DeviceBuffer dh = floats(context, Mq * a.D);
+    const DeviceBuffer dpacked_q = floats(context, Mq * p.q.out);
+    if (!p.cross) {
+        merge_qkv(context, a.B, a.Tq, a.H, a.H_kv, a.d, dq.floats(), dk.floats(), dv.floats(), dpacked_q.floats());
+    } else {
+        merge_heads(context, a.B, a.H, a.Tq, a.d, dq.floats(), dpacked_q.floats());
+        const DeviceBuffer dpacked_kv = floats(context, Mk * p.kv.out);
+        merge_qkv(context, a.B, a.Tk, 0, a.H_kv, a.d, nullptr, dk.floats(), dv.floats(), dpacked_kv.floats());
+        linear_backward(context, Mk, p.kv.out, a.D, m, p.kv.weight.value, dpacked_kv.floats(), dm, true,
+                        p.kv.weight.grad, p.kv.bias.grad);
+    }
+    linear_backward(context, Mq, p.q.out, a.D, h, p.q.weight.value, dpacked_q.floats(), dh.floats(), false,
+                    p.q.weight.grad, p.q.bias.grad);
+    return dh;
+}
+
+// ---- feed-forward ----
+
+DeviceBuffer ffn_forward(Context& context, const BlockShape& b, const DeviceBlockParams& p, const float* h,
+                         FeedForwardSaved& s) {
+    const size_t M = b.B * b.T, F = p.fc1->out;
+    s.hidden = floats(context, M * F);
+    linear_forward(context, M, F, b.D, h, p.fc1->weight.value, p.fc1->bias.value, s.hidden.floats());
+    s.activated = floats(context, M * F);
+    activation_forward(context, b.activation, M * F, s.hidden.floats(), s.activated.floats());
+    DeviceBuffer y = floats(context, M * b.D);
+    linear_forward(context, M, b.D, F, s.activated.floats(), p.fc2->weight.value, p.fc2->bias.value, y.floats());
+    return y;
+}
+
+DeviceBuffer ffn_backward(Context& context, const BlockShape& b, const DeviceBlockParams& p, const float* h,
+                          const FeedForwardSaved& s, const float* dy) {
+    const size_t M = b.B * b.T, F = p.fc1->out;
+    const DeviceBuffer dhidden = floats(context, M * F);
+    linear_backward(context, M, b.D, F, s.activated.floats(), p.fc2->weight.value, dy, dhidden.floats(), false,
+                    p.fc2->weight.grad, p.fc2->bias.grad);
+    activation_backward(context, b.activation, M * F, s.hidden.floats(), dhidden.floats(), dhidden.floats());
+    DeviceBuffer dh = floats(context, M * b.D);
+    linear_backward(context, M, F, b.D, h, p.fc1->weight.value, dhidden.floats(), dh.floats(), false,
+                    p.fc1->weight.grad, p.fc1->bias.grad);
+    return dh;
+}
+
+AttentionShape self_shape(const BlockShape& b) { return {b.B, b.T, b.T, b.H, b.H_kv, b.d, b.D, b.kernel, b.scale}; }
+AttentionShape cross_shape(const BlockShape& b) { return {b.B, b.T, b.S, b.H, b.H_kv, b.d, b.D, b.kernel, b.scale}; }
+
+}  // namespace
+
+DeviceBuffer block_forward(Context& context, const BlockShape& b, const DeviceBlockParams& p, const BlockMasks& masks,
+                           const Memory& memory, DeviceBuffer x, BlockSaved& saved) {
+    const size_t M = b.B * b.T, D = b.D;
+    x = residual_forward(context, b.norm, p.ln1, M, D, std::move(x), saved.res1, [&](const float* h) {
+        return attention_forward(context, self_shape(b), p.attn, masks.self, h, h, saved.attn);
+    });
+    if (p.cross_attn)
+        x = residual_forward(context, b.norm, p.ln_cross, M, D, std::move(x), saved.res_cross, [&](const float* h) {
+            return attention_forward(context, cross_shape(b), *p.cross_attn, masks.cross, h, memory.values,
+                                     saved.cross_attn);
+        });
+    if (p.fc1)
+        x = residual_forward(context, b.norm, p.ln2, M, D, std::move(x), saved.res2,
+                             [&](const float* h) { return ffn_forward(context, b, p, h, saved.ffn); });
+    return x;
+}
+
+DeviceBuffer block_backward(Context& context, const BlockShape& b, const DeviceBlockParams& p, const BlockMasks& masks,
+                            const Memory& memory, const BlockSaved& saved, DeviceBuffer dout) {
+    const size_t M = b.B * b.T, D = b.D;
+    if (p.fc1)
+        dout = residual_backward(context, b.norm, p.ln2, M, D, saved.res2, std::move(dout),
+                                 [&](const float* h, const float* dy) {
+                                     return ffn_backward(context, b, p, h, saved.ffn, dy);
+                                 });
+    if (p.cross_attn)
+        dout = residual_backward(context, b.norm, p.ln_cross, M, D, saved.res_cross, std::move(dout),
+                                 [&](const float* h, const float* dy) {
+                                     return attention_backward(context, cross_shape(b), *p.cross_attn, masks.cross, h,
+                                                               memory.values, memory.grad, saved.cross_attn, dy);
+                                 });
+    return residual_backward(context, b.norm, p.ln1, M, D, saved.res1, std::move(dout),
+                             [&](const float* h, const float* dy) {
+                                 return attention_backward(context, self_shape(b), p.attn, masks.self, h, h, nullptr,
+                                                           saved.attn, dy);
+                             });
 }
 
 }  // namespace attnlab::device

@@ -16,30 +16,83 @@ namespace attnlab {
 using namespace cuda;
 using device::BlockSaved;
 using device::BlockShape;
+using device::BlockMasks;
+using device::DeviceAttention;
 using device::DeviceBlockParams;
 using device::DeviceLayerNorm;
 using device::DeviceLinear;
 using device::DeviceParam;
+using device::Memory;
 
-std::string device_step_unsupported(const DecoderLM* model, const Optimizer& optimizer) {
-    if (model == nullptr) return "the encoder-decoder model has no device step yet";
-    if (dynamic_cast<const Adam*>(&optimizer) == nullptr) return "optim.name = \"sgd\" has no device update yet";
-    for (const auto& [name, p] : model->named_parameters())
-        if (p.dtype() != DType::f32) return "parameter " + name + " is " + to_string(p.dtype()) + ", not float32";
-    if (model->emb_drop.p > 0) return "embedding dropout (model.dropout) has no device kernel yet";
-    for (const auto& block : model->blocks) {
-        if (block->attn.dropout > 0) return "attention dropout (model.attn_dropout) has no device kernel yet";
-        if (block->res1.drop.p > 0 || (block->res2 && block->res2->drop.p > 0))
-            return "residual dropout (model.dropout) has no device kernel yet";
-        if (!block->attn.head_edits.empty()) return "head edits (ablation) are not on the device step";
-    }
+namespace {
+
+std::string attention_unsupported(const MultiHeadAttention& a) {
+    if (a.dropout > 0) return "attention dropout (model.attn_dropout) has no device kernel yet";
+    if (!a.head_edits.empty()) return "head edits (ablation) are not on the device step";
     return "";
 }
 
+std::string residual_unsupported(const Residual* r) {
+    return r != nullptr && r->drop.p > 0 ? "residual dropout (model.dropout) has no device kernel yet" : "";
+}
+
+// "" when the device step can run this encoder or decoder block.
+template <class Block>
+std::string block_unsupported(const Block& block) {
+    for (const std::string& reason : {attention_unsupported(block.attn), residual_unsupported(&block.res1),
+                                      residual_unsupported(block.res2.get())})
+        if (!reason.empty()) return reason;
+    return "";
+}
+
+std::string model_unsupported(const Module& model, const Dropout& embedding_dropout, const Optimizer& optimizer) {
+    if (dynamic_cast<const Adam*>(&optimizer) == nullptr) return "optim.name = \"sgd\" has no device update yet";
+    for (const auto& [name, p] : model.named_parameters())
+        if (p.dtype() != DType::f32) return "parameter " + name + " is " + to_string(p.dtype()) + ", not float32";
+    if (embedding_dropout.p > 0) return "embedding dropout (model.dropout) has no device kernel yet";
+    return "";
+}
+
+}  // namespace
+
+std::string device_step_unsupported(const DecoderLM& model, const Optimizer& optimizer) {
+    std::string reason = model_unsupported(model, model.emb_drop, optimizer);
+    for (const auto& block : model.blocks)
+        if (reason.empty()) reason = block_unsupported(*block);
+    return reason;
+}
+
+std::string device_step_unsupported(const EncoderDecoder& model, const Optimizer& optimizer) {
+    std::string reason = model_unsupported(model, model.emb_drop, optimizer);
+    for (const auto& block : model.encoder)
+        if (reason.empty()) reason = block_unsupported(*block);
+    for (const auto& block : model.decoder) {
+        if (reason.empty()) reason = block_unsupported(*block);
+        if (reason.empty() && block->cross_attn) reason = attention_unsupported(*block->cross_attn);
+        if (reason.empty()) reason = residual_unsupported(block->res_cross.get());
+    }
+    return reason;
+}
+
+// One side of the model on the device: embeddings and positions, blocks, final norm.
+struct DeviceStack {
+    DeviceParam token_table, position_table;  // (V, D), (max_len, D); positions may be absent
+    std::vector<DeviceBlockParams> blocks;
+    std::optional<DeviceLayerNorm> final_norm;
+};
+
+// What a stack's forward keeps for its backward.
+struct StackPass {
+    std::vector<BlockSaved> blocks;
+    DeviceBuffer last;        // (M, D) the last block's output, when a final norm follows
+    DeviceBuffer mean, rstd;  // (M) the final norm's statistics
+};
+
 struct DeviceTraining::Impl {
     Context& context;
-    DecoderLM& model;
+    Module& model;
     Adam& optimizer;
+    const ModelConfig config;
 
     // Every parameter at an offset of the flat buffers: first those that decay
     // (AdamW: matrices; Adam: all), matrices before vectors within each group, so
@@ -56,32 +109,44 @@ struct DeviceTraining::Impl {
     DeviceBuffer params, grads, first_moment, second_moment;  // (total) each
     long long steps = 0;                                      // Adam steps taken (every parameter alike)
 
-    DeviceBuffer stats;     // 2 doubles: [loss, sum of squared gradients] of the last step
-    DeviceBuffer partials;  // reduce_partials doubles of scratch
-    DeviceBuffer sinusoid;  // (max_len, D): the fixed table of positional = "sinusoidal"
+    DeviceBuffer stats;                   // 2 doubles: [loss, sum of squared gradients] of the last step
+    DeviceBuffer partials;                // reduce_partials doubles of scratch
+    std::vector<DeviceBuffer> sinusoids;  // (max_len, D): the fixed tables of positional = "sinusoidal"
 
     // The model over the flat buffers.
-    size_t vocab = 0, width = 0, max_len = 0;
-    DeviceParam token_table, position_table;  // (V, D), (max_len, D); positions may be absent
-    std::vector<DeviceBlockParams> blocks;
-    std::optional<DeviceLayerNorm> final_norm;
+    std::optional<DeviceStack> encoder;  // encoder-decoder only
+    DeviceStack decoder;
     DeviceLinear head;  // (V, D), no bias
-    BlockShape shape;   // all but B, T, set per step
+    BlockShape shape;   // all but B, T, S, set per step
     MaskedRows masked_rows = MaskedRows::error;
 
-    Impl(Context& c, DecoderLM& m, Adam& o) : context(c), model(m), optimizer(o) {}
+    Impl(Context& c, Module& m, Adam& o, const ModelConfig& mc) : context(c), model(m), optimizer(o), config(mc) {}
 
     DeviceParam param(const Tensor& t) {
         if (!t.defined()) return {};
         const size_t offset = offset_of.at(&t.impl());
         return {params.floats() + offset, grads.floats() + offset};
     }
-    DeviceLayerNorm layer_norm(const LayerNorm& ln) { return {param(ln.weight), param(ln.bias), float(ln.eps)}; }
+    std::optional<DeviceLayerNorm> layer_norm(const std::optional<LayerNorm>& ln) {
+        if (!ln) return std::nullopt;
+        return DeviceLayerNorm{param(ln->weight), param(ln->bias), float(ln->eps)};
+    }
     DeviceLinear linear(const Linear& l) { return {param(l.weight), param(l.bias), l.weight.size(1), l.weight.size(0)}; }
+    // [first; second; ...] as one (sum of outs, in) matrix: they must follow each other in the buffer.
+    DeviceLinear stacked(const std::vector<const Linear*>& parts);
+    DeviceAttention attention(const MultiHeadAttention& a, bool cross);
+    template <class Block> DeviceBlockParams block(const Block& b);
+    DeviceParam positions(const PositionalEncoding& p);
 
     void lay_out();
     void upload();
-    void describe_model();
+    void describe(const DecoderLM& m);
+    void describe(const EncoderDecoder& m);
+
+    DeviceBuffer stack_forward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s,
+                               const BlockMasks& masks, const Memory& memory, StackPass& pass);
+    void stack_backward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s, const BlockMasks& masks,
+                        const Memory& memory, StackPass& pass, DeviceBuffer dout);
 };
 
 namespace {
@@ -101,6 +166,21 @@ AdamState adam_state_of(const NamedTensors& state, const std::string& name) {
         if (key == "v." + name) s.v = t;
     }
     return s;
+}
+
+void check_ids(const char* op, const char* what, const Indices& ids, size_t limit) {
+    for (int32_t id : ids.values)
+        if (id < 0 || static_cast<size_t>(id) >= limit)
+            fail(op, std::string(what) + " " + std::to_string(id) + " out of range for " + std::to_string(limit));
+}
+
+void check_tokens(const char* what, const Indices& tokens, const std::vector<size_t>& lengths, size_t max_len) {
+    if (tokens.shape.size() != 2) fail(what, "tokens must be (B, T), got " + shape_str(tokens.shape));
+    if (!lengths.empty() && lengths.size() != tokens.shape[0])
+        fail(what, std::to_string(lengths.size()) + " lengths for batch " + std::to_string(tokens.shape[0]));
+    if (tokens.shape[1] > max_len)
+        fail("positional", "positions up to " + std::to_string(tokens.shape[1]) + " exceed the table of " +
+                               std::to_string(max_len) + " (raise the maximum sequence length)");
 }
 
 }  // namespace
@@ -149,152 +229,242 @@ void DeviceTraining::Impl::upload() {
     partials = context.allocate(reduce_partials * sizeof(double));
 }
 
-void DeviceTraining::Impl::describe_model() {
-    const ModelConfig& c = model.config;
-    vocab = c.vocab;
-    width = c.block.attention.width;
-    max_len = c.max_len;
-    token_table = param(model.tok_emb.weight);
-    if (model.pos_emb.kind == Positional::learned) {
-        position_table = param(model.pos_emb.weight);
-    } else if (model.pos_emb.kind == Positional::sinusoidal) {
-        const Tensor& table = model.pos_emb.weight;  // a constant, not a parameter
-        sinusoid = to_device(context, host_floats(table), table.numel() * sizeof(float));
-        position_table = {sinusoid.floats(), nullptr};
-    }
-    for (const auto& block : model.blocks) {
-        const MultiHeadAttention& a = block->attn;
-        // the stacked projection [W_Q; W_K; W_V] is one matrix only if the three are adjacent
-        const auto follows = [&](const Tensor& first, const Tensor& second) {
-            return !first.defined() || offset_of.at(&second.impl()) == offset_of.at(&first.impl()) + first.numel();
+DeviceLinear DeviceTraining::Impl::stacked(const std::vector<const Linear*>& parts) {
+    DeviceLinear l = linear(*parts.front());
+    for (size_t i = 1; i < parts.size(); ++i) {
+        const auto follows = [&](const Tensor& before, const Tensor& after) {
+            return !before.defined() || offset_of.at(&after.impl()) == offset_of.at(&before.impl()) + before.numel();
         };
-        if (!follows(a.q_proj.weight, a.k_proj.weight) || !follows(a.k_proj.weight, a.v_proj.weight) ||
-            !follows(a.q_proj.bias, a.k_proj.bias) || !follows(a.k_proj.bias, a.v_proj.bias))
-            fail("cuda", "device step: q_proj, k_proj and v_proj are not adjacent in the parameter buffer");
-        DeviceBlockParams p;
-        if (block->res1.ln) p.ln1 = layer_norm(*block->res1.ln);
-        p.qkv = linear(a.q_proj);
-        p.qkv.out = a.q_proj.weight.size(0) + a.k_proj.weight.size(0) + a.v_proj.weight.size(0);
-        p.out = linear(a.out_proj);
-        if (block->ffn) {
-            p.fc1 = linear(block->ffn->fc1);
-            p.fc2 = linear(block->ffn->fc2);
-            if (block->res2->ln) p.ln2 = layer_norm(*block->res2->ln);
-        }
-        blocks.push_back(p);
-        shape.H = a.heads;
-        shape.H_kv = a.kv_heads;
-        shape.d = a.head_width;
-        shape.scale = float(a.scale);
-        shape.kernel = kernel_for_head_width(a.head_width);
-        masked_rows = a.masked_rows;
+        if (!follows(parts[i - 1]->weight, parts[i]->weight) || !follows(parts[i - 1]->bias, parts[i]->bias))
+            fail("cuda", "device step: projections to stack are not adjacent in the parameter buffer");
+        l.out += parts[i]->weight.size(0);
     }
-    shape.D = width;
+    return l;
+}
+
+DeviceAttention DeviceTraining::Impl::attention(const MultiHeadAttention& a, bool cross) {
+    shape.H = a.heads;
+    shape.H_kv = a.kv_heads;
+    shape.d = a.head_width;
+    shape.scale = float(a.scale);
+    shape.kernel = kernel_for_head_width(a.head_width);
+    masked_rows = a.masked_rows;
+    DeviceAttention d;
+    d.cross = cross;
+    d.q = cross ? linear(a.q_proj) : stacked({&a.q_proj, &a.k_proj, &a.v_proj});
+    if (cross) d.kv = stacked({&a.k_proj, &a.v_proj});
+    d.out = linear(a.out_proj);
+    return d;
+}
+
+template <class Block>
+DeviceBlockParams DeviceTraining::Impl::block(const Block& b) {
+    DeviceBlockParams p;
+    p.ln1 = layer_norm(b.res1.ln);
+    p.attn = attention(b.attn, false);
+    if (b.ffn) {
+        p.fc1 = linear(b.ffn->fc1);
+        p.fc2 = linear(b.ffn->fc2);
+        p.ln2 = layer_norm(b.res2->ln);
+    }
+    return p;
+}
+
+DeviceParam DeviceTraining::Impl::positions(const PositionalEncoding& p) {
+    if (p.kind == Positional::learned) return param(p.weight);
+    if (p.kind == Positional::none) return {};
+    sinusoids.push_back(to_device(context, host_floats(p.weight), p.weight.numel() * sizeof(float)));  // a constant
+    return {sinusoids.back().floats(), nullptr};
+}
+
+void DeviceTraining::Impl::describe(const DecoderLM& m) {
+    decoder.token_table = param(m.tok_emb.weight);
+    decoder.position_table = positions(m.pos_emb);
+    for (const auto& b : m.blocks) decoder.blocks.push_back(block(*b));
+    decoder.final_norm = layer_norm(m.ln_f);
+    head = linear(m.head);
+}
+
+void DeviceTraining::Impl::describe(const EncoderDecoder& m) {
+    encoder.emplace();
+    encoder->token_table = param(m.src_emb.weight);
+    encoder->position_table = positions(m.src_pos_emb);
+    for (const auto& b : m.encoder) encoder->blocks.push_back(block(*b));
+    encoder->final_norm = layer_norm(m.enc_ln_f);
+    decoder.token_table = param(m.tgt_emb.weight);
+    decoder.position_table = positions(m.tgt_pos_emb);
+    for (const auto& b : m.decoder) {
+        DeviceBlockParams p = block(*b);
+        p.cross_attn = attention(*b->cross_attn, true);
+        p.ln_cross = layer_norm(b->res_cross->ln);
+        decoder.blocks.push_back(p);
+    }
+    decoder.final_norm = layer_norm(m.dec_ln_f);
+    head = linear(m.head);
+}
+
+void set_shape_constants(BlockShape& shape, const ModelConfig& c) {
+    shape.D = c.block.attention.width;
     shape.norm = c.block.norm;
     shape.activation = c.block.activation == Activation::gelu ? DeviceActivation::gelu : DeviceActivation::relu;
-    if (model.ln_f) final_norm = layer_norm(*model.ln_f);
-    head = linear(model.head);
 }
 
 DeviceTraining::DeviceTraining(Context& context, DecoderLM& model, Adam& optimizer)
-    : impl_(std::make_unique<Impl>(context, model, optimizer)) {
-    const std::string unsupported = device_step_unsupported(&model, optimizer);
+    : impl_(std::make_unique<Impl>(context, model, optimizer, model.config)) {
+    const std::string unsupported = device_step_unsupported(model, optimizer);
     if (!unsupported.empty()) fail("cuda", "device step: " + unsupported);
     impl_->lay_out();
     impl_->upload();
-    impl_->describe_model();
+    impl_->describe(model);
+    set_shape_constants(impl_->shape, model.config);
+}
+
+DeviceTraining::DeviceTraining(Context& context, EncoderDecoder& model, Adam& optimizer)
+    : impl_(std::make_unique<Impl>(context, model, optimizer, model.config)) {
+    const std::string unsupported = device_step_unsupported(model, optimizer);
+    if (!unsupported.empty()) fail("cuda", "device step: " + unsupported);
+    impl_->lay_out();
+    impl_->upload();
+    impl_->describe(model);
+    set_shape_constants(impl_->shape, model.config);
 }
 
 DeviceTraining::~DeviceTraining() = default;
 
+// tokens (B, T) -> the stack's output (B T, D): embeddings + positions, the blocks, the final norm.
+DeviceBuffer DeviceTraining::Impl::stack_forward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s,
+                                                 const BlockMasks& masks, const Memory& memory, StackPass& pass) {
+    const size_t M = s.B * s.T, D = s.D;
+    DeviceBuffer x = context.allocate_floats(M * D);
+    embedding_forward(context, s.B, s.T, D, tokens, stack.token_table.value, stack.position_table.value, x.floats());
+    pass.blocks.resize(stack.blocks.size());
+    for (size_t l = 0; l < stack.blocks.size(); ++l)
+        x = device::block_forward(context, s, stack.blocks[l], masks, memory, std::move(x), pass.blocks[l]);
+    if (!stack.final_norm) return x;
+    pass.last = std::move(x);
+    DeviceBuffer y = context.allocate_floats(M * D);
+    pass.mean = context.allocate_floats(M);
+    pass.rstd = context.allocate_floats(M);
+    layer_norm_forward(context, M, D, pass.last.floats(), stack.final_norm->weight.value, stack.final_norm->bias.value,
+                       stack.final_norm->eps, y.floats(), pass.mean.floats(), pass.rstd.floats());
+    return y;
+}
+
+// dout (B T, D) at the stack's output -> every gradient of the stack, added into the buffers.
+void DeviceTraining::Impl::stack_backward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s,
+                                          const BlockMasks& masks, const Memory& memory, StackPass& pass,
+                                          DeviceBuffer dout) {
+    const size_t M = s.B * s.T, D = s.D;
+    DeviceBuffer dx = std::move(dout);
+    if (stack.final_norm) {
+        DeviceBuffer dnormed = std::move(dx);
+        dx = context.allocate_floats(M * D);
+        const DeviceBuffer scratch = context.allocate_floats(M * D);
+        layer_norm_backward(context, M, D, pass.last.floats(), stack.final_norm->weight.value, pass.mean.floats(),
+                            pass.rstd.floats(), dnormed.floats(), dx.floats(), false, stack.final_norm->weight.grad,
+                            stack.final_norm->bias.grad, scratch.floats());
+    }
+    for (size_t l = stack.blocks.size(); l-- > 0;) {
+        dx = device::block_backward(context, s, stack.blocks[l], masks, memory, pass.blocks[l], std::move(dx));
+        pass.blocks[l] = BlockSaved();  // its buffers go back to the cache for the layers below
+    }
+    embedding_backward(context, s.B, s.T, D, tokens, dx.floats(), stack.token_table.grad, stack.position_table.grad);
+}
+
 DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, double max_norm) {
     Impl& s = *impl_;
     Context& ctx = s.context;
-    const Indices& tokens = batch.inputs;
-    if (tokens.shape.size() != 2) fail("decoder", "tokens must be (B, T), got " + shape_str(tokens.shape));
-    const size_t B = tokens.shape[0], T = tokens.shape[1], M = B * T, D = s.width, V = s.vocab;
-    if (T > s.max_len)
-        fail("positional", "positions up to " + std::to_string(T) + " exceed the table of " +
-                               std::to_string(s.max_len) + " (raise the maximum sequence length)");
+    const size_t V = s.config.vocab, D = s.shape.D;
+    const Indices& tokens = batch.inputs;  // decoder inputs (B, T)
+    check_tokens("decoder", tokens, batch.lengths, s.config.max_len);
+    const size_t B = tokens.shape[0], T = tokens.shape[1], M = B * T;
+    check_ids("embedding", "id", tokens, V);
     if (batch.targets.shape != tokens.shape)
         fail("cross_entropy", "targets " + shape_str(batch.targets.shape) + " do not match tokens " + shape_str(tokens.shape));
-    for (size_t i = 0; i < M; ++i) {
-        if (tokens.values[i] < 0 || static_cast<size_t>(tokens.values[i]) >= V)
-            fail("embedding", "id " + std::to_string(tokens.values[i]) + " out of range for " + std::to_string(V) + " rows");
-        if (batch.targets.values[i] < 0 || static_cast<size_t>(batch.targets.values[i]) >= V)
-            fail("cross_entropy", "target " + std::to_string(batch.targets.values[i]) + " out of range for " +
-                                      std::to_string(V) + " classes");
-    }
-    // The loss mask as weights 1/count (cross_entropy's mean over counted positions).
+    check_ids("cross_entropy", "target", batch.targets, V);
     const bool masked = !batch.loss_mask.values.empty();
+    if (masked && batch.loss_mask.shape != tokens.shape)
+        fail("cross_entropy", "loss mask " + shape_str(batch.loss_mask.shape) + " does not match targets " + shape_str(tokens.shape));
+    // The loss mask as weights 1/count: cross_entropy's mean over the counted positions.
     size_t counted = 0;
     for (size_t i = 0; i < M; ++i) counted += !masked || batch.loss_mask(i) ? 1 : 0;
     std::vector<float> weights(M, 0.0f);
     for (size_t i = 0; i < M; ++i)
         if (!masked || batch.loss_mask(i)) weights[i] = 1.0f / static_cast<float>(counted);
 
-    BlockShape shape = s.shape;
-    shape.B = B;
-    shape.T = T;
-    AttentionMask mask;
-    mask.causal = true;
-    mask.key_lengths = batch.lengths;
+    // Shapes and masks, checked as the CPU op checks them (masked_rows = "error" refuses here).
+    const size_t S = s.encoder ? batch.src.shape.at(1) : 0;
+    if (s.encoder) {
+        check_tokens("encoder", batch.src, batch.src_lengths, s.config.max_len);
+        if (batch.src.shape[0] != B) fail("encoder", "source batch " + std::to_string(batch.src.shape[0]) + " for target batch " + std::to_string(B));
+        check_ids("embedding", "id", batch.src, V);
+    }
     AttentionOptions options;
-    options.scale = shape.scale;
+    options.scale = s.shape.scale;
     options.masked_rows = s.masked_rows;
-    const AttentionDims dims{B, shape.H, shape.H_kv, T, T, shape.d, shape.d};
-    check_attention(dims, mask, options, shape.kernel);  // masked_rows = "error": refused here, as on the CPU
+    const auto mask_of = [](bool causal, const std::vector<size_t>& lengths) {
+        AttentionMask m;
+        m.causal = causal;
+        m.key_lengths = lengths;
+        return m;
+    };
+    const AttentionMask self_mask = mask_of(true, batch.lengths), src_mask = mask_of(false, batch.src_lengths);
+    const AttentionDims self_dims{B, s.shape.H, s.shape.H_kv, T, T, s.shape.d, s.shape.d};
+    const AttentionDims enc_dims{B, s.shape.H, s.shape.H_kv, S, S, s.shape.d, s.shape.d};
+    const AttentionDims cross_dims{B, s.shape.H, s.shape.H_kv, T, S, s.shape.d, s.shape.d};
+    check_attention(self_dims, self_mask, options, s.shape.kernel);
+    if (s.encoder) {
+        check_attention(enc_dims, src_mask, options, s.shape.kernel);
+        check_attention(cross_dims, src_mask, options, s.shape.kernel);
+    }
 
     // ---- the batch in ----
     const DeviceBuffer d_tokens = to_device(ctx, tokens.values.data(), M * sizeof(int32_t));
     const DeviceBuffer d_targets = to_device(ctx, batch.targets.values.data(), M * sizeof(int32_t));
     const DeviceBuffer d_weights = to_device(ctx, weights);
-    const DeviceMask d_mask(ctx, mask, dims);
-    const int32_t* tok = static_cast<const int32_t*>(d_tokens.data());
+    const DeviceMask d_self(ctx, self_mask, self_dims);
+    std::optional<DeviceMask> d_src;
+    DeviceBuffer d_source;
+    if (s.encoder) {
+        d_src.emplace(ctx, src_mask, enc_dims);
+        d_source = to_device(ctx, batch.src.values.data(), B * S * sizeof(int32_t));
+    }
+    const auto ids = [](const DeviceBuffer& b) { return static_cast<const int32_t*>(b.data()); };
     fill_zero(ctx, s.grads.data(), s.total * sizeof(float));
     double* stats = static_cast<double*>(s.stats.data());
     double* partials = static_cast<double*>(s.partials.data());
 
+    BlockShape dec_shape = s.shape, enc_shape = s.shape;
+    dec_shape.B = enc_shape.B = B;
+    dec_shape.T = T;
+    dec_shape.S = enc_shape.T = S;
+    const BlockMasks dec_masks{d_self.view(), d_src ? d_src->view() : MaskView{}};
+    const BlockMasks enc_masks{d_src ? d_src->view() : MaskView{}, MaskView{}};
+
     // ---- forward ----
-    DeviceBuffer x = ctx.allocate_floats(M * D);  // (M, D) token embeddings + positions
-    embedding_forward(ctx, B, T, D, tok, s.token_table.value, s.position_table.value, x.floats());
-    std::vector<BlockSaved> saved(s.blocks.size());
-    for (size_t l = 0; l < s.blocks.size(); ++l)
-        x = device::block_forward(ctx, shape, s.blocks[l], d_mask.view(), std::move(x), saved[l]);
-    DeviceBuffer final_mean, final_rstd, normed;
-    if (s.final_norm) {
-        normed = ctx.allocate_floats(M * D);
-        final_mean = ctx.allocate_floats(M);
-        final_rstd = ctx.allocate_floats(M);
-        layer_norm_forward(ctx, M, D, x.floats(), s.final_norm->weight.value, s.final_norm->bias.value,
-                           s.final_norm->eps, normed.floats(), final_mean.floats(), final_rstd.floats());
+    StackPass enc_pass, dec_pass;
+    DeviceBuffer memory, dmemory;  // (B S, D) the encoder's output and its gradient
+    if (s.encoder) {
+        memory = s.stack_forward(*s.encoder, ids(d_source), enc_shape, enc_masks, {}, enc_pass);
+        dmemory = ctx.allocate_floats(B * S * D);
+        fill_zero(ctx, dmemory.data(), B * S * D * sizeof(float));
     }
-    const float* head_in = s.final_norm ? normed.floats() : x.floats();  // (M, D)
-    const DeviceBuffer logits = ctx.allocate_floats(M * V);               // (M, V)
-    linear_forward(ctx, M, V, D, head_in, s.head.weight.value, nullptr, logits.floats());
+    const Memory mem{memory.empty() ? nullptr : memory.floats(), dmemory.empty() ? nullptr : dmemory.floats()};
+    const DeviceBuffer out = s.stack_forward(s.decoder, ids(d_tokens), dec_shape, dec_masks, mem, dec_pass);
+    const DeviceBuffer logits = ctx.allocate_floats(M * V);  // (M, V)
+    linear_forward(ctx, M, V, D, out.floats(), s.head.weight.value, nullptr, logits.floats());
     const DeviceBuffer loss_rows = ctx.allocate_floats(M);
     const DeviceBuffer dlogits = ctx.allocate_floats(M * V);
-    cross_entropy_forward_backward(ctx, M, V, logits.floats(), static_cast<const int32_t*>(d_targets.data()),
-                                   d_weights.floats(), loss_rows.floats(), dlogits.floats());
+    cross_entropy_forward_backward(ctx, M, V, logits.floats(), ids(d_targets), d_weights.floats(), loss_rows.floats(),
+                                   dlogits.floats());
     sum_to_double(ctx, M, loss_rows.floats(), false, stats, partials);
 
     // ---- backward ----
-    DeviceBuffer dx = ctx.allocate_floats(M * D);
-    linear_backward(ctx, M, V, D, head_in, s.head.weight.value, dlogits.floats(), dx.floats(), false,
+    DeviceBuffer dout = ctx.allocate_floats(M * D);
+    linear_backward(ctx, M, V, D, out.floats(), s.head.weight.value, dlogits.floats(), dout.floats(), false,
                     s.head.weight.grad, nullptr);
-    if (s.final_norm) {
-        DeviceBuffer dnormed = std::move(dx);
-        dx = ctx.allocate_floats(M * D);
-        const DeviceBuffer scratch = ctx.allocate_floats(M * D);
-        layer_norm_backward(ctx, M, D, x.floats(), s.final_norm->weight.value, final_mean.floats(), final_rstd.floats(),
-                            dnormed.floats(), dx.floats(), false, s.final_norm->weight.grad, s.final_norm->bias.grad,
-                            scratch.floats());
-    }
-    for (size_t l = s.blocks.size(); l-- > 0;) {
-        dx = device::block_backward(ctx, shape, s.blocks[l], d_mask.view(), saved[l], std::move(dx));
-        saved[l] = BlockSaved();  // its buffers go back to the cache for the layers below
-    }
-    embedding_backward(ctx, B, T, D, tok, dx.floats(), s.token_table.grad, s.position_table.grad);
+    s.stack_backward(s.decoder, ids(d_tokens), dec_shape, dec_masks, mem, dec_pass, std::move(dout));
+    if (s.encoder) s.stack_backward(*s.encoder, ids(d_source), enc_shape, enc_masks, {}, enc_pass, std::move(dmemory));
 
     // ---- clip and update ----
     sum_to_double(ctx, s.total, s.grads.floats(), true, stats + 1, partials);
@@ -318,11 +488,11 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
                 s.second_moment.floats(), a, stats);
 
     // ---- two numbers out ----
-    double out[2] = {0, 0};
-    to_host(ctx, s.stats, out, sizeof out);
-    StepResult result{out[0], std::sqrt(out[1])};
-    if (std::isfinite(result.loss) && std::isfinite(result.grad_norm)) s.steps = t;
-    return result;
+    double result[2] = {0, 0};
+    to_host(ctx, s.stats, result, sizeof result);
+    const StepResult r{result[0], std::sqrt(result[1])};
+    if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) s.steps = t;
+    return r;
 }
 
 void DeviceTraining::download() const {

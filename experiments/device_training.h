@@ -1,10 +1,12 @@
-// The whole training step of a DecoderLM on the GPU (train.device = "cuda"):
+// The whole training step of a DecoderLM or an EncoderDecoder on the GPU
+// (train.device = "cuda"):
 // parameters, their gradients and the Adam moments stay on the device, in one
 // flat buffer each; a step moves the batch in (tokens, targets, loss weights,
 // lengths) and two numbers out (the loss and the gradient norm). The forward
 // and backward are the model's layers written once more over the device ops of
-// cuda/train_ops.h and the attention kernels of cuda/attention.h, in
-// device_block.cpp; this file holds the buffers and the step around them.
+// cuda/train_ops.h and the attention kernels of cuda/attention.h: the blocks in
+// device_block.cpp; embeddings, final norms, the head, the loss and the update,
+// and the buffers, in device_training.cpp.
 //
 // The host model and optimiser are the reference and the checkpoint format:
 // download() copies the parameters and the optimiser state back (before an
@@ -21,6 +23,7 @@ namespace attnlab {
 
 class Adam;
 class DecoderLM;
+class EncoderDecoder;
 class Optimizer;
 struct Batch;
 namespace cuda {
@@ -28,15 +31,17 @@ class Context;
 }
 
 // Why this model and optimiser cannot run the device step, or "" when they
-// can: a DecoderLM in float32, without dropout or head edits, with Adam or AdamW.
+// can: float32 parameters, no dropout, no head edits, Adam or AdamW.
 // (Everything else runs the attention core on the device and the rest on the CPU.)
-std::string device_step_unsupported(const DecoderLM* model, const Optimizer& optimizer);
+std::string device_step_unsupported(const DecoderLM& model, const Optimizer& optimizer);
+std::string device_step_unsupported(const EncoderDecoder& model, const Optimizer& optimizer);
 
 class DeviceTraining {
 public:
     // Copies the model's parameters and the optimiser's moments and step count to
     // the device. Throws attnlab::Error naming the reason device_step_unsupported gives.
     DeviceTraining(cuda::Context& context, DecoderLM& model, Adam& optimizer);
+    DeviceTraining(cuda::Context& context, EncoderDecoder& model, Adam& optimizer);
     ~DeviceTraining();
     DeviceTraining(const DeviceTraining&) = delete;
     DeviceTraining& operator=(const DeviceTraining&) = delete;
@@ -45,7 +50,8 @@ public:
         double loss = 0;       // mean cross-entropy over the loss mask
         double grad_norm = 0;  // global gradient norm before clipping
     };
-    // Forward, backward, clipping to max_norm (infinity: none) and one Adam/AdamW
+    // The batch's inputs (and for an encoder-decoder its source), targets, loss
+    // mask and lengths as the CPU model takes them. Forward, backward, clipping to max_norm (infinity: none) and one Adam/AdamW
     // step at learning rate lr. With a loss or norm that is not finite nothing is
     // updated (the trainer stops there, as on the CPU).
     StepResult step(const Batch& batch, double lr, double max_norm);

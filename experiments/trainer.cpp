@@ -231,10 +231,15 @@ int Trainer::run() {
     const NamedTensors params = s.model->module().named_parameters();
     s.model->module().train();
     if (s.cuda_context && !s.device_step) {
-        const std::string unsupported = device_step_unsupported(s.model->decoder_lm(), *s.optimizer);
-        if (unsupported.empty())
-            s.device_step = std::make_unique<DeviceTraining>(*s.cuda_context, *s.model->decoder_lm(),
-                                                             dynamic_cast<Adam&>(*s.optimizer));
+        DecoderLM* decoder = s.model->decoder_lm();
+        EncoderDecoder* enc_dec = s.model->enc_dec();
+        const std::string unsupported = decoder ? device_step_unsupported(*decoder, *s.optimizer)
+                                                : device_step_unsupported(*enc_dec, *s.optimizer);
+        if (unsupported.empty()) {
+            Adam& adam = dynamic_cast<Adam&>(*s.optimizer);
+            s.device_step = decoder ? std::make_unique<DeviceTraining>(*s.cuda_context, *decoder, adam)
+                                    : std::make_unique<DeviceTraining>(*s.cuda_context, *enc_dec, adam);
+        }
         std::fprintf(stderr, "attnlab train: train.device = \"cuda\": %s\n",
                      unsupported.empty() ? "the whole training step runs on the GPU"
                                          : ("only the attention core runs on the GPU (" + unsupported + ")").c_str());

@@ -118,24 +118,31 @@ Batch random_batch(Rng& data, size_t B, size_t T, size_t V) {
 // eps 1e-2 makes the update lr g / (|g| + eps) smooth in g: two implementations'
 // float-level gradient differences then stay float-level in the parameters (at
 // eps 1e-8 a near-zero gradient's sign alone moves a parameter by lr).
-std::unique_ptr<Adam> optimizer_for(const Variant& v, DecoderLM& model, double eps = 1e-2) {
+std::unique_ptr<Adam> optimizer_for(const Variant& v, Module& model, double eps = 1e-2) {
     if (v.adamw) return make_adamw(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1);
     return std::make_unique<Adam>(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1, false);
 }
 
 // The same model twice (same seed): one for the CPU, one for the device.
+template <class Model>
 struct Pair {
-    DecoderLM cpu, gpu;
+    Model cpu, gpu;
     explicit Pair(const ModelConfig& c) : cpu(make(c)), gpu(make(c)) {}
-    static DecoderLM make(const ModelConfig& c) {
+    static Model make(const ModelConfig& c) {
         Rng init(5);
-        return DecoderLM(c, init, nullptr);
+        return Model(c, init, nullptr);
     }
 };
 
+Tensor cpu_logits(const DecoderLM& model, const Batch& b) { return model.forward(b.inputs, b.lengths); }
+Tensor cpu_logits(const EncoderDecoder& model, const Batch& b) {
+    return model.forward(b.src, b.src_lengths, b.inputs, b.lengths);
+}
+
 // One CPU step as the trainer takes it; returns {loss, grad norm} and leaves the gradients.
-std::pair<double, double> cpu_step(DecoderLM& model, const Batch& b, double max_norm) {
-    Tensor loss = cross_entropy(model.forward(b.inputs, b.lengths), b.targets, b.loss_mask);
+template <class Model>
+std::pair<double, double> cpu_step(Model& model, const Batch& b, double max_norm) {
+    Tensor loss = cross_entropy(cpu_logits(model, b), b.targets, b.loss_mask);
     const double value = loss.item();
     loss.backward();
     const double norm = clip_grad_norm(model.named_parameters(), max_norm);
@@ -161,16 +168,13 @@ class DeviceStepAgreement : public DeviceStep, public ::testing::WithParamInterf
 
 // Tolerances: loss 1e-5, gradient norm 1e-5 relative, gradients and updated
 // parameters 1e-5 + 1e-3 |cpu| (float32 sums in another order).
-TEST_P(DeviceStepAgreement, OneStepGivesTheCpuLossGradientsAndUpdate) {
-    const Variant& v = GetParam();
-    Pair models(v.config);
+template <class Model>
+void expect_one_step_agrees(cuda::Context& context, const Variant& v, const Batch& batch) {
+    Pair<Model> models(v.config);
     auto cpu_opt = optimizer_for(v, models.cpu);
     auto gpu_opt = optimizer_for(v, models.gpu);
-    Rng data(9);
-    const Batch batch = random_batch(data, 3, 10, v.config.vocab);
-
     const auto [loss, norm] = cpu_step(models.cpu, batch, no_clip);
-    DeviceTraining device(*context, models.gpu, *gpu_opt);
+    DeviceTraining device(context, models.gpu, *gpu_opt);
     const DeviceTraining::StepResult r = device.step(batch, 1e-2, no_clip);
     EXPECT_NEAR(r.loss, loss, 1e-5);
     EXPECT_NEAR(r.grad_norm, norm, 1e-5 * norm);
@@ -187,11 +191,28 @@ TEST_P(DeviceStepAgreement, OneStepGivesTheCpuLossGradientsAndUpdate) {
     const NamedTensors gpu_params = models.gpu.named_parameters();
     for (size_t i = 0; i < gpu_params.size(); ++i)
         expect_close(gpu_params[i].second, cpu_params[i].second, 1e-5, 1e-3, "updated " + gpu_params[i].first);
-    // the optimiser state came back too: one more CPU step from it matches
+    // the optimiser state came back too
     const NamedTensors state = gpu_opt->state(), cpu_state = cpu_opt->state();
     ASSERT_EQ(state.size(), cpu_state.size());
     for (size_t i = 0; i < state.size(); ++i)
         expect_close(state[i].second, cpu_state[i].second, 1e-7, 1e-3, "optimiser state " + state[i].first);
+}
+
+TEST_P(DeviceStepAgreement, OneStepGivesTheCpuLossGradientsAndUpdate) {
+    Rng data(9);
+    expect_one_step_agrees<DecoderLM>(*context, GetParam(), random_batch(data, 3, 10, GetParam().config.vocab));
+}
+
+// The encoder-decoder: source (B, 7) with ragged lengths, target (B, 10); the
+// cross-attention's keys are the encoder output, whose gradient sums over every decoder block.
+TEST_P(DeviceStepAgreement, EncoderDecoderStepGivesTheCpuLossGradientsAndUpdate) {
+    Rng data(10);
+    Batch batch = random_batch(data, 3, 10, GetParam().config.vocab);
+    std::vector<int32_t> src(3 * 7);
+    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, GetParam().config.vocab));
+    batch.src = Indices({3, 7}, src);
+    batch.src_lengths = {7, 4, 6};
+    expect_one_step_agrees<EncoderDecoder>(*context, GetParam(), batch);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, DeviceStepAgreement, ::testing::ValuesIn(variants()),
@@ -199,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, DeviceStepAgreement, ::testing::ValuesIn
 
 TEST_F(DeviceStep, ClipsByTheGlobalNormAsTheCpu) {
     const Variant v{"clip", tiny()};
-    Pair models(v.config);
+    Pair<DecoderLM> models(v.config);
     auto cpu_opt = optimizer_for(v, models.cpu);
     auto gpu_opt = optimizer_for(v, models.gpu);
     Rng data(3);
@@ -221,7 +242,7 @@ TEST_F(DeviceStep, ClipsByTheGlobalNormAsTheCpu) {
 // follows the CPU's within 1e-3 per step, and the model learns.
 TEST_F(DeviceStep, FollowsTheCpuLossCurve) {
     const Variant v{"curve", tiny()};
-    Pair models(v.config);
+    Pair<DecoderLM> models(v.config);
     auto cpu_opt = optimizer_for(v, models.cpu, 1e-8);
     auto gpu_opt = optimizer_for(v, models.gpu, 1e-8);
     DeviceTraining device(*context, models.gpu, *gpu_opt);
@@ -244,7 +265,7 @@ TEST_F(DeviceStep, FollowsTheCpuLossCurve) {
 // from the host model and optimiser, 2 more steps: the losses of one run of 5.
 TEST_F(DeviceStep, DownloadAndAFreshUploadContinueTheRun) {
     const Variant v{"resume", tiny()};
-    Pair models(v.config);
+    Pair<DecoderLM> models(v.config);
     auto straight_opt = optimizer_for(v, models.cpu, 1e-8);
     auto split_opt = optimizer_for(v, models.gpu, 1e-8);
     Rng data(12);
@@ -268,7 +289,7 @@ TEST_F(DeviceStep, DownloadAndAFreshUploadContinueTheRun) {
 // A NaN loss leaves every parameter as it was (the trainer stops on that step).
 TEST_F(DeviceStep, ANonFiniteLossUpdatesNothing) {
     const Variant v{"nan", tiny()};
-    Pair models(v.config);
+    Pair<DecoderLM> models(v.config);
     auto opt = optimizer_for(v, models.gpu);
     Tensor head = models.gpu.head.weight;
     std::vector<double> values = head.values();
@@ -288,15 +309,20 @@ TEST(DeviceStepSupport, NamesWhatItCannotRun) {
     ModelConfig c = tiny();
     DecoderLM plain(c, init, nullptr);
     auto adamw = make_adamw(plain.named_parameters(), 1e-3);
-    EXPECT_EQ(device_step_unsupported(&plain, *adamw), "");
-    EXPECT_EQ(device_step_unsupported(nullptr, *adamw), "the encoder-decoder model has no device step yet");
+    EXPECT_EQ(device_step_unsupported(plain, *adamw), "");
     SGD sgd(plain.named_parameters(), 1e-3);
-    EXPECT_EQ(device_step_unsupported(&plain, sgd), "optim.name = \"sgd\" has no device update yet");
+    EXPECT_EQ(device_step_unsupported(plain, sgd), "optim.name = \"sgd\" has no device update yet");
     c.block.dropout = 0.1;
     Rng dropout(2);
     DecoderLM with_dropout(c, init, &dropout);
     auto opt = make_adamw(with_dropout.named_parameters(), 1e-3);
-    EXPECT_EQ(device_step_unsupported(&with_dropout, *opt), "residual dropout (model.dropout) has no device kernel yet");
+    EXPECT_EQ(device_step_unsupported(with_dropout, *opt), "residual dropout (model.dropout) has no device kernel yet");
+    c = tiny();
+    c.block.attention.dropout = 0.1;
+    EncoderDecoder attn_dropout(c, init, &dropout);
+    auto enc_dec_opt = make_adamw(attn_dropout.named_parameters(), 1e-3);
+    EXPECT_EQ(device_step_unsupported(attn_dropout, *enc_dec_opt),
+              "attention dropout (model.attn_dropout) has no device kernel yet");
 }
 
 }  // namespace

@@ -64,11 +64,9 @@ double largest_difference(const NamedTensors& a, const NamedTensors& b, const st
 
 // Tolerances: eval loss 1e-3 after 60 AdamW steps, parameters 1e-4 (measured
 // on the host carrying out the device interface: 1.2e-7 for both).
-TEST(DeviceTrainer, TrainsAsTheCpuRunDoes) {
-    const cuda::DeviceInfo info = cuda::probe();
-    if (!info.available) GTEST_SKIP() << info.reason;
-    const Finished cpu = train("cpu");
-    const Finished gpu = train("cuda");
+void expect_same_run(const std::vector<std::string>& overrides) {
+    const Finished cpu = train("cpu", overrides);
+    const Finished gpu = train("cuda", overrides);
     EXPECT_EQ(gpu.last.step, 60);
     EXPECT_NEAR(gpu.summary.eval_loss, cpu.summary.eval_loss, 1e-3);
     EXPECT_NEAR(gpu.summary.eval_token_acc, cpu.summary.eval_token_acc, 0.02);
@@ -87,6 +85,18 @@ TEST(DeviceTrainer, TrainsAsTheCpuRunDoes) {
             EXPECT_LT(largest_difference(gpu.last.optimizer, cpu.last.optimizer, name), 1e-3);
         }
     }
+}
+
+TEST(DeviceTrainer, TrainsAsTheCpuRunDoes) {
+    const cuda::DeviceInfo info = cuda::probe();
+    if (!info.available) GTEST_SKIP() << info.reason;
+    expect_same_run({});
+}
+
+TEST(DeviceTrainer, TrainsAnEncoderDecoderAsTheCpuRunDoes) {
+    const cuda::DeviceInfo info = cuda::probe();
+    if (!info.available) GTEST_SKIP() << info.reason;
+    expect_same_run({"task.name=translate", "model.kind=encoder-decoder"});
 }
 
 }  // namespace
