@@ -6,7 +6,8 @@
 #
 # Unpacks libs.tar.xz to a temporary folder, finds the machine's cuBLAS 13,
 # prints nvidia-smi, runs the CUDA tests (gtest JSON into OUTDIR), a smoke run
-# of the attnlab CLI, then the benchmarks (ours: bench_attnlab.jsonl; torch
+# of the attnlab CLI, the default experiment trained with train.device = "cuda"
+# and on the CPU (runs/, train_default_*.log), then the benchmarks (ours: bench_attnlab.jsonl; torch
 # SDPA: bench_sdpa.jsonl) and prints the table (table.md), then training steps
 # of the toy decoders (train_gpu.jsonl, train_table.md). A few minutes.
 # Exit status: 0 when every step passed; 1 when a test failed, no device was
@@ -43,7 +44,8 @@ for dir in "${candidates[@]}"; do
   fi
 done
 echo "gpu_check: libraries unpacked to $libs; cuBLAS 13 from ${cublas_dir:-(not found: the binaries will not start)}"
-ours() { LD_LIBRARY_PATH="$libs${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+ours_path="$libs${cublas_dir:+:$cublas_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ours() { LD_LIBRARY_PATH="$ours_path" "$@"; }
 
 echo "== nvidia-smi"
 nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt" || echo "gpu_check: nvidia-smi failed or is missing"
@@ -69,6 +71,19 @@ fi
 echo "== attnlab CLI smoke (gradcheck attention, CPU)"
 ours "$here/bin/attnlab" gradcheck attention 2>&1 | tail -5 || { echo "gpu_check: attnlab CLI failed"; status=1; }
 
+# The default experiment end to end, the whole step on the device, then on the
+# CPU: the summary lines (accuracy, wall time, tokens/s) side by side.
+echo "== attnlab train (the default experiment), train.device = cuda, then cpu"
+for device in cuda cpu; do
+  timeout 300 env LD_LIBRARY_PATH="$ours_path" "$here/bin/attnlab" train run.out_dir="$out/runs" \
+    run.name="default-$device" train.device="$device" 2>&1 | tee "$out/train_default_$device.log" |
+    grep -E '^attnlab train: train.device|^run '
+  if ((PIPESTATUS[0] != 0)); then
+    echo "gpu_check: attnlab train train.device=$device FAILED"
+    status=1
+  fi
+done
+
 echo "== bench_attention_gpu"
 # shellcheck disable=SC2086
 if ! ours "$here/bin/bench_attention_gpu" ${BENCH_ARGS:-} | tee "$out/bench_attnlab.jsonl"; then
@@ -87,8 +102,8 @@ echo "== table"
 "$python" "$here/gpu_table.py" "$out/bench_attnlab.jsonl" "$out/bench_sdpa.jsonl" | tee "$out/table.md"
 
 # Training steps of the toy decoders: attnlab with train.device = "cuda" (the
-# attention core on the GPU, the rest on this machine's cores), attnlab's CPU
-# path on every core, and the same model in PyTorch on the GPU.
+# whole step on the GPU: DeviceTraining), attnlab's CPU path on every core, and
+# the same model in PyTorch (eager) on the GPU.
 echo "== training steps (bench_train, bench_train.py)"
 cores=$(nproc)
 : > "$out/train_gpu.jsonl"
