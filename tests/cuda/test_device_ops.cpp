@@ -1,0 +1,248 @@
+// Each device op of cuda/train_ops.h against its CPU reference, the autograd op
+// (forward, and the gradients backward() gives for a random upstream gradient),
+// so that a failing whole-step test on a GPU points at one kernel. Tolerance:
+// 1e-5 + 1e-4 |cpu| (float32 in another order). Compiled into test_cuda (the
+// kernels; skipped without a GPU) and test_device_host (the host loops).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "cuda/context.h"
+#include "cuda/train_ops.h"
+#include "optim/optimizer.h"
+
+namespace attnlab::device_ops_test {
+namespace {
+
+using cuda::DeviceBuffer;
+
+class DeviceOps : public ::testing::Test {
+protected:
+    void SetUp() override {
+        try {
+            context = std::make_unique<cuda::Context>();
+        } catch (const Error& e) {
+            GTEST_SKIP() << e.what();
+        }
+    }
+    DeviceBuffer up(const Tensor& t) {
+        const std::vector<double> v = t.values();
+        return cuda::to_device(*context, std::vector<float>(v.begin(), v.end()));
+    }
+    DeviceBuffer up(const std::vector<int32_t>& ids) {
+        return cuda::to_device(*context, ids.data(), ids.size() * sizeof(int32_t));
+    }
+    DeviceBuffer zeros(size_t n) {
+        DeviceBuffer b = context->allocate_floats(n);
+        cuda::fill_zero(*context, b.data(), n * sizeof(float));
+        return b;
+    }
+    Tensor down(const DeviceBuffer& b, const Shape& shape) {
+        const std::vector<float> v = cuda::to_host_floats(*context, b, numel_of(shape));
+        return Tensor::from_values(std::vector<double>(v.begin(), v.end()), shape);
+    }
+    std::unique_ptr<cuda::Context> context;
+    Rng rng{21};
+};
+
+void expect_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
+    ASSERT_EQ(actual.shape(), expected.shape()) << what;
+    const std::vector<double> a = actual.values(), e = expected.values();
+    for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], e[i], 1e-5 + 1e-4 * std::abs(e[i])) << what << " element " << i;
+}
+
+Tensor leaf(Rng& rng, const Shape& shape, double scale = 1.0) {
+    return rng.normal(shape, 0.0, scale).set_requires_grad(true);
+}
+
+TEST_F(DeviceOps, EmbeddingWithPositions) {
+    const size_t B = 3, T = 5, D = 7, V = 6;
+    const Tensor E = leaf(rng, {V, D}), P = leaf(rng, {T + 2, D}), dy = rng.normal({B, T, D}, 0, 1);
+    std::vector<int32_t> ids(B * T);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 5) % 4);  // rows repeat; 4, 5 unused
+    const Tensor y = embedding(E, Indices({B, T}, ids)) + slice(P, 0, 0, T);
+    y.backward(dy);
+    const DeviceBuffer dE_in = up(E), dP_in = up(P), tokens = up(ids), x = zeros(B * T * D);
+    cuda::embedding_forward(*context, B, T, D, static_cast<const int32_t*>(tokens.data()), dE_in.floats(),
+                            dP_in.floats(), x.floats());
+    expect_close(down(x, {B, T, D}), y.detach(), "x");
+    const DeviceBuffer gE = zeros(V * D), gP = zeros((T + 2) * D), g = up(dy);
+    cuda::embedding_backward(*context, B, T, D, static_cast<const int32_t*>(tokens.data()), g.floats(), gE.floats(),
+                             gP.floats());
+    expect_close(down(gE, {V, D}), E.grad(), "dE");
+    expect_close(down(gP, {T + 2, D}), P.grad(), "dP");
+}
+
+TEST_F(DeviceOps, LayerNormForwardAndBackward) {
+    for (const size_t D : {16, 45, 200}) {  // under a warp, ragged, several passes per lane
+        const size_t rows = 11;
+        const Tensor x = leaf(rng, {rows, D}, 3.0), w = leaf(rng, {D}), b = leaf(rng, {D}),
+                     dy = rng.normal({rows, D}, 0, 1);
+        const Tensor y = layer_norm(x, w, b, 1e-5);
+        y.backward(dy);
+        const DeviceBuffer X = up(x), W = up(w), Bi = up(b), Y = zeros(rows * D), mean = zeros(rows),
+                           rstd = zeros(rows);
+        cuda::layer_norm_forward(*context, rows, D, X.floats(), W.floats(), Bi.floats(), 1e-5f, Y.floats(),
+                                 mean.floats(), rstd.floats());
+        expect_close(down(Y, {rows, D}), y.detach(), "y, D = " + std::to_string(D));
+        const DeviceBuffer G = up(dy), dX = up(x), dW = zeros(D), dB = zeros(D), scratch = zeros(rows * D);
+        // accumulate onto x's own values: dX ends as x + the gradient
+        cuda::layer_norm_backward(*context, rows, D, X.floats(), W.floats(), mean.floats(), rstd.floats(), G.floats(),
+                                  dX.floats(), true, dW.floats(), dB.floats(), scratch.floats());
+        expect_close(down(dX, {rows, D}), x.detach() + x.grad(), "x + dx, D = " + std::to_string(D));
+        expect_close(down(dW, {D}), w.grad(), "dgamma");
+        expect_close(down(dB, {D}), b.grad(), "dbeta");
+    }
+}
+
+TEST_F(DeviceOps, Activations) {
+    const size_t n = 1000;
+    for (const auto activation : {cuda::DeviceActivation::gelu, cuda::DeviceActivation::relu}) {
+        const Tensor x = leaf(rng, {n}, 3.0), dy = rng.normal({n}, 0, 1);
+        const Tensor y = activation == cuda::DeviceActivation::gelu ? gelu(x) : relu(x);
+        y.backward(dy);
+        const DeviceBuffer X = up(x), Y = zeros(n), G = up(dy), dX = zeros(n);
+        cuda::activation_forward(*context, activation, n, X.floats(), Y.floats());
+        cuda::activation_backward(*context, activation, n, X.floats(), G.floats(), dX.floats());
+        expect_close(down(Y, {n}), y.detach(), "y");
+        expect_close(down(dX, {n}), x.grad(), "dx");
+    }
+}
+
+TEST_F(DeviceOps, LinearForwardAndBackward) {
+    const size_t M = 37, N = 19, K = 23;
+    for (const bool bias : {true, false}) {
+        const Tensor x = leaf(rng, {M, K}), W = leaf(rng, {N, K}), b = bias ? leaf(rng, {N}) : Tensor(),
+                     dy = rng.normal({M, N}, 0, 1);
+        const Tensor y = linear(x, W, b);
+        y.backward(dy);
+        const DeviceBuffer X = up(x), Wd = up(W), Bd = bias ? up(b) : DeviceBuffer(), Y = zeros(M * N);
+        cuda::linear_forward(*context, M, N, K, X.floats(), Wd.floats(), bias ? Bd.floats() : nullptr, Y.floats());
+        expect_close(down(Y, {M, N}), y.detach(), "y");
+        const DeviceBuffer G = up(dy), dX = zeros(M * K), dW = zeros(N * K), dB = zeros(N);
+        cuda::linear_backward(*context, M, N, K, X.floats(), Wd.floats(), G.floats(), dX.floats(), false, dW.floats(),
+                              bias ? dB.floats() : nullptr);
+        expect_close(down(dX, {M, K}), x.grad(), "dx");
+        expect_close(down(dW, {N, K}), W.grad(), "dW");
+        if (bias) expect_close(down(dB, {N}), b.grad(), "db");
+    }
+}
+
+TEST_F(DeviceOps, CrossEntropyWithALossMask) {
+    const size_t M = 9, V = 40;  // V above a warp
+    const Tensor z = leaf(rng, {M, V}, 2.0);
+    std::vector<int32_t> targets(M);
+    std::vector<uint8_t> counted(M);
+    for (size_t i = 0; i < M; ++i) {
+        targets[i] = static_cast<int32_t>((i * 7) % V);
+        counted[i] = i % 4 != 1;
+    }
+    const Mask mask({M}, counted);
+    const Tensor loss = cross_entropy(z, Indices({M}, targets), mask);
+    loss.backward();
+    size_t count = 0;
+    for (uint8_t c : counted) count += c;
+    std::vector<float> weight(M);
+    for (size_t i = 0; i < M; ++i) weight[i] = counted[i] ? 1.0f / float(count) : 0.0f;
+    const DeviceBuffer Z = up(z), T = up(targets), Wt = cuda::to_device(*context, weight), rows = zeros(M),
+                       dZ = zeros(M * V);
+    cuda::cross_entropy_forward_backward(*context, M, V, Z.floats(), static_cast<const int32_t*>(T.data()),
+                                         Wt.floats(), rows.floats(), dZ.floats());
+    DeviceBuffer total = context->allocate(sizeof(double)), partials = context->allocate(cuda::reduce_partials * 8);
+    cuda::sum_to_double(*context, M, rows.floats(), false, static_cast<double*>(total.data()),
+                        static_cast<double*>(partials.data()));
+    double value = 0;
+    cuda::to_host(*context, total, &value, sizeof value);
+    EXPECT_NEAR(value, loss.item(), 1e-5);
+    expect_close(down(dZ, {M, V}), z.grad(), "dlogits");
+}
+
+TEST_F(DeviceOps, LayoutsAreThePermutationsOfReshapeAndPermute) {
+    const size_t B = 2, T = 5, H = 4, H_kv = 2, d = 3, W = (H + 2 * H_kv) * d;
+    const Tensor qkv = rng.normal({B, T, W}, 0, 1);
+    const std::vector<Tensor> parts = split(qkv, {H * d, H_kv * d, H_kv * d}, 2);
+    const auto heads = [&](const Tensor& t, size_t n) { return permute(reshape(t, {B, T, n, d}), {0, 2, 1, 3}); };
+    const DeviceBuffer packed = up(qkv), q = zeros(B * H * T * d), k = zeros(B * H_kv * T * d),
+                       v = zeros(B * H_kv * T * d);
+    cuda::split_qkv(*context, B, T, H, H_kv, d, packed.floats(), q.floats(), k.floats(), v.floats());
+    expect_close(down(q, {B, H, T, d}), heads(parts[0], H), "q");
+    expect_close(down(k, {B, H_kv, T, d}), heads(parts[1], H_kv), "k");
+    expect_close(down(v, {B, H_kv, T, d}), heads(parts[2], H_kv), "v");
+    const DeviceBuffer back = zeros(B * T * W);
+    cuda::merge_qkv(*context, B, T, H, H_kv, d, q.floats(), k.floats(), v.floats(), back.floats());
+    expect_close(down(back, {B, T, W}), qkv, "merge_qkv(split_qkv(x))");
+    const DeviceBuffer merged = zeros(B * T * H * d), split_again = zeros(B * H * T * d);
+    cuda::merge_heads(*context, B, H, T, d, q.floats(), merged.floats());
+    expect_close(down(merged, {B, T, H * d}), parts[0], "merge_heads");
+    cuda::split_heads(*context, B, H, T, d, merged.floats(), split_again.floats());
+    expect_close(down(split_again, {B, H, T, d}), heads(parts[0], H), "split_heads");
+}
+
+TEST_F(DeviceOps, ColumnSumsAndSumOfSquares) {
+    const size_t rows = 300, cols = 70;
+    const Tensor x = rng.normal({rows, cols}, 0, 1);
+    const DeviceBuffer X = up(x), out = up(Tensor::ones({cols}));
+    cuda::column_sums(*context, rows, cols, X.floats(), out.floats(), true);  // onto ones
+    expect_close(down(out, {cols}), sum(x, {0}) + 1.0, "1 + column sums");
+    DeviceBuffer total = context->allocate(sizeof(double)), partials = context->allocate(cuda::reduce_partials * 8);
+    cuda::sum_to_double(*context, rows * cols, X.floats(), true, static_cast<double*>(total.data()),
+                        static_cast<double*>(partials.data()));
+    double value = 0;
+    cuda::to_host(*context, total, &value, sizeof value);
+    double expected = 0;  // in double, as the device sums
+    for (double v : x.values()) expected += v * v;
+    EXPECT_NEAR(value, expected, 1e-9 * expected);
+}
+
+// Two steps of AdamW (the first 60 elements decay) against Adam::step on the
+// same parameter split in two, with a clip factor applied to the gradient.
+TEST_F(DeviceOps, AdamUpdateIsAdamStep) {
+    const size_t n_decay = 60, n = 100;
+    Tensor decayed = rng.normal({6, 10}, 0, 1), kept = rng.normal({40}, 0, 1);
+    const Tensor g_decayed = rng.normal({6, 10}, 0, 1), g_kept = rng.normal({40}, 0, 1);
+    std::vector<double> all = decayed.values(), grads = g_decayed.values();
+    for (double v : kept.values()) all.push_back(v);
+    for (double v : g_kept.values()) grads.push_back(v);
+    double squares = 0;
+    for (double g : grads) squares += g * g;
+    const double max_norm = 0.5 * std::sqrt(squares), factor = max_norm / (std::sqrt(squares) + 1e-6);
+
+    NamedTensors params{{"w", decayed.set_requires_grad(true)}, {"b", kept.set_requires_grad(true)}};
+    auto adamw = make_adamw(params, 1e-2, 0.9, 0.999, 1e-3, 0.1);
+    const DeviceBuffer P = up(Tensor::from_values(all, {n})), G = up(Tensor::from_values(grads, {n})), M = zeros(n),
+                       V = zeros(n);
+    const double stats_host[2] = {1.0, squares};
+    const DeviceBuffer stats = cuda::to_device(*context, stats_host, sizeof stats_host);
+    for (int t = 1; t <= 2; ++t) {
+        for (auto& [name, p] : params) p.zero_grad();
+        (sum(params[0].second * (g_decayed * factor)) + sum(params[1].second * (g_kept * factor))).backward();
+        adamw->step();
+        cuda::AdamScalars s{};
+        s.beta1 = 0.9f;
+        s.beta2 = 0.999f;
+        s.one_minus_beta1 = static_cast<float>(1 - 0.9);
+        s.one_minus_beta2 = static_cast<float>(1 - 0.999);
+        s.step_size = static_cast<float>(1e-2 / (1 - std::pow(0.9, t)));
+        s.sqrt_c2 = static_cast<float>(std::sqrt(1 - std::pow(0.999, t)));
+        s.eps = 1e-3f;
+        s.weight_decay = 0.1f;
+        s.shrink = 1.0f - 1e-2f * 0.1f;
+        s.decoupled = true;
+        s.max_norm = max_norm;
+        cuda::adam_update(*context, n, n_decay, P.floats(), G.floats(), M.floats(), V.floats(), s,
+                          static_cast<const double*>(stats.data()));
+    }
+    const Tensor updated = down(P, {n});
+    expect_close(slice(updated, 0, 0, n_decay), reshape(params[0].second.detach(), {n_decay}), "decayed");
+    expect_close(slice(updated, 0, n_decay, n), params[1].second.detach(), "not decayed");
+}
+
+}  // namespace
+}  // namespace attnlab::device_ops_test
