@@ -303,31 +303,33 @@ void DeviceTraining::Impl::describe(const EncoderDecoder& m) {
     head = linear(m.head);
 }
 
-void set_shape_constants(BlockShape& shape, const ModelConfig& c) {
+static void set_shape_constants(BlockShape& shape, const ModelConfig& c) {
     shape.D = c.block.attention.width;
     shape.norm = c.block.norm;
     shape.activation = c.block.activation == Activation::gelu ? DeviceActivation::gelu : DeviceActivation::relu;
 }
 
-DeviceTraining::DeviceTraining(Context& context, DecoderLM& model, Adam& optimizer)
-    : impl_(std::make_unique<Impl>(context, model, optimizer, model.config)) {
+namespace {
+
+template <class Model>
+std::unique_ptr<DeviceTraining::Impl> on_device(Context& context, Model& model, Adam& optimizer) {
     const std::string unsupported = device_step_unsupported(model, optimizer);
     if (!unsupported.empty()) fail("cuda", "device step: " + unsupported);
-    impl_->lay_out();
-    impl_->upload();
-    impl_->describe(model);
-    set_shape_constants(impl_->shape, model.config);
+    auto impl = std::make_unique<DeviceTraining::Impl>(context, model, optimizer, model.config);
+    impl->lay_out();
+    impl->upload();
+    impl->describe(model);
+    set_shape_constants(impl->shape, model.config);
+    return impl;
 }
 
+}  // namespace
+
+DeviceTraining::DeviceTraining(Context& context, DecoderLM& model, Adam& optimizer)
+    : impl_(on_device(context, model, optimizer)) {}
+
 DeviceTraining::DeviceTraining(Context& context, EncoderDecoder& model, Adam& optimizer)
-    : impl_(std::make_unique<Impl>(context, model, optimizer, model.config)) {
-    const std::string unsupported = device_step_unsupported(model, optimizer);
-    if (!unsupported.empty()) fail("cuda", "device step: " + unsupported);
-    impl_->lay_out();
-    impl_->upload();
-    impl_->describe(model);
-    set_shape_constants(impl_->shape, model.config);
-}
+    : impl_(on_device(context, model, optimizer)) {}
 
 DeviceTraining::~DeviceTraining() = default;
 

@@ -15,6 +15,7 @@
 #include "autograd/rng.h"
 #include "cuda/context.h"
 #include "cuda/train_ops.h"
+#include "device_context_test.h"
 #include "optim/optimizer.h"
 
 namespace attnlab::device_ops_test {
@@ -22,15 +23,8 @@ namespace {
 
 using cuda::DeviceBuffer;
 
-class DeviceOps : public ::testing::Test {
+class DeviceOps : public device_test::WithDeviceContext {
 protected:
-    void SetUp() override {
-        try {
-            context = std::make_unique<cuda::Context>();
-        } catch (const Error& e) {
-            GTEST_SKIP() << e.what();
-        }
-    }
     DeviceBuffer up(const Tensor& t) {
         const std::vector<double> v = t.values();
         return cuda::to_device(*context, std::vector<float>(v.begin(), v.end()));
@@ -47,7 +41,6 @@ protected:
         const std::vector<float> v = cuda::to_host_floats(*context, b, numel_of(shape));
         return Tensor::from_values(std::vector<double>(v.begin(), v.end()), shape);
     }
-    std::unique_ptr<cuda::Context> context;
     Rng rng{21};
 };
 

@@ -16,6 +16,7 @@
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "cuda/context.h"
+#include "device_context_test.h"
 #include "data/tasks.h"
 #include "experiments/device_training.h"
 #include "layers/models.h"
@@ -26,17 +27,7 @@ namespace {
 
 constexpr double no_clip = std::numeric_limits<double>::infinity();
 
-class DeviceStep : public ::testing::Test {
-protected:
-    void SetUp() override {
-        try {
-            context = std::make_unique<cuda::Context>();
-        } catch (const Error& e) {
-            GTEST_SKIP() << e.what();
-        }
-    }
-    std::unique_ptr<cuda::Context> context;
-};
+using DeviceStep = device_test::WithDeviceContext;
 
 ModelConfig tiny() {
     ModelConfig c;
