@@ -30,7 +30,7 @@ void linear_forward(Context& context, size_t M, size_t N, size_t K, const float*
                     float* y) {
     if (b != nullptr) {
         const size_t n = M * N;
-        const int grid = int(std::min<size_t>((n + threads - 1) / threads, 8192));
+        const int grid = int(std::clamp<size_t>((n + threads - 1) / threads, 1, 8192));
         broadcast_rows_kernel<<<grid, threads, 0, context.stream()>>>(n, N, b, y);
         check_launch("linear_forward: bias");
     }

@@ -15,8 +15,9 @@ namespace {
 constexpr int threads = 256;
 constexpr int rows_per_block = 8;  // row kernels: 8 warps of 32 lanes
 
-int grid_for(size_t n) { return int(std::min<size_t>((n + threads - 1) / threads, 8192)); }
-int row_grid(size_t rows) { return int((rows + rows_per_block - 1) / rows_per_block); }
+// At least one block: a launch of none is an error, and the kernels skip an empty range.
+int grid_for(size_t n) { return int(std::clamp<size_t>((n + threads - 1) / threads, 1, 8192)); }
+int row_grid(size_t rows) { return int(std::max<size_t>((rows + rows_per_block - 1) / rows_per_block, 1)); }
 
 // Every index e of [0, n) once, over the whole grid.
 #define FOR_EACH_INDEX(e, n) \
@@ -210,6 +211,7 @@ void embedding_backward(Context& context, size_t B, size_t T, size_t D, const in
 }
 
 void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
+    if (cols == 0) return;
     const dim3 block(32, column_lanes);
     column_sums_kernel<<<int((cols + 31) / 32), block, 0, context.stream()>>>(rows, cols, x, out, accumulate);
     check_launch("column_sums");
