@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <unordered_map>
 
 #include "autograd/tensor_impl.h"
@@ -420,18 +421,31 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
         check_attention(cross_dims, src_mask, options, s.shape.kernel);
     }
 
-    // ---- the batch in ----
-    const DeviceBuffer d_tokens = to_device(ctx, tokens.values.data(), M * sizeof(int32_t));
-    const DeviceBuffer d_targets = to_device(ctx, batch.targets.values.data(), M * sizeof(int32_t));
-    const DeviceBuffer d_weights = to_device(ctx, weights);
-    const DeviceMask d_self(ctx, self_mask, self_dims);
-    std::optional<DeviceMask> d_src;
-    DeviceBuffer d_source;
-    if (s.encoder) {
-        d_src.emplace(ctx, src_mask, enc_dims);
-        d_source = to_device(ctx, batch.src.values.data(), B * S * sizeof(int32_t));
-    }
-    const auto ids = [](const DeviceBuffer& b) { return static_cast<const int32_t*>(b.data()); };
+    // ---- the batch in: one copy of 4-byte words ----
+    // [tokens (M) | targets (M) | loss weights (M, float) | lengths (B) | source (B S) | source lengths (B)]
+    std::vector<int32_t> words;
+    const auto append = [&](const auto& values) {
+        const size_t at = words.size();
+        for (const auto& v : values) {
+            int32_t word;
+            if constexpr (std::is_same_v<std::decay_t<decltype(v)>, float>) std::memcpy(&word, &v, sizeof word);
+            else word = static_cast<int32_t>(v);
+            words.push_back(word);
+        }
+        return at;
+    };
+    const size_t at_tokens = append(tokens.values), at_targets = append(batch.targets.values),
+                 at_weights = append(weights), at_lengths = append(batch.lengths), at_source = append(batch.src.values),
+                 at_source_lengths = append(batch.src_lengths);
+    const DeviceBuffer d_batch = to_device(ctx, words.data(), words.size() * sizeof(int32_t));
+    const auto ids = [&](size_t at) { return static_cast<const int32_t*>(d_batch.data()) + at; };
+    const auto key_lengths = [&](size_t at, const std::vector<size_t>& lengths) {
+        return lengths.empty() ? nullptr : ids(at);  // none: every key of every item counts
+    };
+    MaskView self_view, src_view;
+    self_view.causal = true;
+    self_view.key_lengths = key_lengths(at_lengths, batch.lengths);
+    src_view.key_lengths = key_lengths(at_source_lengths, batch.src_lengths);
     fill_zero(ctx, s.grads.data(), s.total * sizeof(float));
     double* stats = static_cast<double*>(s.stats.data());
     double* partials = static_cast<double*>(s.partials.data());
@@ -440,24 +454,24 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     dec_shape.B = enc_shape.B = B;
     dec_shape.T = T;
     dec_shape.S = enc_shape.T = S;
-    const BlockMasks dec_masks{d_self.view(), d_src ? d_src->view() : MaskView{}};
-    const BlockMasks enc_masks{d_src ? d_src->view() : MaskView{}, MaskView{}};
+    const BlockMasks dec_masks{self_view, src_view};
+    const BlockMasks enc_masks{src_view, MaskView{}};
 
     // ---- forward ----
     StackPass enc_pass, dec_pass;
     DeviceBuffer memory, dmemory;  // (B S, D) the encoder's output and its gradient
     if (s.encoder) {
-        memory = s.stack_forward(*s.encoder, ids(d_source), enc_shape, enc_masks, {}, enc_pass);
+        memory = s.stack_forward(*s.encoder, ids(at_source), enc_shape, enc_masks, {}, enc_pass);
         dmemory = ctx.allocate_floats(B * S * D);
         fill_zero(ctx, dmemory.data(), B * S * D * sizeof(float));
     }
     const Memory mem{memory.empty() ? nullptr : memory.floats(), dmemory.empty() ? nullptr : dmemory.floats()};
-    const DeviceBuffer out = s.stack_forward(s.decoder, ids(d_tokens), dec_shape, dec_masks, mem, dec_pass);
+    const DeviceBuffer out = s.stack_forward(s.decoder, ids(at_tokens), dec_shape, dec_masks, mem, dec_pass);
     const DeviceBuffer logits = ctx.allocate_floats(M * V);  // (M, V)
     linear_forward(ctx, M, V, D, out.floats(), s.head.weight.value, nullptr, logits.floats());
     const DeviceBuffer loss_rows = ctx.allocate_floats(M);
     const DeviceBuffer dlogits = ctx.allocate_floats(M * V);
-    cross_entropy_forward_backward(ctx, M, V, logits.floats(), ids(d_targets), d_weights.floats(), loss_rows.floats(),
+    cross_entropy_forward_backward(ctx, M, V, logits.floats(), ids(at_targets), reinterpret_cast<const float*>(ids(at_weights)), loss_rows.floats(),
                                    dlogits.floats());
     sum_to_double(ctx, M, loss_rows.floats(), false, stats, partials);
 
@@ -465,8 +479,8 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     DeviceBuffer dout = ctx.allocate_floats(M * D);
     linear_backward(ctx, M, V, D, out.floats(), s.head.weight.value, dlogits.floats(), dout.floats(), false,
                     s.head.weight.grad, nullptr);
-    s.stack_backward(s.decoder, ids(d_tokens), dec_shape, dec_masks, mem, dec_pass, std::move(dout));
-    if (s.encoder) s.stack_backward(*s.encoder, ids(d_source), enc_shape, enc_masks, {}, enc_pass, std::move(dmemory));
+    s.stack_backward(s.decoder, ids(at_tokens), dec_shape, dec_masks, mem, dec_pass, std::move(dout));
+    if (s.encoder) s.stack_backward(*s.encoder, ids(at_source), enc_shape, enc_masks, {}, enc_pass, std::move(dmemory));
 
     // ---- clip and update ----
     sum_to_double(ctx, s.total, s.grads.floats(), true, stats + 1, partials);
