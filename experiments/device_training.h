@@ -5,8 +5,9 @@
 // lengths) and two numbers out (the loss and the gradient norm). The forward
 // and backward are the model's layers written once more over the device ops of
 // cuda/train_ops.h and the attention kernels of cuda/attention.h: the blocks in
-// device_block.cpp; embeddings, final norms, the head, the loss and the update,
-// and the buffers, in device_training.cpp.
+// device_block.cpp; embeddings, final norms, the head, the loss and the update
+// in device_training.cpp; the buffers and the model described on them in
+// device_model.cpp.
 //
 // The host model and optimiser are the reference and the checkpoint format:
 // download() copies the parameters and the optimiser state back (before an

@@ -1,0 +1,105 @@
+// What DeviceTraining keeps on the device and how the model maps onto it:
+// shared by device_model.cpp (the buffers, the model's description on them,
+// upload and download) and device_training.cpp (the step). Internal to experiments/.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "experiments/device_block.h"
+#include "experiments/device_training.h"
+#include "layers/models.h"
+#include "optim/optimizer.h"
+
+namespace attnlab {
+
+using cuda::Context;
+using cuda::DeviceBuffer;
+using device::BlockMasks;
+using device::BlockSaved;
+using device::BlockShape;
+using device::DeviceAttention;
+using device::DeviceBlockParams;
+using device::DeviceLayerNorm;
+using device::DeviceLinear;
+using device::DeviceParam;
+using device::Memory;
+
+// One side of the model on the device: embeddings and positions, blocks, final norm.
+struct DeviceStack {
+    DeviceParam token_table, position_table;  // (V, D), (max_len, D); positions may be absent
+    std::vector<DeviceBlockParams> blocks;
+    std::optional<DeviceLayerNorm> final_norm;
+};
+
+// What a stack's forward keeps for its backward.
+struct StackPass {
+    std::vector<BlockSaved> blocks;
+    DeviceBuffer last;        // (M, D) the last block's output, when a final norm follows
+    DeviceBuffer mean, rstd;  // (M) the final norm's statistics
+};
+
+struct DeviceTraining::Impl {
+    Context& context;
+    Module& model;
+    Adam& optimizer;
+    const ModelConfig config;
+
+    // Every parameter at an offset of the flat buffers: first those that decay
+    // (AdamW: matrices; Adam: all), matrices before vectors within each group, so
+    // that q_proj, k_proj, v_proj (weights and biases) are adjacent and one GEMM
+    // computes the three projections.
+    struct Slot {
+        std::string name;
+        Tensor param;
+        size_t offset = 0;
+    };
+    std::vector<Slot> slots;  // in the model's parameter order
+    std::unordered_map<const TensorImpl*, size_t> offset_of;
+    size_t total = 0, decaying = 0;
+    DeviceBuffer params, grads, first_moment, second_moment;  // (total) each
+    long long steps = 0;                                      // Adam steps taken (every parameter alike)
+
+    DeviceBuffer stats;                   // 2 doubles: [loss, sum of squared gradients] of the last step
+    DeviceBuffer partials;                // reduce_partials doubles of scratch
+    std::vector<DeviceBuffer> sinusoids;  // (max_len, D): the fixed tables of positional = "sinusoidal"
+
+    // The model over the flat buffers.
+    std::optional<DeviceStack> encoder;  // encoder-decoder only
+    DeviceStack decoder;
+    DeviceLinear head;  // (V, D), no bias
+    BlockShape shape;   // all but B, T, S, set per step
+    MaskedRows masked_rows = MaskedRows::error;
+
+    Impl(Context& c, Module& m, Adam& o, const ModelConfig& mc) : context(c), model(m), optimizer(o), config(mc) {}
+
+    DeviceParam param(const Tensor& t) {
+        if (!t.defined()) return {};
+        const size_t offset = offset_of.at(&t.impl());
+        return {params.floats() + offset, grads.floats() + offset};
+    }
+    std::optional<DeviceLayerNorm> layer_norm(const std::optional<LayerNorm>& ln) {
+        if (!ln) return std::nullopt;
+        return DeviceLayerNorm{param(ln->weight), param(ln->bias), float(ln->eps)};
+    }
+    DeviceLinear linear(const Linear& l) { return {param(l.weight), param(l.bias), l.weight.size(1), l.weight.size(0)}; }
+    // [first; second; ...] as one (sum of outs, in) matrix: they must follow each other in the buffer.
+    DeviceLinear stacked(const std::vector<const Linear*>& parts);
+    DeviceAttention attention(const MultiHeadAttention& a, bool cross);
+    template <class Block> DeviceBlockParams block(const Block& b);
+    DeviceParam positions(const PositionalEncoding& p);
+
+    void lay_out();
+    void upload();
+    void describe(const DecoderLM& m);
+    void describe(const EncoderDecoder& m);
+
+    DeviceBuffer stack_forward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s,
+                               const BlockMasks& masks, const Memory& memory, StackPass& pass);
+    void stack_backward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s, const BlockMasks& masks,
+                        const Memory& memory, StackPass& pass, DeviceBuffer dout);
+};
+
+}  // namespace attnlab
