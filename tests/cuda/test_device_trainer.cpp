@@ -99,5 +99,20 @@ TEST(DeviceTrainer, TrainsAnEncoderDecoderAsTheCpuRunDoes) {
     expect_same_run({"task.name=translate", "model.kind=encoder-decoder"});
 }
 
+// Dropout has no device kernel: the trainer falls back to the attention
+// core on the device and the rest on the CPU, with the same dropout masks (the
+// CPU's Rng), so the run is still the CPU's.
+TEST(DeviceTrainer, WithDropoutRunsOnlyTheAttentionCoreOnTheDevice) {
+    const cuda::DeviceInfo info = cuda::probe();
+    if (!info.available) GTEST_SKIP() << info.reason;
+    testing::internal::CaptureStderr();
+    expect_same_run({"model.dropout=0.1"});
+    const std::string said = testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("attnlab train: train.device = \"cuda\": only the attention core runs on the GPU (embedding "
+                        "dropout (model.dropout) has no device kernel yet)"),
+              std::string::npos)
+        << said;
+}
+
 }  // namespace
 }  // namespace attnlab::device_trainer_test
