@@ -105,25 +105,42 @@ void DeviceTraining::Impl::stack_backward(const DeviceStack& stack, const int32_
     embedding_backward(context, s.B, s.T, D, tokens, dx.floats(), stack.token_table.grad, stack.position_table.grad);
 }
 
-DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, double max_norm) {
-    Impl& s = *impl_;
-    Context& ctx = s.context;
-    const size_t V = s.config.vocab, D = s.shape.D;
+namespace {
+
+// A batch on the device: one copy of 4-byte words
+//   [tokens (M) | targets (M) | loss weights (M, float) | lengths (B) | source (B S) | source lengths (B)]
+// and the shapes and masks both stacks run under.
+struct DeviceBatch {
+    DeviceBuffer words;
+    size_t B = 0, T = 0, S = 0, M = 0;
+    size_t at_tokens = 0, at_targets = 0, at_weights = 0, at_source = 0;
+    BlockShape dec_shape, enc_shape;
+    BlockMasks dec_masks, enc_masks;
+    const int32_t* ids(size_t at) const { return static_cast<const int32_t*>(words.data()) + at; }
+    const float* weights() const { return reinterpret_cast<const float*>(ids(at_weights)); }
+};
+
+// Checks the batch as the CPU model and loss check it (masked_rows = "error"
+// refuses here), then copies it in.
+DeviceBatch upload_batch(DeviceTraining::Impl& s, const Batch& batch) {
+    const size_t V = s.config.vocab;
     const Indices& tokens = batch.inputs;  // decoder inputs (B, T)
     check_tokens("decoder", tokens, batch.lengths, s.config.max_len);
-    const size_t B = tokens.shape[0], T = tokens.shape[1], M = B * T;
+    DeviceBatch d;
+    d.B = tokens.shape[0];
+    d.T = tokens.shape[1];
+    d.M = d.B * d.T;
     check_ids("embedding", "id", tokens, V);
     if (batch.targets.shape != tokens.shape)
         fail("cross_entropy", "targets " + shape_str(batch.targets.shape) + " do not match tokens " + shape_str(tokens.shape));
     check_ids("cross_entropy", "target", batch.targets, V);
     const std::vector<float> weights = loss_weights(batch);
-
-    // Shapes and masks, checked as the CPU op checks them (masked_rows = "error" refuses here).
-    const size_t S = s.encoder ? batch.src.shape.at(1) : 0;
     if (s.encoder) {
         check_tokens("encoder", batch.src, batch.src_lengths, s.config.max_len);
-        if (batch.src.shape[0] != B) fail("encoder", "source batch " + std::to_string(batch.src.shape[0]) + " for target batch " + std::to_string(B));
+        if (batch.src.shape[0] != d.B)
+            fail("encoder", "source batch " + std::to_string(batch.src.shape[0]) + " for target batch " + std::to_string(d.B));
         check_ids("embedding", "id", batch.src, V);
+        d.S = batch.src.shape[1];
     }
     AttentionOptions options;
     options.scale = s.shape.scale;
@@ -134,18 +151,13 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
         m.key_lengths = lengths;
         return m;
     };
-    const AttentionMask self_mask = mask_of(true, batch.lengths), src_mask = mask_of(false, batch.src_lengths);
-    const AttentionDims self_dims{B, s.shape.H, s.shape.H_kv, T, T, s.shape.d, s.shape.d};
-    const AttentionDims enc_dims{B, s.shape.H, s.shape.H_kv, S, S, s.shape.d, s.shape.d};
-    const AttentionDims cross_dims{B, s.shape.H, s.shape.H_kv, T, S, s.shape.d, s.shape.d};
-    check_attention(self_dims, self_mask, options, s.shape.kernel);
+    const auto dims = [&](size_t Tq, size_t Tk) { return AttentionDims{d.B, s.shape.H, s.shape.H_kv, Tq, Tk, s.shape.d, s.shape.d}; };
+    check_attention(dims(d.T, d.T), mask_of(true, batch.lengths), options, s.shape.kernel);
     if (s.encoder) {
-        check_attention(enc_dims, src_mask, options, s.shape.kernel);
-        check_attention(cross_dims, src_mask, options, s.shape.kernel);
+        check_attention(dims(d.S, d.S), mask_of(false, batch.src_lengths), options, s.shape.kernel);
+        check_attention(dims(d.T, d.S), mask_of(false, batch.src_lengths), options, s.shape.kernel);
     }
 
-    // ---- the batch in: one copy of 4-byte words ----
-    // [tokens (M) | targets (M) | loss weights (M, float) | lengths (B) | source (B S) | source lengths (B)]
     std::vector<int32_t> words;
     const auto append = [&](const auto& values) {
         const size_t at = words.size();
@@ -157,60 +169,86 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
         }
         return at;
     };
-    const size_t at_tokens = append(tokens.values), at_targets = append(batch.targets.values),
-                 at_weights = append(weights), at_lengths = append(batch.lengths), at_source = append(batch.src.values),
-                 at_source_lengths = append(batch.src_lengths);
-    const DeviceBuffer d_batch = to_device(ctx, words.data(), words.size() * sizeof(int32_t));
-    const auto ids = [&](size_t at) { return static_cast<const int32_t*>(d_batch.data()) + at; };
+    d.at_tokens = append(tokens.values);
+    d.at_targets = append(batch.targets.values);
+    d.at_weights = append(weights);
+    const size_t at_lengths = append(batch.lengths);
+    d.at_source = append(batch.src.values);
+    const size_t at_source_lengths = append(batch.src_lengths);
+    d.words = to_device(s.context, words.data(), words.size() * sizeof(int32_t));
     const auto key_lengths = [&](size_t at, const std::vector<size_t>& lengths) {
-        return lengths.empty() ? nullptr : ids(at);  // none: every key of every item counts
+        return lengths.empty() ? nullptr : d.ids(at);  // none: every key of every item counts
     };
     MaskView self_view, src_view;
     self_view.causal = true;
     self_view.key_lengths = key_lengths(at_lengths, batch.lengths);
     src_view.key_lengths = key_lengths(at_source_lengths, batch.src_lengths);
+    d.dec_masks = {self_view, src_view};
+    d.enc_masks = {src_view, MaskView{}};
+    d.dec_shape = d.enc_shape = s.shape;
+    d.dec_shape.B = d.enc_shape.B = d.B;
+    d.dec_shape.T = d.T;
+    d.dec_shape.S = d.enc_shape.T = d.S;
+    return d;
+}
+
+// The forward to the logits, keeping what the backward needs.
+struct ForwardPass {
+    StackPass enc, dec;
+    DeviceBuffer memory, dmemory;  // (B S, D) the encoder's output and its gradient (zeroed)
+    DeviceBuffer out;              // (M, D) the decoder stack's output, the head's input
+    DeviceBuffer logits;           // (M, V)
+};
+
+void forward(DeviceTraining::Impl& s, const DeviceBatch& b, ForwardPass& f) {
+    Context& ctx = s.context;
+    const size_t D = s.shape.D, V = s.config.vocab;
+    if (s.encoder) {
+        f.memory = s.stack_forward(*s.encoder, b.ids(b.at_source), b.enc_shape, b.enc_masks, {}, f.enc);
+        f.dmemory = ctx.allocate_floats(b.B * b.S * D);
+        fill_zero(ctx, f.dmemory.data(), b.B * b.S * D * sizeof(float));
+    }
+    const Memory memory{f.memory.empty() ? nullptr : f.memory.floats(), f.dmemory.empty() ? nullptr : f.dmemory.floats()};
+    f.out = s.stack_forward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, f.dec);
+    f.logits = ctx.allocate_floats(b.M * V);
+    linear_forward(ctx, b.M, V, D, f.out.floats(), s.head.weight.value, nullptr, f.logits.floats());
+}
+
+}  // namespace
+
+DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, double max_norm) {
+    Impl& s = *impl_;
+    Context& ctx = s.context;
+    const size_t V = s.config.vocab, D = s.shape.D;
+    const DeviceBatch b = upload_batch(s, batch);
+    const size_t M = b.M;
     fill_zero(ctx, s.grads.data(), s.total * sizeof(float));
     double* stats = static_cast<double*>(s.stats.data());
     double* partials = static_cast<double*>(s.partials.data());
 
-    BlockShape dec_shape = s.shape, enc_shape = s.shape;
-    dec_shape.B = enc_shape.B = B;
-    dec_shape.T = T;
-    dec_shape.S = enc_shape.T = S;
-    const BlockMasks dec_masks{self_view, src_view};
-    const BlockMasks enc_masks{src_view, MaskView{}};
-
-    // ---- forward ----
-    StackPass enc_pass, dec_pass;
-    DeviceBuffer memory, dmemory;  // (B S, D) the encoder's output and its gradient
-    if (s.encoder) {
-        memory = s.stack_forward(*s.encoder, ids(at_source), enc_shape, enc_masks, {}, enc_pass);
-        dmemory = ctx.allocate_floats(B * S * D);
-        fill_zero(ctx, dmemory.data(), B * S * D * sizeof(float));
-    }
-    const Memory mem{memory.empty() ? nullptr : memory.floats(), dmemory.empty() ? nullptr : dmemory.floats()};
-    const DeviceBuffer out = s.stack_forward(s.decoder, ids(at_tokens), dec_shape, dec_masks, mem, dec_pass);
-    const DeviceBuffer logits = ctx.allocate_floats(M * V);  // (M, V)
-    linear_forward(ctx, M, V, D, out.floats(), s.head.weight.value, nullptr, logits.floats());
+    // ---- forward and loss ----
+    ForwardPass f;
+    forward(s, b, f);
     const DeviceBuffer loss_rows = ctx.allocate_floats(M);
     const DeviceBuffer dlogits = ctx.allocate_floats(M * V);
-    cross_entropy_forward_backward(ctx, M, V, logits.floats(), ids(at_targets), reinterpret_cast<const float*>(ids(at_weights)), loss_rows.floats(),
+    cross_entropy_forward_backward(ctx, M, V, f.logits.floats(), b.ids(b.at_targets), b.weights(), loss_rows.floats(),
                                    dlogits.floats());
     sum_to_double(ctx, M, loss_rows.floats(), false, stats, partials);
 
     // ---- backward ----
     DeviceBuffer dout = ctx.allocate_floats(M * D);
-    linear_backward(ctx, M, V, D, out.floats(), s.head.weight.value, dlogits.floats(), dout.floats(), false,
+    linear_backward(ctx, M, V, D, f.out.floats(), s.head.weight.value, dlogits.floats(), dout.floats(), false,
                     s.head.weight.grad, nullptr);
-    s.stack_backward(s.decoder, ids(at_tokens), dec_shape, dec_masks, mem, dec_pass, std::move(dout));
-    if (s.encoder) s.stack_backward(*s.encoder, ids(at_source), enc_shape, enc_masks, {}, enc_pass, std::move(dmemory));
+    const Memory memory{f.memory.empty() ? nullptr : f.memory.floats(), f.dmemory.empty() ? nullptr : f.dmemory.floats()};
+    s.stack_backward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, f.dec, std::move(dout));
+    if (s.encoder)
+        s.stack_backward(*s.encoder, b.ids(b.at_source), b.enc_shape, b.enc_masks, {}, f.enc, std::move(f.dmemory));
 
     // ---- clip and update ----
     sum_to_double(ctx, s.total, s.grads.floats(), true, stats + 1, partials);
     const long long t = s.steps + 1;
-    const AdamScalars a = adam_scalars(s.optimizer, t, lr, max_norm);
     adam_update(ctx, s.total, s.decaying, s.params.floats(), s.grads.floats(), s.first_moment.floats(),
-                s.second_moment.floats(), a, stats);
+                s.second_moment.floats(), adam_scalars(s.optimizer, t, lr, max_norm), stats);
 
     // ---- two numbers out ----
     double result[2] = {0, 0};
@@ -218,6 +256,16 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     const StepResult r{result[0], std::sqrt(result[1])};
     if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) s.steps = t;
     return r;
+}
+
+Tensor DeviceTraining::logits(const Batch& batch) const {
+    Impl& s = *impl_;
+    const DeviceBatch b = upload_batch(s, batch);
+    ForwardPass f;
+    forward(s, b, f);
+    std::vector<float> values(b.M * s.config.vocab);
+    to_host(s.context, f.logits, values.data(), values.size() * sizeof(float));
+    return Tensor::from_values(std::vector<double>(values.begin(), values.end()), {b.B, b.T, s.config.vocab});
 }
 
 }  // namespace attnlab

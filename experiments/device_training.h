@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "autograd/tensor.h"
 #include "layers/module.h"
 
 namespace attnlab {
@@ -56,6 +57,10 @@ public:
     // step at learning rate lr. With a loss or norm that is not finite nothing is
     // updated (the trainer stops there, as on the CPU).
     StepResult step(const Batch& batch, double lr, double max_norm);
+
+    // The model's logits (B, T, V) for the batch, from the device's parameters
+    // (forward only; for evaluation without bringing the host model up to date).
+    Tensor logits(const Batch& batch) const;
 
     // Parameters into the model; moments and step counts into the optimiser.
     void download() const;

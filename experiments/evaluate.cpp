@@ -31,15 +31,12 @@ Score accuracy(const Tensor& logits, const Batch& batch) {
     return s;
 }
 
-Score evaluate(const TaskModel& model, const std::vector<Batch>& batches) {
+Score evaluate(const std::vector<Batch>& batches, const std::function<Tensor(const Batch&)>& logits_of) {
     NoGradGuard no_grad;
-    Module& module = model.module();
-    const bool was_training = module.is_training();
-    module.eval();
     Score total;
     double loss_sum = 0, token_hits = 0, seq_hits = 0;
     for (const Batch& batch : batches) {
-        Tensor logits = model.forward(batch);
+        Tensor logits = logits_of(batch);
         Score s = accuracy(logits, batch);
         loss_sum += cross_entropy(logits, batch.targets, batch.loss_mask).item() * static_cast<double>(s.counted);
         token_hits += s.token_acc * static_cast<double>(s.counted);
@@ -47,13 +44,21 @@ Score evaluate(const TaskModel& model, const std::vector<Batch>& batches) {
         total.counted += s.counted;
         total.sequences += s.sequences;
     }
-    module.train(was_training);
     if (total.counted) {
         total.loss = loss_sum / static_cast<double>(total.counted);
         total.token_acc = token_hits / static_cast<double>(total.counted);
     }
     if (total.sequences) total.seq_acc = seq_hits / static_cast<double>(total.sequences);
     return total;
+}
+
+Score evaluate(const TaskModel& model, const std::vector<Batch>& batches) {
+    Module& module = model.module();
+    const bool was_training = module.is_training();
+    module.eval();
+    const Score score = evaluate(batches, [&](const Batch& batch) { return model.forward(batch); });
+    module.train(was_training);
+    return score;
 }
 
 }  // namespace attnlab

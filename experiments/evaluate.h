@@ -3,6 +3,7 @@
 //   seq_acc:   sequences whose every counted position is correct / sequences
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "data/tasks.h"
@@ -24,5 +25,7 @@ Score accuracy(const Tensor& logits, const Batch& batch);
 
 // Eval mode, no graph, averaged over the batches (weighted by counted positions).
 Score evaluate(const TaskModel& model, const std::vector<Batch>& batches);
+// The same from any source of logits (B, T, V) per batch, e.g. the device step's.
+Score evaluate(const std::vector<Batch>& batches, const std::function<Tensor(const Batch&)>& logits_of);
 
 }  // namespace attnlab

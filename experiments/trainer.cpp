@@ -117,6 +117,12 @@ struct Trainer::State {
         }
     }
 
+    // On the device when the whole step runs there (no dropout: eval and train mode agree).
+    Score evaluate_now() {
+        if (!device_step) return evaluate(*model, eval_batches);
+        return evaluate(eval_batches, [&](const Batch& batch) { return device_step->logits(batch); });
+    }
+
     void sync_host() {
         if (device_step && !host_current) device_step->download();
         host_current = true;
@@ -318,8 +324,7 @@ int Trainer::run() {
                          tty ? "" : "\n");
         }
         if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) {
-            s.sync_host();
-            const Score e = evaluate(*s.model, s.eval_batches);
+            const Score e = s.evaluate_now();
             s.log->append_eval(s.step, e.loss, e.token_acc, e.seq_acc);
             s.log->flush();
             if (!s.summary.first_step_at_target && e.token_acc >= c.train.target_accuracy) s.summary.first_step_at_target = s.step;
@@ -328,8 +333,8 @@ int Trainer::run() {
     }
     if (tty) std::fprintf(stderr, "\n");
 
-    s.sync_host();
-    const Score final_score = evaluate(*s.model, s.eval_batches);
+    s.sync_host();  // the host model is the run's result
+    const Score final_score = s.evaluate_now();
     RunSummary& r = s.summary;
     r.steps = s.step;
     r.eval_loss = final_score.loss;

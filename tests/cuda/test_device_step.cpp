@@ -209,6 +209,29 @@ TEST_P(DeviceStepAgreement, EncoderDecoderStepGivesTheCpuLossGradientsAndUpdate)
 INSTANTIATE_TEST_SUITE_P(Architectures, DeviceStepAgreement, ::testing::ValuesIn(variants()),
                          [](const auto& info) { return info.param.name; });
 
+// Evaluation on the device: the logits of both model kinds, after a step, as the CPU model's.
+TEST_F(DeviceStep, LogitsAreTheCpuModels) {
+    const Variant v{"logits", tiny()};
+    Rng data(13);
+    Batch batch = random_batch(data, 3, 10, v.config.vocab);
+    std::vector<int32_t> src(3 * 7);
+    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, v.config.vocab));
+    batch.src = Indices({3, 7}, src);
+    batch.src_lengths = {7, 4, 6};
+    Pair<DecoderLM> decoders(v.config);
+    Pair<EncoderDecoder> enc_decs(v.config);
+    auto decoder_opt = optimizer_for(v, decoders.gpu);
+    auto enc_dec_opt = optimizer_for(v, enc_decs.gpu);
+    DeviceTraining decoder(*context, decoders.gpu, *decoder_opt), enc_dec(*context, enc_decs.gpu, *enc_dec_opt);
+    decoder.step(batch, 1e-2, no_clip);
+    enc_dec.step(batch, 1e-2, no_clip);
+    decoder.download();
+    enc_dec.download();
+    NoGradGuard no_grad;
+    expect_close(decoder.logits(batch), cpu_logits(decoders.gpu, batch), 1e-5, 1e-4, "decoder logits");
+    expect_close(enc_dec.logits(batch), cpu_logits(enc_decs.gpu, batch), 1e-5, 1e-4, "encoder-decoder logits");
+}
+
 TEST_F(DeviceStep, ClipsByTheGlobalNormAsTheCpu) {
     const Variant v{"clip", tiny()};
     Pair<DecoderLM> models(v.config);
