@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/check.cuh"
+#include "cuda/mask.cuh"
 #include "cuda/train_ops.h"
 #include "cuda/warp.cuh"
 
@@ -193,7 +194,48 @@ __global__ void cross_entropy_kernel(size_t rows, int V, const float* logits, co
     if (lane == 0) loss_rows[row] = w * (lse - z[target]);
 }
 
+// ---- attention statistics: one warp per (b, h, i) query row ----
+
+__global__ void score_moments_kernel(AttentionDims s, const float* q, const float* k, MaskView mask, float scale,
+                                     double* moments) {
+    const size_t rows = s.B * s.H * s.Tq;
+    const size_t row = size_t(blockIdx.x) * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const int i = int(row % s.Tq), h = int((row / s.Tq) % s.H), b = int(row / (s.Tq * s.H));
+    const int kv = h / int(s.H / s.H_kv);
+    const float* qi = q + row * s.d;
+    const float* kb = k + (size_t(b) * s.H_kv + kv) * s.Tk * s.d;
+    double count = 0, sum = 0, squares = 0;
+    for (int j = lane; j < int(s.Tk); j += 32) {
+        if (!mask_allows(mask, b, i, j, int(s.Tq), int(s.Tk))) continue;
+        float dot = 0.0f;
+        for (size_t c = 0; c < s.d; ++c) dot += qi[c] * kb[size_t(j) * s.d + c];
+        const double score = double(scale * dot);
+        count += 1;
+        sum += score;
+        squares += score * score;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        count += __shfl_xor_sync(0xffffffffu, count, offset);
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    }
+    if (lane == 0) {
+        atomicAdd(&moments[h * 3 + 0], count);
+        atomicAdd(&moments[h * 3 + 1], sum);
+        atomicAdd(&moments[h * 3 + 2], squares);
+    }
+}
+
 }  // namespace
+
+void score_moments(Context& context, const AttentionDims& dims, const float* q, const float* k, const MaskView& mask,
+                   float scale, double* moments) {
+    score_moments_kernel<<<row_grid(dims.B * dims.H * dims.Tq), rows_per_block * 32, 0, context.stream()>>>(
+        dims, q, k, mask, scale, moments);
+    check_launch("score_moments");
+}
 
 void embedding_forward(Context& context, size_t B, size_t T, size_t D, const int32_t* tokens, const float* E,
                        const float* P, float* x) {

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/attention.h"
 #include "cuda/context.h"
 
 namespace attnlab::cuda {
@@ -80,6 +81,15 @@ void split_heads(Context& context, size_t B, size_t H, size_t T, size_t d, const
 //   loss_rows (M) = weight (logsumexp(z) - z_target),  dlogits (M, V) = weight (softmax(z) - onehot(target)).
 void cross_entropy_forward_backward(Context& context, size_t M, size_t V, const float* logits, const int32_t* targets,
                                     const float* weight, float* loss_rows, float* dlogits);
+
+// ---- attention statistics (train_nn.cu) ------------------------------------------
+
+// For the metrics at log steps: per query head h, the count, sum and sum of
+// squares of the scaled scores scale q_i . k_j over the eligible pairs of every
+// batch item, added into moments (H, 3) (doubles; zero them first).
+// q (B, H, Tq, d), k (B, H_kv, Tk, d) as the attention kernels take them.
+void score_moments(Context& context, const AttentionDims& dims, const float* q, const float* k, const MaskView& mask,
+                   float scale, double* moments);
 
 // ---- reductions (train_optim.cu) ------------------------------------------------
 

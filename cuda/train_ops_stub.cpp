@@ -44,6 +44,9 @@ void cross_entropy_forward_backward(Context&, size_t, size_t, const float*, cons
                                     float*) {
     refuse("cross_entropy_forward_backward");
 }
+void score_moments(Context&, const AttentionDims&, const float*, const float*, const MaskView&, float, double*) {
+    refuse("score_moments");
+}
 void sum_to_double(Context&, size_t, const float*, bool, double*, double*) { refuse("sum_to_double"); }
 void linear_forward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*) {
     refuse("linear_forward");

@@ -1,5 +1,6 @@
 #include "experiments/device_training.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -258,14 +259,56 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     return r;
 }
 
+namespace {
+
+Tensor to_host_tensor(Context& context, const DeviceBuffer& buffer, const Shape& shape) {
+    std::vector<float> values(numel_of(shape));
+    to_host(context, buffer, values.data(), values.size() * sizeof(float));
+    return Tensor::from_values(std::vector<double>(values.begin(), values.end()), shape);
+}
+
+}  // namespace
+
 Tensor DeviceTraining::logits(const Batch& batch) const {
     Impl& s = *impl_;
     const DeviceBatch b = upload_batch(s, batch);
     ForwardPass f;
     forward(s, b, f);
-    std::vector<float> values(b.M * s.config.vocab);
-    to_host(s.context, f.logits, values.data(), values.size() * sizeof(float));
-    return Tensor::from_values(std::vector<double>(values.begin(), values.end()), {b.B, b.T, s.config.vocab});
+    return to_host_tensor(s.context, f.logits, {b.B, b.T, s.config.vocab});
+}
+
+Tensor DeviceTraining::trace(const Batch& batch, AttentionMaps& maps) const {
+    Impl& s = *impl_;
+    Context& ctx = s.context;
+    DeviceBatch b = upload_batch(s, batch);
+    b.dec_shape.kernel = b.enc_shape.kernel = AttentionKernel::dense;  // the weights themselves, kept
+    ForwardPass f;
+    forward(s, b, f);
+    const size_t B = b.B, H = s.shape.H, d = s.shape.d;
+    const DeviceBuffer moments = ctx.allocate(H * 3 * sizeof(double));  // per head: count, sum, sum of squares
+    const auto add = [&](AttentionTrace& trace, const device::AttentionSaved& a, size_t Tq, size_t Tk,
+                         const MaskView& mask) {
+        trace.weights.push_back(to_host_tensor(ctx, a.weights, {B, H, Tq, Tk}));
+        trace.context.push_back(to_host_tensor(ctx, a.context, {B, H, Tq, d}));
+        fill_zero(ctx, moments.data(), H * 3 * sizeof(double));
+        score_moments(ctx, {B, H, s.shape.H_kv, Tq, Tk, d, d}, a.q.floats(), a.k.floats(), mask, s.shape.scale,
+                      static_cast<double*>(moments.data()));
+        std::vector<double> m(H * 3);
+        to_host(ctx, moments, m.data(), m.size() * sizeof(double));
+        std::vector<double> score_std;
+        for (size_t h = 0; h < H; ++h) {  // as the CPU op: population std over the eligible pairs
+            const double n = std::max(m[h * 3], 1.0), mean = m[h * 3 + 1] / n;
+            score_std.push_back(std::sqrt(std::max(0.0, m[h * 3 + 2] / n - mean * mean)));
+        }
+        trace.score_std.push_back(score_std);
+    };
+    if (s.encoder)
+        for (const BlockSaved& block : f.enc.blocks) add(maps.enc_self, block.attn, b.S, b.S, b.enc_masks.self);
+    for (size_t l = 0; l < f.dec.blocks.size(); ++l) {
+        add(maps.self, f.dec.blocks[l].attn, b.T, b.T, b.dec_masks.self);
+        if (s.decoder.blocks[l].cross_attn) add(maps.cross, f.dec.blocks[l].cross_attn, b.T, b.S, b.dec_masks.cross);
+    }
+    return to_host_tensor(ctx, f.logits, {B, b.T, s.config.vocab});
 }
 
 }  // namespace attnlab

@@ -24,6 +24,7 @@
 namespace attnlab {
 
 class Adam;
+struct AttentionMaps;
 class DecoderLM;
 class EncoderDecoder;
 class Optimizer;
@@ -61,6 +62,14 @@ public:
     // The model's logits (B, T, V) for the batch, from the device's parameters
     // (forward only; for evaluation without bringing the host model up to date).
     Tensor logits(const Batch& batch) const;
+
+    // The forward the metrics read at log steps, from the device's parameters:
+    // logits (B, T, V), and per attention kind and layer the weights (B, H, Tq,
+    // Tk), each head's standard deviation of the scaled scores over eligible
+    // pairs and the per-head outputs (B, H, Tq, d_h), appended to `maps` as the
+    // CPU model's forward appends them (its hidden states are left out). Every
+    // layer runs the dense kernel here, which materialises the weights.
+    Tensor trace(const Batch& batch, AttentionMaps& maps) const;
 
     // Parameters into the model; moments and step counts into the optimiser.
     void download() const;

@@ -271,11 +271,7 @@ int Trainer::run() {
         Tensor logits;
         double loss_value = 0, grad_norm = 0;
         if (s.device_step) {
-            if (log_now) {  // the metrics read the step's logits and weights: a host forward before the update
-                s.sync_host();
-                NoGradGuard no_grad;
-                logits = s.model->forward(batch, &maps);
-            }
+            if (log_now) logits = s.device_step->trace(batch, maps);  // the metrics' forward, before the update
             const DeviceTraining::StepResult r = s.device_step->step(batch, lr, clip);
             s.host_current = false;
             loss_value = r.loss;

@@ -232,6 +232,47 @@ TEST_F(DeviceStep, LogitsAreTheCpuModels) {
     expect_close(enc_dec.logits(batch), cpu_logits(enc_decs.gpu, batch), 1e-5, 1e-4, "encoder-decoder logits");
 }
 
+// The metrics' forward on the device: per kind and layer the weights, each
+// head's score standard deviation and per-head outputs, as the CPU forward's maps.
+TEST_F(DeviceStep, TraceFillsTheMapsTheCpuForwardFills) {
+    const Variant v{"trace", tiny()};
+    Rng data(14);
+    Batch batch = random_batch(data, 3, 10, v.config.vocab);
+    std::vector<int32_t> src(3 * 7);
+    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, v.config.vocab));
+    batch.src = Indices({3, 7}, src);
+    batch.src_lengths = {7, 4, 6};
+    Pair<DecoderLM> decoders(v.config);
+    Pair<EncoderDecoder> enc_decs(v.config);
+    auto decoder_opt = optimizer_for(v, decoders.gpu);
+    auto enc_dec_opt = optimizer_for(v, enc_decs.gpu);
+    DeviceTraining decoder(*context, decoders.gpu, *decoder_opt), enc_dec(*context, enc_decs.gpu, *enc_dec_opt);
+    const auto expect_same_trace = [](const AttentionTrace& got, const AttentionTrace& want, const std::string& kind) {
+        ASSERT_EQ(got.weights.size(), want.weights.size()) << kind;
+        ASSERT_FALSE(want.weights.empty()) << kind;
+        for (size_t l = 0; l < want.weights.size(); ++l) {
+            const std::string where = kind + " layer " + std::to_string(l);
+            expect_close(got.weights[l], want.weights[l], 1e-6, 1e-4, where + " weights");
+            expect_close(got.context[l], want.context[l], 1e-5, 1e-4, where + " per-head outputs");
+            ASSERT_EQ(got.score_std[l].size(), want.score_std[l].size()) << where;
+            for (size_t h = 0; h < want.score_std[l].size(); ++h)
+                EXPECT_NEAR(got.score_std[l][h], want.score_std[l][h], 1e-5 * want.score_std[l][h]) << where << " head " << h;
+        }
+    };
+    NoGradGuard no_grad;
+    AttentionMaps device_maps, cpu_maps;
+    expect_close(decoder.trace(batch, device_maps), decoders.cpu.forward(batch.inputs, batch.lengths, &cpu_maps), 1e-5,
+                 1e-4, "decoder logits");
+    expect_same_trace(device_maps.self, cpu_maps.self, "self");
+    AttentionMaps enc_dec_device, enc_dec_cpu;
+    expect_close(enc_dec.trace(batch, enc_dec_device),
+                 enc_decs.cpu.forward(batch.src, batch.src_lengths, batch.inputs, batch.lengths, &enc_dec_cpu), 1e-5,
+                 1e-4, "encoder-decoder logits");
+    expect_same_trace(enc_dec_device.enc_self, enc_dec_cpu.enc_self, "enc_self");
+    expect_same_trace(enc_dec_device.self, enc_dec_cpu.self, "dec_self");
+    expect_same_trace(enc_dec_device.cross, enc_dec_cpu.cross, "cross");
+}
+
 TEST_F(DeviceStep, ClipsByTheGlobalNormAsTheCpu) {
     const Variant v{"clip", tiny()};
     Pair<DecoderLM> models(v.config);

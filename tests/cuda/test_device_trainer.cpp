@@ -13,6 +13,7 @@
 #include "cuda/backend.h"
 #include "experiments/checkpoint.h"
 #include "experiments/config.h"
+#include "experiments/h5file.h"
 #include "experiments/trainer.h"
 
 namespace attnlab::device_trainer_test {
@@ -23,10 +24,12 @@ namespace fs = std::filesystem;
 struct Finished {
     RunSummary summary;
     CheckpointData last;
+    std::vector<std::vector<double>> attention;  // per kind: entropy, then score_std, of every logged row
 };
 
 // A short recall run (the default task, a small model); checkpoints at 30 and 60.
-Finished train(const std::string& device, const std::vector<std::string>& overrides = {}) {
+Finished train(const std::string& device, const std::vector<std::string>& kinds,
+               const std::vector<std::string>& overrides = {}) {
     static const fs::path root = [] {
         const fs::path dir = fs::temp_directory_path() / ("attnlab_device_trainer_" + std::to_string(::getpid()));
         fs::create_directories(dir);
@@ -45,7 +48,16 @@ Finished train(const std::string& device, const std::vector<std::string>& overri
     const fs::path dir = root / ("run" + std::to_string(runs++));
     std::unique_ptr<Trainer> trainer = Trainer::start(config, dir.string());
     EXPECT_EQ(trainer->run(), 0);
-    Finished r{trainer->summary(), read_checkpoint(list_checkpoints((dir / "checkpoints").string()).back())};
+    Finished r{trainer->summary(), read_checkpoint(list_checkpoints((dir / "checkpoints").string()).back()), {}};
+    {
+        const h5::File metrics = h5::File::open((dir / "metrics.h5").string(), "metrics", h5::File::Access::read);
+        for (const std::string& kind : kinds) {
+            std::vector<double> series = metrics.dataset("attention/" + kind + "/entropy").read<double>();
+            const std::vector<double> score_std = metrics.dataset("attention/" + kind + "/score_std").read<double>();
+            series.insert(series.end(), score_std.begin(), score_std.end());
+            r.attention.push_back(series);
+        }
+    }
     fs::remove_all(dir);
     return r;
 }
@@ -64,9 +76,19 @@ double largest_difference(const NamedTensors& a, const NamedTensors& b, const st
 
 // Tolerances: eval loss 1e-3 after 60 AdamW steps, parameters 1e-4 (measured
 // on the host carrying out the device interface: 1.2e-7 for both).
-void expect_same_run(const std::vector<std::string>& overrides) {
-    const Finished cpu = train("cpu", overrides);
-    const Finished gpu = train("cuda", overrides);
+// Kinds: the attention kinds whose metrics (entropy and score std per layer and
+// head, at every log step; from the device's trace on the device path) must match.
+void expect_same_run(const std::vector<std::string>& kinds, const std::vector<std::string>& overrides) {
+    const Finished cpu = train("cpu", kinds, overrides);
+    const Finished gpu = train("cuda", kinds, overrides);
+    ASSERT_EQ(gpu.attention.size(), cpu.attention.size());
+    for (size_t k = 0; k < kinds.size(); ++k) {
+        ASSERT_EQ(gpu.attention[k].size(), cpu.attention[k].size()) << kinds[k];
+        ASSERT_GT(cpu.attention[k].size(), 0u) << kinds[k];
+        for (size_t i = 0; i < cpu.attention[k].size(); ++i)
+            EXPECT_NEAR(gpu.attention[k][i], cpu.attention[k][i], 1e-4 + 1e-4 * std::abs(cpu.attention[k][i]))
+                << kinds[k] << " metric " << i;
+    }
     EXPECT_EQ(gpu.last.step, 60);
     EXPECT_NEAR(gpu.summary.eval_loss, cpu.summary.eval_loss, 1e-3);
     EXPECT_NEAR(gpu.summary.eval_token_acc, cpu.summary.eval_token_acc, 0.02);
@@ -90,13 +112,13 @@ void expect_same_run(const std::vector<std::string>& overrides) {
 TEST(DeviceTrainer, TrainsAsTheCpuRunDoes) {
     const cuda::DeviceInfo info = cuda::probe();
     if (!info.available) GTEST_SKIP() << info.reason;
-    expect_same_run({});
+    expect_same_run({"self"}, {});
 }
 
 TEST(DeviceTrainer, TrainsAnEncoderDecoderAsTheCpuRunDoes) {
     const cuda::DeviceInfo info = cuda::probe();
     if (!info.available) GTEST_SKIP() << info.reason;
-    expect_same_run({"task.name=translate", "model.kind=encoder-decoder"});
+    expect_same_run({"enc_self", "dec_self", "cross"}, {"task.name=translate", "model.kind=encoder-decoder"});
 }
 
 // Dropout has no device kernel: the trainer falls back to the attention
@@ -106,7 +128,7 @@ TEST(DeviceTrainer, WithDropoutRunsOnlyTheAttentionCoreOnTheDevice) {
     const cuda::DeviceInfo info = cuda::probe();
     if (!info.available) GTEST_SKIP() << info.reason;
     testing::internal::CaptureStderr();
-    expect_same_run({"model.dropout=0.1"});
+    expect_same_run({"self"}, {"model.dropout=0.1"});
     const std::string said = testing::internal::GetCapturedStderr();
     EXPECT_NE(said.find("attnlab train: train.device = \"cuda\": only the attention core runs on the GPU (embedding "
                         "dropout (model.dropout) has no device kernel yet)"),

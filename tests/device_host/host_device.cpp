@@ -331,6 +331,23 @@ void cross_entropy_forward_backward(Context&, size_t M, size_t V, const float* l
     }
 }
 
+void score_moments(Context&, const AttentionDims& s, const float* q, const float* k, const MaskView& mask, float scale,
+                   double* moments) {
+    for (size_t n = 0; n < s.B * s.H * s.Tq; ++n) {
+        const Row r = row_of(s, q, k, k, n);
+        const size_t h = (n / s.Tq) % s.H;
+        for (size_t j = 0; j < s.Tk; ++j) {
+            if (!allows(mask, r.b, r.i, j, s.Tq, s.Tk)) continue;
+            float dot = 0.0f;
+            for (size_t c = 0; c < s.d; ++c) dot += r.q[c] * r.k[j * s.d + c];
+            const double score = double(scale * dot);
+            moments[h * 3] += 1;
+            moments[h * 3 + 1] += score;
+            moments[h * 3 + 2] += score * score;
+        }
+    }
+}
+
 void sum_to_double(Context&, size_t n, const float* x, bool squares, double* out, double*) {
     double total = 0.0;
     for (size_t e = 0; e < n; ++e) total += squares ? double(x[e]) * double(x[e]) : double(x[e]);
