@@ -128,6 +128,18 @@ struct AdamScalars {
 void adam_update(Context& context, size_t n, size_t n_decay, float* P, const float* G, float* M, float* V,
                  const AdamScalars& scalars, const double* stats);
 
+struct SgdScalars {
+    float lr, momentum, weight_decay;
+    bool nesterov;
+    bool started;     // the velocity holds a previous step (torch: the first step sets v = d)
+    double max_norm;  // as AdamScalars
+};
+
+// SGD::step over flat P, G and velocity (n), with the same stats, skip and clipping as adam_update:
+//   d = g + wd p;  v = started ? momentum v + d : d;  p -= lr (nesterov ? d + momentum v : v)   (momentum 0: p -= lr d)
+void sgd_update(Context& context, size_t n, float* P, const float* G, float* velocity, const SgdScalars& scalars,
+                const double* stats);
+
 // bytes of device memory set to zero, queued on the stream
 void fill_zero(Context& context, void* data, size_t bytes);
 

@@ -58,6 +58,9 @@ void linear_backward(Context&, size_t, size_t, size_t, const float*, const float
 void adam_update(Context&, size_t, size_t, float*, const float*, float*, float*, const AdamScalars&, const double*) {
     refuse("adam_update");
 }
+void sgd_update(Context&, size_t, float*, const float*, float*, const SgdScalars&, const double*) {
+    refuse("sgd_update");
+}
 void fill_zero(Context&, void*, size_t) { refuse("fill_zero"); }
 
 }  // namespace attnlab::cuda

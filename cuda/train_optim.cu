@@ -1,4 +1,4 @@
-// Reductions and the Adam/AdamW update on the device (cuda/train_ops.h).
+// Reductions and the Adam/AdamW and SGD updates on the device (cuda/train_ops.h).
 #include <algorithm>
 #include <cmath>
 
@@ -59,7 +59,32 @@ __global__ void adam_kernel(size_t n, size_t n_decay, float* P, const float* G, 
     }
 }
 
+__global__ void sgd_kernel(size_t n, float* P, const float* G, float* velocity, SgdScalars s, const double* stats) {
+    const double loss = stats[0], squares = stats[1];
+    if (!isfinite(loss) || !isfinite(squares)) return;
+    const double factor = s.max_norm / (sqrt(squares) + 1e-6);
+    const bool clip = factor < 1.0;
+    const float scale = float(factor);
+    for (size_t e = size_t(blockIdx.x) * threads + threadIdx.x; e < n; e += size_t(gridDim.x) * threads) {
+        const float g = clip ? G[e] * scale : G[e];
+        float d = g + s.weight_decay * P[e];
+        if (s.momentum != 0.0f) {
+            const float v = s.started ? s.momentum * velocity[e] + d : d;
+            velocity[e] = v;
+            d = s.nesterov ? d + s.momentum * v : v;
+        }
+        P[e] -= s.lr * d;
+    }
+}
+
 }  // namespace
+
+void sgd_update(Context& context, size_t n, float* P, const float* G, float* velocity, const SgdScalars& scalars,
+                const double* stats) {
+    const int grid = int(std::clamp<size_t>((n + threads - 1) / threads, 1, 8192));
+    sgd_kernel<<<grid, threads, 0, context.stream()>>>(n, P, G, velocity, scalars, stats);
+    check_launch("sgd_update");
+}
 
 void sum_to_double(Context& context, size_t n, const float* x, bool squares, double* out, double* partials) {
     const int blocks = int(std::min<size_t>(reduce_partials, std::max<size_t>(1, (n + threads - 1) / threads)));

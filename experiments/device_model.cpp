@@ -30,7 +30,8 @@ std::string block_unsupported(const Block& block) {
 }
 
 std::string model_unsupported(const Module& model, const Dropout& embedding_dropout, const Optimizer& optimizer) {
-    if (dynamic_cast<const Adam*>(&optimizer) == nullptr) return "optim.name = \"sgd\" has no device update yet";
+    if (dynamic_cast<const Adam*>(&optimizer) == nullptr && dynamic_cast<const SGD*>(&optimizer) == nullptr)
+        return "this optimiser has no device update";
     for (const auto& [name, p] : model.named_parameters())
         if (p.dtype() != DType::f32) return "parameter " + name + " is " + to_string(p.dtype()) + ", not float32";
     if (embedding_dropout.p > 0) return "embedding dropout (model.dropout) has no device kernel yet";
@@ -63,19 +64,11 @@ namespace {
 
 const float* host_floats(const Tensor& t) { return values_of<float>(t).data(); }
 
-// The Adam state of parameter `name`: step count, first and second moments.
-struct AdamState {
-    long long step = 0;
-    Tensor m, v;
-};
-AdamState adam_state_of(const NamedTensors& state, const std::string& name) {
-    AdamState s;
-    for (const auto& [key, t] : state) {
-        if (key == "step." + name) s.step = static_cast<long long>(t.item());
-        if (key == "m." + name) s.m = t;
-        if (key == "v." + name) s.v = t;
-    }
-    return s;
+// state[prefix + name], or an undefined Tensor.
+Tensor state_entry(const NamedTensors& state, const std::string& prefix, const std::string& name) {
+    for (const auto& [key, t] : state)
+        if (key == prefix + name) return t;
+    return Tensor();
 }
 
 }  // namespace
@@ -85,7 +78,7 @@ void DeviceTraining::Impl::lay_out() {
     std::vector<bool> decays(named.size(), false);
     for (size_t i = 0; i < named.size(); ++i)
         for (size_t j = 0; j < optimizer.params().size(); ++j)
-            if (optimizer.params()[j].second.same(named[i].second)) decays[i] = optimizer.decay[j];
+            if (adam && optimizer.params()[j].second.same(named[i].second)) decays[i] = adam->decay[j];
     std::vector<size_t> order(named.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     auto rank = [&](size_t i) { return (decays[i] ? 0 : 2) + (named[i].second.dim() >= 2 ? 0 : 1); };
@@ -100,24 +93,28 @@ void DeviceTraining::Impl::lay_out() {
 }
 
 void DeviceTraining::Impl::upload() {
-    std::vector<float> values(total), m(total), v(total);
+    std::vector<float> values(total);
+    const std::vector<std::string> names = moment_names();
+    std::vector<std::vector<float>> host_moments(names.size(), std::vector<float>(total, 0.0f));
     const NamedTensors state = optimizer.state();
     bool first = true;
     for (const Slot& s : slots) {
         const size_t n = s.param.numel();
         std::memcpy(values.data() + s.offset, host_floats(s.param), n * sizeof(float));
-        const AdamState a = adam_state_of(state, s.name);
-        if (a.m.defined()) std::memcpy(m.data() + s.offset, host_floats(a.m), n * sizeof(float));
-        if (a.v.defined()) std::memcpy(v.data() + s.offset, host_floats(a.v), n * sizeof(float));
-        if (!first && a.step != steps)
-            fail("cuda", "the device step needs one Adam step count for every parameter; " + s.name + " has " +
-                             std::to_string(a.step) + ", others " + std::to_string(steps));
-        steps = a.step;
+        for (size_t k = 0; k < names.size(); ++k) {
+            const Tensor t = state_entry(state, names[k], s.name);
+            if (t.defined()) std::memcpy(host_moments[k].data() + s.offset, host_floats(t), n * sizeof(float));
+        }
+        const Tensor counter = state_entry(state, counter_name(), s.name);
+        const long long count = counter.defined() ? static_cast<long long>(counter.item()) : 0;
+        if (!first && count != steps)
+            fail("cuda", "the device step needs one optimiser counter (" + counter_name() + ") for every parameter; " +
+                             s.name + " has " + std::to_string(count) + ", others " + std::to_string(steps));
+        steps = count;
         first = false;
     }
     params = to_device(context, values);
-    first_moment = to_device(context, m);
-    second_moment = to_device(context, v);
+    for (const std::vector<float>& m : host_moments) moments.push_back(to_device(context, m));
     grads = context.allocate_floats(total);
     fill_zero(context, grads.data(), total * sizeof(float));
     stats = context.allocate(2 * sizeof(double));
@@ -207,7 +204,7 @@ static void set_shape_constants(BlockShape& shape, const ModelConfig& c) {
 namespace {
 
 template <class Model>
-std::unique_ptr<DeviceTraining::Impl> on_device(Context& context, Model& model, Adam& optimizer) {
+std::unique_ptr<DeviceTraining::Impl> on_device(Context& context, Model& model, Optimizer& optimizer) {
     const std::string unsupported = device_step_unsupported(model, optimizer);
     if (!unsupported.empty()) fail("cuda", "device step: " + unsupported);
     auto impl = std::make_unique<DeviceTraining::Impl>(context, model, optimizer, model.config);
@@ -220,32 +217,34 @@ std::unique_ptr<DeviceTraining::Impl> on_device(Context& context, Model& model, 
 
 }  // namespace
 
-DeviceTraining::DeviceTraining(Context& context, DecoderLM& model, Adam& optimizer)
+DeviceTraining::DeviceTraining(Context& context, DecoderLM& model, Optimizer& optimizer)
     : impl_(on_device(context, model, optimizer)) {}
 
-DeviceTraining::DeviceTraining(Context& context, EncoderDecoder& model, Adam& optimizer)
+DeviceTraining::DeviceTraining(Context& context, EncoderDecoder& model, Optimizer& optimizer)
     : impl_(on_device(context, model, optimizer)) {}
 
 DeviceTraining::~DeviceTraining() = default;
 
 void DeviceTraining::download() const {
     const Impl& s = *impl_;
-    std::vector<float> values(s.total), m(s.total), v(s.total);
+    std::vector<float> values(s.total);
     to_host(s.context, s.params, values.data(), s.total * sizeof(float));
-    to_host(s.context, s.first_moment, m.data(), s.total * sizeof(float));
-    to_host(s.context, s.second_moment, v.data(), s.total * sizeof(float));
+    const std::vector<std::string> names = s.moment_names();
+    std::vector<std::vector<float>> moments(names.size(), std::vector<float>(s.total));
+    for (size_t k = 0; k < names.size(); ++k)
+        to_host(s.context, s.moments[k], moments[k].data(), s.total * sizeof(float));
+    // SGD, as torch: "started" once a step has filled the velocity, which only momentum does
+    const double counter = s.adam ? static_cast<double>(s.steps) : (s.steps > 0 && s.sgd->momentum != 0 ? 1.0 : 0.0);
     NamedTensors state;
     for (const Impl::Slot& slot : s.slots) {
         const size_t n = slot.param.numel();
         std::memcpy(slot.param.impl().array<float>().data(), values.data() + slot.offset, n * sizeof(float));
-        const auto slice = [&](const std::vector<float>& all) {
+        state.emplace_back(s.counter_name() + slot.name, Tensor::scalar(counter, DType::f64));
+        for (size_t k = 0; k < names.size(); ++k) {
             Array<float> part = make_array<float>(slot.param.shape());
-            std::memcpy(part.data(), all.data() + slot.offset, n * sizeof(float));
-            return wrap<float>(std::move(part));
-        };
-        state.emplace_back("step." + slot.name, Tensor::scalar(static_cast<double>(s.steps), DType::f64));
-        state.emplace_back("m." + slot.name, slice(m));
-        state.emplace_back("v." + slot.name, slice(v));
+            std::memcpy(part.data(), moments[k].data() + slot.offset, n * sizeof(float));
+            state.emplace_back(names[k] + slot.name, wrap<float>(std::move(part)));
+        }
     }
     s.optimizer.load_state(state);
 }

@@ -44,11 +44,13 @@ struct StackPass {
 struct DeviceTraining::Impl {
     Context& context;
     Module& model;
-    Adam& optimizer;
+    Optimizer& optimizer;
+    Adam* adam;  // exactly one of these two is the optimiser
+    SGD* sgd;
     const ModelConfig config;
 
     // Every parameter at an offset of the flat buffers: first those that decay
-    // (AdamW: matrices; Adam: all), matrices before vectors within each group, so
+    // (AdamW: matrices; Adam: all; SGD: none), matrices before vectors within each group, so
     // that q_proj, k_proj, v_proj (weights and biases) are adjacent and one GEMM
     // computes the three projections.
     struct Slot {
@@ -59,8 +61,12 @@ struct DeviceTraining::Impl {
     std::vector<Slot> slots;  // in the model's parameter order
     std::unordered_map<const TensorImpl*, size_t> offset_of;
     size_t total = 0, decaying = 0;
-    DeviceBuffer params, grads, first_moment, second_moment;  // (total) each
-    long long steps = 0;                                      // Adam steps taken (every parameter alike)
+    DeviceBuffer params, grads;  // (total) each
+    // The optimiser's per-element state, (total) each: Adam's m and v, or SGD's
+    // velocity; and its counter, the same for every parameter: Adam's step
+    // count, or SGD's "started" (0 or 1).
+    std::vector<DeviceBuffer> moments;
+    long long steps = 0;
 
     DeviceBuffer stats;                   // 2 doubles: [loss, sum of squared gradients] of the last step
     DeviceBuffer partials;                // reduce_partials doubles of scratch
@@ -73,7 +79,11 @@ struct DeviceTraining::Impl {
     BlockShape shape;   // all but B, T, S, set per step
     MaskedRows masked_rows = MaskedRows::error;
 
-    Impl(Context& c, Module& m, Adam& o, const ModelConfig& mc) : context(c), model(m), optimizer(o), config(mc) {}
+    Impl(Context& c, Module& m, Optimizer& o, const ModelConfig& mc)
+        : context(c), model(m), optimizer(o), adam(dynamic_cast<Adam*>(&o)), sgd(dynamic_cast<SGD*>(&o)), config(mc) {}
+    // Names in Optimizer::state(): the per-element buffers' prefixes, then the counter's.
+    std::vector<std::string> moment_names() const { return adam ? std::vector<std::string>{"m.", "v."} : std::vector<std::string>{"velocity."}; }
+    std::string counter_name() const { return adam ? "step." : "started."; }
 
     DeviceParam param(const Tensor& t) {
         if (!t.defined()) return {};

@@ -248,8 +248,14 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     // ---- clip and update ----
     sum_to_double(ctx, s.total, s.grads.floats(), true, stats + 1, partials);
     const long long t = s.steps + 1;
-    adam_update(ctx, s.total, s.decaying, s.params.floats(), s.grads.floats(), s.first_moment.floats(),
-                s.second_moment.floats(), adam_scalars(s.optimizer, t, lr, max_norm), stats);
+    if (s.adam) {
+        adam_update(ctx, s.total, s.decaying, s.params.floats(), s.grads.floats(), s.moments[0].floats(),
+                    s.moments[1].floats(), adam_scalars(*s.adam, t, lr, max_norm), stats);
+    } else {
+        const SgdScalars scalars{static_cast<float>(lr), static_cast<float>(s.sgd->momentum),
+                                 static_cast<float>(s.sgd->weight_decay), s.sgd->nesterov, s.steps > 0, max_norm};
+        sgd_update(ctx, s.total, s.params.floats(), s.grads.floats(), s.moments[0].floats(), scalars, stats);
+    }
 
     // ---- two numbers out ----
     double result[2] = {0, 0};

@@ -1,7 +1,7 @@
 // The whole training step of a DecoderLM or an EncoderDecoder on the GPU
 // (train.device = "cuda"):
-// parameters, their gradients and the Adam moments stay on the device, in one
-// flat buffer each; a step moves the batch in (tokens, targets, loss weights,
+// parameters, their gradients and the optimiser's state (Adam's moments, SGD's
+// velocity) stay on the device, in one flat buffer each; a step moves the batch in (tokens, targets, loss weights,
 // lengths) and two numbers out (the loss and the gradient norm). The forward
 // and backward are the model's layers written once more over the device ops of
 // cuda/train_ops.h and the attention kernels of cuda/attention.h: the blocks in
@@ -23,7 +23,6 @@
 
 namespace attnlab {
 
-class Adam;
 struct AttentionMaps;
 class DecoderLM;
 class EncoderDecoder;
@@ -34,7 +33,7 @@ class Context;
 }
 
 // Why this model and optimiser cannot run the device step, or "" when they
-// can: float32 parameters, no dropout, no head edits, Adam or AdamW.
+// can: float32 parameters, no dropout, no head edits, Adam, AdamW or SGD.
 // (Everything else runs the attention core on the device and the rest on the CPU.)
 std::string device_step_unsupported(const DecoderLM& model, const Optimizer& optimizer);
 std::string device_step_unsupported(const EncoderDecoder& model, const Optimizer& optimizer);
@@ -43,8 +42,8 @@ class DeviceTraining {
 public:
     // Copies the model's parameters and the optimiser's moments and step count to
     // the device. Throws attnlab::Error naming the reason device_step_unsupported gives.
-    DeviceTraining(cuda::Context& context, DecoderLM& model, Adam& optimizer);
-    DeviceTraining(cuda::Context& context, EncoderDecoder& model, Adam& optimizer);
+    DeviceTraining(cuda::Context& context, DecoderLM& model, Optimizer& optimizer);
+    DeviceTraining(cuda::Context& context, EncoderDecoder& model, Optimizer& optimizer);
     ~DeviceTraining();
     DeviceTraining(const DeviceTraining&) = delete;
     DeviceTraining& operator=(const DeviceTraining&) = delete;

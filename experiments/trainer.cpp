@@ -241,11 +241,9 @@ int Trainer::run() {
         EncoderDecoder* enc_dec = s.model->enc_dec();
         const std::string unsupported = decoder ? device_step_unsupported(*decoder, *s.optimizer)
                                                 : device_step_unsupported(*enc_dec, *s.optimizer);
-        if (unsupported.empty()) {
-            Adam& adam = dynamic_cast<Adam&>(*s.optimizer);
-            s.device_step = decoder ? std::make_unique<DeviceTraining>(*s.cuda_context, *decoder, adam)
-                                    : std::make_unique<DeviceTraining>(*s.cuda_context, *enc_dec, adam);
-        }
+        if (unsupported.empty())
+            s.device_step = decoder ? std::make_unique<DeviceTraining>(*s.cuda_context, *decoder, *s.optimizer)
+                                    : std::make_unique<DeviceTraining>(*s.cuda_context, *enc_dec, *s.optimizer);
         std::fprintf(stderr, "attnlab train: train.device = \"cuda\": %s\n",
                      unsupported.empty() ? "the whole training step runs on the GPU"
                                          : ("only the attention core runs on the GPU (" + unsupported + ")").c_str());

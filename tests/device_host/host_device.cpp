@@ -395,6 +395,20 @@ void adam_update(Context&, size_t n, size_t n_decay, float* P, const float* G, f
     }
 }
 
+void sgd_update(Context&, size_t n, float* P, const float* G, float* velocity, const SgdScalars& s,
+                const double* stats) {
+    if (!std::isfinite(stats[0]) || !std::isfinite(stats[1])) return;
+    const double factor = s.max_norm / (std::sqrt(stats[1]) + 1e-6);
+    for (size_t e = 0; e < n; ++e) {
+        float d = (factor < 1.0 ? G[e] * float(factor) : G[e]) + s.weight_decay * P[e];
+        if (s.momentum != 0.0f) {
+            velocity[e] = s.started ? s.momentum * velocity[e] + d : d;
+            d = s.nesterov ? d + s.momentum * velocity[e] : velocity[e];
+        }
+        P[e] -= s.lr * d;
+    }
+}
+
 void fill_zero(Context&, void* data, size_t bytes) { std::memset(data, 0, bytes); }
 
 }  // namespace attnlab::cuda
