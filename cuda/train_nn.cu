@@ -129,6 +129,21 @@ __global__ void activation_backward_kernel(DeviceActivation activation, size_t n
     }
 }
 
+// ---- dropout: the keep scale of element e, from (seed, e) alone ----
+
+__device__ __forceinline__ float keep_scale(uint64_t seed, size_t e, float p, float scale) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t(e) + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = float(z >> 40) * (1.0f / 16777216.0f);  // 24 bits: [0, 1)
+    return u < p ? 0.0f : scale;
+}
+
+__global__ void dropout_kernel(size_t n, const float* x, float p, float scale, uint64_t seed, float* y) {
+    FOR_EACH_INDEX(e, n) y[e] = x[e] * keep_scale(seed, e, p, scale);
+}
+
 // ---- elementwise ----
 
 __global__ void add_kernel(size_t n, const float* a, const float* b, float* out) {
@@ -285,6 +300,16 @@ void activation_backward(Context& context, DeviceActivation activation, size_t n
                          float* dx) {
     activation_backward_kernel<<<grid_for(n), threads, 0, context.stream()>>>(activation, n, x, dy, dx);
     check_launch("activation_backward");
+}
+
+void dropout_forward(Context& context, size_t n, const float* x, float p, uint64_t seed, float* y) {
+    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    dropout_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, x, p, scale, seed, y);
+    check_launch("dropout_forward");
+}
+
+void dropout_backward(Context& context, size_t n, const float* dy, float p, uint64_t seed, float* dx) {
+    dropout_forward(context, n, dy, p, seed, dx);  // the same mask and scale
 }
 
 void add(Context& context, size_t n, const float* a, const float* b, float* out) {

@@ -54,6 +54,24 @@ void activation_forward(Context& context, DeviceActivation activation, size_t n,
 void activation_backward(Context& context, DeviceActivation activation, size_t n, const float* x, const float* dy,
                          float* dx);
 
+// ---- dropout (train_nn.cu) ----------------------------------------------------
+
+// Element e of a call with `seed` is dropped when u(seed, e) < p, u uniform in
+// [0, 1) from a counter-based hash (24 bits), and kept values are scaled by
+// 1/(1 - p). Nothing is stored: the backward recomputes the same mask from
+// (seed, e). The masks are not the CPU op's (its Rng draws element by element),
+// as torch's CUDA masks are not its CPU ones. y and x (dx and dy) may alias.
+void dropout_forward(Context& context, size_t n, const float* x, float p, uint64_t seed, float* y);
+void dropout_backward(Context& context, size_t n, const float* dy, float p, uint64_t seed, float* dx);
+
+// The seed of one dropout site (a stack, a block, a sublayer) within a step's seed.
+inline uint64_t mix_seed(uint64_t seed, uint64_t site) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (site + 1);  // splitmix64's finaliser
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 // ---- elementwise and layout (train_nn.cu) ------------------------------------
 
 void add(Context& context, size_t n, const float* a, const float* b, float* out);  // out = a + b

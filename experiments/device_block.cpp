@@ -31,14 +31,23 @@ void norm_backward(Context& context, const DeviceLayerNorm& ln, size_t M, size_t
 
 // ---- the residual wrapper (Residual::before / after) ----
 
-// x (M, D) moved into s -> x + f(LN(x)), LN(x + f(x)) or x + f(x). f(h) returns (M, D).
+// Dropout on one sublayer's output: probability and seed.
+struct SublayerDropout {
+    float p = 0.0f;
+    uint64_t seed = 0;
+};
+
+SublayerDropout sublayer_dropout(const BlockShape& b, uint64_t sublayer) { return {b.dropout, mix_seed(b.seed, sublayer)}; }
+
+// x (M, D) moved into s -> x + drop(f(LN(x))), LN(x + drop(f(x))) or x + drop(f(x)). f(h) returns (M, D).
 template <class F>
 DeviceBuffer residual_forward(Context& context, Norm norm, const std::optional<DeviceLayerNorm>& ln, size_t M,
-                              size_t D, DeviceBuffer x, SublayerSaved& s, F&& f) {
+                              size_t D, const SublayerDropout& drop, DeviceBuffer x, SublayerSaved& s, F&& f) {
     s.x = std::move(x);
     if (norm == Norm::pre) s.normed = norm_forward(context, *ln, M, D, s.x.floats(), s.mean, s.rstd);
     DeviceBuffer y = f(norm == Norm::pre ? s.normed.floats() : s.x.floats());
-    add_into(context, M * D, s.x.floats(), y.floats());  // x + f(.)
+    if (drop.p > 0) dropout_forward(context, M * D, y.floats(), drop.p, drop.seed, y.floats());
+    add_into(context, M * D, s.x.floats(), y.floats());  // x + drop(f(.))
     if (norm != Norm::post) return y;
     DeviceBuffer out = norm_forward(context, *ln, M, D, y.floats(), s.mean, s.rstd);
     s.sum = std::move(y);
@@ -48,15 +57,22 @@ DeviceBuffer residual_forward(Context& context, Norm norm, const std::optional<D
 // dout (M, D) -> dx (M, D). f_backward(h, dy) returns the gradient (M, D) at f's input h.
 template <class FBackward>
 DeviceBuffer residual_backward(Context& context, Norm norm, const std::optional<DeviceLayerNorm>& ln, size_t M,
-                               size_t D, const SublayerSaved& s, DeviceBuffer dout, FBackward&& f_backward) {
-    DeviceBuffer dsum;  // gradient at x + f(.)
+                               size_t D, const SublayerDropout& drop, const SublayerSaved& s, DeviceBuffer dout,
+                               FBackward&& f_backward) {
+    DeviceBuffer dsum;  // gradient at x + drop(f(.))
     if (norm == Norm::post) {
         dsum = floats(context, M * D);
         norm_backward(context, *ln, M, D, s.sum.floats(), s.mean, s.rstd, dout.floats(), dsum.floats(), false);
     } else {
         dsum = std::move(dout);
     }
-    const DeviceBuffer dh = f_backward(norm == Norm::pre ? s.normed.floats() : s.x.floats(), dsum.floats());
+    DeviceBuffer dropped;  // gradient at f's output: through the same mask
+    if (drop.p > 0) {
+        dropped = floats(context, M * D);
+        dropout_backward(context, M * D, dsum.floats(), drop.p, drop.seed, dropped.floats());
+    }
+    const DeviceBuffer dh =
+        f_backward(norm == Norm::pre ? s.normed.floats() : s.x.floats(), drop.p > 0 ? dropped.floats() : dsum.floats());
     DeviceBuffer dx = std::move(dsum);  // the residual path, plus the sublayer's input gradient:
     if (norm == Norm::pre)
         norm_backward(context, *ln, M, D, s.x.floats(), s.mean, s.rstd, dh.floats(), dx.floats(), true);
@@ -182,16 +198,16 @@ AttentionShape cross_shape(const BlockShape& b) { return {b.B, b.T, b.S, b.H, b.
 DeviceBuffer block_forward(Context& context, const BlockShape& b, const DeviceBlockParams& p, const BlockMasks& masks,
                            const Memory& memory, DeviceBuffer x, BlockSaved& saved) {
     const size_t M = b.B * b.T, D = b.D;
-    x = residual_forward(context, b.norm, p.ln1, M, D, std::move(x), saved.res1, [&](const float* h) {
+    x = residual_forward(context, b.norm, p.ln1, M, D, sublayer_dropout(b, 0), std::move(x), saved.res1, [&](const float* h) {
         return attention_forward(context, self_shape(b), p.attn, masks.self, h, h, saved.attn);
     });
     if (p.cross_attn)
-        x = residual_forward(context, b.norm, p.ln_cross, M, D, std::move(x), saved.res_cross, [&](const float* h) {
+        x = residual_forward(context, b.norm, p.ln_cross, M, D, sublayer_dropout(b, 1), std::move(x), saved.res_cross, [&](const float* h) {
             return attention_forward(context, cross_shape(b), *p.cross_attn, masks.cross, h, memory.values,
                                      saved.cross_attn);
         });
     if (p.fc1)
-        x = residual_forward(context, b.norm, p.ln2, M, D, std::move(x), saved.res2,
+        x = residual_forward(context, b.norm, p.ln2, M, D, sublayer_dropout(b, 2), std::move(x), saved.res2,
                              [&](const float* h) { return ffn_forward(context, b, p, h, saved.ffn); });
     return x;
 }
@@ -200,17 +216,17 @@ DeviceBuffer block_backward(Context& context, const BlockShape& b, const DeviceB
                             const Memory& memory, const BlockSaved& saved, DeviceBuffer dout) {
     const size_t M = b.B * b.T, D = b.D;
     if (p.fc1)
-        dout = residual_backward(context, b.norm, p.ln2, M, D, saved.res2, std::move(dout),
+        dout = residual_backward(context, b.norm, p.ln2, M, D, sublayer_dropout(b, 2), saved.res2, std::move(dout),
                                  [&](const float* h, const float* dy) {
                                      return ffn_backward(context, b, p, h, saved.ffn, dy);
                                  });
     if (p.cross_attn)
-        dout = residual_backward(context, b.norm, p.ln_cross, M, D, saved.res_cross, std::move(dout),
+        dout = residual_backward(context, b.norm, p.ln_cross, M, D, sublayer_dropout(b, 1), saved.res_cross, std::move(dout),
                                  [&](const float* h, const float* dy) {
                                      return attention_backward(context, cross_shape(b), *p.cross_attn, masks.cross, h,
                                                                memory.values, memory.grad, saved.cross_attn, dy);
                                  });
-    return residual_backward(context, b.norm, p.ln1, M, D, saved.res1, std::move(dout),
+    return residual_backward(context, b.norm, p.ln1, M, D, sublayer_dropout(b, 0), saved.res1, std::move(dout),
                              [&](const float* h, const float* dy) {
                                  return attention_backward(context, self_shape(b), p.attn, masks.self, h, h, nullptr,
                                                            saved.attn, dy);

@@ -3,7 +3,7 @@
 // attention kernels (cuda/attention.h). Used by device_training.cpp only.
 //
 // A block is a chain of residual sublayers f, each as Residual in blocks.h:
-//   norm = pre:   y = x + f(LN(x))        norm = post:  y = LN(x + f(x))        norm = none:  y = x + f(x)
+//   norm = pre:   y = x + drop(f(LN(x)))   norm = post:  y = LN(x + drop(f(x)))   norm = none:  y = x + drop(f(x))
 // with f = self-attention, then (decoder blocks of an encoder-decoder)
 // cross-attention to the encoder's output, then the feed-forward network (ffn > 0):
 //   Attn(h, m) = Concat_h(softmax(scale Q_h K_h^T + mask) V_h) W_O^T + b_O,
@@ -62,6 +62,8 @@ struct BlockShape {
     cuda::DeviceActivation activation = cuda::DeviceActivation::gelu;
     cuda::AttentionKernel kernel = cuda::AttentionKernel::flash;
     float scale = 1.0f;
+    float dropout = 0.0f;  // residual dropout on each sublayer's output (0: none, as in eval)
+    uint64_t seed = 0;     // this block's dropout seed; sublayer k uses cuda::mix_seed(seed, k)
 };
 
 struct BlockMasks {

@@ -17,7 +17,7 @@ std::string attention_unsupported(const MultiHeadAttention& a) {
 }
 
 std::string residual_unsupported(const Residual* r) {
-    return r != nullptr && r->drop.p > 0 ? "residual dropout (model.dropout) has no device kernel yet" : "";
+    return r != nullptr && r->drop.p > 0 && r->drop.rng == nullptr ? "residual dropout without an Rng" : "";
 }
 
 // "" when the device step can run this encoder or decoder block.
@@ -34,7 +34,7 @@ std::string model_unsupported(const Module& model, const Dropout& embedding_drop
         return "this optimiser has no device update";
     for (const auto& [name, p] : model.named_parameters())
         if (p.dtype() != DType::f32) return "parameter " + name + " is " + to_string(p.dtype()) + ", not float32";
-    if (embedding_dropout.p > 0) return "embedding dropout (model.dropout) has no device kernel yet";
+    if (embedding_dropout.p > 0 && embedding_dropout.rng == nullptr) return "embedding dropout without an Rng";
     return "";
 }
 
@@ -169,7 +169,29 @@ DeviceParam DeviceTraining::Impl::positions(const PositionalEncoding& p) {
     return {sinusoids.back().floats(), nullptr};
 }
 
+namespace {
+
+// model.dropout: on the embeddings and on every sublayer's output, from the model's Rng.
+template <class Block>
+void describe_dropout(DeviceTraining::Impl& impl, const Dropout& embedding, const Block& first_block) {
+    impl.embedding_dropout = float(embedding.p);
+    impl.residual_dropout = float(first_block.res1.drop.p);
+    impl.dropout_rng = embedding.rng != nullptr ? embedding.rng : first_block.res1.drop.rng;
+}
+
+}  // namespace
+
+DropoutPlan DeviceTraining::Impl::training_dropout(bool consume) {
+    DropoutPlan plan{embedding_dropout, residual_dropout, 0};
+    if (plan.embedding == 0 && plan.residual == 0) return plan;
+    if (!next_seed) next_seed = dropout_rng->next_u64();
+    plan.seed = *next_seed;
+    if (consume) next_seed.reset();
+    return plan;
+}
+
 void DeviceTraining::Impl::describe(const DecoderLM& m) {
+    if (!m.blocks.empty()) describe_dropout(*this, m.emb_drop, *m.blocks.front());
     decoder.token_table = param(m.tok_emb.weight);
     decoder.position_table = positions(m.pos_emb);
     for (const auto& b : m.blocks) decoder.blocks.push_back(block(*b));
@@ -178,7 +200,9 @@ void DeviceTraining::Impl::describe(const DecoderLM& m) {
 }
 
 void DeviceTraining::Impl::describe(const EncoderDecoder& m) {
+    if (!m.decoder.empty()) describe_dropout(*this, m.emb_drop, *m.decoder.front());
     encoder.emplace();
+    encoder->site = 1;
     encoder->token_table = param(m.src_emb.weight);
     encoder->position_table = positions(m.src_pos_emb);
     for (const auto& b : m.encoder) encoder->blocks.push_back(block(*b));

@@ -3,6 +3,7 @@
 // upload and download) and device_training.cpp (the step). Internal to experiments/.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -29,9 +30,17 @@ using device::Memory;
 
 // One side of the model on the device: embeddings and positions, blocks, final norm.
 struct DeviceStack {
+    uint64_t site = 0;                        // 0: decoder, 1: encoder (its dropout seeds differ)
     DeviceParam token_table, position_table;  // (V, D), (max_len, D); positions may be absent
     std::vector<DeviceBlockParams> blocks;
     std::optional<DeviceLayerNorm> final_norm;
+};
+
+// A pass's dropout: probabilities (0 in eval) and the step's seed, from which
+// every site's seed follows (cuda::mix_seed).
+struct DropoutPlan {
+    float embedding = 0.0f, residual = 0.0f;
+    uint64_t seed = 0;
 };
 
 // What a stack's forward keeps for its backward.
@@ -76,8 +85,13 @@ struct DeviceTraining::Impl {
     std::optional<DeviceStack> encoder;  // encoder-decoder only
     DeviceStack decoder;
     DeviceLinear head;  // (V, D), no bias
-    BlockShape shape;   // all but B, T, S, set per step
+    BlockShape shape;   // all but B, T, S and dropout, set per step
     MaskedRows masked_rows = MaskedRows::error;
+    float embedding_dropout = 0.0f, residual_dropout = 0.0f;  // model.dropout
+    Rng* dropout_rng = nullptr;           // the model's; one draw per training step gives its seed
+    std::optional<uint64_t> next_seed;    // drawn for the next step (a metrics trace before it shares it)
+    // The next training step's dropout (trace: consume = false, so the step sees the same masks).
+    DropoutPlan training_dropout(bool consume);
 
     Impl(Context& c, Module& m, Optimizer& o, const ModelConfig& mc)
         : context(c), model(m), optimizer(o), adam(dynamic_cast<Adam*>(&o)), sgd(dynamic_cast<SGD*>(&o)), config(mc) {}
@@ -107,9 +121,10 @@ struct DeviceTraining::Impl {
     void describe(const EncoderDecoder& m);
 
     DeviceBuffer stack_forward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s,
-                               const BlockMasks& masks, const Memory& memory, StackPass& pass);
+                               const BlockMasks& masks, const Memory& memory, const DropoutPlan& dropout,
+                               StackPass& pass);
     void stack_backward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s, const BlockMasks& masks,
-                        const Memory& memory, StackPass& pass, DeviceBuffer dout);
+                        const Memory& memory, const DropoutPlan& dropout, StackPass& pass, DeviceBuffer dout);
 };
 
 }  // namespace attnlab

@@ -66,15 +66,33 @@ std::vector<float> loss_weights(const Batch& batch) {
 
 }  // namespace
 
-// tokens (B, T) -> the stack's output (B T, D): embeddings + positions, the blocks, the final norm.
+namespace {
+
+constexpr uint64_t embedding_site = 1023;  // blocks are sites 0, 1, ... of their stack
+
+// The block's shape with its dropout: probability and the seed of block l of this stack.
+BlockShape with_dropout(BlockShape shape, const DeviceStack& stack, size_t l, const DropoutPlan& dropout) {
+    shape.dropout = dropout.residual;
+    shape.seed = mix_seed(dropout.seed, stack.site * 1024 + l);
+    return shape;
+}
+
+}  // namespace
+
+// tokens (B, T) -> the stack's output (B T, D): drop(embeddings + positions), the blocks, the final norm.
 DeviceBuffer DeviceTraining::Impl::stack_forward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s,
-                                                 const BlockMasks& masks, const Memory& memory, StackPass& pass) {
+                                                 const BlockMasks& masks, const Memory& memory,
+                                                 const DropoutPlan& dropout, StackPass& pass) {
     const size_t M = s.B * s.T, D = s.D;
     DeviceBuffer x = context.allocate_floats(M * D);
     embedding_forward(context, s.B, s.T, D, tokens, stack.token_table.value, stack.position_table.value, x.floats());
+    if (dropout.embedding > 0)
+        dropout_forward(context, M * D, x.floats(), dropout.embedding, mix_seed(dropout.seed, stack.site * 1024 + embedding_site),
+                        x.floats());
     pass.blocks.resize(stack.blocks.size());
     for (size_t l = 0; l < stack.blocks.size(); ++l)
-        x = device::block_forward(context, s, stack.blocks[l], masks, memory, std::move(x), pass.blocks[l]);
+        x = device::block_forward(context, with_dropout(s, stack, l, dropout), stack.blocks[l], masks, memory,
+                                  std::move(x), pass.blocks[l]);
     if (!stack.final_norm) return x;
     pass.last = std::move(x);
     DeviceBuffer y = context.allocate_floats(M * D);
@@ -87,8 +105,8 @@ DeviceBuffer DeviceTraining::Impl::stack_forward(const DeviceStack& stack, const
 
 // dout (B T, D) at the stack's output -> every gradient of the stack, added into the buffers.
 void DeviceTraining::Impl::stack_backward(const DeviceStack& stack, const int32_t* tokens, const BlockShape& s,
-                                          const BlockMasks& masks, const Memory& memory, StackPass& pass,
-                                          DeviceBuffer dout) {
+                                          const BlockMasks& masks, const Memory& memory, const DropoutPlan& dropout,
+                                          StackPass& pass, DeviceBuffer dout) {
     const size_t M = s.B * s.T, D = s.D;
     DeviceBuffer dx = std::move(dout);
     if (stack.final_norm) {
@@ -100,9 +118,13 @@ void DeviceTraining::Impl::stack_backward(const DeviceStack& stack, const int32_
                             stack.final_norm->bias.grad, scratch.floats());
     }
     for (size_t l = stack.blocks.size(); l-- > 0;) {
-        dx = device::block_backward(context, s, stack.blocks[l], masks, memory, pass.blocks[l], std::move(dx));
+        dx = device::block_backward(context, with_dropout(s, stack, l, dropout), stack.blocks[l], masks, memory,
+                                    pass.blocks[l], std::move(dx));
         pass.blocks[l] = BlockSaved();  // its buffers go back to the cache for the layers below
     }
+    if (dropout.embedding > 0)
+        dropout_backward(context, M * D, dx.floats(), dropout.embedding,
+                         mix_seed(dropout.seed, stack.site * 1024 + embedding_site), dx.floats());
     embedding_backward(context, s.B, s.T, D, tokens, dx.floats(), stack.token_table.grad, stack.position_table.grad);
 }
 
@@ -201,16 +223,16 @@ struct ForwardPass {
     DeviceBuffer logits;           // (M, V)
 };
 
-void forward(DeviceTraining::Impl& s, const DeviceBatch& b, ForwardPass& f) {
+void forward(DeviceTraining::Impl& s, const DeviceBatch& b, const DropoutPlan& dropout, ForwardPass& f) {
     Context& ctx = s.context;
     const size_t D = s.shape.D, V = s.config.vocab;
     if (s.encoder) {
-        f.memory = s.stack_forward(*s.encoder, b.ids(b.at_source), b.enc_shape, b.enc_masks, {}, f.enc);
+        f.memory = s.stack_forward(*s.encoder, b.ids(b.at_source), b.enc_shape, b.enc_masks, {}, dropout, f.enc);
         f.dmemory = ctx.allocate_floats(b.B * b.S * D);
         fill_zero(ctx, f.dmemory.data(), b.B * b.S * D * sizeof(float));
     }
     const Memory memory{f.memory.empty() ? nullptr : f.memory.floats(), f.dmemory.empty() ? nullptr : f.dmemory.floats()};
-    f.out = s.stack_forward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, f.dec);
+    f.out = s.stack_forward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, dropout, f.dec);
     f.logits = ctx.allocate_floats(b.M * V);
     linear_forward(ctx, b.M, V, D, f.out.floats(), s.head.weight.value, nullptr, f.logits.floats());
 }
@@ -228,8 +250,9 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     double* partials = static_cast<double*>(s.partials.data());
 
     // ---- forward and loss ----
+    const DropoutPlan dropout = s.training_dropout(true);
     ForwardPass f;
-    forward(s, b, f);
+    forward(s, b, dropout, f);
     const DeviceBuffer loss_rows = ctx.allocate_floats(M);
     const DeviceBuffer dlogits = ctx.allocate_floats(M * V);
     cross_entropy_forward_backward(ctx, M, V, f.logits.floats(), b.ids(b.at_targets), b.weights(), loss_rows.floats(),
@@ -241,9 +264,10 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     linear_backward(ctx, M, V, D, f.out.floats(), s.head.weight.value, dlogits.floats(), dout.floats(), false,
                     s.head.weight.grad, nullptr);
     const Memory memory{f.memory.empty() ? nullptr : f.memory.floats(), f.dmemory.empty() ? nullptr : f.dmemory.floats()};
-    s.stack_backward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, f.dec, std::move(dout));
+    s.stack_backward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, dropout, f.dec, std::move(dout));
     if (s.encoder)
-        s.stack_backward(*s.encoder, b.ids(b.at_source), b.enc_shape, b.enc_masks, {}, f.enc, std::move(f.dmemory));
+        s.stack_backward(*s.encoder, b.ids(b.at_source), b.enc_shape, b.enc_masks, {}, dropout, f.enc,
+                         std::move(f.dmemory));
 
     // ---- clip and update ----
     sum_to_double(ctx, s.total, s.grads.floats(), true, stats + 1, partials);
@@ -279,7 +303,7 @@ Tensor DeviceTraining::logits(const Batch& batch) const {
     Impl& s = *impl_;
     const DeviceBatch b = upload_batch(s, batch);
     ForwardPass f;
-    forward(s, b, f);
+    forward(s, b, DropoutPlan{}, f);  // eval mode: no dropout
     return to_host_tensor(s.context, f.logits, {b.B, b.T, s.config.vocab});
 }
 
@@ -289,7 +313,7 @@ Tensor DeviceTraining::trace(const Batch& batch, AttentionMaps& maps) const {
     DeviceBatch b = upload_batch(s, batch);
     b.dec_shape.kernel = b.enc_shape.kernel = AttentionKernel::dense;  // the weights themselves, kept
     ForwardPass f;
-    forward(s, b, f);
+    forward(s, b, s.training_dropout(false), f);  // the next step's forward, its dropout masks included
     const size_t B = b.B, H = s.shape.H, d = s.shape.d;
     const DeviceBuffer moments = ctx.allocate(H * 3 * sizeof(double));  // per head: count, sum, sum of squares
     const auto add = [&](AttentionTrace& trace, const device::AttentionSaved& a, size_t Tq, size_t Tk,

@@ -33,7 +33,9 @@ class Context;
 }
 
 // Why this model and optimiser cannot run the device step, or "" when they
-// can: float32 parameters, no dropout, no head edits, Adam, AdamW or SGD.
+// can: float32 parameters, no dropout on the attention weights, no head edits,
+// Adam, AdamW or SGD. (Embedding and residual dropout run on the device with
+// masks of their own: cuda/train_ops.h.)
 // (Everything else runs the attention core on the device and the rest on the CPU.)
 std::string device_step_unsupported(const DecoderLM& model, const Optimizer& optimizer);
 std::string device_step_unsupported(const EncoderDecoder& model, const Optimizer& optimizer);
@@ -67,7 +69,8 @@ public:
     // Tk), each head's standard deviation of the scaled scores over eligible
     // pairs and the per-head outputs (B, H, Tq, d_h), appended to `maps` as the
     // CPU model's forward appends them (its hidden states are left out). Every
-    // layer runs the dense kernel here, which materialises the weights.
+    // layer runs the dense kernel here, which materialises the weights. Train
+    // mode: with dropout, the masks the next step() will use.
     Tensor trace(const Batch& batch, AttentionMaps& maps) const;
 
     // Parameters into the model; moments and step counts into the optimiser.

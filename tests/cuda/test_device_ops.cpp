@@ -109,6 +109,28 @@ TEST_F(DeviceOps, Activations) {
     }
 }
 
+// No CPU op to compare with (the masks are the device's own): the fraction
+// dropped, the scale of the rest, the backward through the same mask, and the seed.
+TEST_F(DeviceOps, DropoutDropsAFractionPAndScalesTheRest) {
+    const size_t n = 200000;
+    const float p = 0.3f;
+    const DeviceBuffer ones = up(Tensor::ones({n})), y = zeros(n), dx = zeros(n), other = zeros(n);
+    cuda::dropout_forward(*context, n, ones.floats(), p, 42, y.floats());
+    cuda::dropout_backward(*context, n, ones.floats(), p, 42, dx.floats());
+    cuda::dropout_forward(*context, n, ones.floats(), p, 43, other.floats());
+    const std::vector<double> kept = down(y, {n}).values(), grad = down(dx, {n}).values(), again = down(other, {n}).values();
+    size_t dropped = 0, differ = 0;
+    for (size_t e = 0; e < n; ++e) {
+        dropped += kept[e] == 0.0;
+        ASSERT_TRUE(kept[e] == 0.0 || std::abs(kept[e] - 1.0 / 0.7) < 1e-6) << e;
+        ASSERT_EQ(grad[e], kept[e]) << "the backward's mask at " << e;
+        differ += (kept[e] == 0.0) != (again[e] == 0.0);
+    }
+    const double fraction = double(dropped) / double(n), sigma = std::sqrt(0.3 * 0.7 / double(n));
+    EXPECT_NEAR(fraction, 0.3, 5 * sigma);
+    EXPECT_NEAR(double(differ) / double(n), 2 * 0.3 * 0.7, 0.01) << "another seed, another mask";
+}
+
 TEST_F(DeviceOps, LinearForwardAndBackward) {
     const size_t M = 37, N = 19, K = 23;
     for (const bool bias : {true, false}) {

@@ -261,6 +261,17 @@ void activation_backward(Context&, DeviceActivation activation, size_t n, const 
     }
 }
 
+void dropout_forward(Context&, size_t n, const float* x, float p, uint64_t seed, float* y) {
+    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    for (size_t e = 0; e < n; ++e) {
+        const float u = float(mix_seed(seed, e) >> 40) * (1.0f / 16777216.0f);
+        y[e] = x[e] * (u < p ? 0.0f : scale);
+    }
+}
+void dropout_backward(Context& context, size_t n, const float* dy, float p, uint64_t seed, float* dx) {
+    dropout_forward(context, n, dy, p, seed, dx);
+}
+
 void add(Context&, size_t n, const float* a, const float* b, float* out) {
     for (size_t e = 0; e < n; ++e) out[e] = a[e] + b[e];
 }
