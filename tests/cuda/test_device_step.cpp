@@ -108,6 +108,16 @@ Batch random_batch(Rng& data, size_t B, size_t T, size_t V) {
     return b;
 }
 
+// The batch with a source (B, 7) of ragged lengths, for an encoder-decoder.
+Batch with_source(Batch batch, Rng& data) {
+    const size_t B = batch.inputs.shape[0], S = 7;
+    std::vector<int32_t> src(B * S);
+    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, tiny().vocab));
+    batch.src = Indices({B, S}, src);
+    for (size_t b = 0; b < B; ++b) batch.src_lengths.push_back(S - (b * 3) % S);
+    return batch;
+}
+
 // eps 1e-2 makes the update lr g / (|g| + eps) smooth in g: two implementations'
 // float-level gradient differences then stay float-level in the parameters (at
 // eps 1e-8 a near-zero gradient's sign alone moves a parameter by lr).
@@ -202,50 +212,20 @@ TEST_P(DeviceStepAgreement, OneStepGivesTheCpuLossGradientsAndUpdate) {
 // cross-attention's keys are the encoder output, whose gradient sums over every decoder block.
 TEST_P(DeviceStepAgreement, EncoderDecoderStepGivesTheCpuLossGradientsAndUpdate) {
     Rng data(10);
-    Batch batch = random_batch(data, 3, 10, GetParam().config.vocab);
-    std::vector<int32_t> src(3 * 7);
-    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, GetParam().config.vocab));
-    batch.src = Indices({3, 7}, src);
-    batch.src_lengths = {7, 4, 6};
+    const Batch batch = with_source(random_batch(data, 3, 10, GetParam().config.vocab), data);
     expect_one_step_agrees<EncoderDecoder>(*context, GetParam(), batch);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, DeviceStepAgreement, ::testing::ValuesIn(variants()),
                          [](const auto& info) { return info.param.name; });
 
-// Evaluation on the device: the logits of both model kinds, after a step, as the CPU model's.
-TEST_F(DeviceStep, LogitsAreTheCpuModels) {
-    const Variant v{"logits", tiny()};
-    Rng data(13);
-    Batch batch = random_batch(data, 3, 10, v.config.vocab);
-    std::vector<int32_t> src(3 * 7);
-    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, v.config.vocab));
-    batch.src = Indices({3, 7}, src);
-    batch.src_lengths = {7, 4, 6};
-    Pair<DecoderLM> decoders(v.config);
-    Pair<EncoderDecoder> enc_decs(v.config);
-    auto decoder_opt = optimizer_for(v, decoders.gpu);
-    auto enc_dec_opt = optimizer_for(v, enc_decs.gpu);
-    DeviceTraining decoder(*context, decoders.gpu, *decoder_opt), enc_dec(*context, enc_decs.gpu, *enc_dec_opt);
-    decoder.step(batch, 1e-2, no_clip);
-    enc_dec.step(batch, 1e-2, no_clip);
-    decoder.download();
-    enc_dec.download();
-    NoGradGuard no_grad;
-    expect_close(decoder.logits(batch), cpu_logits(decoders.gpu, batch), 1e-5, 1e-4, "decoder logits");
-    expect_close(enc_dec.logits(batch), cpu_logits(enc_decs.gpu, batch), 1e-5, 1e-4, "encoder-decoder logits");
-}
-
 // The metrics' forward on the device: per kind and layer the weights, each
-// head's score standard deviation and per-head outputs, as the CPU forward's maps.
-TEST_F(DeviceStep, TraceFillsTheMapsTheCpuForwardFills) {
+// head's score standard deviation and per-head outputs, as the CPU forward's
+// maps; then, after a step, the evaluation's logits as the CPU model's.
+TEST_F(DeviceStep, TraceAndLogitsAreTheCpuForwards) {
     const Variant v{"trace", tiny()};
     Rng data(14);
-    Batch batch = random_batch(data, 3, 10, v.config.vocab);
-    std::vector<int32_t> src(3 * 7);
-    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, v.config.vocab));
-    batch.src = Indices({3, 7}, src);
-    batch.src_lengths = {7, 4, 6};
+    const Batch batch = with_source(random_batch(data, 3, 10, v.config.vocab), data);
     Pair<DecoderLM> decoders(v.config);
     Pair<EncoderDecoder> enc_decs(v.config);
     auto decoder_opt = optimizer_for(v, decoders.gpu);
@@ -275,6 +255,13 @@ TEST_F(DeviceStep, TraceFillsTheMapsTheCpuForwardFills) {
     expect_same_trace(enc_dec_device.enc_self, enc_dec_cpu.enc_self, "enc_self");
     expect_same_trace(enc_dec_device.self, enc_dec_cpu.self, "dec_self");
     expect_same_trace(enc_dec_device.cross, enc_dec_cpu.cross, "cross");
+
+    decoder.step(batch, 1e-2, no_clip);
+    enc_dec.step(batch, 1e-2, no_clip);
+    decoder.download();
+    enc_dec.download();
+    expect_close(decoder.logits(batch), cpu_logits(decoders.gpu, batch), 1e-5, 1e-4, "decoder logits after a step");
+    expect_close(enc_dec.logits(batch), cpu_logits(enc_decs.gpu, batch), 1e-5, 1e-4, "encoder-decoder logits after a step");
 }
 
 // SGD's second step reads the velocity of the first (torch: the first sets v = d).
@@ -356,11 +343,7 @@ void expect_dropout_gradients_match_differences(cuda::Context& context, const Ba
 TEST_F(DeviceStep, DropoutGradientsMatchCentralDifferences) {
     Rng data(16);
     expect_dropout_gradients_match_differences<DecoderLM>(*context, random_batch(data, 3, 10, tiny().vocab));
-    Batch batch = random_batch(data, 3, 10, tiny().vocab);
-    std::vector<int32_t> src(3 * 7);
-    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, tiny().vocab));
-    batch.src = Indices({3, 7}, src);
-    batch.src_lengths = {7, 4, 6};
+    const Batch batch = with_source(random_batch(data, 3, 10, tiny().vocab), data);
     expect_dropout_gradients_match_differences<EncoderDecoder>(*context, batch);
 }
 
