@@ -73,15 +73,28 @@ private:
 
 // ---- dense -----------------------------------------------------------------
 
-// context (B, H, Tq, d_v); weights (B, H, Tq, Tk), always written (the backward needs them).
+// Dropout on the weights in training (p > 0): element e of the (B, H, Tq, Tk)
+// weights is dropped as cuda/train_ops.h's dropout_forward drops element e of a
+// call with `seed`. `dropped` (B, H, Tq, Tk) receives the weights after dropout,
+// from which the forward computes the context and the backward dV.
+struct WeightDropout {
+    float p = 0.0f;
+    uint64_t seed = 0;
+    float* dropped = nullptr;
+};
+
+// context (B, H, Tq, d_v); weights (B, H, Tq, Tk), always written (the backward
+// needs them), before dropout.
 void dense_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
-                             const float* v, const MaskView& mask, float scale, float* out_context, float* weights);
+                             const float* v, const MaskView& mask, float scale, float* out_context, float* weights,
+                             const WeightDropout& dropout = {});
 
 // dcontext (B, H, Tq, d_v) -> dq, dk, dv (shapes of q, k, v; overwritten).
 // scratch (B, H, Tq, Tk) holds dA and then dS. No mask needed: ineligible keys have A = 0.
+// With dropout, the forward's (its `dropped` is read).
 void dense_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                               const float* v, const float* weights, const float* dcontext, float scale, float* dq,
-                              float* dk, float* dv, float* scratch);
+                              float* dk, float* dv, float* scratch, const WeightDropout& dropout = {});
 
 // ---- flash -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 #include "cuda/check.cuh"
 #include "cuda/gemm.cuh"
 #include "cuda/mask.cuh"
+#include "cuda/train_ops.h"
 #include "cuda/warp.cuh"
 
 namespace attnlab::cuda {
@@ -80,7 +81,8 @@ Strides strides_of(const AttentionDims& dims) {
 }  // namespace
 
 void dense_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
-                             const float* v, const MaskView& mask, float scale, float* out_context, float* weights) {
+                             const float* v, const MaskView& mask, float scale, float* out_context, float* weights,
+                             const WeightDropout& dropout) {
     const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d), d_v = int(dims.d_v);
     const Strides st = strides_of(dims);
     for (int g = 0; g < st.group; ++g) {
@@ -92,20 +94,26 @@ void dense_attention_forward(Context& context, const AttentionDims& dims, const 
     masked_softmax_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(weights, (long long)rows,
                                                                                        int(dims.H), Tq, Tk, mask);
     check_launch("dense_attention_forward: masked_softmax_kernel");
+    const float* A = weights;  // the weights the context is made of: after dropout, in training
+    if (dropout.p > 0) {
+        dropout_forward(context, rows * Tk, weights, dropout.p, dropout.seed, dropout.dropped);
+        A = dropout.dropped;
+    }
     for (int g = 0; g < st.group; ++g) {
         // context = A V   (Tq, d_v)
-        gemm_batched(context, Tq, d_v, Tk, 1.0f, {weights + (size_t)g * Tq * Tk, Tk, st.scores}, {v, d_v, st.kv_v},
+        gemm_batched(context, Tq, d_v, Tk, 1.0f, {A + (size_t)g * Tq * Tk, Tk, st.scores}, {v, d_v, st.kv_v},
                      0.0f, out_context + (size_t)g * Tq * d_v, d_v, st.out, st.batch, "dense_attention_forward: A V");
     }
 }
 
 void dense_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                               const float* v, const float* weights, const float* dcontext, float scale, float* dq,
-                              float* dk, float* dv, float* scratch) {
+                              float* dk, float* dv, float* scratch, const WeightDropout& dropout) {
     const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d), d_v = int(dims.d_v);
     const Strides st = strides_of(dims);
+    const float* used = dropout.p > 0 ? dropout.dropped : weights;  // what the context was made of
     for (int g = 0; g < st.group; ++g) {
-        const float* A = weights + (size_t)g * Tq * Tk;        // (Tq, Tk) per head
+        const float* A = used + (size_t)g * Tq * Tk;           // (Tq, Tk) per head
         const float* dC = dcontext + (size_t)g * Tq * d_v;     // (Tq, d_v) per head
         const float beta = g == 0 ? 0.0f : 1.0f;               // K/V gradients sum over the group
         // dV += A^T dC   (Tk, d_v)
@@ -116,6 +124,8 @@ void dense_attention_backward(Context& context, const AttentionDims& dims, const
                      scratch + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, "dense_attention_backward: dC V^T");
     }
     const size_t rows = dims.B * dims.H * dims.Tq;
+    if (dropout.p > 0)  // d(weights) = d(dropped) through the same mask and scale
+        dropout_backward(context, rows * Tk, scratch, dropout.p, dropout.seed, scratch);
     softmax_backward_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(scratch, weights,
                                                                                          (long long)rows, Tk, scale);
     check_launch("dense_attention_backward: softmax_backward_kernel");

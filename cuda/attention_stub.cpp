@@ -11,11 +11,11 @@ namespace {
 }  // namespace
 
 void dense_attention_forward(Context&, const AttentionDims&, const float*, const float*, const float*, const MaskView&,
-                             float, float*, float*) {
+                             float, float*, float*, const WeightDropout&) {
     refuse("dense_attention_forward");
 }
 void dense_attention_backward(Context&, const AttentionDims&, const float*, const float*, const float*, const float*,
-                              const float*, float, float*, float*, float*, float*) {
+                              const float*, float, float*, float*, float*, float*, const WeightDropout&) {
     refuse("dense_attention_backward");
 }
 void flash_attention_forward(Context&, const AttentionDims&, const float*, const float*, const float*, const MaskView&,

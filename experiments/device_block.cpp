@@ -87,6 +87,8 @@ struct AttentionShape {
     size_t B, Tq, Tk, H, H_kv, d, D;
     AttentionKernel kernel;
     float scale;
+    float dropout;  // on the weights; > 0 runs the dense kernel
+    uint64_t seed;
     AttentionDims dims() const { return {B, H, H_kv, Tq, Tk, d, d}; }
 };
 
@@ -108,14 +110,19 @@ DeviceBuffer attention_forward(Context& context, const AttentionShape& a, const 
         split_qkv(context, a.B, a.Tk, 0, a.H_kv, a.d, s.packed_kv.floats(), nullptr, s.k.floats(), s.v.floats());
     }
     s.context = floats(context, a.B * a.H * a.Tq * a.d);  // (B, H, Tq, d)
-    if (a.kernel == AttentionKernel::flash) {
+    if (a.kernel == AttentionKernel::flash && a.dropout == 0) {
         s.lse = floats(context, a.B * a.H * a.Tq);
         flash_attention_forward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), mask, a.scale,
                                 s.context.floats(), s.lse.floats());
     } else {
         s.weights = floats(context, a.B * a.H * a.Tq * a.Tk);
+        WeightDropout dropout;
+        if (a.dropout > 0) {
+            s.dropped = floats(context, a.B * a.H * a.Tq * a.Tk);
+            dropout = {a.dropout, a.seed, s.dropped.floats()};
+        }
         dense_attention_forward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), mask, a.scale,
-                                s.context.floats(), s.weights.floats());
+                                s.context.floats(), s.weights.floats(), dropout);
     }
     s.merged = floats(context, Mq * Hd);
     merge_heads(context, a.B, a.H, a.Tq, a.d, s.context.floats(), s.merged.floats());  // (B Tq, H d)
@@ -137,15 +144,17 @@ DeviceBuffer attention_backward(Context& context, const AttentionShape& a, const
     const DeviceBuffer dq = floats(context, a.B * a.H * a.Tq * a.d);
     const DeviceBuffer dk = floats(context, a.B * a.H_kv * a.Tk * a.d);
     const DeviceBuffer dv = floats(context, a.B * a.H_kv * a.Tk * a.d);
-    if (a.kernel == AttentionKernel::flash) {
+    if (a.kernel == AttentionKernel::flash && a.dropout == 0) {
         const DeviceBuffer row_dot = floats(context, a.B * a.H * a.Tq);
         flash_attention_backward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), s.context.floats(),
                                  s.lse.floats(), dcontext.floats(), mask, a.scale, dq.floats(), dk.floats(),
                                  dv.floats(), row_dot.floats());
     } else {
         const DeviceBuffer scratch = floats(context, a.B * a.H * a.Tq * a.Tk);
+        const WeightDropout dropout{a.dropout, a.seed, a.dropout > 0 ? s.dropped.floats() : nullptr};
         dense_attention_backward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), s.weights.floats(),
-                                 dcontext.floats(), a.scale, dq.floats(), dk.floats(), dv.floats(), scratch.floats());
+                                 dcontext.floats(), a.scale, dq.floats(), dk.floats(), dv.floats(), scratch.floats(),
+                                 dropout);
     }
     DeviceBuffer dh = floats(context, Mq * a.D);
     const DeviceBuffer dpacked_q = floats(context, Mq * p.q.out);
@@ -190,8 +199,13 @@ DeviceBuffer ffn_backward(Context& context, const BlockShape& b, const DeviceBlo
     return dh;
 }
 
-AttentionShape self_shape(const BlockShape& b) { return {b.B, b.T, b.T, b.H, b.H_kv, b.d, b.D, b.kernel, b.scale}; }
-AttentionShape cross_shape(const BlockShape& b) { return {b.B, b.T, b.S, b.H, b.H_kv, b.d, b.D, b.kernel, b.scale}; }
+// Sublayer k's attention (0: self, 1: cross); its weight dropout seeds apart from the residual ones.
+AttentionShape self_shape(const BlockShape& b) {
+    return {b.B, b.T, b.T, b.H, b.H_kv, b.d, b.D, b.kernel, b.scale, b.attention_dropout, mix_seed(b.seed, 10)};
+}
+AttentionShape cross_shape(const BlockShape& b) {
+    return {b.B, b.T, b.S, b.H, b.H_kv, b.d, b.D, b.kernel, b.scale, b.attention_dropout, mix_seed(b.seed, 11)};
+}
 
 }  // namespace
 

@@ -62,7 +62,8 @@ struct BlockShape {
     cuda::DeviceActivation activation = cuda::DeviceActivation::gelu;
     cuda::AttentionKernel kernel = cuda::AttentionKernel::flash;
     float scale = 1.0f;
-    float dropout = 0.0f;  // residual dropout on each sublayer's output (0: none, as in eval)
+    float dropout = 0.0f;            // residual dropout on each sublayer's output (0: none, as in eval)
+    float attention_dropout = 0.0f;  // on the attention weights (> 0: the dense kernel, which has them)
     uint64_t seed = 0;     // this block's dropout seed; sublayer k uses cuda::mix_seed(seed, k)
 };
 
@@ -90,6 +91,7 @@ struct AttentionSaved {
     DeviceBuffer packed_kv;  // cross: (B S, 2 H_kv d)
     DeviceBuffer q, k, v;    // (B, H, Tq, d), (B, H_kv, Tk, d) x 2
     DeviceBuffer context, lse, weights;  // (B, H, Tq, d); flash: lse (B, H, Tq); dense: weights (B, H, Tq, Tk)
+    DeviceBuffer dropped;    // dense with attention dropout: the weights after it (B, H, Tq, Tk)
     DeviceBuffer merged;     // (M, H d) Concat(heads)
 };
 struct FeedForwardSaved {

@@ -11,7 +11,7 @@ using namespace cuda;
 namespace {
 
 std::string attention_unsupported(const MultiHeadAttention& a) {
-    if (a.dropout > 0) return "attention dropout (model.attn_dropout) has no device kernel yet";
+    if (a.dropout > 0 && a.dropout_rng == nullptr) return "attention dropout without an Rng";
     if (!a.head_edits.empty()) return "head edits (ablation) are not on the device step";
     return "";
 }
@@ -176,14 +176,17 @@ template <class Block>
 void describe_dropout(DeviceTraining::Impl& impl, const Dropout& embedding, const Block& first_block) {
     impl.embedding_dropout = float(embedding.p);
     impl.residual_dropout = float(first_block.res1.drop.p);
-    impl.dropout_rng = embedding.rng != nullptr ? embedding.rng : first_block.res1.drop.rng;
+    impl.attention_dropout = float(first_block.attn.dropout);
+    impl.dropout_rng = embedding.rng != nullptr      ? embedding.rng
+                       : first_block.res1.drop.rng   ? first_block.res1.drop.rng
+                                                     : first_block.attn.dropout_rng;
 }
 
 }  // namespace
 
 DropoutPlan DeviceTraining::Impl::training_dropout(bool consume) {
-    DropoutPlan plan{embedding_dropout, residual_dropout, 0};
-    if (plan.embedding == 0 && plan.residual == 0) return plan;
+    DropoutPlan plan{embedding_dropout, residual_dropout, attention_dropout, 0};
+    if (plan.embedding == 0 && plan.residual == 0 && plan.attention == 0) return plan;
     if (!next_seed) next_seed = dropout_rng->next_u64();
     plan.seed = *next_seed;
     if (consume) next_seed.reset();

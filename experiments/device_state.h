@@ -39,7 +39,7 @@ struct DeviceStack {
 // A pass's dropout: probabilities (0 in eval) and the step's seed, from which
 // every site's seed follows (cuda::mix_seed).
 struct DropoutPlan {
-    float embedding = 0.0f, residual = 0.0f;
+    float embedding = 0.0f, residual = 0.0f, attention = 0.0f;
     uint64_t seed = 0;
 };
 
@@ -88,6 +88,7 @@ struct DeviceTraining::Impl {
     BlockShape shape;   // all but B, T, S and dropout, set per step
     MaskedRows masked_rows = MaskedRows::error;
     float embedding_dropout = 0.0f, residual_dropout = 0.0f;  // model.dropout
+    float attention_dropout = 0.0f;                           // model.attn_dropout
     Rng* dropout_rng = nullptr;           // the model's; one draw per training step gives its seed
     std::optional<uint64_t> next_seed;    // drawn for the next step (a metrics trace before it shares it)
     // The next training step's dropout (trace: consume = false, so the step sees the same masks).

@@ -73,6 +73,7 @@ constexpr uint64_t embedding_site = 1023;  // blocks are sites 0, 1, ... of thei
 // The block's shape with its dropout: probability and the seed of block l of this stack.
 BlockShape with_dropout(BlockShape shape, const DeviceStack& stack, size_t l, const DropoutPlan& dropout) {
     shape.dropout = dropout.residual;
+    shape.attention_dropout = dropout.attention;
     shape.seed = mix_seed(dropout.seed, stack.site * 1024 + l);
     return shape;
 }

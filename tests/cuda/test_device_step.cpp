@@ -290,7 +290,7 @@ TEST_F(DeviceStep, SgdWithMomentumOverThreeStepsAndADownload) {
         expect_close(gpu_params[i].second, cpu_params[i].second, 1e-5, 1e-3, "after 3 SGD steps: " + gpu_params[i].first);
 }
 
-// With embedding and residual dropout the masks are the device's own, so the
+// With embedding, residual and attention dropout the masks are the device's own, so the
 // CPU model is no reference; the gradients are checked against central
 // differences of the device loss along a random direction instead (the same
 // seed gives the same masks, and lr = 0 leaves the parameters as they are).
@@ -300,6 +300,7 @@ void expect_dropout_gradients_match_differences(cuda::Context& context, const Ba
     ModelConfig c = tiny();
     c.block.dropout = 0.2;
     c.embedding_dropout = 0.2;
+    c.block.attention.dropout = 0.2;
     const auto make = [&](double shift, const std::vector<double>& direction, NamedTensors* grads) {
         Rng init(5), dropout(6);
         Model model(c, init, &dropout);
@@ -325,6 +326,7 @@ void expect_dropout_gradients_match_differences(cuda::Context& context, const Ba
         ModelConfig plain = c;
         plain.block.dropout = 0;
         plain.embedding_dropout = 0;
+        plain.block.attention.dropout = 0;
         Rng i(5);
         Model model(plain, i, nullptr);
         auto opt = make_adamw(model.named_parameters(), 0.0);
@@ -447,15 +449,17 @@ TEST(DeviceStepSupport, NamesWhatItCannotRun) {
     auto opt = make_adamw(with_dropout.named_parameters(), 1e-3);
     EXPECT_EQ(device_step_unsupported(with_dropout, *opt), "");
     c = tiny();
-    c.block.attention.dropout = 0.1;
+    c.block.attention.dropout = 0.1;  // so does dropout on the attention weights
     DecoderLM decoder_attn_dropout(c, init, &dropout);
     auto decoder_opt = make_adamw(decoder_attn_dropout.named_parameters(), 1e-3);
-    EXPECT_EQ(device_step_unsupported(decoder_attn_dropout, *decoder_opt),
-              "attention dropout (model.attn_dropout) has no device kernel yet");
-    EncoderDecoder attn_dropout(c, init, &dropout);
-    auto enc_dec_opt = make_adamw(attn_dropout.named_parameters(), 1e-3);
-    EXPECT_EQ(device_step_unsupported(attn_dropout, *enc_dec_opt),
-              "attention dropout (model.attn_dropout) has no device kernel yet");
+    EXPECT_EQ(device_step_unsupported(decoder_attn_dropout, *decoder_opt), "");
+    DecoderLM without_rng(c, init, nullptr);
+    auto without_rng_opt = make_adamw(without_rng.named_parameters(), 1e-3);
+    EXPECT_EQ(device_step_unsupported(without_rng, *without_rng_opt), "attention dropout without an Rng");
+    EncoderDecoder edited(tiny(), init, nullptr);
+    edited.decoder[0]->cross_attn->head_edits.resize(edited.decoder[0]->cross_attn->heads);
+    auto edited_opt = make_adamw(edited.named_parameters(), 1e-3);
+    EXPECT_EQ(device_step_unsupported(edited, *edited_opt), "head edits (ablation) are not on the device step");
 }
 
 }  // namespace

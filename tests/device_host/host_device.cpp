@@ -124,25 +124,37 @@ float row_weights(const AttentionDims& s, const Row& r, const MaskView& mask, fl
     return top + std::log(total);
 }
 
+// The keep scale of element e of a dropout call (cuda/train_ops.h's dropout_forward).
+float keep_scale(uint64_t seed, size_t e, float p) {
+    const float u = float(mix_seed(seed, e) >> 40) * (1.0f / 16777216.0f);
+    return u < p ? 0.0f : (p < 1.0f ? 1.0f / (1.0f - p) : 0.0f);
+}
+
 void attention_forward(const AttentionDims& s, const float* q, const float* k, const float* v, const MaskView& mask,
-                       float scale, float* context, float* weights, float* lse) {
+                       float scale, float* context, float* weights, float* lse, const WeightDropout& dropout = {}) {
     std::vector<float> p;
     for (size_t n = 0; n < s.B * s.H * s.Tq; ++n) {
         const Row r = row_of(s, q, k, v, n);
         const float row_lse = row_weights(s, r, mask, scale, p);
+        if (weights != nullptr) std::copy(p.begin(), p.end(), weights + n * s.Tk);
+        if (dropout.p > 0)
+            for (size_t j = 0; j < s.Tk; ++j) {
+                p[j] *= keep_scale(dropout.seed, n * s.Tk + j, dropout.p);
+                dropout.dropped[n * s.Tk + j] = p[j];
+            }
         for (size_t c = 0; c < s.d_v; ++c) {
             float sum = 0.0f;
             for (size_t j = 0; j < s.Tk; ++j) sum += p[j] * r.v[j * s.d_v + c];
             context[n * s.d_v + c] = sum;
         }
-        if (weights != nullptr) std::copy(p.begin(), p.end(), weights + n * s.Tk);
         if (lse != nullptr) lse[n] = row_lse;
     }
 }
 
 // From each row's weights (given, or recomputed from the mask): dq, dk, dv overwritten.
 void attention_backward(const AttentionDims& s, const float* q, const float* k, const float* v, const float* weights,
-                        const MaskView* mask, const float* dcontext, float scale, float* dq, float* dk, float* dv) {
+                        const MaskView* mask, const float* dcontext, float scale, float* dq, float* dk, float* dv,
+                        const WeightDropout& dropout = {}) {
     std::fill(dk, dk + s.B * s.H_kv * s.Tk * s.d, 0.0f);
     std::fill(dv, dv + s.B * s.H_kv * s.Tk * s.d_v, 0.0f);
     std::vector<float> p;
@@ -151,10 +163,14 @@ void attention_backward(const AttentionDims& s, const float* q, const float* k, 
         if (weights != nullptr) p.assign(weights + n * s.Tk, weights + (n + 1) * s.Tk);
         else row_weights(s, r, *mask, scale, p);
         const float* dc = dcontext + n * s.d_v;
-        std::vector<float> dp(s.Tk, 0.0f);
+        std::vector<float> dp(s.Tk, 0.0f), used(p);  // used: the weights the context was made of
+        for (size_t j = 0; j < s.Tk && dropout.p > 0; ++j) {
+            used[j] = dropout.dropped[n * s.Tk + j];
+        }
         float dot = 0.0f;
         for (size_t j = 0; j < s.Tk; ++j) {
             for (size_t c = 0; c < s.d_v; ++c) dp[j] += dc[c] * r.v[j * s.d_v + c];
+            if (dropout.p > 0) dp[j] *= keep_scale(dropout.seed, n * s.Tk + j, dropout.p);
             dot += p[j] * dp[j];
         }
         float* dqr = dq + n * s.d;
@@ -167,7 +183,7 @@ void attention_backward(const AttentionDims& s, const float* q, const float* k, 
                 dqr[c] += ds * r.k[j * s.d + c];
                 dkr[j * s.d + c] += ds * r.q[c];
             }
-            for (size_t c = 0; c < s.d_v; ++c) dvr[j * s.d_v + c] += p[j] * dc[c];
+            for (size_t c = 0; c < s.d_v; ++c) dvr[j * s.d_v + c] += used[j] * dc[c];
         }
     }
 }
@@ -175,13 +191,14 @@ void attention_backward(const AttentionDims& s, const float* q, const float* k, 
 }  // namespace
 
 void dense_attention_forward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
-                             const MaskView& mask, float scale, float* out_context, float* weights) {
-    attention_forward(dims, q, k, v, mask, scale, out_context, weights, nullptr);
+                             const MaskView& mask, float scale, float* out_context, float* weights,
+                             const WeightDropout& dropout) {
+    attention_forward(dims, q, k, v, mask, scale, out_context, weights, nullptr, dropout);
 }
 void dense_attention_backward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
                               const float* weights, const float* dcontext, float scale, float* dq, float* dk,
-                              float* dv, float*) {
-    attention_backward(dims, q, k, v, weights, nullptr, dcontext, scale, dq, dk, dv);
+                              float* dv, float*, const WeightDropout& dropout) {
+    attention_backward(dims, q, k, v, weights, nullptr, dcontext, scale, dq, dk, dv, dropout);
 }
 void flash_attention_forward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
                              const MaskView& mask, float scale, float* out_context, float* lse) {
@@ -262,11 +279,7 @@ void activation_backward(Context&, DeviceActivation activation, size_t n, const 
 }
 
 void dropout_forward(Context&, size_t n, const float* x, float p, uint64_t seed, float* y) {
-    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    for (size_t e = 0; e < n; ++e) {
-        const float u = float(mix_seed(seed, e) >> 40) * (1.0f / 16777216.0f);
-        y[e] = x[e] * (u < p ? 0.0f : scale);
-    }
+    for (size_t e = 0; e < n; ++e) y[e] = x[e] * keep_scale(seed, e, p);
 }
 void dropout_backward(Context& context, size_t n, const float* dy, float p, uint64_t seed, float* dx) {
     dropout_forward(context, n, dy, p, seed, dx);
