@@ -146,10 +146,6 @@ __global__ void dropout_kernel(size_t n, const float* x, float p, float scale, u
 
 // ---- elementwise ----
 
-__global__ void add_kernel(size_t n, const float* a, const float* b, float* out) {
-    FOR_EACH_INDEX(e, n) out[e] = a[e] + b[e];
-}
-
 __global__ void add_into_kernel(size_t n, const float* a, float* out) {
     FOR_EACH_INDEX(e, n) out[e] += a[e];
 }
@@ -310,11 +306,6 @@ void dropout_forward(Context& context, size_t n, const float* x, float p, uint64
 
 void dropout_backward(Context& context, size_t n, const float* dy, float p, uint64_t seed, float* dx) {
     dropout_forward(context, n, dy, p, seed, dx);  // the same mask and scale
-}
-
-void add(Context& context, size_t n, const float* a, const float* b, float* out) {
-    add_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, a, b, out);
-    check_launch("add");
 }
 
 void add_into(Context& context, size_t n, const float* a, float* out) {

@@ -74,7 +74,6 @@ inline uint64_t mix_seed(uint64_t seed, uint64_t site) {
 
 // ---- elementwise and layout (train_nn.cu) ------------------------------------
 
-void add(Context& context, size_t n, const float* a, const float* b, float* out);  // out = a + b
 void add_into(Context& context, size_t n, const float* a, float* out);             // out += a
 // out[c] (+)= sum over r of x[r, c], x (rows, cols)
 void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate);

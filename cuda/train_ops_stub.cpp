@@ -31,7 +31,6 @@ void activation_backward(Context&, DeviceActivation, size_t, const float*, const
 }
 void dropout_forward(Context&, size_t, const float*, float, uint64_t, float*) { refuse("dropout_forward"); }
 void dropout_backward(Context&, size_t, const float*, float, uint64_t, float*) { refuse("dropout_backward"); }
-void add(Context&, size_t, const float*, const float*, float*) { refuse("add"); }
 void add_into(Context&, size_t, const float*, float*) { refuse("add_into"); }
 void column_sums(Context&, size_t, size_t, const float*, float*, bool) { refuse("column_sums"); }
 void split_qkv(Context&, size_t, size_t, size_t, size_t, size_t, const float*, float*, float*, float*) {

@@ -285,9 +285,6 @@ void dropout_backward(Context& context, size_t n, const float* dy, float p, uint
     dropout_forward(context, n, dy, p, seed, dx);
 }
 
-void add(Context&, size_t n, const float* a, const float* b, float* out) {
-    for (size_t e = 0; e < n; ++e) out[e] = a[e] + b[e];
-}
 void add_into(Context&, size_t n, const float* a, float* out) {
     for (size_t e = 0; e < n; ++e) out[e] += a[e];
 }
