@@ -3,20 +3,11 @@
 #include "cuda/attention_host.h"
 
 #include "autograd/tensor_impl.h"
+#include "cuda/tensor_copy.h"
 
 namespace attnlab::cuda {
 
 namespace {
-
-DeviceBuffer upload(Context& context, const Tensor& t) {
-    return to_device(context, values_of<float>(t).data(), t.numel() * sizeof(float));
-}
-
-Tensor download(Context& context, const DeviceBuffer& buffer, const Shape& shape) {
-    Array<float> values = make_array<float>(shape);
-    to_host(context, buffer, values.data(), values.size() * sizeof(float));
-    return wrap<float>(std::move(values));
-}
 
 // dcontext must be float32 (B, H, Tq, d_v); refused before any device work.
 void check_dcontext(const AttentionDims& dims, const Tensor& dcontext) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cuda/tensor_copy.h"
 #include "data/tasks.h"
 #include "experiments/device_state.h"
 
@@ -222,6 +223,9 @@ struct ForwardPass {
     DeviceBuffer memory, dmemory;  // (B S, D) the encoder's output and its gradient (zeroed)
     DeviceBuffer out;              // (M, D) the decoder stack's output, the head's input
     DeviceBuffer logits;           // (M, V)
+    Memory memory_view() const {   // what the decoder blocks' cross-attention reads and adds to
+        return {memory.empty() ? nullptr : memory.floats(), dmemory.empty() ? nullptr : dmemory.floats()};
+    }
 };
 
 void forward(DeviceTraining::Impl& s, const DeviceBatch& b, const DropoutPlan& dropout, ForwardPass& f) {
@@ -232,8 +236,7 @@ void forward(DeviceTraining::Impl& s, const DeviceBatch& b, const DropoutPlan& d
         f.dmemory = ctx.allocate_floats(b.B * b.S * D);
         fill_zero(ctx, f.dmemory.data(), b.B * b.S * D * sizeof(float));
     }
-    const Memory memory{f.memory.empty() ? nullptr : f.memory.floats(), f.dmemory.empty() ? nullptr : f.dmemory.floats()};
-    f.out = s.stack_forward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, dropout, f.dec);
+    f.out = s.stack_forward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, f.memory_view(), dropout, f.dec);
     f.logits = ctx.allocate_floats(b.M * V);
     linear_forward(ctx, b.M, V, D, f.out.floats(), s.head.weight.value, nullptr, f.logits.floats());
 }
@@ -264,8 +267,8 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     DeviceBuffer dout = ctx.allocate_floats(M * D);
     linear_backward(ctx, M, V, D, f.out.floats(), s.head.weight.value, dlogits.floats(), dout.floats(), false,
                     s.head.weight.grad, nullptr);
-    const Memory memory{f.memory.empty() ? nullptr : f.memory.floats(), f.dmemory.empty() ? nullptr : f.dmemory.floats()};
-    s.stack_backward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, memory, dropout, f.dec, std::move(dout));
+    s.stack_backward(s.decoder, b.ids(b.at_tokens), b.dec_shape, b.dec_masks, f.memory_view(), dropout, f.dec,
+                     std::move(dout));
     if (s.encoder)
         s.stack_backward(*s.encoder, b.ids(b.at_source), b.enc_shape, b.enc_masks, {}, dropout, f.enc,
                          std::move(f.dmemory));
@@ -290,22 +293,12 @@ DeviceTraining::StepResult DeviceTraining::step(const Batch& batch, double lr, d
     return r;
 }
 
-namespace {
-
-Tensor to_host_tensor(Context& context, const DeviceBuffer& buffer, const Shape& shape) {
-    std::vector<float> values(numel_of(shape));
-    to_host(context, buffer, values.data(), values.size() * sizeof(float));
-    return Tensor::from_values(std::vector<double>(values.begin(), values.end()), shape);
-}
-
-}  // namespace
-
 Tensor DeviceTraining::logits(const Batch& batch) const {
     Impl& s = *impl_;
     const DeviceBatch b = upload_batch(s, batch);
     ForwardPass f;
     forward(s, b, DropoutPlan{}, f);  // eval mode: no dropout
-    return to_host_tensor(s.context, f.logits, {b.B, b.T, s.config.vocab});
+    return cuda::download(s.context, f.logits, {b.B, b.T, s.config.vocab});
 }
 
 Tensor DeviceTraining::trace(const Batch& batch, AttentionMaps& maps) const {
@@ -319,8 +312,8 @@ Tensor DeviceTraining::trace(const Batch& batch, AttentionMaps& maps) const {
     const DeviceBuffer moments = ctx.allocate(H * 3 * sizeof(double));  // per head: count, sum, sum of squares
     const auto add = [&](AttentionTrace& trace, const device::AttentionSaved& a, size_t Tq, size_t Tk,
                          const MaskView& mask) {
-        trace.weights.push_back(to_host_tensor(ctx, a.weights, {B, H, Tq, Tk}));
-        trace.context.push_back(to_host_tensor(ctx, a.context, {B, H, Tq, d}));
+        trace.weights.push_back(cuda::download(ctx, a.weights, {B, H, Tq, Tk}));
+        trace.context.push_back(cuda::download(ctx, a.context, {B, H, Tq, d}));
         fill_zero(ctx, moments.data(), H * 3 * sizeof(double));
         score_moments(ctx, {B, H, s.shape.H_kv, Tq, Tk, d, d}, a.q.floats(), a.k.floats(), mask, s.shape.scale,
                       static_cast<double*>(moments.data()));
@@ -339,7 +332,7 @@ Tensor DeviceTraining::trace(const Batch& batch, AttentionMaps& maps) const {
         add(maps.self, f.dec.blocks[l].attn, b.T, b.T, b.dec_masks.self);
         if (s.decoder.blocks[l].cross_attn) add(maps.cross, f.dec.blocks[l].cross_attn, b.T, b.S, b.dec_masks.cross);
     }
-    return to_host_tensor(ctx, f.logits, {B, b.T, s.config.vocab});
+    return cuda::download(ctx, f.logits, {B, b.T, s.config.vocab});
 }
 
 }  // namespace attnlab

@@ -78,14 +78,14 @@ struct Trainer::State {
     std::vector<Batch> eval_batches;
     Rng init_rng, dropout_rng;
     std::unique_ptr<cuda::Context> cuda_context;  // train.device = "cuda"
+    std::unique_ptr<TaskModel> model;
+    std::unique_ptr<Optimizer> optimizer;
     // train.device = "cuda" and a model the device step supports: the whole step
     // runs there, and the host model and optimiser are brought up to date
     // (sync_host) only when something reads them. Otherwise only the attention
     // core runs on the device (set_attention_device).
     std::unique_ptr<DeviceTraining> device_step;
     bool host_current = true;  // the host model holds the device's parameters
-    std::unique_ptr<TaskModel> model;
-    std::unique_ptr<Optimizer> optimizer;
     std::optional<MetricsLog> log;
     int64_t step = 0;
     double wall_before = 0;  // seconds spent by earlier processes of this run (resume)
@@ -117,7 +117,7 @@ struct Trainer::State {
         }
     }
 
-    // On the device when the whole step runs there (no dropout: eval and train mode agree).
+    // On the device when the whole step runs there (in eval mode, as on the CPU: no dropout).
     Score evaluate_now() {
         if (!device_step) return evaluate(*model, eval_batches);
         return evaluate(eval_batches, [&](const Batch& batch) { return device_step->logits(batch); });

@@ -14,6 +14,7 @@
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "cuda/context.h"
+#include "cuda/tensor_copy.h"
 #include "cuda/train_ops.h"
 #include "device_context_test.h"
 #include "optim/optimizer.h"
@@ -25,10 +26,7 @@ using cuda::DeviceBuffer;
 
 class DeviceOps : public device_test::WithDeviceContext {
 protected:
-    DeviceBuffer up(const Tensor& t) {
-        const std::vector<double> v = t.values();
-        return cuda::to_device(*context, std::vector<float>(v.begin(), v.end()));
-    }
+    DeviceBuffer up(const Tensor& t) { return cuda::upload(*context, t); }
     DeviceBuffer up(const std::vector<int32_t>& ids) {
         return cuda::to_device(*context, ids.data(), ids.size() * sizeof(int32_t));
     }
@@ -37,10 +35,7 @@ protected:
         cuda::fill_zero(*context, b.data(), n * sizeof(float));
         return b;
     }
-    Tensor down(const DeviceBuffer& b, const Shape& shape) {
-        const std::vector<float> v = cuda::to_host_floats(*context, b, numel_of(shape));
-        return Tensor::from_values(std::vector<double>(v.begin(), v.end()), shape);
-    }
+    Tensor down(const DeviceBuffer& b, const Shape& shape) { return cuda::download(*context, b, shape); }
     Rng rng{21};
 };
 

@@ -1,0 +1,15 @@
+// Float32 host Tensors to and from device buffers, over the copies of
+// context.h. Plain C++, compiled in both builds.
+#pragma once
+
+#include "autograd/tensor.h"
+#include "cuda/context.h"
+
+namespace attnlab::cuda {
+
+// A float32 tensor's values (row-major) in a new buffer of the context.
+DeviceBuffer upload(Context& context, const Tensor& t);
+// The buffer's first numel(shape) floats as a new tensor without a graph.
+Tensor download(Context& context, const DeviceBuffer& buffer, const Shape& shape);
+
+}  // namespace attnlab::cuda
