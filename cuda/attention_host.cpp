@@ -2,7 +2,6 @@
 // interface, compiled in both builds.
 #include "cuda/attention_host.h"
 
-#include "autograd/tensor_impl.h"
 #include "cuda/tensor_copy.h"
 
 namespace attnlab::cuda {

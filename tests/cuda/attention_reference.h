@@ -17,6 +17,7 @@
 #include "autograd/rng.h"
 #include "cuda/attention_host.h"
 #include "cuda/backend.h"
+#include "device_context_test.h"
 
 namespace attnlab::cuda {
 // gtest prints parameters with this (else as raw bytes in the test list)
@@ -114,16 +115,5 @@ inline void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string
     ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
     expect_close(gpu.values(), cpu.values(), what);
 }
-
-// Skips the test (with the probe's reason) unless a device is present; else a Context.
-class DeviceTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        const cuda::DeviceInfo info = cuda::probe();
-        if (!info.available) GTEST_SKIP() << info.reason;
-        context = std::make_unique<cuda::Context>();
-    }
-    std::unique_ptr<cuda::Context> context;
-};
 
 }  // namespace attnlab::cuda_test

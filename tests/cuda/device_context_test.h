@@ -1,27 +1,26 @@
-// A test that needs a cuda::Context: a GPU's in test_cuda, the host's in
-// test_device_host (tests/device_host/); skipped, with the reason, where no
-// Context can be made (no GPU, or the stub of a CPU build).
+// The fixture of every test that needs a cuda::Context: a GPU's in test_cuda,
+// the host's in test_device_host (tests/device_host/, whose probe answers that
+// the host is the device); skipped, with the probe's reason, where no device
+// is present (no GPU, or the stub of a CPU build).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <memory>
 
-#include "autograd/tensor.h"
+#include "cuda/backend.h"
 #include "cuda/context.h"
 
-namespace attnlab::device_test {
+namespace attnlab::cuda_test {
 
-class WithDeviceContext : public ::testing::Test {
+class DeviceTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        try {
-            context = std::make_unique<cuda::Context>();
-        } catch (const Error& e) {
-            GTEST_SKIP() << e.what();
-        }
+        const cuda::DeviceInfo info = cuda::probe();
+        if (!info.available) GTEST_SKIP() << info.reason;
+        context = std::make_unique<cuda::Context>();
     }
     std::unique_ptr<cuda::Context> context;
 };
 
-}  // namespace attnlab::device_test
+}  // namespace attnlab::cuda_test

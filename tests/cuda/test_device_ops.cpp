@@ -24,7 +24,7 @@ namespace {
 
 using cuda::DeviceBuffer;
 
-class DeviceOps : public device_test::WithDeviceContext {
+class DeviceOps : public cuda_test::DeviceTest {
 protected:
     DeviceBuffer up(const Tensor& t) { return cuda::upload(*context, t); }
     DeviceBuffer up(const std::vector<int32_t>& ids) {

@@ -27,7 +27,7 @@ namespace {
 
 constexpr double no_clip = std::numeric_limits<double>::infinity();
 
-using DeviceStep = device_test::WithDeviceContext;
+using DeviceStep = cuda_test::DeviceTest;
 
 ModelConfig tiny() {
     ModelConfig c;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/backend.h"
+#include "device_context_test.h"
 #include "experiments/checkpoint.h"
 #include "experiments/config.h"
 #include "experiments/h5file.h"
@@ -74,6 +75,9 @@ double largest_difference(const NamedTensors& a, const NamedTensors& b, const st
     return 0;
 }
 
+// Skipped without a device; the trainer makes its own Context.
+using DeviceTrainer = cuda_test::DeviceTest;
+
 // Tolerances: eval loss 1e-3 after 60 AdamW steps, parameters 1e-4 (measured
 // on the host carrying out the device interface: 1.2e-7 for both).
 // Kinds: the attention kinds whose metrics (entropy and score std per layer and
@@ -109,24 +113,18 @@ void expect_same_run(const std::vector<std::string>& kinds, const std::vector<st
     }
 }
 
-TEST(DeviceTrainer, TrainsAsTheCpuRunDoes) {
-    const cuda::DeviceInfo info = cuda::probe();
-    if (!info.available) GTEST_SKIP() << info.reason;
+TEST_F(DeviceTrainer, TrainsAsTheCpuRunDoes) {
     expect_same_run({"self"}, {});
 }
 
-TEST(DeviceTrainer, TrainsAnEncoderDecoderAsTheCpuRunDoes) {
-    const cuda::DeviceInfo info = cuda::probe();
-    if (!info.available) GTEST_SKIP() << info.reason;
+TEST_F(DeviceTrainer, TrainsAnEncoderDecoderAsTheCpuRunDoes) {
     expect_same_run({"enc_self", "dec_self", "cross"}, {"task.name=translate", "model.kind=encoder-decoder"});
 }
 
 // Dropout (embeddings, sublayer outputs, attention weights) runs on the device
 // with masks of its own: the run is not the CPU's, but it is repeatable and
 // learns about as much.
-TEST(DeviceTrainer, WithDropoutTrainsOnTheDeviceRepeatably) {
-    const cuda::DeviceInfo info = cuda::probe();
-    if (!info.available) GTEST_SKIP() << info.reason;
+TEST_F(DeviceTrainer, WithDropoutTrainsOnTheDeviceRepeatably) {
     testing::internal::CaptureStderr();
     const Finished first = train("cuda", {"self"}, {"model.dropout=0.1", "model.attn_dropout=0.1"});
     const Finished second = train("cuda", {"self"}, {"model.dropout=0.1", "model.attn_dropout=0.1"});
