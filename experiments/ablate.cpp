@@ -8,6 +8,7 @@
 #include "experiments/audit.h"
 #include "experiments/h5file.h"
 #include "experiments/model_factory.h"
+#include "experiments/parse_number.h"
 
 namespace attnlab {
 
@@ -122,8 +123,9 @@ HeadRef parse_head_ref(const std::string& spec, const TaskModel& model) {
     const std::string lh = colon == std::string::npos ? spec : spec.substr(colon + 1);
     const size_t dot = lh.find('.');
     auto number = [&](const std::string& text, size_t& out) {
-        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
-        out = std::stoul(text);
+        const std::optional<size_t> value = parse_whole<size_t>(text);  // digits only; too large is refused, not thrown
+        if (!value || text.find_first_not_of("0123456789") != std::string::npos) return false;
+        out = *value;
         return true;
     };
     const std::vector<std::string> kinds = model.kinds();

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -24,12 +25,20 @@ constexpr const char* usage =
     "\n"
     "Run `attnlab COMMAND --help` for a command's options.\n";
 
+// Messages are one line: newlines inside one (a library's) become spaces.
+std::string one_line(std::string text) {
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    return text;
+}
+
 }  // namespace
 
 void split_config_and_overrides(const std::vector<std::string>& positionals, std::string& config_path,
                                 std::vector<std::string>& overrides) {
     for (const auto& a : positionals) {
-        if (a.find('=') != std::string::npos && !std::filesystem::is_regular_file(a)) overrides.push_back(a);
+        // A name too long for a path, or unreadable, is not a file: no exception here.
+        std::error_code not_a_file;
+        if (a.find('=') != std::string::npos && !std::filesystem::is_regular_file(a, not_a_file)) overrides.push_back(a);
         else if (config_path.empty()) config_path = a;
         else throw UsageError("more than one config file given ('" + config_path + "' and '" + a + "')");
     }
@@ -62,6 +71,16 @@ int run_cli(int argc, char** argv) {
     } catch (const std::filesystem::filesystem_error& e) {  // an unusable path (out_dir, run directory)
         std::cerr << "attnlab " << command << ": " << e.what() << "\n";
         return 2;
+    } catch (const std::bad_alloc&) {  // the memory estimate let a config through that did not fit after all
+        std::cerr << "attnlab " << command << ": out of memory (the config or input needs more memory than this machine could give)\n";
+        return 1;
+    } catch (const std::exception& e) {  // our own bug: say so, in one line, never abort
+        std::cerr << "attnlab " << command << ": internal error: " << one_line(e.what())
+                  << " (please report it with the command line)\n";
+        return 1;
+    } catch (...) {
+        std::cerr << "attnlab " << command << ": internal error: an unknown exception (please report it with the command line)\n";
+        return 1;
     }
 }
 

@@ -88,8 +88,7 @@ int cmd_ablate(const std::vector<std::string>& args) {
         return 0;
     }
     const std::string path = checkpoint_argument(parsed);
-    if (parsed["batches"].as<int>() < 1)
-        throw UsageError("--batches must be at least 1, got " + std::to_string(parsed["batches"].as<int>()));
+    checkpoint_batches(parsed);  // a bad --batches before the output paths are looked at
     const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : default_out(path);
     check_output("--out", out, path);
     const std::string maps = parsed.count("maps") ? parsed["maps"].as<std::string>() : "";

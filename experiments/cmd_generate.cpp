@@ -3,9 +3,9 @@
 // Decodes one sequence with the KV cache (experiments/generate.h); prints
 // "prompt | generated" on one line, and with --check-cache one line per step and
 // a final "cache check: N steps, max |cached - full| = X" (exit 1 on a failure).
-#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "experiments/checkpoint.h"
@@ -22,16 +22,6 @@ std::string join(const std::vector<int32_t>& ids) {
     std::string out;
     for (size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
     return out;
-}
-
-// The whole of `text` as a number, else a UsageError naming the option.
-template <class T> T number_option(const cxxopts::ParseResult& parsed, const std::string& name, const char* expected) {
-    const std::string text = parsed[name].as<std::string>();
-    T value{};
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size())
-        throw UsageError("--" + name + ": expected " + expected + ", got '" + text + "'");
-    return value;
 }
 
 constexpr const char* description =
@@ -68,14 +58,7 @@ int cmd_generate(const std::vector<std::string>& args) {
                          ("h,help", "this help")
                          ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"checkpoint"});
-    std::vector<const char*> argv{"attnlab generate"};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    cxxopts::ParseResult parsed;
-    try {
-        parsed = options.parse(static_cast<int>(argv.size()), argv.data());
-    } catch (const cxxopts::exceptions::exception& e) {
-        throw UsageError(e.what());
-    }
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {
         std::printf("%s", options.help().c_str());
         return 0;
@@ -84,19 +67,14 @@ int cmd_generate(const std::vector<std::string>& args) {
         throw UsageError("give exactly one CHECKPOINT (see --help)");
     if (!parsed.count("prompt")) throw UsageError("--prompt is required (token ids, e.g. --prompt \"3 7 5 1\")");
     GenerateOptions opts;
-    const auto max_new = number_option<int64_t>(parsed, "max-new", "an integer");
-    if (max_new < 0) throw UsageError("--max-new must be at least 0, got " + std::to_string(max_new));
-    opts.max_new = static_cast<size_t>(max_new);
-    opts.temperature = number_option<double>(parsed, "temperature", "a number");
-    if (!(opts.temperature >= 0.0) || !std::isfinite(opts.temperature))
-        throw UsageError("--temperature must be a finite number >= 0, got " + parsed["temperature"].as<std::string>());
-    const auto top_k = number_option<int64_t>(parsed, "top-k", "an integer");
-    if (top_k < 0) throw UsageError("--top-k must be at least 0, got " + std::to_string(top_k));
-    opts.top_k = static_cast<size_t>(top_k);
+    constexpr int64_t most = int64_t{1} << 40;
+    opts.max_new = static_cast<size_t>(number_option<int64_t>(parsed, "max-new", 0, most));
+    opts.temperature = number_option<double>(parsed, "temperature", 0.0, 1e30);
+    opts.top_k = static_cast<size_t>(number_option<int64_t>(parsed, "top-k", 0, most));
     opts.stop_at_sep = parsed.count("stop-at-sep") > 0;
     opts.check_cache = parsed.count("check-cache") > 0;
     const bool seed_given = parsed.count("seed") > 0;
-    const int64_t seed = seed_given ? number_option<int64_t>(parsed, "seed", "an integer") : 0;
+    const int64_t seed = seed_given ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max()) : 0;
     const std::string path = parsed["checkpoint"].as<std::vector<std::string>>()[0];
 
     const CheckpointData checkpoint = read_checkpoint(path);

@@ -7,12 +7,26 @@
 // cxxopts through this header, so the setting is the same everywhere.
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
+#include <cstdio>
+#include <limits>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "experiments/commands.h"
+#include "experiments/parse_number.h"
 
 namespace attnlab {
+
+template <class T> std::string number_text(T value) {
+    if constexpr (std::is_integral_v<T>) return std::to_string(value);
+    else {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+        return text;
+    }
+}
 
 inline cxxopts::ParseResult parse_command_line(cxxopts::Options& options, const std::vector<std::string>& args) {
     std::vector<const char*> argv{"attnlab"};
@@ -22,6 +36,19 @@ inline cxxopts::ParseResult parse_command_line(cxxopts::Options& options, const 
     } catch (const cxxopts::exceptions::exception& e) {
         throw UsageError(e.what());
     }
+}
+
+// A numeric option's value (declared as a string option, so that cxxopts never
+// parses it): the whole text as a T in [lo, hi], else a UsageError naming the option.
+template <class T>
+T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T lo, T hi) {
+    const std::string text = parsed[name].as<std::string>();
+    const std::optional<T> value = parse_whole<T>(text);
+    const char* kind = std::is_integral_v<T> ? "an integer" : "a number";
+    if (!value) throw UsageError("--" + name + ": expected " + kind + ", got '" + text + "'");
+    if (!(*value >= lo && *value <= hi))  // NaN fails too
+        throw UsageError("--" + name + ": must be in [" + number_text(lo) + ", " + number_text(hi) + "], got '" + text + "'");
+    return *value;
 }
 
 }  // namespace attnlab
@@ -38,8 +65,8 @@ namespace attnlab {
 // CHECKPOINT positional, --batches and --seed.
 inline void add_checkpoint_options(cxxopts::Options& options, const std::string& default_batches) {
     options.positional_help("CHECKPOINT");
-    options.add_options()("batches", "eval batches", cxxopts::value<int>()->default_value(default_batches))
-                         ("seed", "data seed (default: the run's seed)", cxxopts::value<int64_t>())
+    options.add_options()("batches", "eval batches", cxxopts::value<std::string>()->default_value(default_batches))
+                         ("seed", "data seed (default: the run's seed)", cxxopts::value<std::string>())
                          ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"checkpoint"});
 }
@@ -61,15 +88,18 @@ inline std::string checkpoint_argument(const cxxopts::ParseResult& parsed) {
     return parsed["checkpoint"].as<std::vector<std::string>>()[0];
 }
 
+// --batches: eval batches of the run's batch size (each a fresh draw of the task).
+inline int checkpoint_batches(const cxxopts::ParseResult& parsed) { return number_option<int>(parsed, "batches", 1, 1 << 20); }
+
 inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed) {
     CheckpointInput in;
     in.path = checkpoint_argument(parsed);
-    in.batches = parsed["batches"].as<int>();
-    if (in.batches < 1) throw UsageError("--batches must be at least 1, got " + std::to_string(in.batches));
+    in.batches = checkpoint_batches(parsed);
     in.checkpoint = read_checkpoint(in.path);
     in.config = parse_config(in.checkpoint.config_toml, in.path + " (config attribute)");
     in.loaded = load_model(in.config, in.checkpoint, in.path);
-    in.seed = static_cast<uint64_t>(parsed.count("seed") ? parsed["seed"].as<int64_t>() : in.config.run.seed);
+    in.seed = static_cast<uint64_t>(parsed.count("seed") ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max())
+                                                         : in.config.run.seed);
     return in;
 }
 

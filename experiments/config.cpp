@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "experiments/config_schema.h"
+#include "experiments/memory_estimate.h"
 
 namespace attnlab {
 
@@ -84,13 +85,23 @@ void read_sweep(Config& config, const toml::node& node, const std::string& path)
         if (!values || values->empty())
             throw ConfigError("sweep." + axis.key, where(path, axis.node->source().begin) + name + ": expected a non-empty array of values, got " +
                                                        (values ? "an empty array" : config_schema::type_of(*axis.node)));
+        for (const SweepAxis& earlier : config.sweep)
+            if (earlier.key == field->key)  // "model.heads" and [sweep.model] heads
+                throw ConfigError("sweep." + axis.key, where(path, axis.at) + name + ": the key is swept twice in this grid");
         SweepAxis out{field->key, {}};
         for (size_t i = 0; i < values->size(); ++i) {
             const toml::node& value = *values->get(i);
             Config scratch = config;
             if (std::string problem = set_field(scratch, *field, value); !problem.empty())
                 throw ConfigError("sweep." + axis.key, where(path, value.source().begin) + name + "[" + std::to_string(i) + "]: " + problem);
-            out.values.push_back(field->write(scratch));
+            // compared as canonical text, so 2 and 2.0 (or "sqrt" and sqrt) are one value
+            const std::string text = field->write(scratch);
+            const auto same = std::find(out.values.begin(), out.values.end(), text);
+            if (same != out.values.end())
+                throw ConfigError("sweep." + axis.key, where(path, value.source().begin) + name + "[" + std::to_string(i) + "]: " + text +
+                                                           " repeats element " + std::to_string(same - out.values.begin()) +
+                                                           " (each cell would run twice)");
+            out.values.push_back(text);
         }
         config.sweep.push_back(std::move(out));
     }
@@ -152,7 +163,10 @@ void check_rules(const Config& c) {
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");
 
-    if (from_file) return;  // the file's lengths are known only when it is read
+    if (from_file) {  // the file's lengths are known only when it is read (the trainer checks again then)
+        check_fits_in_memory(c, static_cast<double>(std::max<int64_t>(1, model.max_len)));
+        return;
+    }
     size_t longest = 0;
     try {
         longest = TaskGenerator(task_config(c), 0, 0).max_sequence_length();
@@ -166,6 +180,7 @@ void check_rules(const Config& c) {
     if (model.max_len > 0 && static_cast<size_t>(model.max_len) < longest)
         fail_key("model.max_len", to_string(model.max_len) + " is shorter than the longest sequence of task \"" + task.name + "\" (" +
                                       to_string(longest) + " tokens; 0 derives it)");
+    check_fits_in_memory(c, static_cast<double>(longest));
 }
 
 }  // namespace
@@ -275,6 +290,13 @@ Config parse_config(const std::string& text, const std::string& path, const std:
         throw ConfigError(e.key, locate(e, path, set_at) + e.what());
     }
     return config;
+}
+
+std::vector<std::string> differing_keys(const Config& a, const Config& b) {
+    std::vector<std::string> keys;
+    for (const Field& field : config_schema::fields())
+        if (field.write(a) != field.write(b)) keys.push_back(field.key + " (" + field.write(b) + ", was " + field.write(a) + ")");
+    return keys;
 }
 
 std::string to_toml(const Config& config) {

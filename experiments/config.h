@@ -133,6 +133,10 @@ void validate(const Config& config);
 // it back to an equal Config.
 std::string to_toml(const Config& config);
 
+// "key (new value, was old value)" for each key whose value differs from `before`
+// to `after`, in schema order; the sweep is not compared.
+std::vector<std::string> differing_keys(const Config& before, const Config& after);
+
 // The schema as a table for --help: key, default, allowed values, doc.
 std::string describe_keys();
 

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "experiments/run_files.h"
+
 namespace attnlab::config_schema {
 
 namespace {
@@ -29,32 +31,48 @@ bool parse_number(const std::string& text, double& value) {
 
 std::string expected(const std::string& what, const toml::node& node) { return "expected " + what + ", got " + type_of(node); }
 
+// Every size and count: at most 2^53 - 1 (so every larger int64 converts to a larger double). What a config's sizes
+// need together (their products: heads x head_width, batch x length, ...) is
+// estimated in double precision before anything is allocated or multiplied in
+// integers (memory_estimate.h), so no product wraps.
+constexpr double kLargestCount = 9007199254740991.0;
+
 // A numeric range: lo and hi, each closed, open or absent (infinite).
 struct Bounds {
     double lo = -inf, hi = inf;
     bool lo_open = false, hi_open = false;
 
     std::string text() const {  // " >= 1", " > 0", " in [0, 1)"
+        if (hi == kLargestCount && !hi_open) return " >= " + number_text(lo);  // the count bound goes without saying
         if (std::isfinite(lo) && std::isfinite(hi))
             return std::string(" in ") + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) + (hi_open ? ")" : "]");
         if (std::isfinite(lo)) return (lo_open ? " > " : " >= ") + number_text(lo);
         return "";
     }
     std::string check(double value) const {
+        if (std::isfinite(value) && value > hi && hi == kLargestCount) return "must be at most " + number_text(hi) + ", got " + number_text(value);
         const bool fine = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
         return fine ? "" : "must be" + text() + ", got " + number_text(value);
     }
 };
-Bounds at_least(double lo) { return {lo}; }
+Bounds at_least(double lo) { return {lo, kLargestCount}; }  // a count
+Bounds non_negative() { return {0}; }                          // a float
+Bounds between(double lo, double hi) { return {lo, hi}; }
 Bounds above(double lo) { return {lo, inf, true}; }
 const Bounds fraction{0, 1, false, true};     // [0, 1)
 const Bounds probability{0, 1, false, false};  // [0, 1]
 
-std::string any_text(const std::string&) { return ""; }
 std::string non_empty(const std::string& text) { return text.empty() ? "must not be empty" : ""; }
+std::string path_text(const std::string& text) {
+    if (text.size() > 4000) return "must be a path of at most 4000 bytes, got " + std::to_string(text.size());
+    return "";
+}
+std::string folder_path(const std::string& text) { return text.empty() ? non_empty(text) : path_text(text); }
 std::string folder_name(const std::string& text) {
     if (text.empty() || text == "." || text == ".." || text.find('/') != std::string::npos)
         return "must be a folder name (not empty, no '/'), got " + quote(text);
+    if (text.size() > kMaxFolderName)
+        return "must be at most " + std::to_string(kMaxFolderName) + " bytes (a folder name), got " + std::to_string(text.size());
     return "";
 }
 
@@ -81,11 +99,23 @@ std::string read_number(const toml::node& n, double& out) {
     return "";
 }
 
+// Training runs in float32: a setting that float32 would turn into 0 or inf
+// (optim.eps = 1e-320, model.scale = 1e300) or round far off (a subnormal) is refused.
+std::string float32_problem(double value) {
+    const double magnitude = std::fabs(value);
+    if (value == 0 || (magnitude >= std::numeric_limits<float>::min() && magnitude <= std::numeric_limits<float>::max())) return "";
+    return "must be representable in float32, which training uses (a magnitude from 1.2e-38 to 3.4e+38, or 0), got " +
+           number_text(value);
+}
+
 template <class Get>
 Field number(std::string key, Get get, Bounds bounds, std::string doc) {
     return {std::move(key), "float" + bounds.text(), std::move(doc), false,
             [get](Config& c, const toml::node& n) { return read_number(n, get(c)); },
-            [get, bounds](const Config& c) { return bounds.check(get(c)); },
+            [get, bounds](const Config& c) {
+                const std::string problem = bounds.check(get(c));
+                return problem.empty() ? float32_problem(get(c)) : problem;
+            },
             [get](const Config& c) { return format_double(get(c)); }};
 }
 
@@ -101,9 +131,20 @@ Field boolean(std::string key, Get get, std::string doc) {
             [get](const Config& c) { return std::string(get(c) ? "true" : "false"); }};
 }
 
+// Every string key is a name, a path or a choice: control characters (a NUL from
+// "\u0000", a newline) would name another file than the one shown, so none is taken.
 std::string read_string(const toml::node& n, std::string& out) {
     if (!n.is_string()) return expected("a string", n);
-    out = n.as_string()->get();
+    const std::string& text = n.as_string()->get();
+    for (size_t i = 0; i < text.size(); ++i) {
+        const auto byte = static_cast<unsigned char>(text[i]);
+        if (byte < 0x20 || byte == 0x7f) {
+            char code[8];
+            std::snprintf(code, sizeof code, "U+%04X", byte);
+            return std::string("must not hold control characters, got ") + code + " at byte " + std::to_string(i);
+        }
+    }
+    out = text;
     return "";
 }
 
@@ -150,7 +191,8 @@ Field scale(std::string key, Get get, std::string doc) {
             },
             [get, is_name](const Config& c) -> std::string {
                 double value = 0;
-                if (is_name(get(c)) || (parse_number(get(c), value) && std::isfinite(value) && value > 0)) return "";
+                if (is_name(get(c))) return "";
+                if (parse_number(get(c), value) && std::isfinite(value) && value > 0) return float32_problem(value);
                 return "must be \"sqrt\", \"none\", \"linear\" or a positive number, got " + quote(get(c));
             },
             [get](const Config& c) {
@@ -174,7 +216,7 @@ Field pair(std::string key, Get get, Bounds bounds, std::string doc) {
             },
             [get, bounds](const Config& c) -> std::string {
                 for (size_t i = 0; i < 2; ++i)
-                    if (std::string problem = bounds.check(get(c)[i]); !problem.empty())
+                    if (std::string problem = bounds.check(get(c)[i]); !problem.empty() || !(problem = float32_problem(get(c)[i])).empty())
                         return "element " + std::to_string(i) + " " + problem;
                 return "";
             },
@@ -188,8 +230,8 @@ Field pair(std::string key, Get get, Bounds bounds, std::string doc) {
 std::vector<Field> make_fields() {
     return {
         text(KEY(run, name), "folder name", folder_name, "name of the run folder under run.out_dir"),
-        integer(KEY(run, seed), at_least(0), "seed for initialisation, data and dropout"),
-        text(KEY(run, out_dir), "path", non_empty, "folder that holds the run folders"),
+        integer(KEY(run, seed), between(0, 9.2e18), "seed for initialisation, data and dropout"),
+        text(KEY(run, out_dir), "path", folder_path, "folder that holds the run folders"),
 
         choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "file"},
                "toy task (data/tasks.h), or tokens from the HDF5 file task.path"),
@@ -197,7 +239,7 @@ std::vector<Field> make_fields() {
         integer(KEY(task, min_len), at_least(1), "shortest x (copy, reverse, sort, translate), r (induction), or pairs (recall)"),
         integer(KEY(task, max_len), at_least(1), "longest x or r, or most pairs (recall)"),
         integer(KEY(task, queries), at_least(1), "recall: queries per sequence"),
-        text(KEY(task, path), "path", any_text, "HDF5 token file; required iff task.name = \"file\""),
+        text(KEY(task, path), "path", path_text, "HDF5 token file; required iff task.name = \"file\""),
 
         choice(KEY(model, kind), {"decoder", "encoder-decoder"}, "decoder-only LM, or encoder-decoder (translate)"),
         integer(KEY(model, layers), at_least(1), "blocks per stack"),
@@ -224,19 +266,19 @@ std::vector<Field> make_fields() {
         integer(KEY(train, checkpoint_every), at_least(1), "steps between checkpoints"),
         integer(KEY(train, keep_checkpoints), at_least(0), "newest checkpoints kept; 0 = all"),
         choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the attention core on the GPU, the rest on the CPU (needs a CUDA build and a GPU)"),
-        integer(KEY(train, threads), at_least(0), "CPU threads; 0 = all cores"),
+        integer(KEY(train, threads), between(0, 1024), "CPU threads; 0 = all cores"),
         number(KEY(train, target_accuracy), probability, "eval token accuracy at which the task counts as solved"),
 
         choice(KEY(optim, name), {"adamw", "adam", "sgd"}, "optimiser (torch.optim's update rules)"),
         number(KEY(optim, lr), above(0), "peak learning rate"),
-        number(KEY(optim, weight_decay), at_least(0), "weight decay (decoupled for adamw)"),
+        number(KEY(optim, weight_decay), non_negative(), "weight decay (decoupled for adamw)"),
         pair(KEY(optim, betas), fraction, "adam/adamw moment decay rates"),
         number(KEY(optim, eps), above(0), "adam/adamw denominator epsilon"),
         number(KEY(optim, momentum), fraction, "sgd momentum"),
         boolean(KEY(optim, nesterov), "sgd Nesterov momentum (needs momentum > 0)"),
         integer(KEY(optim, warmup), at_least(0), "steps of linear warm-up from 0"),
         choice(KEY(optim, schedule), {"cosine", "linear", "constant"}, "after warm-up: decay to 0 at train.steps, or constant"),
-        number(KEY(optim, clip), at_least(0), "largest global gradient norm; 0 = no clipping"),
+        number(KEY(optim, clip), non_negative(), "largest global gradient norm; 0 = no clipping"),
     };
 }
 

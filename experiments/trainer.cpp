@@ -3,12 +3,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -21,7 +23,9 @@
 #include "experiments/device_training.h"
 #include "experiments/evaluate.h"
 #include "experiments/metrics_log.h"
+#include "experiments/memory_estimate.h"
 #include "experiments/model_factory.h"
+#include "experiments/run_files.h"
 #include "optim/optimizer.h"
 
 namespace fs = std::filesystem;
@@ -51,15 +55,23 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, NamedTensors params) 
     return make_adamw(std::move(params), o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay);
 }
 
-// Writes `text` to `path` through a temporary file and a rename.
-void write_file_atomically(const fs::path& path, const std::string& text) {
-    const fs::path tmp = path.string() + ".tmp";
-    {
-        std::ofstream out(tmp);
-        out << text;
-        if (!out) throw Error("[train] cannot write " + tmp.string());
-    }
-    fs::rename(tmp, path);
+// Keys that may differ between a run's config.toml and its checkpoint on
+// --resume: they change how long the run goes and what it logs, keeps and uses
+// to compute, never the model, the data or the optimiser. (run.* names where the
+// folder was; a moved folder is still the same run.)
+const std::vector<std::string> kResumableKeys = {"train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every",
+                                                 "train.keep_checkpoints", "train.threads", "train.device",
+                                                 "train.target_accuracy", "run.name", "run.out_dir"};
+
+bool resumable(const std::string& change) {  // "train.steps (80, was 40)"
+    const std::string key = change.substr(0, change.find(' '));
+    return std::find(kResumableKeys.begin(), kResumableKeys.end(), key) != kResumableKeys.end();
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+    return out;
 }
 
 std::string format_duration(double seconds) {
@@ -74,6 +86,7 @@ std::string format_duration(double seconds) {
 struct Trainer::State {
     Config config;
     fs::path dir;
+    std::optional<RunLock> lock;  // held while this process writes into dir
     std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
     Rng init_rng, dropout_rng;
@@ -102,6 +115,7 @@ struct Trainer::State {
         for (int64_t i = 0; i < config.train.eval_batches; ++i)
             eval_batches.push_back(eval_data->next(static_cast<size_t>(config.train.batch)));
         const size_t longest = train_data->max_sequence_length();
+        check_fits_in_memory(config, static_cast<double>(longest));  // a token file's lengths are known only now
         if (config.model.max_len > 0 && static_cast<size_t>(config.model.max_len) < longest)
             throw ConfigError("model.max_len", "model.max_len: " + std::to_string(config.model.max_len) +
                                                    " is shorter than the longest sequence of " + config.task.path + " (" +
@@ -181,15 +195,21 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
     validate(config);
     if (config.train.device == "cuda") cuda::require_device("train.device");  // before anything is written
     auto state = std::make_unique<State>(config);  // everything that can fail on the config fails here
-    fs::path dir = fs::path(config.run.out_dir) / config.run.name;
-    if (!run_dir.empty()) {
+    fs::path dir;
+    if (run_dir.empty()) {
+        dir = claim_new_folder(config.run.out_dir, config.run.name, "[train]");
+    } else {  // exactly there, as a sweep's cell: the folder must be new (mkdir is exclusive)
         dir = run_dir;
-        if (fs::exists(dir)) throw Error("[train] --run-dir " + run_dir + " already exists (resume it with --resume)");
+        if (!dir.parent_path().empty()) fs::create_directories(dir.parent_path());
+        std::error_code ec;
+        if (!fs::create_directory(dir, ec) || ec)
+            throw Error("[train] --run-dir " + run_dir + (fs::exists(dir) ? " already exists (resume it with --resume)"
+                                                                         : ": cannot create it (" + ec.message() + ")"));
     }
-    for (int n = 2; fs::exists(dir); ++n) dir = fs::path(config.run.out_dir) / (config.run.name + "-" + std::to_string(n));
     state->dir = dir;
+    state->lock.emplace(dir, "[train]");
     fs::create_directories(dir / "checkpoints");
-    write_file_atomically(dir / "config.toml", to_toml(state->config));
+    write_text_atomically(dir / "config.toml", to_toml(state->config), "[train]");
     state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(state->config), state->model->layers(),
                                           state->model->heads(), state->model->kinds()));
     state->log_initial_attention();
@@ -198,16 +218,50 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
     const fs::path dir(run_dir);
-    if (!fs::exists(dir / "config.toml"))
-        throw Error("[train] --resume " + run_dir + ": not a run directory (no config.toml)");
+    const std::string where = "[train] --resume " + run_dir + ": ";
+    if (!fs::exists(dir / "config.toml")) throw Error(where + "not a run directory (no config.toml)");
+    RunLock lock(dir, "[train]");  // before anything is read: a second writer is refused here
     const Config config = load_config((dir / "config.toml").string());
     const std::vector<std::string> saved = list_checkpoints((dir / "checkpoints").string());
-    if (saved.empty()) throw Error("[train] --resume " + run_dir + ": no checkpoint in " + (dir / "checkpoints").string());
-    const CheckpointData data = read_checkpoint(saved.back());
+    if (saved.empty()) throw Error(where + "no checkpoint in " + (dir / "checkpoints").string());
+    const std::string& newest = saved.back();
+    const CheckpointData data = read_checkpoint(newest);
+    // The metrics are cut back to the checkpoint's step: a step that is not the one
+    // its name says would truncate or rewrite logged rows.
+    if (fs::path(newest).filename().string() != checkpoint_name(data.step))
+        throw Error("[train] " + newest + ": its step attribute says " + std::to_string(data.step) +
+                    ", its file name another step; refusing to resume from it");
+    // config.toml must describe the checkpoint's model and run; only the keys of
+    // kResumableKeys may have been edited.
+    const Config saved_config = parse_config(data.config_toml, newest + " (config attribute)");
+    std::vector<std::string> changed = differing_keys(saved_config, config), refused;
+    std::copy_if(changed.begin(), changed.end(), std::back_inserter(refused), [](const std::string& c) { return !resumable(c); });
+    if (!refused.empty())
+        throw Error(where + (dir / "config.toml").string() + " differs from its checkpoint " + fs::path(newest).filename().string() +
+                    " in " + joined(refused) + "; only " + joined(kResumableKeys) + " may change on resume");
+    // A finished run is left as it is; one whose summary.json was lost only gets it written again.
+    if (data.step >= config.train.steps && fs::exists(dir / "summary.json"))
+        throw Error(where + "the run is finished (step " + std::to_string(data.step) + " of train.steps = " +
+                    std::to_string(config.train.steps) + "); raise train.steps in " + (dir / "config.toml").string() +
+                    " to train further");
     auto state = std::make_unique<State>(config);
     state->dir = dir;
-    state->model->module().load_state_dict(data.params);
-    state->optimizer->load_state(data.optimizer);
+    state->lock.emplace(std::move(lock));
+    try {
+        state->model->module().load_state_dict(data.params);
+        state->optimizer->load_state(data.optimizer);
+    } catch (const Error& e) {
+        throw Error("[train] " + newest + ": " + e.what());
+    }
+    changed.erase(std::remove_if(changed.begin(), changed.end(), [](const std::string& c) {
+                      return c.rfind("run.", 0) == 0;  // where the folder is now, not a change to the run
+                  }), changed.end());
+    if (!changed.empty()) {  // recorded beside the run, and said
+        std::ofstream(dir / "resumes.log", std::ios::app)
+            << "step " << data.step << ": resumed with " << joined(changed) << "\n";
+        std::fprintf(stderr, "attnlab train: resuming at step %lld with %s (config.toml edited; recorded in resumes.log)\n",
+                     static_cast<long long>(data.step), joined(changed).c_str());
+    }
     for (const auto& [name, words] : data.rng) {
         if (words.size() != 4) throw Error("[train] " + saved.back() + ": rng/" + name + " must hold 4 words");
         const Rng::State s{words[0], words[1], words[2], words[3]};
@@ -345,7 +399,7 @@ int Trainer::run() {
          << ",\n  \"target_accuracy\": " << c.train.target_accuracy << ",\n  \"first_step_at_target\": "
          << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << ",\n  \"wall_s\": " << r.wall_s
          << ",\n  \"tokens_per_s\": " << r.tokens_per_s << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << "\n}\n";
-    write_file_atomically(s.dir / "summary.json", json.str());
+    write_text_atomically(s.dir / "summary.json", json.str(), "[train]");
     std::printf("run %s: %lld steps, eval loss %.4f, token accuracy %.4f, sequence accuracy %.4f, %.1f s, %.0f tokens/s, peak memory %.0f MB\n",
                 s.dir.c_str(), static_cast<long long>(r.steps), r.eval_loss, r.eval_token_acc, r.eval_seq_acc, r.wall_s,
                 r.tokens_per_s, r.peak_rss_mb);

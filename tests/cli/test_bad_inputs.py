@@ -4,6 +4,7 @@ no new run directory, and no change to an existing run (DESIGN.md, "Command line
 
     /usr/bin/python3 tests/cli/test_bad_inputs.py ATTNLAB_BINARY REPO_ROOT
 """
+import fcntl
 import os
 import re
 import shutil
@@ -102,6 +103,112 @@ CASES = [
     dict(name="eval of a checkpoint with a broken config", cmd=["eval", "{files}/badcfg.h5"],
          want=["badcfg.h5", "TOML syntax error"], line=1),
     dict(name="eval of a metrics file", cmd=["eval", "{runs}/base/metrics.h5"], want=["metrics.h5", "checkpoint"]),
+
+    # --- names and paths that the filesystem would read otherwise (a NUL once hung the free-name loop) ---
+    dict(name="NUL in run.name (file)", cfg=("run", [r'name = "base\u0000x"']), line=2,
+         want=["run.name", "control characters", "U+0000"]),
+    dict(name="newline in run.name (file)", cfg=("run", [r'name = "a\nb"']), line=2, want=["run.name", "control characters"]),
+    dict(name="tab in run.name (override)", args=["run.name=a\tb"], want=["run.name", "control characters", "U+0009"]),
+    dict(name="NUL in run.out_dir (file)", cfg=("run", [r'out_dir = "runs\u0000"']), line=2, want=["run.out_dir", "control"]),
+    dict(name="NUL in task.path (file)", cfg=("task", ['name = "file"', r'path = "t.h5\u0000x"']), line=3,
+         want=["task.path", "control"]),
+    dict(name="run.name longer than a folder name", args=["run.name=" + "n" * 300],
+         want=["run.name", "at most 240 bytes", "300"]),
+    dict(name="override longer than 255 bytes is not a file path", args=["task.name=file", "task.path=/" + "p" * 400],
+         want=["/" + "p" * 400]),
+    dict(name="run.out_dir longer than a path", args=["run.out_dir=" + "d/" * 2100], want=["run.out_dir", "4000 bytes"]),
+    dict(name="run.name that is a file (free-name search)", args=["run.out_dir={files}", "run.name=notes.txt", "model.width=15"],
+         want=["model.width"]),
+
+    # --- sizes: estimated before anything is allocated ---
+    dict(name="model.width 1e11", args=["model.width=100000000000"],
+         want=["model.width = 100000000000", "would need about", "this machine has"]),
+    dict(name="model.layers 1e11", args=["model.layers=100000000000"], want=["model.layers = 100000000000", "would need"]),
+    dict(name="train.batch 1e11", args=["train.batch=100000000000"], want=["train.batch = 100000000000", "would need"]),
+    dict(name="model.ffn 1e11", args=["model.ffn=100000000000"], want=["model.ffn", "would need"]),
+    dict(name="train.eval_batches 1e11", args=["train.eval_batches=100000000000"], want=["train.eval_batches", "would need"]),
+    dict(name="heads x head_width both 2^32 (a product that wraps)",
+         args=["model.heads=4294967296", "model.head_width=4294967296"], want=["would need", "this machine has"]),
+    dict(name="kv_heads 2^32 with heads 2^32", args=["model.heads=4294967296", "model.kv_heads=4294967296", "model.width=4294967296"],
+         want=["would need"]),
+    dict(name="task.max_len 1e11 (sequence length)", args=["task.name=copy", "task.max_len=100000000000"],
+         want=["task.max_len = 100000000000", "would need"]),
+    dict(name="recall with more pairs than keys", args=["task.max_len=100000000000"], want=["task.max_len", "distinct keys"]),
+    dict(name="model.max_len 1e11", args=["model.max_len=100000000000"], want=["model.max_len", "would need"]),
+    dict(name="model.width in a file: 1e11 (file:line)", cfg=("model", ["width = 100000000000"]), line=2,
+         want=["model.width", "would need"]),
+    dict(name="integer beyond 2^53", args=["train.steps=9007199254740993"], want=["train.steps", "at most"]),
+    dict(name="integer beyond int64 (override)", args=["model.width=99999999999999999999"],
+         want=["model.width", "expected an integer"]),
+    dict(name="integer beyond int64 (file)", cfg=("model", ["width = 99999999999999999999"]), line=2, want=["TOML syntax error"]),
+    dict(name="train.threads 100000", args=["train.threads=100000"], want=["train.threads", "1024"]),
+    dict(name="negative seed", args=["run.seed=-1"], want=["run.seed"]),
+
+    # --- floats that float32 turns into 0 or inf ---
+    dict(name="optim.eps 1e-320 (0 in float32)", args=["optim.eps=1e-320"], want=["optim.eps", "float32"]),
+    dict(name="model.scale 1e300 (inf in float32)", args=["model.scale=1e300"], want=["model.scale", "float32"]),
+    dict(name="model.scale 1e-50 as a string", args=['model.scale="1e-50"'], want=["model.scale", "float32"]),
+    dict(name="optim.lr 1e-40 (subnormal)", args=["optim.lr=1e-40"], want=["optim.lr", "float32"]),
+    dict(name="optim.weight_decay 1e39", args=["optim.weight_decay=1e39"], want=["optim.weight_decay", "float32"]),
+    dict(name="optim.clip inf", args=["optim.clip=inf"], want=["optim.clip"]),
+    dict(name="optim.lr nan", args=["optim.lr=nan"], want=["optim.lr"]),
+    dict(name="optim.betas element 1e-300", args=["optim.betas=[1e-300, 0.9]"], want=["optim.betas", "float32"]),
+    dict(name="optim.eps in a file: 1e-320 (file:line)", cfg=("optim", ["eps = 1e-320"]), line=2, want=["optim.eps", "float32"]),
+
+    # --- the sweep grid (checked when any config is read) ---
+    dict(name="duplicate value in a sweep list", cfg=("sweep", ['"model.heads" = [2, 2]']), line=2,
+         want=["model.heads", "repeats element 0"]),
+    dict(name="duplicate value written two ways (2 and 2.0)", cfg=("sweep", ['"optim.lr" = [0.5, 5e-1]']), line=2,
+         want=["optim.lr", "repeats"]),
+    dict(name="the same sweep key written two ways", cfg=("sweep", ['"model.heads" = [1, 2]', "model.heads = [4]"]),
+         want=["model.heads", "swept twice"]),
+
+    # --- command-line numbers ---
+    dict(name="eval --batches abc", cmd=["eval", "--batches", "abc", "{runs}/base/checkpoints/step_0000040.h5"],
+         want=["--batches", "expected an integer", "abc"]),
+    dict(name="eval --batches 1e30", cmd=["eval", "--batches", "99999999999999999999", "{runs}/base/checkpoints/step_0000040.h5"],
+         want=["--batches", "99999999999999999999"]),
+    dict(name="eval --seed -1", cmd=["eval", "--seed", "-1", "{runs}/base/checkpoints/step_0000040.h5"], want=["--seed", "-1"]),
+    dict(name="eval --seed 1.5", cmd=["eval", "--seed", "1.5", "{runs}/base/checkpoints/step_0000040.h5"],
+         want=["--seed", "expected an integer"]),
+    dict(name="audit --batches x", cmd=["audit", "--batches", "x", "{runs}/base/checkpoints/step_0000040.h5"],
+         want=["--batches", "'x'"]),
+    dict(name="ablate --batches -3", cmd=["ablate", "--batches", "-3", "{runs}/base/checkpoints/step_0000040.h5"],
+         want=["--batches", "-3"]),
+    dict(name="ablate --together out of range", cmd=["ablate", "--together", "0.99999999999999999999",
+                                                     "{runs}/base/checkpoints/step_0000040.h5", "--out", "{files}/never.h5"],
+         want=["0.99999999999999999999"]),
+    dict(name="ablate --together a head past the model", cmd=["ablate", "--together", "0.7",
+                                                              "{runs}/base/checkpoints/step_0000040.h5", "--out", "{files}/never.h5"],
+         want=["0.7", "heads"]),
+    dict(name="generate --max-new 1e5", cmd=["generate", "{runs}/base/checkpoints/step_0000040.h5", "--prompt", "3 4",
+                                             "--max-new", "1e5"], want=["--max-new", "expected an integer"]),
+    dict(name="generate --temperature nan", cmd=["generate", "{runs}/base/checkpoints/step_0000040.h5", "--prompt", "3 4",
+                                                 "--temperature", "nan"], want=["--temperature"]),
+    dict(name="generate --top-k huge", cmd=["generate", "{runs}/base/checkpoints/step_0000040.h5", "--prompt", "3 4",
+                                            "--top-k", "99999999999999999999"], want=["--top-k"]),
+    dict(name="generate --seed abc", cmd=["generate", "{runs}/base/checkpoints/step_0000040.h5", "--prompt", "3 4",
+                                          "--seed", "abc"], want=["--seed", "abc"]),
+    dict(name="generate a token id beyond int64", cmd=["generate", "{runs}/base/checkpoints/step_0000040.h5", "--prompt",
+                                                        "3 99999999999999999999"], want=["99999999999999999999"]),
+    dict(name="inspect a token id beyond int64", cmd=["inspect", "{runs}/base/checkpoints/step_0000040.h5", "--tokens",
+                                                       "3 99999999999999999999", "--out", "{files}/never.h5"],
+         want=["--tokens", "99999999999999999999"]),
+    dict(name="gradcheck of an unknown op", cmd=["gradcheck", "no_such_op"], want=["no_such_op"]),
+
+    # --- resume: a run is never damaged ---
+    dict(name="--resume of a finished run", cmd=["train", "--resume", "{runs}/base"], want=["finished", "train.steps = 40"]),
+    dict(name="--resume from a checkpoint whose step disagrees with its name",
+         cmd=["train", "--resume", "{broken}/stepname"], want=["step_0000030.h5", "step attribute says 40"]),
+    dict(name="--resume with an edited model key", cmd=["train", "--resume", "{broken}/edited"],
+         want=["config.toml", "model.heads (1, was 2)", "train.steps"]),
+    dict(name="--resume with an edited optimiser key", cmd=["train", "--resume", "{broken}/edited_lr"],
+         want=["optim.lr (0.5, was 0.001)"]),
+    dict(name="--resume with a missing parameter names the file", cmd=["train", "--resume", "{broken}/noparam"],
+         want=["step_0000030.h5", "head.weight"]),
+    dict(name="--resume of a run another process holds", cmd=["train", "--resume", "{broken}/locked"],
+         want=["locked", "in use by another attnlab process", "pid {holder}"]),
+    dict(name="--run-dir of an existing run", args=["--run-dir", "{runs}/base"], want=["--run-dir", "already exists"]),
 ]
 
 
@@ -153,6 +260,30 @@ class BadInputs(unittest.TestCase):
             h.attrs["config"] = "[model\nheads = 2\n"
         with open(os.path.join(cls.files, "notes.txt"), "w") as f:
             f.write("this is not HDF5\n" * 50)
+        # Unfinished copies of the run (step 30 of 40), each broken one way for --resume.
+        def unfinished(name):
+            folder = os.path.join(cls.broken, name)
+            shutil.copytree(base, folder)
+            os.remove(cc.checkpoint_path(folder, 40))
+            return folder
+        stepname = unfinished("stepname")  # the step-40 checkpoint under the name of step 30
+        shutil.copy(newest, cc.checkpoint_path(stepname, 30))
+        for name, old, new in (("edited", "heads = 2", "heads = 1"), ("edited_lr", "lr = 0.001", "lr = 0.5")):
+            path = os.path.join(unfinished(name), "config.toml")
+            with open(path) as f:
+                text = f.read()
+            assert old in text, (old, text)
+            with open(path, "w") as f:
+                f.write(text.replace(old, new, 1))
+        with h5py.File(cc.checkpoint_path(unfinished("noparam"), 30), "r+") as h:
+            del h["params/head.weight"]
+        # A run whose lock this test process holds, as a running attnlab would.
+        locked = unfinished("locked")
+        cls.lock_file = open(os.path.join(locked, ".lock"), "r+")
+        fcntl.flock(cls.lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        cls.lock_file.truncate(0)
+        cls.lock_file.write(str(os.getpid()))
+        cls.lock_file.flush()
         # Token file with a token >= vocab (32) at a valid position.
         tokens = np.full((8, 10), 5, np.int32)
         tokens[3, 2] = 40
@@ -167,10 +298,11 @@ class BadInputs(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        cls.lock_file.close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def fill(self, text):
-        return text.format(runs=self.runs, broken=self.broken, files=self.files)
+        return text.format(runs=self.runs, broken=self.broken, files=self.files, holder=os.getpid())
 
     def check_case(self, index, case):
         cwd = os.path.join(self.tmp, f"case{index:02d}")
@@ -218,7 +350,7 @@ class BadInputs(unittest.TestCase):
             self.assertEqual(cc.tree_hashes(folder), hashes, f"{folder} changed\n{shown}")
 
     def test_table_has_enough_cases(self):
-        self.assertGreaterEqual(len(CASES), 20)
+        self.assertGreaterEqual(len(CASES), 100)
 
     def test_bad_inputs(self):
         for index, case in enumerate(CASES):

@@ -160,5 +160,91 @@ class Resume(unittest.TestCase):
         self.resume_and_compare(run_dir)
 
 
+class ResumeGuards(cc.TempDirTest):
+    """What --resume may change, and who may write a run."""
+
+    def make_run(self, steps):
+        out = self.path("runs")
+        self.run_ok(["train"] + cc.overrides(**{"run.out_dir": out, "train.steps": str(steps)}))
+        return os.path.join(out, "default")
+
+    def test_raised_train_steps_resumes_and_is_recorded(self):
+        run_dir = self.make_run(20)
+        config = os.path.join(run_dir, "config.toml")
+        with open(config) as f:
+            text = f.read()
+        self.assertIn("steps = 20\n", text)
+        with open(config, "w") as f:
+            f.write(text.replace("steps = 20\n", "steps = 30\n", 1))
+        r = self.run_ok(["train", "--resume", run_dir])
+        self.assertIn("train.steps (30, was 20)", r.stderr)
+        self.assertEqual(cc.checkpoint_steps(run_dir)[-1], 30)
+        with open(os.path.join(run_dir, "resumes.log")) as f:
+            self.assertEqual(f.read(), "step 20: resumed with train.steps (30, was 20)\n")
+        with h5py.File(cc.checkpoint_path(run_dir, 30), "r") as f:  # the new value travels on
+            self.assertIn("steps = 30", f.attrs["config"])
+        with cc.open_metrics(os.path.join(run_dir, "metrics.h5")) as f:
+            np.testing.assert_array_equal(f["train/step"][()], np.arange(5, 31, 5))
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            self.assertEqual(json.load(f)["steps"], 30)
+
+    def test_a_second_writer_is_refused_while_a_run_trains(self):
+        out = self.path("runs")
+        long_run = cc.overrides(CONFIG, **{"run.out_dir": out, "train.steps": "100000"})
+        proc = cc.start(["train"] + long_run, self.tmp)
+        run_dir = os.path.join(out, "default")
+        try:
+            self.assertTrue(cc.wait_for(lambda: cc.checkpoint_steps(run_dir), proc, timeout=60))
+            before = cc.checkpoint_steps(run_dir)
+            r = cc.attnlab(["train", "--resume", run_dir], self.tmp)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"in use by another attnlab process (pid {proc.pid})", r.stderr)
+            self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+            self.assertIsNone(proc.poll(), "the first writer stopped")
+            self.assertLessEqual(before[-1], cc.checkpoint_steps(run_dir)[-1])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            rc, log = cc.finish(proc)
+        self.assertEqual(rc, 130, log)
+        # Released on exit, and emptied: the folder keeps no stale pid.
+        with open(os.path.join(run_dir, ".lock")) as f:
+            self.assertEqual(f.read(), "", "the lock file keeps a pid after release")
+
+    def test_a_new_run_never_takes_a_taken_name(self):
+        out = self.path("runs")
+        os.makedirs(os.path.join(out, "default"))
+        with open(os.path.join(out, "default-2"), "w") as f:  # a file, not a folder
+            f.write("x")
+        r = self.run_ok(["train"] + cc.overrides(**{"run.out_dir": out, "train.steps": "5"}))
+        self.assertIn(os.path.join(out, "default-3"), r.stderr)
+        self.assertEqual(os.listdir(os.path.join(out, "default")), [])
+
+
+class ConfigFileForms(cc.TempDirTest):
+    """Files that must be accepted: a UTF-8 byte order mark, CRLF line endings."""
+
+    def check(self, data):
+        cfg = self.path("c.toml")
+        with open(cfg, "wb") as f:
+            f.write(data)
+        out = self.path("runs")
+        self.run_ok(["train", cfg, f"run.out_dir={out}", "train.steps=5", "train.eval_every=5", "train.checkpoint_every=5"])
+        with open(os.path.join(out, "bom", "config.toml")) as f:
+            text = f.read()
+        self.assertIn("heads = 2\n", text)
+        self.assertIn("width = 16\n", text)
+
+    TEXT = '[run]\nname = "bom"\n[model]\nwidth = 16\nheads = 2\nlayers = 1\nffn = 32\n[train]\nbatch = 8\n'
+
+    def test_byte_order_mark(self):
+        self.check(b"\xef\xbb\xbf" + self.TEXT.encode())
+
+    def test_crlf_line_endings(self):
+        self.check(self.TEXT.replace("\n", "\r\n").encode())
+
+    def test_byte_order_mark_and_crlf(self):
+        self.check(b"\xef\xbb\xbf" + self.TEXT.replace("\n", "\r\n").encode())
+
+
 if __name__ == "__main__":
     cc.main()

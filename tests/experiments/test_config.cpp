@@ -217,7 +217,7 @@ TEST_F(ConfigFiles, FullFileLandsInEveryField) {
 
 TEST_F(ConfigFiles, ToTomlReadsBackEqual) {
     Config odd;  // strings that need escaping, floats that print long in decimal
-    odd.run.out_dir = "dir with \"quotes\", \\ and a\ttab";
+    odd.run.out_dir = "dir with \"quotes\", \\, # and \u00e9";  // (control characters are refused: below)
     odd.optim.lr = 0.1 + 0.2;
     odd.optim.eps = 1e-8;
     odd.optim.betas = {0.9, 0.98};
@@ -235,6 +235,53 @@ TEST_F(ConfigFiles, ToTomlReadsBackEqual) {
     EXPECT_NE(text.find("betas = [0.9, 0.999]\n"), std::string::npos) << text;
     EXPECT_NE(text.find("lr = 0.001\n"), std::string::npos) << text;
     EXPECT_NE(text.find("clip = 1.0\n"), std::string::npos) << text;
+}
+
+TEST(Config, StringsRefuseControlCharacters) {
+    // A NUL or a newline would name another file than the one shown (a NUL once
+    // made the free-name loop spin forever).
+    for (const std::string section_key : {"run]\nname", "run]\nout_dir", "task]\npath", "model]\nnorm"}) {
+        for (const std::string escaped : {"\\u0000", "\\n", "\\u007f", "\\t"}) {
+            const std::string text = "[" + section_key + " = \"a" + escaped + "b\"\n";
+            try {
+                parse_config(text, "x.toml");
+                ADD_FAILURE() << "accepted " << text;
+            } catch (const ConfigError& e) {
+                EXPECT_NE(std::string(e.what()).find(": must not hold control characters, got U+00"), std::string::npos) << e.what();
+            }
+        }
+    }
+}
+
+TEST(Config, FloatsMustSurviveFloat32) {
+    Config c;
+    EXPECT_THROW(apply_override(c, "optim.eps=1e-320"), ConfigError);   // 0 in float32
+    EXPECT_THROW(apply_override(c, "model.scale=1e300"), ConfigError);  // inf in float32
+    EXPECT_THROW(apply_override(c, "optim.lr=1e-39"), ConfigError);     // subnormal
+    apply_override(c, "optim.eps=1.2e-38");                              // the smallest normal float32 magnitude
+    apply_override(c, "optim.weight_decay=0");
+    EXPECT_EQ(c.optim.eps, 1.2e-38);
+}
+
+TEST(Config, SweepListsRefuseRepeatsAndKeysSweptTwice) {
+    EXPECT_THROW(parse_config("[sweep]\n\"model.heads\" = [2, 4, 2]\n", "x.toml"), ConfigError);
+    EXPECT_THROW(parse_config("[sweep]\n\"model.scale\" = [\"sqrt\", \"sqrt\"]\n", "x.toml"), ConfigError);
+    EXPECT_THROW(parse_config("[sweep]\n\"optim.lr\" = [0.5, 5e-1]\n", "x.toml"), ConfigError);  // one value, two spellings
+    EXPECT_THROW(parse_config("[sweep]\n\"model.heads\" = [1, 2]\nmodel.heads = [4]\n", "x.toml"), ConfigError);
+    try {
+        parse_config("[sweep]\n\"model.heads\" = [2, 4, 2]\n", "x.toml");
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(std::string(e.what()), "x.toml:2:24: sweep.\"model.heads\"[2]: 2 repeats element 0 (each cell would run twice)");
+    }
+    EXPECT_EQ(parse_config("[sweep]\n\"model.heads\" = [1, 2]\n", "x.toml").sweep.size(), 1u);
+}
+
+TEST(Config, DifferingKeysNameOldAndNewValues) {
+    Config a, b;
+    EXPECT_TRUE(differing_keys(a, b).empty());
+    b.model.heads = 8;
+    b.train.steps = 3000;
+    EXPECT_EQ(differing_keys(a, b), (std::vector<std::string>{"model.heads (8, was 4)", "train.steps (3000, was 1500)"}));
 }
 
 TEST(Config, OverridesOfEveryType) {

@@ -1,0 +1,55 @@
+// How attnlab writes the files of a run so that nothing is ever half-written,
+// overwritten by a second process, or lost:
+//   - write_atomically: a temporary file, fsynced, renamed over the target, the
+//     folder fsynced (a crash leaves the old file or the new one, never a mix);
+//   - RunLock: one writer per run folder (flock on <dir>/.lock), a second one
+//     refused with the holder's pid;
+//   - claim_new_folder: a fresh folder name (name, name-2, ...) taken with an
+//     exclusive mkdir, in a search that always ends.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace attnlab {
+
+// fsync of a file (or, with directory = true, of a folder, which makes a rename in it durable).
+void fsync_path(const std::string& path, bool directory, const std::string& tag);
+
+// Writes `path` through `path.tmp`: `write(tmp)` fills the temporary file, which
+// is then fsynced and renamed over `path`; on any failure the temporary is removed
+// and `path` is untouched. `tag` ("[train]") starts every error message.
+void write_atomically(const std::filesystem::path& path, const std::string& tag,
+                      const std::function<void(const std::string& tmp)>& write);
+void write_text_atomically(const std::filesystem::path& path, const std::string& text, const std::string& tag);
+
+// An exclusive, advisory lock on a run (or sweep) folder, held until destruction
+// or process exit (the kernel drops it on SIGKILL too). Every process that writes
+// into the folder holds it; a second writer is refused at once with
+// "<tag> <dir> is in use by another attnlab process (pid N)".
+class RunLock {
+public:
+    RunLock(const std::filesystem::path& dir, const std::string& tag);
+    ~RunLock();
+    RunLock(RunLock&& other) noexcept;
+    RunLock& operator=(RunLock&&) = delete;
+    RunLock(const RunLock&) = delete;
+
+private:
+    int fd_ = -1;
+};
+
+// Creates and returns parent/name, or parent/name-2, name-3, ... up to
+// name-<kMaxNameSuffix> when taken (mkdir is exclusive, so two processes never
+// share one); beyond that an Error naming parent and name.
+constexpr int kMaxNameSuffix = 9999;
+std::filesystem::path claim_new_folder(const std::filesystem::path& parent, const std::string& name,
+                                       const std::string& tag);
+
+// The longest file or folder name attnlab creates from a config (run.name, a
+// sweep cell's name), leaving room under the filesystem's 255 bytes for the
+// "-9999" and ".tmp" suffixes it may add.
+constexpr size_t kMaxFolderName = 240;
+
+}  // namespace attnlab
