@@ -9,6 +9,7 @@
 #include "experiments/h5file.h"
 #include "experiments/model_factory.h"
 #include "experiments/parse_number.h"
+#include "experiments/run_files.h"
 
 namespace attnlab {
 
@@ -51,20 +52,14 @@ Score evaluate_ablated(const TaskModel& model, const std::vector<Batch>& data, c
     return evaluate(model, data);
 }
 
-// Writes through `path`.tmp and a rename; on failure nothing is left behind.
+// An HDF5 file written through `path`.tmp, fsynced and renamed (run_files.h).
 template <class Body>
-void write_atomically(const std::string& path, const std::string& tag, Body body) {
-    const std::string tmp = path + ".tmp";
-    try {
+void write_h5_atomically(const std::string& path, const std::string& tag, Body body) {
+    write_atomically(std::filesystem::path(path), "[" + tag + "]", [&](const std::string& tmp) {
         h5::File file = h5::File::create(tmp, tag);
         body(file);
         file.close();
-        std::filesystem::rename(tmp, path);
-    } catch (...) {
-        std::error_code ignored;
-        std::filesystem::remove(tmp, ignored);
-        throw;
-    }
+    });
 }
 
 void write_source_attrs(const h5::File& file, const std::string& format, const AblationSource& source) {
@@ -206,7 +201,7 @@ std::string ablation_table(const Ablation& a) {
 }
 
 void write_ablation_h5(const std::string& path, const Ablation& a, const AblationSource& source) {
-    write_atomically(path, "ablate", [&](const h5::File& file) {
+    write_h5_atomically(path, "ablate", [&](const h5::File& file) {
         write_source_attrs(file, "attnlab-ablation", source);
         file.write_attr_int("seed", static_cast<int64_t>(source.seed));
         file.write_attr_int("batches", static_cast<int64_t>(source.batches));
@@ -271,7 +266,7 @@ void write_maps_h5(const std::string& path, const TaskModel& model, const Batch&
     AttentionMaps maps;
     model.forward(batch, &maps);
     const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
-    write_atomically(path, "ablate", [&](const h5::File& file) {
+    write_h5_atomically(path, "ablate", [&](const h5::File& file) {
         write_source_attrs(file, "attnlab-maps", source);
         file.write_attr_string("kind", model.encoder_decoder() ? "encoder-decoder" : "decoder");
         file.write_attr_int("layers", static_cast<int64_t>(model.layers()));

@@ -63,13 +63,13 @@ int run_cli(int argc, char** argv) {
         if (command == "ablate") return cmd_ablate(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
     } catch (const UsageError& e) {
-        std::cerr << "attnlab " << command << ": " << e.what() << "\n";
+        std::cerr << "attnlab " << command << ": " << one_line(e.what()) << "\n";
         return 2;
     } catch (const Error& e) {  // bad input: config, override, checkpoint, data file, shapes
-        std::cerr << "attnlab " << command << ": " << e.what() << "\n";
+        std::cerr << "attnlab " << command << ": " << one_line(e.what()) << "\n";
         return 2;
     } catch (const std::filesystem::filesystem_error& e) {  // an unusable path (out_dir, run directory)
-        std::cerr << "attnlab " << command << ": " << e.what() << "\n";
+        std::cerr << "attnlab " << command << ": " << one_line(e.what()) << "\n";
         return 2;
     } catch (const std::bad_alloc&) {  // the memory estimate let a config through that did not fit after all
         std::cerr << "attnlab " << command << ": out of memory (the config or input needs more memory than this machine could give)\n";
