@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "autograd/tensor.h"
@@ -44,6 +45,31 @@ void split_config_and_overrides(const std::vector<std::string>& positionals, std
     }
 }
 
+int exit_status_of(const std::string& command, const std::function<int()>& body, std::ostream& err) {
+    const std::string prefix = "attnlab " + command + ": ";
+    try {
+        return body();
+    } catch (const UsageError& e) {
+        err << prefix << one_line(e.what()) << "\n";
+        return 2;
+    } catch (const Error& e) {  // bad input: config, override, checkpoint, data file, shapes
+        err << prefix << one_line(e.what()) << "\n";
+        return 2;
+    } catch (const std::filesystem::filesystem_error& e) {  // an unusable path (out_dir, run directory)
+        err << prefix << one_line(e.what()) << "\n";
+        return 2;
+    } catch (const std::bad_alloc&) {  // the memory estimate let a config through that did not fit after all
+        err << prefix << "out of memory (the config or input needs more memory than this machine could give)\n";
+        return 1;
+    } catch (const std::exception& e) {  // our own bug: say so, in one line, never abort
+        err << prefix << "internal error: " << one_line(e.what()) << " (please report it with the command line)\n";
+        return 1;
+    } catch (...) {
+        err << prefix << "internal error: an unknown exception (please report it with the command line)\n";
+        return 1;
+    }
+}
+
 int run_cli(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty() || args[0] == "--help" || args[0] == "-h") {
@@ -52,7 +78,7 @@ int run_cli(int argc, char** argv) {
     }
     const std::string command = args[0];
     args.erase(args.begin());
-    try {
+    return exit_status_of(command, [&] {
         if (command == "gradcheck") return cmd_gradcheck(args);
         if (command == "train") return cmd_train(args);
         if (command == "eval") return cmd_eval(args);
@@ -62,26 +88,7 @@ int run_cli(int argc, char** argv) {
         if (command == "audit") return cmd_audit(args);
         if (command == "ablate") return cmd_ablate(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
-    } catch (const UsageError& e) {
-        std::cerr << "attnlab " << command << ": " << one_line(e.what()) << "\n";
-        return 2;
-    } catch (const Error& e) {  // bad input: config, override, checkpoint, data file, shapes
-        std::cerr << "attnlab " << command << ": " << one_line(e.what()) << "\n";
-        return 2;
-    } catch (const std::filesystem::filesystem_error& e) {  // an unusable path (out_dir, run directory)
-        std::cerr << "attnlab " << command << ": " << one_line(e.what()) << "\n";
-        return 2;
-    } catch (const std::bad_alloc&) {  // the memory estimate let a config through that did not fit after all
-        std::cerr << "attnlab " << command << ": out of memory (the config or input needs more memory than this machine could give)\n";
-        return 1;
-    } catch (const std::exception& e) {  // our own bug: say so, in one line, never abort
-        std::cerr << "attnlab " << command << ": internal error: " << one_line(e.what())
-                  << " (please report it with the command line)\n";
-        return 1;
-    } catch (...) {
-        std::cerr << "attnlab " << command << ": internal error: an unknown exception (please report it with the command line)\n";
-        return 1;
-    }
+    }, std::cerr);
 }
 
 }  // namespace attnlab

@@ -2,6 +2,8 @@
 // process exit status; bad input throws UsageError (exit 2, one line).
 #pragma once
 
+#include <functional>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +15,12 @@ struct UsageError : std::runtime_error {
 };
 
 int run_cli(int argc, char** argv);
+
+// Runs a command's body and turns whatever escapes it into one line on `err`
+// ("attnlab COMMAND: ...") and an exit status: 2 for bad input (UsageError,
+// Error, a filesystem error), 1 for running out of memory or for any other
+// exception, which is our own bug ("internal error: ..."). Never lets one through.
+int exit_status_of(const std::string& command, const std::function<int()>& body, std::ostream& err);
 
 // Splits `train`/`sweep` positionals: an existing file is the CONFIG, any other
 // argument with '=' an override (key=value); a second config is a UsageError.

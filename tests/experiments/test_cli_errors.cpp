@@ -1,0 +1,60 @@
+// main() turns every exception into one line and an exit status (never an abort).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+#include "autograd/tensor.h"
+#include "experiments/commands.h"
+
+namespace attnlab {
+namespace {
+
+struct Outcome {
+    int status;
+    std::string line;
+};
+
+template <class Body> Outcome run(Body body) {
+    std::ostringstream err;
+    const int status = exit_status_of("train", body, err);
+    return {status, err.str()};
+}
+
+TEST(CliErrors, BadInputIsExit2WithOneLine) {
+    const Outcome usage = run([]() -> int { throw UsageError("--batches: expected an integer, got 'abc'"); });
+    EXPECT_EQ(usage.status, 2);
+    EXPECT_EQ(usage.line, "attnlab train: --batches: expected an integer, got 'abc'\n");
+    const Outcome input = run([]() -> int { throw Error("[checkpoint] x.h5: not HDF5\n(a second line)"); });
+    EXPECT_EQ(input.status, 2);
+    EXPECT_EQ(input.line, "attnlab train: [checkpoint] x.h5: not HDF5 (a second line)\n");  // folded to one line
+    const Outcome path = run([]() -> int {
+        throw std::filesystem::filesystem_error("cannot create directory", "runs/x",
+                                                std::make_error_code(std::errc::permission_denied));
+    });
+    EXPECT_EQ(path.status, 2);
+    EXPECT_NE(path.line.find("runs/x"), std::string::npos) << path.line;
+}
+
+TEST(CliErrors, OurOwnBugsAreExit1InternalError) {
+    const Outcome bug = run([]() -> int { throw std::out_of_range("vector::_M_range_check: __n (which is 7)"); });
+    EXPECT_EQ(bug.status, 1);
+    EXPECT_EQ(bug.line, "attnlab train: internal error: vector::_M_range_check: __n (which is 7) (please report it with the command line)\n");
+    const Outcome memory = run([]() -> int { throw std::bad_alloc(); });
+    EXPECT_EQ(memory.status, 1);
+    EXPECT_EQ(memory.line.rfind("attnlab train: out of memory", 0), 0u) << memory.line;
+    const Outcome odd = run([]() -> int { throw 42; });
+    EXPECT_EQ(odd.status, 1);
+    EXPECT_NE(odd.line.find("internal error"), std::string::npos);
+}
+
+TEST(CliErrors, TheBodysStatusPassesThrough) {
+    std::ostringstream err;
+    EXPECT_EQ(exit_status_of("train", [] { return 130; }, err), 130);
+    EXPECT_EQ(err.str(), "");
+}
+
+}  // namespace
+}  // namespace attnlab
