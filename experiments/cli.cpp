@@ -5,6 +5,7 @@
 
 #include "autograd/tensor.h"
 #include "experiments/commands.h"
+#include "experiments/config.h"
 
 namespace attnlab {
 
@@ -16,6 +17,7 @@ constexpr const char* usage =
     "commands:\n"
     "  train [CONFIG] [key=value ...]   train from a TOML config (no CONFIG: the default experiment)\n"
     "  train --resume RUN_DIR           continue a run from its newest checkpoint\n"
+    "  train --keys                     every config key, its default and allowed values\n"
     "  eval CHECKPOINT                  loss, token and sequence accuracy on fresh data\n"
     "  inspect CHECKPOINT --tokens \"...\" --out OUT.h5   logits, per-head attention weights, hidden states\n"
     "  sweep CONFIG [key=value ...]     run the config's [sweep] grid, then one summary table\n"
@@ -24,6 +26,7 @@ constexpr const char* usage =
     "  ablate CHECKPOINT [--out F.h5]   zero- and mean-ablate every head: change in eval loss and accuracy\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
+    "CHECKPOINT is a checkpoint file, or a run folder (its newest checkpoint).\n"
     "Run `attnlab COMMAND --help` for a command's options.\n";
 
 // Messages are one line: newlines inside one (a library's) become spaces.
@@ -36,10 +39,15 @@ std::string one_line(std::string text) {
 
 void split_config_and_overrides(const std::vector<std::string>& positionals, std::string& config_path,
                                 std::vector<std::string>& overrides) {
-    for (const auto& a : positionals) {
+    for (size_t i = 0; i < positionals.size(); ++i) {
+        const std::string& a = positionals[i];
         // A name too long for a path, or unreadable, is not a file: no exception here.
         std::error_code not_a_file;
-        if (a.find('=') != std::string::npos && !std::filesystem::is_regular_file(a, not_a_file)) overrides.push_back(a);
+        const bool file = std::filesystem::is_regular_file(a, not_a_file);
+        if (a.find('=') != std::string::npos && !file) overrides.push_back(a);
+        else if (!file && is_config_key(a))  // `train model.heads 8`
+            throw UsageError(a + ": no such config file; it is a config key: did you mean " + a + "=" +
+                             (i + 1 < positionals.size() ? positionals[i + 1] : "VALUE") + "?");
         else if (config_path.empty()) config_path = a;
         else throw UsageError("more than one config file given ('" + config_path + "' and '" + a + "')");
     }

@@ -63,8 +63,7 @@ int cmd_generate(const std::vector<std::string>& args) {
         std::printf("%s", options.help().c_str());
         return 0;
     }
-    if (!parsed.count("checkpoint") || parsed["checkpoint"].as<std::vector<std::string>>().size() != 1)
-        throw UsageError("give exactly one CHECKPOINT (see --help)");
+    const std::string path = checkpoint_argument(parsed);
     if (!parsed.count("prompt")) throw UsageError("--prompt is required (token ids, e.g. --prompt \"3 7 5 1\")");
     GenerateOptions opts;
     constexpr int64_t most = int64_t{1} << 40;
@@ -75,7 +74,6 @@ int cmd_generate(const std::vector<std::string>& args) {
     opts.check_cache = parsed.count("check-cache") > 0;
     const bool seed_given = parsed.count("seed") > 0;
     const int64_t seed = seed_given ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max()) : 0;
-    const std::string path = parsed["checkpoint"].as<std::vector<std::string>>()[0];
 
     const CheckpointData checkpoint = read_checkpoint(path);
     const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");

@@ -7,6 +7,7 @@
 // cxxopts through this header, so the setting is the same everywhere.
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "experiments/commands.h"
+#include "experiments/edit_distance.h"
 #include "experiments/parse_number.h"
 
 namespace attnlab {
@@ -28,7 +30,27 @@ template <class T> std::string number_text(T value) {
     }
 }
 
+// An unknown --option, with the nearest known one suggested (--resmue: --resume).
+inline void check_option_names(const cxxopts::Options& options, const std::vector<std::string>& args) {
+    std::vector<std::string> known;
+    for (const std::string& group : options.groups())
+        for (const cxxopts::HelpOptionDetails& option : options.group_help(group).options)
+            for (const std::string& name : option.l) known.push_back(name);
+    for (const std::string& arg : args) {
+        if (arg == "--") return;  // what follows is positional
+        if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+        const std::string name = arg.substr(2, arg.find('=') - 2);
+        if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+        std::string best;
+        size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
+        for (const std::string& k : known)
+            if (const size_t d = edit_distance(name, k); d < best_distance) best = k, best_distance = d;
+        throw UsageError("unknown option --" + name + (best.empty() ? "" : " (did you mean --" + best + "?)") + "; see --help");
+    }
+}
+
 inline cxxopts::ParseResult parse_command_line(cxxopts::Options& options, const std::vector<std::string>& args) {
+    check_option_names(options, args);
     std::vector<const char*> argv{"attnlab"};
     for (const auto& a : args) argv.push_back(a.c_str());
     try {
@@ -53,6 +75,7 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 
 }  // namespace attnlab
 
+#include <filesystem>
 #include <memory>
 
 #include "experiments/checkpoint.h"
@@ -82,10 +105,20 @@ struct CheckpointInput {
     int batches = 0;     // --batches
 };
 
+// A CHECKPOINT argument: a checkpoint file, or a run folder, which stands for
+// its newest checkpoint.
+inline std::string resolve_checkpoint(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) return path;
+    const std::vector<std::string> saved = list_checkpoints((std::filesystem::path(path) / "checkpoints").string());
+    if (saved.empty()) throw UsageError(path + ": a folder without checkpoints/step_*.h5 (give a checkpoint file or a run folder)");
+    return saved.back();
+}
+
 inline std::string checkpoint_argument(const cxxopts::ParseResult& parsed) {
     if (!parsed.count("checkpoint") || parsed["checkpoint"].as<std::vector<std::string>>().size() != 1)
         throw UsageError("give exactly one CHECKPOINT (see --help)");
-    return parsed["checkpoint"].as<std::vector<std::string>>()[0];
+    return resolve_checkpoint(parsed["checkpoint"].as<std::vector<std::string>>()[0]);
 }
 
 // --batches: eval batches of the run's batch size (each a fresh draw of the task).

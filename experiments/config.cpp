@@ -292,6 +292,8 @@ Config parse_config(const std::string& text, const std::string& path, const std:
     return config;
 }
 
+bool is_config_key(const std::string& name) { return config_schema::find(name) != nullptr; }
+
 std::vector<std::string> differing_keys(const Config& a, const Config& b) {
     std::vector<std::string> keys;
     for (const Field& field : config_schema::fields())

@@ -86,6 +86,7 @@ struct Config {
         std::string device = "cpu";    // cpu | cuda (attention core on the GPU; refused without a GPU)
         int64_t threads = 1;           // 0 = all cores; small models run fastest on one
         double target_accuracy = 0.99;
+        bool tensorboard = false;      // also TensorBoard event files under <run>/tb/
         bool operator==(const Train&) const = default;
     } train;
 
@@ -139,6 +140,9 @@ std::vector<std::string> differing_keys(const Config& before, const Config& afte
 
 // The schema as a table for --help: key, default, allowed values, doc.
 std::string describe_keys();
+
+// Whether `name` is a dotted config key ("model.heads").
+bool is_config_key(const std::string& name);
 
 // The [sweep] grid as override lists, one per cell, the first axis varying
 // slowest; a single empty cell when there is no sweep. Apply each to a copy of

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "experiments/edit_distance.h"
 #include "experiments/run_files.h"
 
 namespace attnlab::config_schema {
@@ -265,9 +266,10 @@ std::vector<Field> make_fields() {
         integer(KEY(train, eval_batches), at_least(1), "held-out batches per evaluation"),
         integer(KEY(train, checkpoint_every), at_least(1), "steps between checkpoints"),
         integer(KEY(train, keep_checkpoints), at_least(0), "newest checkpoints kept; 0 = all"),
-        choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the attention core on the GPU, the rest on the CPU (needs a CUDA build and a GPU)"),
+        choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the whole training step on the GPU (needs a CUDA build and a GPU)"),
         integer(KEY(train, threads), between(0, 1024), "CPU threads; 0 = all cores"),
         number(KEY(train, target_accuracy), probability, "eval token accuracy at which the task counts as solved"),
+        boolean(KEY(train, tensorboard), "also write TensorBoard event files (scalars) under <run>/tb/, flushed at each log interval"),
 
         choice(KEY(optim, name), {"adamw", "adam", "sgd"}, "optimiser (torch.optim's update rules)"),
         number(KEY(optim, lr), above(0), "peak learning rate"),
@@ -286,21 +288,6 @@ std::vector<Field> make_fields() {
 
 std::string_view leaf(std::string_view key) { return key.substr(key.rfind('.') + 1); }  // npos + 1 = 0
 std::string_view section_of(std::string_view key) { return key.substr(0, key.find('.')); }
-
-size_t edit_distance(std::string_view a, std::string_view b) {  // Levenshtein
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        size_t diagonal = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= b.size(); ++j) {
-            const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-            diagonal = row[j];
-            row[j] = next;
-        }
-    }
-    return row[b.size()];
-}
 
 }  // namespace
 

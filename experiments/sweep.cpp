@@ -1,24 +1,24 @@
+// run_sweep: the grid checked, every cell planned and checked, the sweep folder
+// recognised, then the cells run as child processes (experiments/sweep_process.h)
+// and the table written (experiments/sweep_table.cpp).
 #include "experiments/sweep.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cmath>
-#include <cstring>
+#include <algorithm>
+#include <climits>
 #include <cstdio>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <limits>
-#include <regex>
 #include <set>
 #include <sstream>
 
-#include "experiments/h5file.h"
-
-extern char** environ;
+#include "experiments/checkpoint.h"
+#include "experiments/trainer.h"
+#include "experiments/run_files.h"
+#include "experiments/sweep_process.h"
 
 namespace fs = std::filesystem;
 
@@ -26,88 +26,189 @@ namespace attnlab {
 
 namespace {
 
-constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
-
 std::string unquote(const std::string& value) {
     return value.size() >= 2 && value.front() == '"' && value.back() == '"' ? value.substr(1, value.size() - 2) : value;
 }
 
-// The numbers of our own flat summary.json ("key": number | null, one per line).
-std::map<std::string, double> read_summary_numbers(const fs::path& path) {
-    std::ifstream in(path);
-    std::map<std::string, double> out;
-    const std::regex line(R"re(^\s*"(\w+)":\s*(null|[-+0-9.eEinfa]+),?\s*$)re");
-    std::string text;
-    while (std::getline(in, text)) {
-        std::smatch m;
-        if (std::regex_match(text, m, line)) out[m[1]] = m[2] == "null" ? kMissing : std::stod(m[2]);
-    }
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
     return out;
 }
 
-// Per kind and layer: mean over heads of the last logged entropy rows; and the
-// largest masked mass of any row, kind, layer and head.
-void read_attention_numbers(const fs::path& metrics, std::map<std::string, double>& numbers,
-                            std::vector<std::string>& columns) {
-    h5::File file = h5::File::open(metrics.string(), "sweep", h5::File::Access::read, true, true);
-    double masked_max = 0.0;
-    if (!file.has("attention")) return;
-    h5::Group attention = file.group("attention");
-    for (const std::string& kind : attention.members()) {
-        h5::Group g = attention.group(kind);
-        const size_t rows = g.dataset("step").rows();
-        if (rows == 0) continue;
-        const Shape shape = g.dataset("entropy").shape();  // [K, layers, heads]
-        const size_t layers = shape[1], heads = shape[2];
-        for (const char* series : {"entropy", "entropy_norm"}) {
-            const std::vector<double> last = g.dataset(series).read_rows<double>(rows - 1, 1);
-            for (size_t l = 0; l < layers; ++l) {
-                double total = 0;
-                for (size_t h = 0; h < heads; ++h) total += last[l * heads + h];
-                const std::string column = std::string(series) + "_" + kind + "_L" + std::to_string(l);
-                numbers[column] = total / static_cast<double>(heads);
-                if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
-            }
+// FNV-1a, 64 bits: a stable hash for shortened cell names.
+std::string hash_hex(const std::string& text) {
+    uint64_t h = 1469598103934665603ULL;
+    for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ULL;
+    char out[17];
+    std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+    return out;
+}
+
+std::string values_of(const SweepAxis& axis) { return "[" + join(axis.values, ", ") + "]"; }
+
+// "train.steps (90, was 60)" for each key whose value differs from `before` to
+// `after` (differing_keys), `ignored` aside; then the same for the [sweep] axes,
+// whose order counts too (it numbers the cells).
+std::vector<std::string> differences(const Config& before, const Config& after, const std::set<std::string>& ignored) {
+    std::vector<std::string> out;
+    for (const std::string& change : differing_keys(before, after))
+        if (!ignored.count(change.substr(0, change.find(' ')))) out.push_back(change);
+    auto find = [](const Config& c, const std::string& key) -> const SweepAxis* {
+        for (const SweepAxis& axis : c.sweep)
+            if (axis.key == key) return &axis;
+        return nullptr;
+    };
+    for (const SweepAxis& axis : after.sweep) {
+        const SweepAxis* was = find(before, axis.key);
+        if (!was || was->values != axis.values)
+            out.push_back("sweep." + axis.key + " (" + values_of(axis) + ", was " + (was ? values_of(*was) : "not swept") + ")");
+    }
+    for (const SweepAxis& axis : before.sweep)
+        if (!find(after, axis.key)) out.push_back("sweep." + axis.key + " (not swept, was " + values_of(axis) + ")");
+    std::vector<std::string> order_before, order_after;
+    for (const SweepAxis& axis : before.sweep) order_before.push_back(axis.key);
+    for (const SweepAxis& axis : after.sweep) order_after.push_back(axis.key);
+    if (out.empty() && order_before != order_after)
+        out.push_back("the order of the [sweep] axes (" + join(order_after, ", ") + ", was " + join(order_before, ", ") + ")");
+    return out;
+}
+
+std::string listed(const std::vector<std::string>& items, size_t most = 4, const std::string& separator = "; ") {
+    std::vector<std::string> shown(items.begin(), items.begin() + static_cast<long>(std::min(most, items.size())));
+    std::string out = join(shown, separator);
+    if (items.size() > most) out += separator + "and " + std::to_string(items.size() - most) + " more";
+    return out;
+}
+
+// The grid against what the sweep sets itself: no axis over a key the sweep
+// sets for every cell, no override of a swept key. (A key swept twice, or a
+// value listed twice, is refused where the grid is read: read_sweep in config.cpp.)
+void check_grid(const Config& config, const SweepOptions& options) {
+    const std::string where = "[sweep] " + (options.config_path.empty() ? "" : options.config_path + ": ");
+    for (const SweepAxis& axis : config.sweep) {
+        if (axis.key == "run.name" || axis.key == "run.out_dir")
+            throw Error(where + "sweep key " + axis.key + ": the sweep names and places its cells itself (" + axis.key +
+                        " sets the sweep's folder); sweep another key");
+        if (axis.key == "train.threads")
+            throw Error(where + "sweep key train.threads: each cell's threads follow --jobs (the cores split between the "
+                                "cells that run at once); sweep another key, or time cells with `attnlab train`");
+        for (const std::string& assignment : options.overrides) {
+            std::string key = assignment.substr(0, assignment.find('='));
+            key.erase(0, key.find_first_not_of(" \t"));
+            key.erase(key.find_last_not_of(" \t") + 1);
+            if (key == axis.key)
+                throw Error(where + "override " + assignment + " sets " + axis.key + ", which the [sweep] table sweeps over " +
+                            values_of(axis) + " (every cell would replace it); change the table instead");
         }
-        for (double v : g.dataset("masked_mass_max").read<double>())
-            if (!std::isnan(v)) masked_max = std::max(masked_max, v);
     }
-    numbers["masked_mass_max"] = masked_max;
 }
 
-void write_atomically(const fs::path& path, const std::string& text) {
-    const fs::path tmp = path.string() + ".tmp";
-    {
-        std::ofstream out(tmp);
-        out << text;
-        if (!out) throw Error("[sweep] cannot write " + tmp.string());
+enum class Action { start, restart, resume, skip };
+
+struct CellPlan {
+    std::string name;
+    Config config;
+    Action action = Action::start;
+};
+
+// What a cell's folder holds, read only; refuses one that is no earlier run of this cell.
+Action inspect_cell(const fs::path& dir, const Config& cell) {
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(dir, ec);
+    if (!fs::exists(status)) return Action::start;
+    if (!fs::is_directory(status)) throw Error("[sweep] " + dir.string() + " exists and is not a folder; remove it");
+    const bool has_config = fs::exists(dir / "config.toml");
+    if (has_config) {
+        // An earlier run of this cell must hold the same config (threads aside,
+        // which follow --jobs): otherwise skipping or resuming it would tabulate
+        // another experiment's results.
+        Config earlier;
+        try {
+            earlier = load_config((dir / "config.toml").string());
+        } catch (const Error& e) {
+            throw Error("[sweep] " + dir.string() + " holds a config.toml that cannot be read (" + e.what() +
+                        "); remove the folder to run the cell again");
+        }
+        std::set<std::string> ignored = {"run.name", "run.out_dir", "train.threads"};
+        if (cell.model.max_len == 0) ignored.insert("model.max_len");  // the run writes the length it derived
+        const auto diff = differences(earlier, cell, ignored);
+        if (!diff.empty())
+            throw Error("[sweep] " + dir.string() + " was run with another config: this cell has " + listed(diff) +
+                        "; use another run.name, or remove the folder");
     }
-    fs::rename(tmp, path);
+    if (fs::exists(dir / "summary.json")) {
+        if (!has_config) throw Error("[sweep] " + dir.string() + " has a summary.json but no config.toml: not a run of this sweep");
+        (void)read_summary_numbers((dir / "summary.json").string());  // a garbled one is refused now, not at the end
+        return Action::skip;
+    }
+    if (!list_checkpoints((dir / "checkpoints").string()).empty()) {
+        if (!has_config) throw Error("[sweep] " + dir.string() + " has checkpoints but no config.toml: not a run of this sweep");
+        return Action::resume;
+    }
+    // Started earlier but never checkpointed: what the trainer writes first can go.
+    auto is_leftover = [](const fs::directory_entry& entry) {
+        const std::string name = entry.path().filename().string();
+        return name == "config.toml" || name == "metrics.h5" || name == ".lock" || name == "checkpoints" ||
+               (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+    };
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+        bool ok = is_leftover(entry);
+        if (ok && entry.path().filename() == "checkpoints") {
+            ok = entry.is_directory();
+            for (const fs::directory_entry& inner : fs::directory_iterator(entry.path(), ec))
+                ok = ok && inner.path().extension() == ".tmp";  // a checkpoint the trainer never finished
+        }
+        if (!ok)
+            throw Error("[sweep] " + dir.string() + " holds " + entry.path().filename().string() +
+                        ", which no run of this cell writes; remove it (or the folder) to run the cell");
+    }
+    return Action::restart;
 }
 
-// Starts `args` with stdout and stderr appended to `log`; returns its pid.
-pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw Error("[sweep] cannot start " + args[0] + ": " + std::strerror(rc));
-    return pid;
+// Whether out_dir/run.name is absent or empty (a new sweep) or this sweep's own
+// folder (its sweep.toml has the same grid and base config); then each cell's
+// action. Anything else is refused. Reads only.
+void inspect_sweep_folder(const fs::path& sweep_dir, const Config& config, std::vector<CellPlan>& plan) {
+    std::error_code ec;
+    for (CellPlan& cell : plan) cell.action = Action::start;
+    const fs::path out_dir = sweep_dir.parent_path();
+    for (const char* marker : {"config.toml", "sweep.toml"})
+        if (fs::exists(out_dir / marker))
+            throw Error("[sweep] run.out_dir " + out_dir.string() + " is itself a " +
+                        (marker == std::string("config.toml") ? "run" : "sweep") + " folder (it has " + marker +
+                        "); choose another run.out_dir");
+    const fs::file_status status = fs::symlink_status(sweep_dir, ec);
+    if (!fs::exists(status)) return;
+    if (!fs::is_directory(status))
+        throw Error("[sweep] " + sweep_dir.string() + " exists and is not a folder; choose another run.name");
+    std::vector<std::string> entries;
+    for (const fs::directory_entry& entry : fs::directory_iterator(sweep_dir))
+        if (entry.path().filename() != ".lock") entries.push_back(entry.path().filename().string());
+    if (entries.empty()) return;
+    const fs::path saved_path = sweep_dir / "sweep.toml";
+    if (!fs::exists(saved_path)) {
+        const bool single_run = fs::exists(sweep_dir / "config.toml") || fs::exists(sweep_dir / "metrics.h5") ||
+                                fs::exists(sweep_dir / "checkpoints");
+        std::sort(entries.begin(), entries.end());
+        throw Error("[sweep] " + sweep_dir.string() + (single_run ? " is a single run (it has " : " is not a sweep folder (it has ") +
+                    listed(entries, 3, ", ") + ", but no sweep.toml); a sweep writes only into a folder of its own: choose another run.name");
+    }
+    Config saved;
+    try {
+        saved = load_config(saved_path.string());
+    } catch (const Error& e) {
+        throw Error("[sweep] " + saved_path.string() + " cannot be read, so " + sweep_dir.string() +
+                    " cannot be continued (" + e.what() + "); choose another run.name, or remove the folder");
+    }
+    const auto diff = differences(saved, config, {"run.name", "run.out_dir", "train.threads"});
+    if (!diff.empty())
+        throw Error("[sweep] " + sweep_dir.string() + " holds another sweep: this one has " + listed(diff) +
+                    " against its sweep.toml; choose another run.name, or remove the folder");
+    for (CellPlan& cell : plan) cell.action = inspect_cell(sweep_dir / cell.name, cell.config);
 }
 
-std::string fmt(double v, int precision = 4) {
-    if (std::isnan(v)) return "";
-    std::ostringstream out;
-    out.precision(precision);
-    out << v;
-    return out.str();
-}
+const char* signal_name(int signal) { return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal"; }
 
 }  // namespace
 
@@ -120,203 +221,18 @@ std::string cell_name(size_t index, size_t count, const std::vector<std::string>
         name += (i ? "," : "") + assignments[i].substr(0, eq + 1) + unquote(assignments[i].substr(eq + 1));
     }
     for (char& ch : name)
-        if (ch == '/' || ch == ' ' || ch == '"' || ch == '[' || ch == ']') ch = '_';
-    return name;
-}
-
-SweepTable collect_sweep(const Config& config, const std::string& sweep_dir) {
-    SweepTable table;
-    for (const SweepAxis& axis : config.sweep) table.keys.push_back(axis.key);
-    table.columns = {"eval_loss", "eval_token_acc", "eval_seq_acc", "first_step_at_target", "reached_target"};
-    std::vector<std::string> attention_columns;
-    const auto cells = sweep_cells(config);
-    for (size_t i = 0; i < cells.size(); ++i) {
-        CellResult cell;
-        cell.name = cell_name(i, cells.size(), cells[i]);
-        for (const std::string& a : cells[i]) cell.values.push_back(unquote(a.substr(a.find('=') + 1)));
-        const fs::path dir = fs::path(sweep_dir) / cell.name;
-        for (const std::string& c : table.columns) cell.numbers[c] = kMissing;
-        if (fs::exists(dir / "summary.json")) {
-            const auto summary = read_summary_numbers(dir / "summary.json");
-            for (const auto& [key, value] : summary) cell.numbers[key] = value;
-            cell.numbers["reached_target"] = std::isnan(cell.numbers["first_step_at_target"]) ? 0.0 : 1.0;
-            cell.status = "ok";
-        } else {
-            cell.status = fs::exists(dir) ? "incomplete" : "not run";
-        }
-        if (fs::exists(dir / "metrics.h5")) {
-            try {
-                read_attention_numbers(dir / "metrics.h5", cell.numbers, attention_columns);
-            } catch (const Error& e) {
-                cell.status += " (metrics unreadable)";
-            }
-        }
-        table.cells.push_back(std::move(cell));
-    }
-    table.columns.insert(table.columns.end(), attention_columns.begin(), attention_columns.end());
-    for (const char* c : {"masked_mass_max", "wall_s", "tokens_per_s"}) table.columns.push_back(c);
-    table.aggregated = aggregate_over_seeds(table);
-    return table;
-}
-
-std::vector<CellResult> aggregate_over_seeds(const SweepTable& table) {
-    const auto seed_axis = std::find(table.keys.begin(), table.keys.end(), "run.seed") - table.keys.begin();
-    std::vector<CellResult> groups;
-    std::map<std::vector<std::string>, size_t> index;
-    std::map<size_t, std::vector<const CellResult*>> members;
-    for (const CellResult& cell : table.cells) {
-        std::vector<std::string> key = cell.values;
-        if (static_cast<size_t>(seed_axis) < key.size()) key[static_cast<size_t>(seed_axis)] = "*";
-        auto [it, added] = index.emplace(key, groups.size());
-        if (added) {
-            CellResult g;
-            g.values = key;
-            groups.push_back(g);
-        }
-        members[it->second].push_back(&cell);
-    }
-    for (size_t g = 0; g < groups.size(); ++g) {
-        const auto& cells = members[g];
-        size_t ok = 0;
-        for (const CellResult* c : cells) ok += c->status == "ok";
-        // only finished cells count: a failed cell's partial metrics are not a result
-        groups[g].status = std::to_string(ok) + "/" + std::to_string(cells.size()) + " ok";
-        groups[g].numbers["n"] = static_cast<double>(cells.size());
-        for (const std::string& column : table.columns) {
-            std::vector<double> xs;
-            for (const CellResult* c : cells) {
-                if (c->status != "ok") continue;
-                auto it = c->numbers.find(column);
-                if (it != c->numbers.end() && !std::isnan(it->second)) xs.push_back(it->second);
-            }
-            double mean = kMissing, stddev = kMissing;
-            if (!xs.empty()) {
-                mean = 0;
-                for (double x : xs) mean += x;
-                mean /= static_cast<double>(xs.size());
-                double ss = 0;
-                for (double x : xs) ss += (x - mean) * (x - mean);
-                stddev = xs.size() > 1 ? std::sqrt(ss / static_cast<double>(xs.size() - 1)) : 0.0;
-            }
-            groups[g].numbers[column] = mean;
-            groups[g].numbers[column + "_std"] = stddev;
-        }
-    }
-    return groups;
-}
-
-namespace {
-
-// RFC 4180: a field holding a comma, a quote or a line break is quoted, quotes doubled.
-std::string csv_field(const std::string& text) {
-    if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-    std::string out = "\"";
-    for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-    return out + "\"";
-}
-
-void write_csv(const SweepTable& t, const fs::path& path) {
-    std::ostringstream out;
-    out << "row,name";
-    for (const auto& k : t.keys) out << "," << csv_field(k);
-    out << ",status,n";
-    for (const auto& c : t.columns) out << "," << c << "," << c << "_std";
-    out << "\n";
-    auto row = [&](const char* kind, const CellResult& r, bool aggregate) {
-        out << kind << "," << csv_field(r.name);
-        for (const auto& v : r.values) out << "," << csv_field(v);
-        out << "," << csv_field(r.status) << "," << (aggregate ? fmt(r.numbers.at("n")) : "1");
-        for (const auto& c : t.columns) {
-            auto it = r.numbers.find(c);
-            out << "," << (it == r.numbers.end() ? "" : fmt(it->second, 10));
-            auto sd = r.numbers.find(c + "_std");
-            out << "," << (aggregate && sd != r.numbers.end() ? fmt(sd->second, 10) : "");
-        }
-        out << "\n";
-    };
-    for (const auto& c : t.cells) row("cell", c, false);
-    for (const auto& a : t.aggregated) row("aggregate", a, true);
-    write_atomically(path, out.str());
-}
-
-void write_h5(const SweepTable& t, const fs::path& path) {
-    const fs::path tmp = path.string() + ".tmp";
-    {
-        h5::File file = h5::File::create(tmp.string(), "sweep");
-        file.write_attr_string("format", "attnlab-sweep");
-        file.write_attr_int("format_version", 1);
-        for (const auto& [group_name, rows] : {std::pair{"cells", &t.cells}, std::pair{"aggregated", &t.aggregated}}) {
-            h5::Group g = file.create_group(group_name);
-            std::vector<std::string> names, status;
-            for (const auto& r : *rows) {
-                names.push_back(r.name);
-                status.push_back(r.status);
-            }
-            g.write_strings("name", names);
-            g.write_strings("status", status);
-            h5::Group keys = g.create_group("keys");
-            for (size_t k = 0; k < t.keys.size(); ++k) {
-                std::vector<std::string> values;
-                for (const auto& r : *rows) values.push_back(r.values[k]);
-                keys.write_strings(t.keys[k], values);
-            }
-            std::vector<std::string> columns = t.columns;
-            if (group_name == std::string("aggregated")) {
-                columns.push_back("n");
-                for (const auto& c : t.columns) columns.push_back(c + "_std");
-            }
-            for (const auto& c : columns) {
-                std::vector<double> values;
-                for (const auto& r : *rows) {
-                    auto it = r.numbers.find(c);
-                    values.push_back(it == r.numbers.end() ? kMissing : it->second);
-                }
-                g.write<double>(c, values);
-            }
-        }
-        file.close();
-    }
-    fs::rename(tmp, path);
-}
-
-}  // namespace
-
-std::string format_table(const SweepTable& t, const std::vector<CellResult>& rows) {
-    std::vector<std::string> shown = {"eval_token_acc", "first_step_at_target"};
-    for (const auto& c : t.columns)
-        if (c.rfind("entropy_norm_", 0) == 0) shown.push_back(c);
-    for (const char* c : {"masked_mass_max", "wall_s"}) shown.push_back(c);
-    std::vector<std::vector<std::string>> cells;
-    std::vector<std::string> header = t.keys;
-    header.push_back("status");
-    for (const auto& c : shown) header.push_back(c);
-    cells.push_back(header);
-    for (const auto& r : rows) {
-        std::vector<std::string> line = r.values;
-        line.push_back(r.status);
-        for (const auto& c : shown) {
-            auto it = r.numbers.find(c);
-            std::string text = it == r.numbers.end() ? "" : fmt(it->second);
-            auto sd = r.numbers.find(c + "_std");
-            if (sd != r.numbers.end() && !std::isnan(sd->second) && r.numbers.count("n") && r.numbers.at("n") > 1)
-                text += " ±" + fmt(sd->second, 2);
-            line.push_back(text.empty() ? "-" : text);
-        }
-        cells.push_back(line);
-    }
-    std::vector<size_t> width(header.size(), 0);
-    for (const auto& line : cells)
-        for (size_t i = 0; i < line.size(); ++i) width[i] = std::max(width[i], line[i].size());
-    std::ostringstream out;
-    for (const auto& line : cells) {
-        for (size_t i = 0; i < line.size(); ++i) out << line[i] << std::string(width[i] - line[i].size() + 2, ' ');
-        out << "\n";
-    }
-    return out.str();
+        if (ch == '/' || ch == ' ' || ch == '"' || ch == '[' || ch == ']' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+            ch = '_';
+    if (name.size() <= kMaxFolderName) return name;
+    const std::string tail = "~" + hash_hex(join(assignments, "\n"));
+    size_t keep = kMaxFolderName - tail.size();
+    while (keep > 0 && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;  // not inside a UTF-8 character
+    return name.substr(0, keep) + tail;
 }
 
 SweepTable run_sweep(const Config& config, const SweepOptions& options) {
     if (config.sweep.empty()) throw Error("[sweep] the config has no [sweep] table");
+    check_grid(config, options);
     const auto cells = sweep_cells(config);
     if (cells.size() > options.max_cells && !options.force)
         throw Error("[sweep] the grid has " + std::to_string(cells.size()) + " cells, more than the limit of " +
@@ -325,9 +241,12 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
     const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
     const int64_t threads = std::max<int64_t>(1, cores / static_cast<long>(jobs));
 
-    // Every cell's config is built and validated before any cell starts.
+    // Every cell's config is built and checked before anything is written.
+    if (config.run.name.size() > kMaxFolderName)
+        throw Error("[sweep] run.name is " + std::to_string(config.run.name.size()) + " bytes long, more than " +
+                    std::to_string(kMaxFolderName) + "; choose a shorter one");
     const fs::path sweep_dir = fs::path(config.run.out_dir) / config.run.name;
-    std::vector<std::pair<std::string, Config>> plan;
+    std::vector<CellPlan> plan;
     for (size_t i = 0; i < cells.size(); ++i) {
         Config cell = config;
         cell.sweep.clear();
@@ -336,76 +255,93 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
         cell.run.name = cell_name(i, cells.size(), cells[i]);
         cell.run.out_dir = sweep_dir.string();
         validate(cell);
-        plan.emplace_back(cell.run.name, cell);
+        const std::string longest = (sweep_dir / cell.run.name / "checkpoints" / "step_0000000000.h5.tmp").string();
+        if (longest.size() >= PATH_MAX)
+            throw Error("[sweep] " + (sweep_dir / cell.run.name).string().substr(0, 80) + "...: the paths of cell " +
+                        std::to_string(i) + " would be longer than " + std::to_string(PATH_MAX) +
+                        " bytes; choose a shorter run.out_dir");
+        plan.push_back({cell.run.name, cell});
     }
-    // A cell folder left by an earlier run of this sweep must hold the same
-    // config (threads aside, which follow --jobs): otherwise skipping or
-    // resuming it would tabulate another experiment's results.
-    for (const auto& [name, cell] : plan) {
-        const fs::path existing = sweep_dir / name / "config.toml";
-        if (!fs::exists(existing)) continue;
-        Config earlier = load_config(existing.string());
-        earlier.train.threads = cell.train.threads;
-        if (cell.model.max_len == 0) earlier.model.max_len = 0;  // the run writes the length it derived
-        earlier.run.out_dir = cell.run.out_dir;
-        if (earlier == cell) continue;
-        std::istringstream a(to_toml(earlier)), b(to_toml(cell));
-        std::string section, la, lb;
-        while (std::getline(a, la) && std::getline(b, lb)) {
-            if (!la.empty() && la.front() == '[') section = la.substr(1, la.find(']') - 1);
-            if (la != lb) break;
+    inspect_sweep_folder(sweep_dir, config, plan);
+    // What `attnlab train` would refuse (a missing token file, ...) is refused now.
+    for (const CellPlan& cell : plan) {
+        if (cell.action == Action::skip) continue;
+        try {
+            Trainer::check_runnable(cell.config);
+        } catch (const Error& e) {
+            throw Error("[sweep] cell " + cell.name + ": " + e.what());
         }
-        throw Error("[sweep] " + (sweep_dir / name).string() + " was run with " + section + "." + la +
-                    ", this sweep has " + section + "." + lb + "; use another run.name, or remove the folder");
     }
+
+    // From here on the sweep writes, holding the folder's lock; the folder is
+    // looked at again under it (another sweep may have got there first).
+    fs::create_directories(sweep_dir);
+    const RunLock lock(sweep_dir, "[sweep]");
+    inspect_sweep_folder(sweep_dir, config, plan);
+    if (!fs::exists(sweep_dir / "sweep.toml")) write_text_atomically(sweep_dir / "sweep.toml", to_toml(config), "[sweep]");
     fs::create_directories(sweep_dir / "cells");
     fs::create_directories(sweep_dir / "logs");
-    write_atomically(sweep_dir / "sweep.toml", to_toml(config));
 
     std::map<std::string, std::string> outcome;
-    std::map<pid_t, std::string> running;
-    auto wait_one = [&] {
-        int status = 0;
-        const pid_t pid = waitpid(-1, &status, 0);
-        if (pid <= 0) return;
-        const std::string name = running[pid];
-        running.erase(pid);
-        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        outcome[name] = code == 0 ? "ok" : "failed (exit " + std::to_string(code) + ")";
-        std::cerr << "sweep: " << name << ": " << outcome[name]
-                  << (code ? ", see " + (sweep_dir / "logs" / (name + ".log")).string() : "") << "\n";
+    CellProcesses processes;
+    std::vector<std::string> stopped;
+    auto report = [&](const CellProcesses::Ended& ended) {
+        const bool stopped_now = processes.interrupted() && (ended.code == 130 || ended.code > 128);
+        if (stopped_now) stopped.push_back(ended.name);
+        std::string& status = outcome[ended.name];
+        status = ended.code == 0 ? "ok" : stopped_now ? "interrupted" : "failed (exit " + std::to_string(ended.code) + ")";
+        std::cerr << "sweep: " << ended.name << ": " << status
+                  << (ended.code && !stopped_now ? ", see " + (sweep_dir / "logs" / (ended.name + ".log")).string() : "") << "\n";
     };
+    auto wait_one = [&] {
+        if (const auto ended = processes.wait()) report(*ended);
+    };
+    size_t not_started = 0;
     for (size_t i = 0; i < plan.size(); ++i) {
-        const auto& [name, cell] = plan[i];
-        const fs::path dir = sweep_dir / name;
-        std::vector<std::string> args{options.executable, "train"};
-        std::string action = "starting";
-        if (fs::exists(dir / "summary.json")) {
-            std::cerr << "sweep: " << name << ": finished earlier, skipped\n";
+        const CellPlan& cell = plan[i];
+        const fs::path dir = sweep_dir / cell.name;
+        if (cell.action == Action::skip) {
+            std::cerr << "sweep: " << cell.name << ": finished earlier, skipped\n";
             continue;
         }
-        if (fs::exists(dir / "checkpoints") && !fs::is_empty(dir / "checkpoints")) {
+        while (processes.running() >= jobs && !processes.interrupted()) wait_one();
+        processes.check_interrupt();
+        if (processes.interrupted()) {
+            ++not_started;
+            continue;
+        }
+        std::vector<std::string> args{options.executable, "train"};
+        if (cell.action == Action::resume) {
             args.insert(args.end(), {"--resume", dir.string()});
-            action = "resuming";
         } else {
-            fs::remove_all(dir);  // started earlier but never checkpointed: nothing to keep
+            if (cell.action == Action::restart) fs::remove_all(dir);  // nothing in it to keep (inspect_cell)
             const fs::path cell_config = sweep_dir / "cells" / (std::to_string(i) + ".toml");
-            write_atomically(cell_config, to_toml(cell));
+            write_text_atomically(cell_config, to_toml(cell.config), "[sweep]");
             args.insert(args.end(), {cell_config.string(), "--run-dir", dir.string()});
         }
-        while (running.size() >= jobs) wait_one();
-        std::cerr << "sweep: " << name << ": " << action << "\n";
-        running[spawn(args, sweep_dir / "logs" / (name + ".log"))] = name;
+        std::cerr << "sweep: " << cell.name << ": " << (cell.action == Action::resume ? "resuming" : "starting") << "\n";
+        processes.start(cell.name, args, sweep_dir / "logs" / (cell.name + ".log"));
     }
-    while (!running.empty()) wait_one();
+    while (processes.running() > 0) wait_one();
 
     SweepTable table = collect_sweep(config, sweep_dir.string());
     for (CellResult& c : table.cells)
         if (outcome.count(c.name) && outcome[c.name] != "ok") c.status = outcome[c.name];
     table.aggregated = aggregate_over_seeds(table);
-    write_csv(table, sweep_dir / "summary.csv");
-    write_h5(table, sweep_dir / "summary.h5");
+    table.interrupted = processes.interrupted();
+    table.stopped = stopped;
+    table.not_started = not_started;
+    write_summary_csv(table, (sweep_dir / "summary.csv").string());
+    write_summary_h5(table, (sweep_dir / "summary.h5").string());
     return table;
+}
+
+std::string interruption_line(const SweepTable& table, const std::string& command) {
+    std::string line = std::string("interrupted by ") + signal_name(table.interrupted) + ": ";
+    if (!table.stopped.empty()) line += "stopped " + listed(table.stopped, 4) + " (each checkpoints as it stops)";
+    else line += "no cell was running";
+    if (table.not_started) line += ", " + std::to_string(table.not_started) + " not started";
+    return line + "; rerun `" + command + "` to resume";
 }
 
 }  // namespace attnlab

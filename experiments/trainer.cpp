@@ -26,6 +26,7 @@
 #include "experiments/memory_estimate.h"
 #include "experiments/model_factory.h"
 #include "experiments/run_files.h"
+#include "experiments/tensorboard.h"
 #include "optim/optimizer.h"
 
 namespace fs = std::filesystem;
@@ -61,7 +62,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, NamedTensors params) 
 // folder was; a moved folder is still the same run.)
 const std::vector<std::string> kResumableKeys = {"train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every",
                                                  "train.keep_checkpoints", "train.threads", "train.device",
-                                                 "train.target_accuracy", "run.name", "run.out_dir"};
+                                                 "train.target_accuracy", "train.tensorboard", "run.name", "run.out_dir"};
 
 bool resumable(const std::string& change) {  // "train.steps (80, was 40)"
     const std::string key = change.substr(0, change.find(' '));
@@ -72,6 +73,21 @@ std::string joined(const std::vector<std::string>& parts) {
     std::string out;
     for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
     return out;
+}
+
+// A JSON string literal: quotes, backslashes and control characters escaped.
+std::string json_string(const std::string& text) {
+    std::string out = "\"";
+    for (const char ch : text) {
+        const auto byte = static_cast<unsigned char>(ch);
+        if (ch == '"' || ch == '\\') out += std::string("\\") + ch;
+        else if (byte < 0x20) {
+            char code[8];
+            std::snprintf(code, sizeof code, "\\u%04x", byte);
+            out += code;
+        } else out += ch;
+    }
+    return out + "\"";
 }
 
 std::string format_duration(double seconds) {
@@ -100,6 +116,7 @@ struct Trainer::State {
     std::unique_ptr<DeviceTraining> device_step;
     bool host_current = true;  // the host model holds the device's parameters
     std::optional<MetricsLog> log;
+    std::optional<TensorBoardWriter> tensorboard;  // train.tensorboard: the same scalars, for TensorBoard
     int64_t step = 0;
     double wall_before = 0;  // seconds spent by earlier processes of this run (resume)
     int64_t tokens_before = 0;  // valid tokens they trained on
@@ -144,7 +161,7 @@ struct Trainer::State {
 
     void checkpoint() {
         sync_host();
-        log->flush();
+        flush_logs();
         CheckpointData data;
         data.step = step;
         data.config_toml = to_toml(config);
@@ -167,7 +184,27 @@ struct Trainer::State {
             std::vector<double> score_std;  // [layer][head]
             for (const std::vector<double>& layer : kind.trace->score_std) score_std.insert(score_std.end(), layer.begin(), layer.end());
             log->append_attention(kind.name, step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max, score_std);
+            if (tensorboard) {
+                std::vector<std::pair<std::string, double>> per_head;  // "attention/self/entropy/L0.H1"
+                const size_t heads = model->heads();
+                for (size_t i = 0; i < h.entropy.size(); ++i) {
+                    const std::string head = "L" + std::to_string(i / heads) + ".H" + std::to_string(i % heads);
+                    per_head.emplace_back("attention/" + kind.name + "/entropy/" + head, h.entropy[i]);
+                    per_head.emplace_back("attention/" + kind.name + "/masked_mass/" + head, h.masked_mass[i]);
+                }
+                tensorboard->scalars(step, per_head);
+            }
         }
+    }
+
+    // The rows of metrics.h5 reach the disk (and TensorBoard's file the OS) at each log interval.
+    void flush_logs() {
+        log->flush();
+        if (tensorboard) tensorboard->flush();
+    }
+
+    void open_tensorboard() {
+        if (config.train.tensorboard) tensorboard.emplace((dir / "tb").string());
     }
 
     // Step 0: the model at initialisation, on the first held-out batch (so the
@@ -178,7 +215,7 @@ struct Trainer::State {
         AttentionMaps maps;
         model->forward(eval_batches.front(), &maps);
         log_attention(eval_batches.front(), maps);
-        log->flush();
+        flush_logs();
         model->module().train();
     }
 
@@ -191,10 +228,17 @@ Trainer::~Trainer() = default;
 const std::string& Trainer::run_dir() const { return state_->dir.native(); }
 const RunSummary& Trainer::summary() const { return state_->summary; }
 
-std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir) {
+// Everything that can fail on the config fails here, before anything is written.
+std::unique_ptr<Trainer::State> Trainer::build_state(const Config& config) {
     validate(config);
-    if (config.train.device == "cuda") cuda::require_device("train.device");  // before anything is written
-    auto state = std::make_unique<State>(config);  // everything that can fail on the config fails here
+    if (config.train.device == "cuda") cuda::require_device("train.device");
+    return std::make_unique<State>(config);
+}
+
+void Trainer::check_runnable(const Config& config) { build_state(config); }
+
+std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir) {
+    std::unique_ptr<State> state = build_state(config);
     fs::path dir;
     if (run_dir.empty()) {
         dir = claim_new_folder(config.run.out_dir, config.run.name, "[train]");
@@ -212,6 +256,7 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
     write_text_atomically(dir / "config.toml", to_toml(state->config), "[train]");
     state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(state->config), state->model->layers(),
                                           state->model->heads(), state->model->kinds()));
+    state->open_tensorboard();
     state->log_initial_attention();
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
 }
@@ -275,6 +320,9 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
     }
     state->step = data.step;
     state->log.emplace(MetricsLog::resume((dir / "metrics.h5").string(), data.step));
+    state->open_tensorboard();
+    std::fprintf(stderr, "attnlab train: resuming %s from step %lld (%s)\n", run_dir.c_str(), static_cast<long long>(data.step),
+                 fs::path(newest).filename().c_str());
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
 }
 
@@ -304,6 +352,7 @@ int Trainer::run() {
     }
 
     size_t tokens_since_log = 0;
+    std::string last_eval;  // "  held-out acc 0.990 (step 250)" once there was an evaluation
     const int64_t first_step = s.step;
     Clock::time_point last_log = Clock::now();
     const Clock::time_point run_start = Clock::now();
@@ -336,7 +385,7 @@ int Trainer::run() {
             grad_norm = clip_grad_norm(params, clip);
         }
         if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
-            s.log->flush();
+            s.flush_logs();
             const auto saved = list_checkpoints((s.dir / "checkpoints").string());
             std::fprintf(stderr, "%sattnlab train: step %lld: %s is %s; stopping (last good checkpoint: %s)\n", tty ? "\n" : "",
                          static_cast<long long>(next), std::isfinite(loss_value) ? "gradient norm" : "loss",
@@ -361,20 +410,29 @@ int Trainer::run() {
             tokens_since_log = 0;
             const Score train_score = accuracy(logits, batch);
             s.log->append_train(s.step, loss_value, lr, grad_norm, tokens_per_s, s.elapsed());
+            if (s.tensorboard)
+                s.tensorboard->scalars(s.step, {{"train/loss", loss_value}, {"train/lr", lr}, {"train/grad_norm", grad_norm},
+                                                {"train/tokens_per_s", tokens_per_s}, {"train/token_acc", train_score.token_acc}});
             s.log_attention(batch, maps);
-            s.log->flush();
+            s.flush_logs();
             const double rate = static_cast<double>(s.step - first_step) /
                                 std::max(std::chrono::duration<double>(Clock::now() - run_start).count(), 1e-9);
-            std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  acc %.3f  %.0f tok/s  ETA %s%s", tty ? "\r\033[K" : "",
+            // "train acc": of this step's training batch; the held-out accuracy is the last evaluation's
+            std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  train acc %.3f%s  %.0f tok/s  ETA %s%s", tty ? "\r\033[K" : "",
                          static_cast<long long>(s.step), static_cast<long long>(c.train.steps), loss_value,
-                         train_score.token_acc, tokens_per_s,
+                         train_score.token_acc, last_eval.c_str(), tokens_per_s,
                          format_duration(static_cast<double>(c.train.steps - s.step) / std::max(rate, 1e-9)).c_str(),
                          tty ? "" : "\n");
         }
         if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) {
             const Score e = s.evaluate_now();
             s.log->append_eval(s.step, e.loss, e.token_acc, e.seq_acc);
-            s.log->flush();
+            if (s.tensorboard)
+                s.tensorboard->scalars(s.step, {{"eval/loss", e.loss}, {"eval/token_acc", e.token_acc}, {"eval/seq_acc", e.seq_acc}});
+            s.flush_logs();
+            char text[64];
+            std::snprintf(text, sizeof text, "  held-out acc %.3f (step %lld)", e.token_acc, static_cast<long long>(s.step));
+            last_eval = text;
             if (!s.summary.first_step_at_target && e.token_acc >= c.train.target_accuracy) s.summary.first_step_at_target = s.step;
         }
         if (s.step % c.train.checkpoint_every == 0 || s.step == c.train.steps) s.checkpoint();
@@ -394,7 +452,7 @@ int Trainer::run() {
     r.peak_rss_mb = peak_rss_mb();
     std::ostringstream json;
     json.precision(10);
-    json << "{\n  \"run_dir\": \"" << s.dir.string() << "\",\n  \"steps\": " << r.steps << ",\n  \"eval_loss\": " << r.eval_loss
+    json << "{\n  \"run_dir\": " << json_string(s.dir.string()) << ",\n  \"steps\": " << r.steps << ",\n  \"eval_loss\": " << r.eval_loss
          << ",\n  \"eval_token_acc\": " << r.eval_token_acc << ",\n  \"eval_seq_acc\": " << r.eval_seq_acc
          << ",\n  \"target_accuracy\": " << c.train.target_accuracy << ",\n  \"first_step_at_target\": "
          << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << ",\n  \"wall_s\": " << r.wall_s

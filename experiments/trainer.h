@@ -25,6 +25,10 @@ public:
     // is overwritten). Validates everything before the folder is created.
     // With `run_dir`, exactly there instead (it must not exist: sweeps name their cells).
     static std::unique_ptr<Trainer> start(const Config& config, const std::string& run_dir = "");
+    // Throws what start() would throw for this config before it creates the run
+    // folder (the config, the device, the data files, the memory estimate, the
+    // model and optimiser it builds); writes nothing. A sweep checks every cell so.
+    static void check_runnable(const Config& config);
     // Continues run_dir from its newest checkpoint, with its saved config.
     static std::unique_ptr<Trainer> resume(const std::string& run_dir);
     ~Trainer();
@@ -38,6 +42,7 @@ public:
 
 private:
     struct State;
+    static std::unique_ptr<State> build_state(const Config& config);
     explicit Trainer(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
 };

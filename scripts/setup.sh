@@ -26,6 +26,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libxtensor-dev libxtensor-blas-dev xtl-dev libopenblas-dev libhdf5-dev
   libcxxopts-dev libtomlplusplus-dev libgtest-dev googletest
+  libprotobuf-dev protobuf-compiler libboost-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib
 )
 
