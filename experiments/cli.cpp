@@ -24,6 +24,7 @@ constexpr const char* usage =
     "  generate CHECKPOINT --prompt \"...\"  decode with the KV cache (greedy, temperature, top-k)\n"
     "  audit CHECKPOINT [--json]        the seed's audit record, its live tests PASS/FAIL (exit 1 on a FAIL)\n"
     "  ablate CHECKPOINT [--out F.h5]   zero- and mean-ablate every head: change in eval loss and accuracy\n"
+    "  report PATH... --out REPORT.html an interactive HTML report of a run, runs, a sweep or a checkpoint\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
     "CHECKPOINT is a checkpoint file, or a run folder (its newest checkpoint).\n"
@@ -95,6 +96,7 @@ int run_cli(int argc, char** argv) {
         if (command == "generate") return cmd_generate(args);
         if (command == "audit") return cmd_audit(args);
         if (command == "ablate") return cmd_ablate(args);
+        if (command == "report") return cmd_report(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
     }, std::cerr);
 }

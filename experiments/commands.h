@@ -35,5 +35,6 @@ int cmd_sweep(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_audit(const std::vector<std::string>& args);
 int cmd_ablate(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
 
 }  // namespace attnlab

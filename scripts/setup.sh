@@ -28,6 +28,7 @@ packages=(
   libcxxopts-dev libtomlplusplus-dev libgtest-dev googletest
   libprotobuf-dev protobuf-compiler libboost-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib
+  python3-plotly chromium python3-websocket fonts-dejavu-core
 )
 
 # Packages not yet in state "install ok installed".

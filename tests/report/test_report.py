@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""`attnlab report` as a process, without a browser: each kind of report is one
+self-contained HTML file (plotly.js inside, no external reference of any kind,
+the charts the kind promises), written through a temporary name; bad input ends
+with one line `attnlab report: ...`, exit status 2, and nothing written.
+
+    /usr/bin/python3 tests/report/test_report.py ATTNLAB_BINARY REPO_ROOT
+"""
+import json
+import os
+import re
+import shutil
+
+import report_common as rc
+from report_common import Fixtures
+
+# Any reference a browser would fetch: src/href attributes, <link>, CSS @import and url().
+EXTERNAL = re.compile(r"\b(?:src|href)\s*=|<link\b|<iframe\b|@import|url\(", re.I)
+
+
+def tearDownModule():
+    Fixtures.cleanup()
+
+
+class Reports(rc.cc.TempDirTest):
+    def make(self, args, name="report.html"):
+        out = self.path(name)
+        r = rc.report(list(args) + ["--out", out], self.tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        self.assertRegex(r.stdout, rf"^wrote {re.escape(out)}: \d+ charts, [\d.]+ MB\n$")
+        self.assertEqual(rc.ls(self.tmp), [name], "a temporary file was left behind")
+        with open(out, encoding="utf-8") as f:
+            page = f.read()
+        self.assertTrue(page.startswith("<!DOCTYPE html>"))
+        self.assertTrue("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';" in page)
+        self.assertTrue("* plotly.js v" in page, "plotly.js is not embedded")
+        # plotly.js's own code names URLs in strings (MathJax, topojson defaults) that a report never
+        # uses; the page's own markup (all but the plotly.js <script>) must reference nothing.
+        start = page.index("<script>", page.index("<head>"))
+        end = page.index("</script>", start)
+        markup = page[:start] + page[end:]
+        found = EXTERNAL.search(markup)
+        self.assertIsNone(found, found and markup[max(0, found.start() - 80):found.end() + 80])
+        self.assertFalse("mathjax" in markup.lower())
+        charts = re.search(r'<meta name="attnlab-report-charts" content="([^"]*)">', page).group(1).split()
+        return page, charts
+
+    def test_run(self):
+        page, charts = self.make([Fixtures.analysed_run()])
+        self.assertEqual(charts, ["loss", "accuracy", "self-entropy", "self-entropy_norm", "self-masked_mass",
+                                  "self-score_std", "ablation"])
+        for text in ['id="audit-tests"', "passed, 0 failed", 'id="config"', "all 0 (mask correct)"]:
+            self.assertTrue(text in page, text)
+
+    def test_run_without_analyses(self):
+        _, charts = self.make([rc.Fixtures.train("plain", rc.DECODER)])
+        self.assertNotIn("ablation", charts)
+        self.assertIn("self-score_std", charts)
+
+    def test_encoder_decoder_run(self):
+        _, charts = self.make([Fixtures.train("encdec", rc.ENC_DEC)])
+        for kind in ("enc_self", "dec_self", "cross"):
+            self.assertIn(f"{kind}-entropy_norm", charts)
+
+    def test_several_runs(self):
+        a = Fixtures.train("dec", rc.DECODER)
+        b = Fixtures.train("wide", dict(rc.DECODER, **{"model.heads": "4"}))
+        page, charts = self.make([a, b])
+        self.assertEqual(charts, ["runs-loss", "runs-accuracy"])
+        diff = page[page.index('id="config-diff"'):]
+        diff = diff[:diff.index("</table>")]
+        keys = re.findall(r"<tr><td>([^<]+)</td>", diff)
+        self.assertEqual(keys, ["run.name", "model.heads"])
+
+    def test_sweep(self):
+        page, charts = self.make([Fixtures.sweep()])
+        self.assertEqual(charts, ["sweep-accuracy", "sweep-steps", "sweep-curves-accuracy", "sweep-curves-loss",
+                                  "sweep-score-std", "sweep-entropy-self"])
+        for text in ['id="aggregated-table"', 'id="cells-table"', "no cell reached the target accuracy 0.99 within 40 steps"]:
+            self.assertTrue(text in page, text)
+
+    def test_attention(self):
+        checkpoint = Fixtures.checkpoint("dec", rc.DECODER)
+        page, charts = self.make([checkpoint, "--tokens", rc.PROMPT])
+        self.assertEqual(charts, ["attention", "query-pattern"])
+        for layer in (0, 1):
+            for head in (0, 1):
+                label = json.dumps(f"self · layer {layer} · head {head}")[1:-1]  # as in the figure's JSON
+                self.assertTrue(label in page, label)
+
+    def test_attention_of_a_run_folder(self):
+        """A run folder with --tokens stands for its newest checkpoint."""
+        page, charts = self.make([Fixtures.train("dec", rc.DECODER), "--tokens", rc.PROMPT])
+        self.assertEqual(charts, ["attention", "query-pattern"])
+        self.assertTrue("step_0000040.h5" in page[:page.index("<script>")])
+
+    def test_out_replaced_whole(self):
+        out = self.path("report.html")
+        with open(out, "w") as f:
+            f.write("old")
+        self.make([Fixtures.train("dec", rc.DECODER)])
+        with open(out) as f:
+            self.assertNotEqual(f.read(3), "old")
+
+
+class BadInput(rc.cc.TempDirTest):
+    def refused(self, args, expected):
+        """exit 2, one line `attnlab report: ...` matching expected, nothing written in self.tmp."""
+        before = rc.ls(self.tmp)
+        r = rc.report(args, self.tmp)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "")
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("attnlab report: "), lines[0])
+        self.assertRegex(lines[0], expected)
+        self.assertEqual(rc.ls(self.tmp), before, "something was written")
+
+    def test_missing_path(self):
+        self.refused([self.path("nope"), "--out", self.path("r.html")], r"nope: no such file or folder")
+
+    def test_folder_neither_run_nor_sweep(self):
+        os.mkdir(self.path("empty"))
+        self.refused([self.path("empty"), "--out", self.path("r.html")],
+                     r"empty: neither a run folder .* nor a sweep folder")
+
+    def test_run_folder_without_metrics(self):
+        os.mkdir(self.path("started"))
+        with open(self.path("started", "config.toml"), "w") as f:
+            f.write("[run]\n")
+        self.refused([self.path("started"), "--out", self.path("r.html")], r"without metrics.h5")
+
+    def test_unreadable_metrics(self):
+        run = self.path("broken")
+        shutil.copytree(Fixtures.train("dec", rc.DECODER), run)
+        with open(os.path.join(run, "metrics.h5"), "r+b") as f:
+            f.truncate(2000)
+        self.refused([run, "--out", self.path("r.html")], r"broken/metrics.h5: cannot read as HDF5")
+        with open(os.path.join(run, "metrics.h5"), "wb") as f:
+            f.write(b"not hdf5 at all")
+        self.refused([run, "--out", self.path("r.html")], r"broken/metrics.h5: cannot read as HDF5")
+
+    def test_non_checkpoint_with_tokens(self):
+        run = Fixtures.train("dec", rc.DECODER)
+        self.refused([os.path.join(run, "metrics.h5"), "--tokens", "3 7", "--out", self.path("r.html")],
+                     r"metrics.h5: not an attnlab checkpoint")
+        self.refused([os.path.join(run, "config.toml"), "--tokens", "3 7", "--out", self.path("r.html")],
+                     r"config.toml: not an HDF5 file")
+
+    def test_checkpoint_without_tokens(self):
+        self.refused([Fixtures.checkpoint("dec", rc.DECODER), "--out", self.path("r.html")], r"give --tokens")
+
+    def test_bad_tokens(self):
+        self.refused([Fixtures.checkpoint("dec", rc.DECODER), "--tokens", "3 x", "--out", self.path("r.html")],
+                     r"step_0000040.h5: --tokens: 'x' is not a token id")
+        self.refused([Fixtures.checkpoint("dec", rc.DECODER), "--tokens", "3 999", "--out", self.path("r.html")],
+                     r"outside the vocabulary")
+
+    def test_tokens_with_a_sweep_or_runs(self):
+        self.refused([Fixtures.sweep(), "--tokens", "3", "--out", self.path("r.html")],
+                     r"--tokens and --target go with one checkpoint")
+        run = Fixtures.train("dec", rc.DECODER)
+        self.refused([run, run, "--tokens", "3", "--out", self.path("r.html")], r"--tokens and --target go with one")
+
+    def test_tokens_with_a_run_without_checkpoints(self):
+        run = self.path("run")
+        shutil.copytree(Fixtures.train("dec", rc.DECODER), run)
+        shutil.rmtree(os.path.join(run, "checkpoints"))
+        self.refused([run, "--tokens", "3", "--out", self.path("r.html")], r"run: a run folder without checkpoints")
+
+    def test_out_in_missing_folder(self):
+        self.refused([Fixtures.train("dec", rc.DECODER), "--out", self.path("no", "r.html")],
+                     r"--out .*no/r.html: folder .*no does not exist")
+
+    def test_out_is_a_folder(self):
+        self.refused([Fixtures.train("dec", rc.DECODER), "--out", self.tmp], r"is a directory")
+
+    def test_missing_python(self):
+        os.environ["ATTNLAB_PYTHON"] = self.path("no_python")
+        try:
+            self.refused([Fixtures.train("dec", rc.DECODER), "--out", self.path("r.html")],
+                         r"^attnlab report: .*no_python is not an executable \(it needs python3-plotly")
+        finally:
+            del os.environ["ATTNLAB_PYTHON"]
+
+    def test_no_out_and_no_path(self):
+        self.refused([Fixtures.train("dec", rc.DECODER)], r"--out REPORT.html is required")
+        self.refused(["--out", self.path("r.html")], r"give a run folder")
+
+    def test_sweep_with_others(self):
+        self.refused([Fixtures.sweep(), Fixtures.train("dec", rc.DECODER), "--out", self.path("r.html")],
+                     r"a sweep folder is reported alone")
+
+    def test_sweep_without_summary(self):
+        os.mkdir(self.path("sw"))
+        with open(self.path("sw", "sweep.toml"), "w") as f:
+            f.write('[sweep]\n"run.seed" = [0, 1]\n')
+        self.refused([self.path("sw"), "--out", self.path("r.html")], r"without summary.h5")
+
+    def test_missing_tool(self):
+        env_tools = os.environ.get("ATTNLAB_TOOLS")
+        os.environ["ATTNLAB_TOOLS"] = self.tmp
+        try:
+            self.refused([Fixtures.train("dec", rc.DECODER), "--out", self.path("r.html")],
+                         r"^attnlab report: no report.py in ATTNLAB_TOOLS=")
+        finally:
+            if env_tools is None:
+                del os.environ["ATTNLAB_TOOLS"]
+            else:
+                os.environ["ATTNLAB_TOOLS"] = env_tools
+
+
+if __name__ == "__main__":
+    rc.main()

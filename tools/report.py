@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""One self-contained interactive HTML report of attnlab runs, sweeps or attention maps.
+
+    tools/report.py RUN_DIR --out report.html
+    tools/report.py RUN_DIR RUN_DIR ... --out report.html
+    tools/report.py SWEEP_DIR --out report.html
+    tools/report.py CHECKPOINT.h5 --tokens "3 7 5 1" [--target "2 9"] --out report.html [--attnlab BIN]
+    tools/report.py RUN_DIR --tokens "3 7 5 1" --out report.html      (its newest checkpoint)
+
+`attnlab report PATH... --out report.html` runs this script (with --attnlab set
+to itself). What the report holds depends on PATH:
+
+  a run folder      the summary, loss and accuracy curves (train and held-out),
+                    per layer x head heatmaps over training of entropy, normalised
+                    entropy, masked mass and score std (metrics.h5), the audit if
+                    one was saved (RUN/audit.json or RUN/checkpoints/step_N.audit.json:
+                    `attnlab audit CHECKPOINT --json > ...`), the newest ablation
+                    (RUN/checkpoints/step_N.ablation.h5, `attnlab ablate`'s default
+                    output) and the resolved config
+  several runs      their curves overlaid, a summary table and the config keys that differ
+  a sweep folder    the summary tables (sortable), final accuracy and steps to the
+                    target against the first swept key (seed error bars), every
+                    cell's curves, the initial score std against head width (or the
+                    first swept key), every head's final normalised entropy
+  a checkpoint      with --tokens (a run folder with --tokens: its newest
+                    checkpoint): `attnlab inspect` of that prompt; every kind,
+                    layer and head with token labels, a head menu, and the weights of
+                    the query clicked on
+
+The file embeds plotly.js (Debian's python3-plotly) and makes no network request:
+it opens offline. It is written to a temporary name and renamed. Bad input (a
+missing path, a folder that is neither run nor sweep, an unreadable file, a
+non-checkpoint with --tokens, an --out in a missing folder) prints one line and
+exits with status 2, writing nothing.
+
+Needs Debian's /usr/bin/python3 with python3-h5py, python3-numpy and python3-plotly.
+"""
+import argparse
+import glob
+import importlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+PROG = "report"
+
+
+class ArgumentError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise ArgumentError(message)
+
+
+def parse(argv):
+    parser = Parser(prog="report.py", description=__doc__.split("\n\n")[0],
+                    epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="run folder(s), a sweep folder, or a checkpoint")
+    parser.add_argument("--out", required=True, metavar="REPORT.html", help="the HTML file to write")
+    parser.add_argument("--tokens", help="with a checkpoint: token ids of the prompt, \"3 7 5 1\"")
+    parser.add_argument("--target", help="with an encoder-decoder checkpoint: decoder input ids (default \"2\")")
+    parser.add_argument("--attnlab", default=os.environ.get("ATTNLAB", "attnlab"),
+                        help="the attnlab binary that runs `inspect` for a checkpoint (default $ATTNLAB or attnlab)")
+    parser.add_argument("--prog", default=PROG, help=argparse.SUPPRESS)  # message prefix ("attnlab report")
+    return parser.parse_args(argv)
+
+
+def check_out(out, inputs):
+    from report_load import ReportError
+    if not out:
+        raise ReportError("--out: empty path")
+    if os.path.isdir(out):
+        raise ReportError(f"--out {out} is a directory")
+    folder = os.path.dirname(out) or "."
+    if not os.path.isdir(folder):
+        raise ReportError(f"--out {out}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ReportError(f"--out {out}: folder {folder} is not writable")
+    for path in inputs:
+        if os.path.exists(path) and os.path.exists(out) and os.path.samefile(path, out):
+            raise ReportError(f"--out {out} is one of the inputs")
+
+
+def kind_of(path):
+    """'run', 'sweep' or 'checkpoint' for an input PATH, or a ReportError saying why not."""
+    from report_load import ReportError
+    if not os.path.exists(path):
+        raise ReportError(f"{path}: no such file or folder")
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "sweep.toml")):
+            return "sweep"
+        if os.path.isfile(os.path.join(path, "metrics.h5")):
+            return "run"
+        if os.path.isfile(os.path.join(path, "config.toml")):
+            raise ReportError(f"{path}: a run folder without metrics.h5 (has the run started?)")
+        raise ReportError(f"{path}: neither a run folder (metrics.h5, config.toml) nor a sweep folder (sweep.toml)")
+    return "checkpoint"
+
+
+def inspect(attnlab, checkpoint, tokens, target, scratch):
+    """Runs `attnlab inspect` into scratch/inspect.h5; its error becomes a ReportError."""
+    from report_load import ReportError
+    out = os.path.join(scratch, "inspect.h5")
+    command = [attnlab, "inspect", checkpoint, "--tokens", tokens, "--out", out]
+    if target is not None:
+        command += ["--target", target]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace")
+    except OSError as e:
+        raise ReportError(f"cannot run {attnlab} inspect ({e.strerror}; give the binary with --attnlab)") from None
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        message = lines[-1] if lines else f"exit status {result.returncode}"
+        for prefix in ("attnlab inspect: ", "[inspect] ", "[checkpoint] "):
+            message = message.removeprefix(prefix)
+        raise ReportError(message if message.startswith(checkpoint + ":") else f"{checkpoint}: {message}")
+    return out
+
+
+def newest_checkpoint(folder):
+    from report_load import ReportError
+    paths = glob.glob(os.path.join(glob.escape(folder), "checkpoints", "step_*.h5"))
+    steps = [(int(m.group(1)), p) for p in paths if (m := re.fullmatch(r"step_(\d+)\.h5", os.path.basename(p)))]
+    if not steps:
+        raise ReportError(f"{folder}: a run folder without checkpoints/step_*.h5 (give a checkpoint file)")
+    return max(steps)[1]
+
+
+def build(args):
+    """The report's Page for the inputs, or a ReportError."""
+    from report_load import ReportError, Run, Sweep, load_inspection
+    kinds = [kind_of(p) for p in args.paths]
+    if kinds == ["run"] and args.tokens is not None:  # a run folder stands for its newest checkpoint
+        args.paths = [newest_checkpoint(args.paths[0])]
+        kinds = ["checkpoint"]
+    if "checkpoint" in kinds:
+        if len(args.paths) > 1:
+            raise ReportError("a checkpoint is reported alone (give one CHECKPOINT with --tokens)")
+        if args.tokens is None:
+            raise ReportError(f"{args.paths[0]}: a file; for a checkpoint give --tokens \"3 7 5 1\" (the prompt whose "
+                              "attention to show); for a run give its folder")
+        from report_attention import attention_page
+        with tempfile.TemporaryDirectory(prefix="attnlab_report_") as scratch:
+            inspection = load_inspection(inspect(args.attnlab, args.paths[0], args.tokens, args.target, scratch))
+        return attention_page(inspection, args.tokens)
+    if args.tokens is not None or args.target is not None:
+        raise ReportError("--tokens and --target go with one checkpoint (a file, or a run folder for its newest)")
+    if "sweep" in kinds:
+        if len(args.paths) > 1:
+            raise ReportError("a sweep folder is reported alone (its cells are runs: give those to compare runs)")
+        from report_sweep import sweep_page
+        return sweep_page(Sweep(args.paths[0]))
+    from report_run import run_page, runs_page
+    runs = [Run(p) for p in args.paths]
+    return run_page(runs[0]) if len(runs) == 1 else runs_page(runs)
+
+
+def write_atomically(path, text):
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    prog = PROG
+    if "--prog" in argv[:-1]:
+        prog = argv[argv.index("--prog") + 1]
+    try:
+        args = parse(argv)
+    except ArgumentError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    try:
+        for module in ("plotly", "h5py", "numpy"):
+            importlib.import_module(module)
+    except ImportError as e:
+        print(f"{prog}: {sys.executable} lacks {e.name} (install Debian's python3-plotly and python3-h5py, "
+              "or run scripts/setup.sh)", file=sys.stderr)
+        return 2
+    from report_load import ReportError
+    try:
+        check_out(args.out, args.paths)
+        page = build(args)
+        write_atomically(args.out, page.html())
+    except ReportError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # nothing written: the temporary file is removed on the way out
+        print(f"{prog}: interrupted; nothing written", file=sys.stderr)
+        return 130
+    except OSError as e:  # writing the report, or a file that vanished while it was read
+        print(f"{prog}: {e.filename or args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # our own bug: one line, as attnlab's commands say it
+        where = e.__traceback__
+        while where.tb_next:
+            where = where.tb_next
+        print(f"{prog}: internal error: {type(e).__name__}: {e} ({os.path.basename(where.tb_frame.f_code.co_filename)}:"
+              f"{where.tb_lineno}; please report it with the command line)", file=sys.stderr)
+        return 1
+    size = os.path.getsize(args.out) / 1e6
+    print(f"wrote {args.out}: {len(page.charts)} charts, {size:.1f} MB")  # most of it plotly.js
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())
