@@ -97,6 +97,9 @@ class Eval(cc.TempDirTest):
         # Options: another seed and batch count still give a valid line.
         m2, _ = self.eval_line([checkpoint, "--batches", "2", "--seed", "7"])
         self.assertTrue(0 <= float(m2.group("tok")) <= 1)
+        # The run folder stands for its newest checkpoint: the same line.
+        _, from_folder = self.eval_line([run_dir])
+        self.assertEqual(from_folder, stdout)
 
     def test_eval_decoder_run(self):
         config = dict(cc.TINY, **{"train.steps": "60", "optim.lr": "3e-3", "optim.warmup": "5"})
