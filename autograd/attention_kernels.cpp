@@ -46,6 +46,28 @@ size_t block_key_end(const AttentionMask& mask, size_t b, size_t i0, size_t i1, 
     return end;
 }
 
+template <class T>
+bool contains_nan(const T* x, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (x[i] != x[i]) return true;
+    return false;
+}
+
+// The keys [0, extent) of a (Tq, Tk) weight matrix that carry any weight; the
+// others are zero in every row (padding, for one). Scans from the right and
+// stops at the first nonzero of each row: O(1) per row without padding.
+template <class T>
+size_t weighted_key_extent(const T* A, size_t Tq, size_t Tk) {
+    size_t extent = 0;
+    for (size_t i = Tq; i-- > 0 && extent < Tk;) {
+        const T* a = A + i * Tk;
+        size_t j = Tk;
+        while (j > extent && a[j - 1] == T(0)) --j;
+        extent = j;
+    }
+    return extent;
+}
+
 }  // namespace
 
 void check_masked_rows(const Dims& dims, const AttentionMask& mask, const AttentionOptions& options) {
@@ -70,10 +92,13 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
     const size_t Tq = dims.Tq, Tk = dims.Tk;
     struct None {};
     for_each_group<None>(dims, [&](size_t b, size_t kv, None&) {
+        // keys >= live are ineligible for every query of b: their K/V rows are never read
+        const size_t live = block_key_end(mask, b, 0, Tq, dims);
         for (size_t h = kv * dims.group(); h < (kv + 1) * dims.group(); ++h) {
             T* A = weights + (b * dims.H + h) * Tq * Tk;  // (Tq, Tk)
-            // scores = scale Q K^T, written into A and turned into weights in place
-            gemm<T>(false, true, Tq, Tk, dims.d, scale, q.at(b, h), q.row, k.at(b, kv), k.row, T(0), A, Tk);
+            // scores = scale Q K^T, written into A and turned into weights in place; mask_row
+            // fills the columns >= live (>= every row's key end) with -inf
+            gemm<T>(false, true, Tq, live, dims.d, scale, q.at(b, h), q.row, k.at(b, kv), k.row, T(0), A, Tk);
             for (size_t i = 0; i < Tq; ++i) mask_row(A + i * Tk, mask, b, i, 0, Tk, dims);
             if (score_moments) {
                 double* m = score_moments + (b * dims.H + h) * 3;
@@ -87,12 +112,17 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
             for (size_t i = 0; i < Tq; ++i) {
                 T* row = A + i * Tk;
                 const size_t end = mask.key_end(b, i, Tq, Tk);  // keys >= end are ineligible
-                const T m = end ? *std::max_element(row, row + end) : minus_infinity<T>();
+                T m = end ? *std::max_element(row, row + end) : minus_infinity<T>();
                 // A row whose eligible scores overflowed (inf, NaN) is not a masking
                 // matter: it goes on to NaN weights, which the loss then reports.
-                if (m == minus_infinity<T>()) {  // no eligible key: policy "zero" (check_masked_rows ran)
-                    std::fill(row, row + Tk, T(0));
-                    continue;
+                // max_element passes over a NaN unless it comes first, so a row whose
+                // eligible scores are all NaN (or NaN and -inf) lands here too.
+                if (m == minus_infinity<T>()) {
+                    if (!contains_nan(row, end)) {  // no eligible key: policy "zero" (check_masked_rows ran)
+                        std::fill(row, row + Tk, T(0));
+                        continue;
+                    }
+                    m = std::numeric_limits<T>::quiet_NaN();
                 }
                 const T inverse = T(1) / kernels::exp_shifted(row, m, row, end);
                 for (size_t j = 0; j < end; ++j) row[j] *= inverse;
@@ -105,8 +135,9 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
                 for (size_t e = 0; e < Tq * Tk; ++e) Ad[e] = A[e] * keep_h[e];
                 P = Ad;
             }
-            // context = P V   (Tq, d_v); no context wanted (weights only) when out.data is null
-            if (out.data) gemm<T>(false, false, Tq, dims.d_v, Tk, T(1), P, Tk, v.at(b, kv), v.row, T(0), out.at(b, h), out.row);
+            // context = P V   (Tq, d_v) over the live keys; no context wanted (weights only) when out.data is null
+            if (out.data)
+                gemm<T>(false, false, Tq, dims.d_v, live, T(1), P, Tk, v.at(b, kv), v.row, T(0), out.at(b, h), out.row);
         }
     });
 }
@@ -122,25 +153,29 @@ void dense_backward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, 
             const T* A = weights + (b * dims.H + h) * Tq * Tk;
             const T* P = dropped ? dropped + (b * dims.H + h) * Tq * Tk : A;
             const T* G = grad_out.at(b, h);  // dC (Tq, d_v)
-            // dV += P^T dC   (Tk, d_v)
-            gemm<T>(true, false, Tk, d_v, Tq, T(1), P, Tk, G, grad_out.row, T(1), dv.at(b, kv), dv.row);
-            // dP = dC V^T   (Tq, Tk); through dropout: dA = dP * keep
-            gemm<T>(false, true, Tq, Tk, d_v, T(1), G, grad_out.row, v.at(b, kv), v.row, T(0), dA.data(), Tk);
+            // Keys >= live have zero weight in every row: they get no gradient, and
+            // their K/V rows are never read (as in the forward).
+            const size_t live = weighted_key_extent(A, Tq, Tk);
+            // dV += P^T dC   (live, d_v)
+            gemm<T>(true, false, live, d_v, Tq, T(1), P, Tk, G, grad_out.row, T(1), dv.at(b, kv), dv.row);
+            // dP = dC V^T   (Tq, live), in dA with row stride Tk; through dropout: dA = dP * keep
+            gemm<T>(false, true, Tq, live, d_v, T(1), G, grad_out.row, v.at(b, kv), v.row, T(0), dA.data(), Tk);
             if (dropped) {
                 const T* keep_h = keep.data() + (b * dims.H + h) * Tq * Tk;
-                for (size_t e = 0; e < Tq * Tk; ++e) dA[e] *= keep_h[e];
+                for (size_t i = 0; i < Tq; ++i)
+                    for (size_t j = 0; j < live; ++j) dA[i * Tk + j] *= keep_h[i * Tk + j];
             }
             // softmax backward: dS_ij = A_ij (dA_ij - sum_k dA_ik A_ik), times the scale.
             // Ineligible keys and all-masked rows have A = 0, so they get exactly 0.
             for (size_t i = 0; i < Tq; ++i) {
                 T* row = dA.data() + i * Tk;
                 const T* a = A + i * Tk;
-                const T dot = kernels::dot(row, a, Tk);
-                for (size_t j = 0; j < Tk; ++j) row[j] = scale * a[j] * (row[j] - dot);
+                const T dot = kernels::dot(row, a, live);
+                for (size_t j = 0; j < live; ++j) row[j] = scale * a[j] * (row[j] - dot);
             }
-            // dQ = dS K   (Tq, d);  dK += dS^T Q   (Tk, d)
-            gemm<T>(false, false, Tq, d, Tk, T(1), dA.data(), Tk, k.at(b, kv), k.row, T(0), dq.at(b, h), dq.row);
-            gemm<T>(true, false, Tk, d, Tq, T(1), dA.data(), Tk, q.at(b, h), q.row, T(1), dk.at(b, kv), dk.row);
+            // dQ = dS K   (Tq, d);  dK += dS^T Q   (live, d)
+            gemm<T>(false, false, Tq, d, live, T(1), dA.data(), Tk, k.at(b, kv), k.row, T(0), dq.at(b, h), dq.row);
+            gemm<T>(true, false, live, d, Tq, T(1), dA.data(), Tk, q.at(b, h), q.row, T(1), dk.at(b, kv), dk.row);
         }
     });
 }
@@ -174,10 +209,16 @@ void blockwise_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> 
                     for (size_t r = 0; r < rows; ++r) {
                         T* row = s.S.data() + r * cols;
                         mask_row(row, mask, b, i0 + r, j0, cols, dims);
-                        const T m_new = std::max(s.m[r], *std::max_element(row, row + cols));
-                        if (m_new == minus_infinity<T>()) {  // nothing eligible yet
-                            std::fill(row, row + cols, T(0));
-                            continue;
+                        T m_new = std::max(s.m[r], *std::max_element(row, row + cols));
+                        if (m_new == minus_infinity<T>()) {
+                            // std::max and max_element pass over NaN, so a block of NaN (and
+                            // -inf) scores lands here; a NaN score makes the row's output NaN,
+                            // as on the dense path, rather than being skipped with the block
+                            if (!contains_nan(row, cols)) {  // nothing eligible yet
+                                std::fill(row, row + cols, T(0));
+                                continue;
+                            }
+                            m_new = std::numeric_limits<T>::quiet_NaN();
                         }
                         // l = l e^(m - m_new) + sum_j e^(S_j - m_new);  acc likewise rescaled
                         const T alpha = s.m[r] == minus_infinity<T>() ? T(0) : std::exp(s.m[r] - m_new);

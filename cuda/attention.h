@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "autograd/attention.h"
 #include "cuda/context.h"
@@ -46,7 +47,8 @@ AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v);
 
 // Everything a device call would refuse, as attnlab::Error, before any work:
 // mask sizes, dropout in training (not on the GPU path), head widths above
-// flash_max_head_width or need_weights for flash, and under masked_rows = "error"
+// flash_max_head_width or need_weights for flash, shapes over the launch limits
+// (flash: B and H at most 65535, gridDim.z and y), and under masked_rows = "error"
 // the first row with no eligible key, named as the CPU op names it.
 void check_attention(const AttentionDims& dims, const AttentionMask& mask, const AttentionOptions& options,
                      AttentionKernel kernel);
@@ -84,17 +86,21 @@ struct WeightDropout {
 };
 
 // context (B, H, Tq, d_v); weights (B, H, Tq, Tk), always written (the backward
-// needs them), before dropout.
+// needs them), before dropout. K/V rows past a batch item's key length are never
+// mixed into the context (they may hold anything).
 void dense_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                              const float* v, const MaskView& mask, float scale, float* out_context, float* weights,
                              const WeightDropout& dropout = {});
 
 // dcontext (B, H, Tq, d_v) -> dq, dk, dv (shapes of q, k, v; overwritten).
-// scratch (B, H, Tq, Tk) holds dA and then dS. No mask needed: ineligible keys have A = 0.
+// scratch (B, H, Tq, Tk) holds dA and then dS. Ineligible keys have A = 0; the
+// mask is needed only for its key lengths, so that padding rows of K and V are
+// not read (pass the forward's: without it, inf or NaN there gives NaN in dq).
 // With dropout, the forward's (its `dropped` is read).
 void dense_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                               const float* v, const float* weights, const float* dcontext, float scale, float* dq,
-                              float* dk, float* dv, float* scratch, const WeightDropout& dropout = {});
+                              float* dk, float* dv, float* scratch, const WeightDropout& dropout = {},
+                              const MaskView& mask = {});
 
 // ---- flash -----------------------------------------------------------------
 
@@ -107,5 +113,23 @@ void flash_attention_forward(Context& context, const AttentionDims& dims, const 
 void flash_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                               const float* v, const float* out_context, const float* lse, const float* dcontext,
                               const MaskView& mask, float scale, float* dq, float* dk, float* dv, float* row_dot);
+
+// ---- resources ---------------------------------------------------------------
+
+// What a kernel takes of a multiprocessor as compiled for the current device
+// (cudaFuncGetAttributes) and how many of its blocks fit on one at its launch's
+// block size and dynamic shared memory (cudaOccupancyMaxActiveBlocksPerMultiprocessor;
+// 0 means it cannot launch): the GPU check's resource probe.
+struct KernelResources {
+    std::string name;
+    int registers = 0;               // per thread
+    size_t local_bytes = 0;          // per thread: register spills, local arrays
+    size_t static_shared_bytes = 0;  // __shared__ arrays
+    size_t dynamic_shared_bytes = 0; // at its launch
+    int threads = 0;                 // per block
+    int blocks_per_multiprocessor = 0;
+};
+std::vector<KernelResources> flash_kernel_resources(Context& context);  // the six flash instantiations, row_dot
+std::vector<KernelResources> dense_kernel_resources(Context& context);  // the softmax kernels, live_keys
 
 }  // namespace attnlab::cuda

@@ -1,10 +1,37 @@
 // What the device attention refuses, checked on the host before any work.
 // Plain C++, compiled in both builds (the tests run these checks without a GPU).
 #include <climits>
+#include <cstdint>
 
 #include "cuda/attention.h"
 
 namespace attnlab::cuda {
+
+namespace {
+
+// a * b, or SIZE_MAX if that overflows (each factor is below 2^31, a product of three may not fit)
+size_t saturating_product(size_t a, size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
+
+// The launch limits the shapes meet (an H200, as every GPU since Kepler): the
+// flash grids are (ceil(T / 64), H or H_kv, B), and gridDim.y and z are at most
+// 65535; the row kernels (softmax, row_dot) put B H Tq rows, 8 per block, in
+// gridDim.x (at most 2^31 - 1); the dense kernel's cuBLAS calls batch B H_kv
+// products (an int).
+void check_launch_limits(const AttentionDims& dims, AttentionKernel kernel, const std::string& dims_text) {
+    constexpr size_t max_grid_yz = 65535, max_grid_x = 2147483647;
+    const size_t rows = saturating_product(saturating_product(dims.B, dims.H), dims.Tq);
+    const size_t row_blocks = rows / 8 + (rows % 8 != 0);
+    if (kernel == AttentionKernel::flash && (dims.B > max_grid_yz || dims.H > max_grid_yz))
+        fail("attention", dims_text + ": the flash kernel's grid takes at most 65535 batch items and 65535 heads "
+                                      "(gridDim.z, gridDim.y); split the batch");
+    if (row_blocks > max_grid_x)
+        fail("attention", dims_text + ": B H Tq = " + std::to_string(rows) +
+                              " query rows exceed the row kernels' grid (2^31 - 1 blocks of 8); split the batch");
+    if (kernel == AttentionKernel::dense && saturating_product(dims.B, dims.H_kv) > size_t(INT_MAX))
+        fail("attention", dims_text + ": B H_kv exceeds cuBLAS's batch count (2^31 - 1); split the batch");
+}
+
+}  // namespace
 
 std::string to_string(AttentionKernel kernel) { return kernel == AttentionKernel::dense ? "dense" : "flash"; }
 
@@ -41,6 +68,7 @@ void check_attention(const AttentionDims& dims, const AttentionMask& mask, const
     for (size_t n : {B, H, H_kv, Tq, Tk, d, d_v})
         if (n == 0 || n > size_t(INT_MAX)) fail(op, dims_text + ": the CUDA path needs every size in [1, 2^31)");
     if (H % H_kv != 0) fail(op, dims_text + ": K/V heads must divide query heads");
+    check_launch_limits(dims, kernel, dims_text);
     if (!mask.key_lengths.empty()) {
         if (mask.key_lengths.size() != B)
             fail(op, std::to_string(mask.key_lengths.size()) + " key lengths for batch " + std::to_string(B));

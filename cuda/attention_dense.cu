@@ -4,7 +4,13 @@
 // Grouped K/V: query head h = kv * group + g reads K/V head kv. For a fixed g
 // the heads (b, kv * group + g) form one strided batch over n = b * H_kv + kv:
 // Q_n = q + (n * group + g) * Tq * d, K_n = k + n * Tk * d. So every GEMM is
-// `group` strided-batched calls of B * H_kv products, and K/V are never copied.
+// `group` strided-batched calls of B * H_kv products, and K/V are not copied,
+// except under key padding: the GEMMs that mix keys (A V, dC V^T, dS K) then read
+// a copy of K or V whose rows past each batch item's length are zero, because
+// cuBLAS multiplies those keys' zero weights with their rows, and 0 * inf or
+// 0 * NaN in an unwritten tail (a future KV cache) would make the output NaN.
+// A NaN among a row's eligible scores makes that row's weights NaN, as on the CPU.
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/attention.h"
@@ -36,7 +42,7 @@ __global__ void masked_softmax_kernel(float* scores, long long rows, int H, int 
 
     float row_max = -INFINITY;
     for (int j = lane; j < end; j += 32)
-        if (!per_key || mask_allows(mask, b, i, j, Tq, Tk)) row_max = fmaxf(row_max, s[j]);
+        if (!per_key || mask_allows(mask, b, i, j, Tq, Tk)) row_max = max_or_nan(row_max, s[j]);
     row_max = warp_max(row_max);
     if (row_max == -INFINITY) {  // no eligible key: zero weights (masked_rows = "zero")
         for (int j = lane; j < Tk; j += 32) s[j] = 0.0f;
@@ -66,6 +72,31 @@ __global__ void softmax_backward_kernel(float* grad, const float* weights, long 
     for (int j = lane; j < Tk; j += 32) g[j] = scale * a[j] * (g[j] - dot);
 }
 
+// out = x (B, H_kv, Tk, width) with the rows j >= key_lengths[b] zeroed.
+__global__ void live_keys_kernel(long long n, int H_kv, int Tk, int width, const int32_t* key_lengths, const float* x,
+                                 float* out) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const long long row = e / width;  // (b, kv, j)
+        const int j = int(row % Tk), b = int(row / ((long long)H_kv * Tk));
+        out[e] = j < key_lengths[b] ? x[e] : 0.0f;
+    }
+}
+
+// What the key-mixing GEMMs read for K or V (B, H_kv, Tk, width): x itself
+// without key lengths, else its copy with the padding rows zeroed, kept in `copy`.
+const float* live_keys(Context& context, const AttentionDims& dims, const MaskView& mask, const float* x, int width,
+                       DeviceBuffer& copy, const char* where) {
+    if (mask.key_lengths == nullptr) return x;
+    const long long n = (long long)(dims.B * dims.H_kv * dims.Tk) * width;
+    copy = context.allocate_floats(size_t(n));
+    const int threads = 256, blocks = int(std::min<long long>((n + threads - 1) / threads, 8192));
+    live_keys_kernel<<<blocks, threads, 0, context.stream()>>>(n, int(dims.H_kv), int(dims.Tk), width,
+                                                               mask.key_lengths, x, copy.floats());
+    check_launch(where);
+    return copy.floats();
+}
+
 struct Strides {  // elements between consecutive batch entries n = b * H_kv + kv, and head offsets
     int group, batch;
     long long q, kv_k, kv_v, scores, out;  // q/out per query head group; kv per K/V head
@@ -79,6 +110,14 @@ Strides strides_of(const AttentionDims& dims) {
 }
 
 }  // namespace
+
+std::vector<KernelResources> dense_kernel_resources(Context&) {
+    return {
+        resources_of("masked_softmax_kernel", masked_softmax_kernel, softmax_threads, 0),
+        resources_of("softmax_backward_kernel", softmax_backward_kernel, softmax_threads, 0),
+        resources_of("live_keys_kernel", live_keys_kernel, 256, 0),
+    };
+}
 
 void dense_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                              const float* v, const MaskView& mask, float scale, float* out_context, float* weights,
@@ -94,6 +133,8 @@ void dense_attention_forward(Context& context, const AttentionDims& dims, const 
     masked_softmax_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(weights, (long long)rows,
                                                                                        int(dims.H), Tq, Tk, mask);
     check_launch("dense_attention_forward: masked_softmax_kernel");
+    DeviceBuffer v_copy;
+    const float* v_live = live_keys(context, dims, mask, v, d_v, v_copy, "dense_attention_forward: live_keys_kernel");
     const float* A = weights;  // the weights the context is made of: after dropout, in training
     if (dropout.p > 0) {
         dropout_forward(context, rows * Tk, weights, dropout.p, dropout.seed, dropout.dropped);
@@ -101,16 +142,20 @@ void dense_attention_forward(Context& context, const AttentionDims& dims, const 
     }
     for (int g = 0; g < st.group; ++g) {
         // context = A V   (Tq, d_v)
-        gemm_batched(context, Tq, d_v, Tk, 1.0f, {A + (size_t)g * Tq * Tk, Tk, st.scores}, {v, d_v, st.kv_v},
+        gemm_batched(context, Tq, d_v, Tk, 1.0f, {A + (size_t)g * Tq * Tk, Tk, st.scores}, {v_live, d_v, st.kv_v},
                      0.0f, out_context + (size_t)g * Tq * d_v, d_v, st.out, st.batch, "dense_attention_forward: A V");
     }
 }
 
 void dense_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                               const float* v, const float* weights, const float* dcontext, float scale, float* dq,
-                              float* dk, float* dv, float* scratch, const WeightDropout& dropout) {
+                              float* dk, float* dv, float* scratch, const WeightDropout& dropout,
+                              const MaskView& mask) {
     const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d), d_v = int(dims.d_v);
     const Strides st = strides_of(dims);
+    DeviceBuffer k_copy, v_copy;
+    const float* k_live = live_keys(context, dims, mask, k, d, k_copy, "dense_attention_backward: live_keys_kernel");
+    const float* v_live = live_keys(context, dims, mask, v, d_v, v_copy, "dense_attention_backward: live_keys_kernel");
     const float* used = dropout.p > 0 ? dropout.dropped : weights;  // what the context was made of
     for (int g = 0; g < st.group; ++g) {
         const float* A = used + (size_t)g * Tq * Tk;           // (Tq, Tk) per head
@@ -120,7 +165,7 @@ void dense_attention_backward(Context& context, const AttentionDims& dims, const
         gemm_batched(context, Tk, d_v, Tq, 1.0f, {A, Tk, st.scores, true}, {dC, d_v, st.out}, beta, dv, d_v, st.kv_v,
                      st.batch, "dense_attention_backward: A^T dC");
         // dA = dC V^T   (Tq, Tk)
-        gemm_batched(context, Tq, Tk, d_v, 1.0f, {dC, d_v, st.out}, {v, d_v, st.kv_v, true}, 0.0f,
+        gemm_batched(context, Tq, Tk, d_v, 1.0f, {dC, d_v, st.out}, {v_live, d_v, st.kv_v, true}, 0.0f,
                      scratch + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, "dense_attention_backward: dC V^T");
     }
     const size_t rows = dims.B * dims.H * dims.Tq;
@@ -133,8 +178,8 @@ void dense_attention_backward(Context& context, const AttentionDims& dims, const
         const float* dS = scratch + (size_t)g * Tq * Tk;  // (Tq, Tk) per head, scale included
         const float beta = g == 0 ? 0.0f : 1.0f;
         // dQ = dS K   (Tq, d)
-        gemm_batched(context, Tq, d, Tk, 1.0f, {dS, Tk, st.scores}, {k, d, st.kv_k}, 0.0f, dq + (size_t)g * Tq * d, d,
-                     st.q, st.batch, "dense_attention_backward: dS K");
+        gemm_batched(context, Tq, d, Tk, 1.0f, {dS, Tk, st.scores}, {k_live, d, st.kv_k}, 0.0f,
+                     dq + (size_t)g * Tq * d, d, st.q, st.batch, "dense_attention_backward: dS K");
         // dK += dS^T Q   (Tk, d)
         gemm_batched(context, Tk, d, Tq, 1.0f, {dS, Tk, st.scores, true}, {q + (size_t)g * Tq * d, d, st.q}, beta, dk,
                      d, st.kv_k, st.batch, "dense_attention_backward: dS^T Q");

@@ -6,7 +6,10 @@
 // running max m and sum l, and the unnormalised context; at the end
 // context = O / l and lse = m + log l (-inf and a zero context for a row with no
 // eligible key). Key tiles past the last key the causal and padding masks allow
-// are skipped.
+// are skipped, and inside the last tile the keys past it are loaded as zeros,
+// never read: inf or NaN in padded K/V rows (an unwritten cache tail) cannot
+// reach the output as 0 * inf. A NaN among a row's eligible scores makes that
+// row's context and lse NaN (max_or_nan), as on the CPU.
 //
 // Backward: D_i = sum_c dO_ic O_ic (row_dot_kernel); then, with P recomputed per
 // tile as exp(scale q.k - lse) and dS = P (dP - D_i), dP = dO V^T:
@@ -67,12 +70,12 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
         row_max[r] = -INFINITY;
         row_sum[r] = 0.0f;
     }
-    // keys >= key_stop are ineligible for every row of this tile (key_end grows with i)
+    // keys >= key_stop are ineligible for every row of this tile (key_end grows with i): never read
     const int key_stop = mask_key_end(p.mask, b, min(q0 + tile_rows, p.Tq) - 1, p.Tq, p.Tk);
     for (int k0 = 0; k0 < key_stop; k0 += tile_rows) {
         __syncthreads();  // the previous step has finished reading Ks, Vs, Ps
-        load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, p.Tk, p.d);
-        load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, p.Tk, p.d_v);
+        load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, key_stop, p.d);
+        load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, key_stop, p.d_v);
         __syncthreads();
         float s[4][8] = {};  // q_i . k_j for i = q0 + row0 + r, j = k0 + col0 + 8 m
         tile_mma_nt<D, 8>(s, Qs, ld, Ks, ld);
@@ -85,9 +88,9 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
                 const int j = k0 + col0 + 8 * m;
                 const bool eligible = i < p.Tq && j < p.Tk && mask_allows(p.mask, b, i, j, p.Tq, p.Tk);
                 s[r][m] = eligible ? s[r][m] * p.scale : -INFINITY;
-                tile_max = fmaxf(tile_max, s[r][m]);
+                tile_max = max_or_nan(tile_max, s[r][m]);
             }
-            const float new_max = fmaxf(row_max[r], row_max8(tile_max));
+            const float new_max = max_or_nan(row_max[r], row_max8(tile_max));
             // nothing eligible yet: keep zeros (and avoid -inf - -inf)
             const float correction = new_max == -INFINITY ? 1.0f : expf(row_max[r] - new_max);
             float tile_sum = 0.0f;
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
     for (int r = 0; r < 4; ++r) {
         const int i = q0 + row0 + r;
         if (i >= p.Tq) continue;
-        const bool any_eligible = row_sum[r] > 0.0f;
+        const bool any_eligible = row_sum[r] != 0.0f;  // NaN (a NaN score) is eligible: NaN out
         const float inverse = any_eligible ? 1.0f / row_sum[r] : 0.0f;
         float* row = out_context + (head * p.Tq + i) * p.d_v;
 #pragma unroll
@@ -158,10 +161,10 @@ __global__ void __launch_bounds__(tile_threads)
     const size_t kv_head = (size_t)b * p.H_kv + kv;
     const int row0 = tile_row0(), col0 = tile_col0();
 
-    load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, p.Tk, p.d);
-    load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, p.Tk, p.d_v);
-    float dk_acc[4][M] = {}, dv_acc[4][M] = {};
     const int key_limit = p.mask.key_lengths != nullptr ? p.mask.key_lengths[b] : p.Tk;
+    load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, key_limit, p.d);  // padding keys never read
+    load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, key_limit, p.d_v);
+    float dk_acc[4][M] = {}, dv_acc[4][M] = {};
     if (k0 < key_limit) {  // a tile of padding keys only gets zero gradients
         // causal: query i sees key k0 only from i = k0 - (Tk - Tq) on
         const int first_query = p.mask.causal ? max(0, k0 - (p.Tk - p.Tq)) : 0;
@@ -247,8 +250,8 @@ __global__ void __launch_bounds__(tile_threads)
     const int key_stop = mask_key_end(p.mask, b, min(q0 + tile_rows, p.Tq) - 1, p.Tq, p.Tk);
     for (int k0 = 0; k0 < key_stop; k0 += tile_rows) {
         __syncthreads();
-        load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, p.Tk, p.d);
-        load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, p.Tk, p.d_v);
+        load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, key_stop, p.d);  // keys past key_stop never read
+        load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, key_stop, p.d_v);
         __syncthreads();
         float s[4][8] = {}, dp[4][8] = {};
         tile_mma_nt<D, 8>(s, Qs, ld, Ks, ld);    // q_i . k_j, bitwise as in the forward
@@ -324,6 +327,22 @@ void check_widths(const AttentionDims& dims, const char* where) {
 }
 
 }  // namespace
+
+std::vector<KernelResources> flash_kernel_resources(Context&) {
+    return {
+        resources_of("flash_forward_kernel<64>", flash_forward_kernel<64>, tile_threads, forward_shared_bytes<64>()),
+        resources_of("flash_forward_kernel<128>", flash_forward_kernel<128>, tile_threads, forward_shared_bytes<128>()),
+        resources_of("flash_backward_kv_kernel<64>", flash_backward_kv_kernel<64>, tile_threads,
+                     backward_shared_bytes<64>()),
+        resources_of("flash_backward_kv_kernel<128>", flash_backward_kv_kernel<128>, tile_threads,
+                     backward_shared_bytes<128>()),
+        resources_of("flash_backward_q_kernel<64>", flash_backward_q_kernel<64>, tile_threads,
+                     backward_shared_bytes<64>()),
+        resources_of("flash_backward_q_kernel<128>", flash_backward_q_kernel<128>, tile_threads,
+                     backward_shared_bytes<128>()),
+        resources_of("row_dot_kernel", row_dot_kernel, 256, 0),
+    };
+}
 
 void flash_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                              const float* v, const MaskView& mask, float scale, float* out_context, float* lse) {

@@ -43,6 +43,9 @@ DeviceAttentionPass::DeviceAttentionPass(Context& context, AttentionKernel kerne
         flash_attention_forward(context, dims_, f.q.floats(), f.k.floats(), f.v.floats(), f.mask.view(), scale_,
                                 f.context.floats(), f.lse.floats());
     }
+    // A fault inside a kernel is reported by the next synchronising call: here,
+    // naming the forward, rather than at the first download ("to_host").
+    context.synchronize(kernel == AttentionKernel::dense ? "dense_attention_forward" : "flash_attention_forward");
 }
 
 DeviceAttentionPass::~DeviceAttentionPass() = default;
@@ -68,14 +71,15 @@ HostAttentionGrads DeviceAttentionPass::backward(const Tensor& dcontext) const {
     if (kernel_ == AttentionKernel::dense) {
         const DeviceBuffer scratch = context_.allocate_floats(B * H * Tq * Tk);
         dense_attention_backward(context_, dims_, f.q.floats(), f.k.floats(), f.v.floats(), f.weights.floats(),
-                                 dC.floats(), scale_, dq.floats(), dk.floats(), dv.floats(), scratch.floats());
-        context_.synchronize("attention backward");  // a kernel fault is reported here, naming us
+                                 dC.floats(), scale_, dq.floats(), dk.floats(), dv.floats(), scratch.floats(), {},
+                                 f.mask.view());
+        context_.synchronize("dense_attention_backward");  // a kernel fault is reported here, naming us
     } else {
         const DeviceBuffer row_dot = context_.allocate_floats(B * H * Tq);
         flash_attention_backward(context_, dims_, f.q.floats(), f.k.floats(), f.v.floats(), f.context.floats(),
                                  f.lse.floats(), dC.floats(), f.mask.view(), scale_, dq.floats(), dk.floats(),
                                  dv.floats(), row_dot.floats());
-        context_.synchronize("attention backward");
+        context_.synchronize("flash_attention_backward");
     }
     return {download(context_, dq, q_shape_), download(context_, dk, k_shape_), download(context_, dv, v_shape_)};
 }

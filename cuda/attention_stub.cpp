@@ -15,7 +15,8 @@ void dense_attention_forward(Context&, const AttentionDims&, const float*, const
     refuse("dense_attention_forward");
 }
 void dense_attention_backward(Context&, const AttentionDims&, const float*, const float*, const float*, const float*,
-                              const float*, float, float*, float*, float*, float*, const WeightDropout&) {
+                              const float*, float, float*, float*, float*, float*, const WeightDropout&,
+                              const MaskView&) {
     refuse("dense_attention_backward");
 }
 void flash_attention_forward(Context&, const AttentionDims&, const float*, const float*, const float*, const MaskView&,
@@ -26,5 +27,8 @@ void flash_attention_backward(Context&, const AttentionDims&, const float*, cons
                               const float*, const float*, const MaskView&, float, float*, float*, float*, float*) {
     refuse("flash_attention_backward");
 }
+
+std::vector<KernelResources> flash_kernel_resources(Context&) { refuse("flash_kernel_resources"); }
+std::vector<KernelResources> dense_kernel_resources(Context&) { refuse("dense_kernel_resources"); }
 
 }  // namespace attnlab::cuda

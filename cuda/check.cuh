@@ -8,6 +8,7 @@
 #include <string>
 
 #include "autograd/tensor.h"
+#include "cuda/attention.h"
 
 namespace attnlab::cuda {
 
@@ -25,5 +26,21 @@ inline void check_cublas(cublasStatus_t status, const std::string& where) {
 // After a kernel launch: a bad configuration (too much shared memory, too many
 // threads) is reported here; faults inside the kernel surface at the next sync.
 inline void check_launch(const std::string& where) { check_cuda(cudaGetLastError(), where); }
+
+// The resources of one kernel (KernelResources, cuda/attention.h), at a launch
+// of `threads` per block with `dynamic_shared_bytes` (raised first where above 48 KiB).
+template <class Kernel>
+KernelResources resources_of(const char* name, Kernel* kernel, int threads, size_t dynamic_shared_bytes) {
+    const std::string where = std::string("kernel_resources: ") + name;
+    cudaFuncAttributes attributes{};
+    check_cuda(cudaFuncGetAttributes(&attributes, kernel), where);
+    if (dynamic_shared_bytes > 48 * 1024)
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_shared_bytes)),
+                   where);
+    int blocks = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic_shared_bytes), where);
+    return {name, attributes.numRegs, attributes.localSizeBytes, attributes.sharedSizeBytes, dynamic_shared_bytes,
+            threads, blocks};
+}
 
 }  // namespace attnlab::cuda

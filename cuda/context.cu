@@ -10,6 +10,13 @@ DeviceBuffer DeviceAllocator::allocate(size_t bytes) {
     if (bytes == 0) return {};
     const size_t size = rounded_size(bytes);
     void* block = nullptr;
+    if (!caching_) {  // ATTNLAB_NO_CUDA_CACHING: exact size, never reused
+        check_cuda(cudaMalloc(&block, bytes), "allocate " + std::to_string(bytes) + " bytes (caching off)");
+        ++stats_.device_allocations;
+        stats_.bytes_in_use += size;
+        if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+        return DeviceBuffer(this, block, bytes);
+    }
     auto cached = free_blocks_.find(size);
     if (cached != free_blocks_.end() && !cached->second.empty()) {
         block = cached->second.back();
@@ -33,6 +40,11 @@ DeviceBuffer DeviceAllocator::allocate(size_t bytes) {
 
 void DeviceAllocator::recycle(void* block, size_t bytes) {
     const size_t size = rounded_size(bytes);
+    if (!caching_) {
+        cudaFree(block);  // implicitly waits for the device
+        stats_.bytes_in_use -= size;
+        return;
+    }
     free_blocks_[size].push_back(block);
     stats_.bytes_in_use -= size;
     stats_.bytes_cached += size;
@@ -51,16 +63,19 @@ Context::Context(int device) : device_(device) {
     require_device("Context");
     check_cuda(cudaSetDevice(device), "Context: cudaSetDevice(" + std::to_string(device) + ")");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "Context: cudaStreamCreate");
-    cublasHandle_t handle = nullptr;
-    const cublasStatus_t status = cublasCreate(&handle);
-    if (status != CUBLAS_STATUS_SUCCESS) {
+    // A constructor that throws runs no destructor: what exists so far is released here.
+    try {
+        cublasHandle_t handle = nullptr;
+        check_cublas(cublasCreate(&handle), "Context: cublasCreate");
+        blas_ = handle;
+        check_cublas(cublasSetStream(blas_, stream_), "Context: cublasSetStream");
+        // Plain fp32 GEMMs, never TF32 tensor cores: results must agree with the CPU op to 1e-4.
+        check_cublas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "Context: cublasSetMathMode");
+    } catch (...) {
+        if (blas_ != nullptr) cublasDestroy(blas_);
         cudaStreamDestroy(stream_);
-        check_cublas(status, "Context: cublasCreate");
+        throw;
     }
-    blas_ = handle;
-    check_cublas(cublasSetStream(blas_, stream_), "Context: cublasSetStream");
-    // Plain fp32 GEMMs, never TF32 tensor cores: results must agree with the CPU op to 1e-4.
-    check_cublas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "Context: cublasSetMathMode");
 }
 
 Context::~Context() {

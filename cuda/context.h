@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -67,9 +68,15 @@ struct AllocatorStats {
 // size when it has a block; else cudaMalloc, and on out-of-memory the cache is
 // emptied and cudaMalloc tried once more. Reuse is safe without events because
 // all work of a Context runs in order on its one stream.
+//
+// ATTNLAB_NO_CUDA_CACHING=1 in the environment turns the cache off (as
+// PYTORCH_NO_CUDA_MEMORY_CACHING does torch's): each buffer is its own
+// exact-size cudaMalloc, freed when released, so that compute-sanitizer's
+// memcheck and initcheck, and ASan in the host emulation (tests/cuemu/), see
+// every buffer's true bounds and never a stale block. Stats still count rounded sizes.
 class DeviceAllocator {
 public:
-    DeviceAllocator() = default;
+    DeviceAllocator() : caching_(!no_caching_requested()) {}
     ~DeviceAllocator();  // frees the cached blocks
     DeviceAllocator(const DeviceAllocator&) = delete;
     DeviceAllocator& operator=(const DeviceAllocator&) = delete;
@@ -77,6 +84,11 @@ public:
     DeviceBuffer allocate(size_t bytes);  // bytes = 0 gives an empty buffer
     void empty_cache();                   // cudaFree every cached block
     AllocatorStats stats() const { return stats_; }
+    bool caching() const { return caching_; }
+    static bool no_caching_requested() {
+        const char* value = std::getenv("ATTNLAB_NO_CUDA_CACHING");
+        return value != nullptr && value[0] != '\0' && value[0] != '0';
+    }
 
     // 512-byte granules up to 1 MiB, whole MiB above (at most 1/1024 wasted there).
     static size_t rounded_size(size_t bytes) {
@@ -91,6 +103,7 @@ private:
 
     std::map<size_t, std::vector<void*>> free_blocks_;  // rounded size -> cached blocks
     AllocatorStats stats_;
+    bool caching_ = true;
 };
 
 inline void DeviceBuffer::release() {
@@ -115,6 +128,7 @@ public:
     DeviceBuffer allocate(size_t bytes) { return allocator_.allocate(bytes); }
     DeviceBuffer allocate_floats(size_t count) { return allocator_.allocate(count * sizeof(float)); }
     AllocatorStats memory_stats() const { return allocator_.stats(); }
+    bool caching_memory() const { return allocator_.caching(); }  // see DeviceAllocator
     void empty_cache() { allocator_.empty_cache(); }
 
     // Waits for everything queued on the stream; an error raised by a kernel

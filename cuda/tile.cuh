@@ -5,6 +5,8 @@
 // leading dimension of D + 1 so that the column walks below hit distinct banks.
 #pragma once
 
+#include "cuda/warp.cuh"
+
 namespace attnlab::cuda {
 
 constexpr int tile_rows = 64;      // queries per block, keys per step
@@ -14,7 +16,9 @@ constexpr int tile_ld_p = tile_rows + 1;  // leading dimension of a (64, 64) til
 __device__ __forceinline__ int tile_row0() { return int(threadIdx.x / 8) * 4; }  // first of this thread's 4 rows
 __device__ __forceinline__ int tile_col0() { return int(threadIdx.x % 8); }      // columns col0 + 8 m
 
-// tile (64, D), ld D + 1  <-  rows [row0, row0 + 64) of src (rows, width), zeros beyond.
+// tile (64, D), ld D + 1  <-  rows [row0, row0 + 64) of src (rows, width), zeros beyond:
+// rows at or past `rows` are never read (callers pass the key end there, so that
+// masked keys past it cannot bring inf or NaN into the tile).
 template <int D>
 __device__ void load_tile(float* tile, const float* src, int row0, int rows, int width) {
     for (int e = threadIdx.x; e < tile_rows * D; e += tile_threads) {
@@ -60,8 +64,9 @@ __device__ __forceinline__ void tile_mma_nn(float (&acc)[4][M], const float* A, 
 }
 
 // Over the 8 lanes that share a row (lanes differing in their low 3 bits).
-__device__ __forceinline__ float row_max8(float value) {
-    for (int offset = 1; offset < 8; offset *= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+__device__ __forceinline__ float row_max8(float value) {  // NaN if any lane's value is NaN
+    for (int offset = 1; offset < 8; offset *= 2)
+        value = max_or_nan(value, __shfl_xor_sync(0xffffffffu, value, offset));
     return value;
 }
 __device__ __forceinline__ float row_sum8(float value) {

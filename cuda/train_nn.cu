@@ -110,7 +110,7 @@ __device__ __forceinline__ float normal_cdf(float x) { return 0.5f * (1.0f + erf
 __global__ void activation_forward_kernel(DeviceActivation activation, size_t n, const float* x, float* y) {
     FOR_EACH_INDEX(e, n) {
         const float v = x[e];
-        y[e] = activation == DeviceActivation::gelu ? v * normal_cdf(v) : fmaxf(v, 0.0f);
+        y[e] = activation == DeviceActivation::gelu ? v * normal_cdf(v) : max_or_nan(v, 0.0f);  // NaN stays, as in torch
     }
 }
 
@@ -195,7 +195,7 @@ __global__ void cross_entropy_kernel(size_t rows, int V, const float* logits, co
         return;
     }
     float row_max = -INFINITY;
-    for (int j = lane; j < V; j += 32) row_max = fmaxf(row_max, z[j]);
+    for (int j = lane; j < V; j += 32) row_max = max_or_nan(row_max, z[j]);
     row_max = warp_max(row_max);
     float total = 0.0f;
     for (int j = lane; j < V; j += 32) total += expf(z[j] - row_max);

@@ -154,7 +154,7 @@ DeviceBuffer attention_backward(Context& context, const AttentionShape& a, const
         const WeightDropout dropout{a.dropout, a.seed, a.dropout > 0 ? s.dropped.floats() : nullptr};
         dense_attention_backward(context, a.dims(), s.q.floats(), s.k.floats(), s.v.floats(), s.weights.floats(),
                                  dcontext.floats(), a.scale, dq.floats(), dk.floats(), dv.floats(), scratch.floats(),
-                                 dropout);
+                                 dropout, mask);  // with the mask, padded K/V rows are never read
     }
     DeviceBuffer dh = floats(context, Mq * a.D);
     const DeviceBuffer dpacked_q = floats(context, Mq * p.q.out);

@@ -5,14 +5,18 @@
 #   .gpu/gpu_check.sh OUTDIR        # e.g. set -o pipefail; .gpu/gpu_check.sh $OUT 2>&1 | tee $OUT/gpu_check.log
 #
 # Unpacks libs.tar.xz to a temporary folder, finds the machine's cuBLAS 13,
-# prints nvidia-smi, runs the CUDA tests (gtest JSON into OUTDIR), a smoke run
+# prints nvidia-smi, runs the kernel review's first tests (the attention
+# agreement suite; compute-sanitizer racecheck, synccheck, memcheck and
+# initcheck on three flash cases; the edge shapes; the device ops and one step;
+# the kernels' resource table), then all CUDA tests (gtest JSON into OUTDIR), a smoke run
 # of the attnlab CLI, the default experiment trained with train.device = "cuda"
 # and on the CPU (runs/, train_default_*.log), then the benchmarks (ours: bench_attnlab.jsonl; torch
 # SDPA: bench_sdpa.jsonl) and prints the table (table.md), then training steps
 # of the toy decoders (train_gpu.jsonl, train_table.md). A few minutes.
 # Exit status: 0 when every step passed; 1 when a test failed, no device was
 # present (the tests then skip), or a benchmark failed; 2 on bad usage.
-# Environment: PYTHON (default python3, the one with torch), BENCH_ARGS
+# Environment: PYTHON (default python3, the one with torch), COMPUTE_SANITIZER
+# (default: found on PATH or in /usr/local/cuda*/bin), BENCH_ARGS
 # (default none: 10 repetitions, all three shapes), SDPA_ARGS, TRAIN_SIZES
 # (default "small medium large").
 set -uo pipefail
@@ -56,16 +60,62 @@ if ours ldd "$here/bin/test_cuda" "$here/bin/bench_attention_gpu" "$here/bin/ben
   exit 1
 fi
 
-echo "== test_cuda"
+# The kernel review's first tests (../shared/tools/cuemu/REVIEW.md, tests/cuemu/README.md),
+# most telling first: what the host emulation cannot see is hardware behaviour.
+first() {  # first NAME FILTER [test_cuda options]: one group of test_cuda, its log and JSON in OUTDIR
+  local name="$1" filter="$2"
+  shift 2
+  echo "== first tests: $name ($filter)"
+  ours "$here/bin/test_cuda" --gtest_filter="$filter" --gtest_output="json:$out/first_$name.json" "$@" 2>&1 |
+    tee "$out/first_$name.log" | grep -E '^\[  (PASSED|FAILED|SKIPPED) |^[a-z_]+kernel|^kernel '
+  local rc=${PIPESTATUS[0]}
+  if ((rc != 0)); then
+    echo "gpu_check: first tests $name FAILED (exit $rc; $out/first_$name.log)"
+    status=1
+  fi
+  if grep -q 'no CUDA device present' "$out/first_$name.log"; then
+    echo "gpu_check: no CUDA device present: the device tests skipped; no benchmark run" >&2
+    exit 1
+  fi
+}
+# 1. both kernels against the CPU op: every mask kind, ragged tiles, invariances, non-finite inputs
+first agreement 'Masks/*:Kernels/*:CudaDenseWeights.*'
+# 2. what only compute-sanitizer sees: shared-memory races, barrier misuse, out-of-bounds and
+#    uninitialised reads, on three flash cases (exact-size buffers: no caching allocator)
+sanitizer="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}"
+for candidate in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-13*/bin/compute-sanitizer; do
+  [[ -z "$sanitizer" && -x "$candidate" ]] && sanitizer="$candidate"
+done
+flash_cases='Masks/*causal_and_padding_flash:Masks/*wide_heads_128_flash:Masks/*grouped_kv_6_over_2_padded_flash'
+if [[ -z "$sanitizer" ]]; then
+  echo "gpu_check: compute-sanitizer not found (PATH, /usr/local/cuda*/bin; set COMPUTE_SANITIZER): racecheck, synccheck, memcheck, initcheck did NOT run"
+  status=1
+else
+  for tool in racecheck synccheck memcheck initcheck; do
+    echo "== compute-sanitizer --tool $tool ($flash_cases)"
+    ATTNLAB_NO_CUDA_CACHING=1 ours "$sanitizer" --tool "$tool" --error-exitcode 3 "$here/bin/test_cuda" \
+      --gtest_filter="$flash_cases" > "$out/sanitizer_$tool.log" 2>&1
+    rc=$?
+    grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)|^\[  (PASSED|FAILED) ' "$out/sanitizer_$tool.log"
+    if ((rc != 0)); then
+      echo "gpu_check: compute-sanitizer --tool $tool FAILED (exit $rc; $out/sanitizer_$tool.log)"
+      status=1
+    fi
+  done
+fi
+# 3. the shapes at the tiling's and the launch's edges
+first shapes 'Shapes/*:CudaAttentionLimits.*'
+# 4. every device op of a training step, then one whole step against the CPU
+first ops_and_step 'DeviceOps.*:Architectures/DeviceStepAgreement.OneStepGivesTheCpuLossGradientsAndUpdate/*'
+# 5. registers, spills, shared memory and blocks per multiprocessor of each attention kernel
+first resources 'CudaKernelResources.*'
+
+echo "== test_cuda (all)"
 ours "$here/bin/test_cuda" --gtest_output="json:$out/test_cuda.json" 2>&1 | tee "$out/test_cuda.log"
 tests_rc=${PIPESTATUS[0]}
 if ((tests_rc != 0)); then
   echo "gpu_check: test_cuda FAILED (exit $tests_rc)"
   status=1
-fi
-if grep -q 'no CUDA device present' "$out/test_cuda.log"; then
-  echo "gpu_check: no CUDA device present: the device tests skipped; no benchmark run" >&2
-  exit 1
 fi
 
 echo "== attnlab CLI smoke (gradcheck attention, CPU)"

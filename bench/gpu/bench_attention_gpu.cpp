@@ -132,7 +132,7 @@ void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double m
             backward = [&] {
                 cuda::dense_attention_backward(context, dims, q.floats(), k.floats(), v.floats(), weights.floats(),
                                                dC.floats(), scale, dq.floats(), dk.floats(), dv.floats(),
-                                               scratch.floats());
+                                               scratch.floats(), {}, device_mask.view());
             };
         } else {
             lse = context.allocate_floats(s.B * s.H * s.S);

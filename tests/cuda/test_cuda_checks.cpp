@@ -77,6 +77,26 @@ TEST(CudaAttentionChecks, FlashRefusesWideHeadsAndWeights) {
                          "keeps no (Tq, Tk) weights"));
 }
 
+// Shapes over a launch limit are refused here, with one line, before any device
+// work (not by the first launch, mid-step): flash puts B in gridDim.z and H in
+// gridDim.y (at most 65535 each); every kernel puts B H Tq rows, 8 per block, in
+// gridDim.x (at most 2^31 - 1); dense batches B H_kv products per cuBLAS call (an int).
+TEST(CudaAttentionChecks, LaunchLimitsAreRefusedUpFront) {
+    const AttentionDims batch{70000, 1, 1, 1, 2, 8, 8}, heads{1, 70000, 1, 1, 2, 8, 8};
+    EXPECT_EQ(error_of([&] { check_attention(batch, {}, {}, AttentionKernel::flash); }),
+              "[attention] (B, H, H_kv, Tq, Tk, d, d_v) = (70000, 1, 1, 1, 2, 8, 8): the flash kernel's grid takes at "
+              "most 65535 batch items and 65535 heads (gridDim.z, gridDim.y); split the batch");
+    EXPECT_TRUE(contains(error_of([&] { check_attention(heads, {}, {}, AttentionKernel::flash); }), "65535 heads"));
+    EXPECT_NO_THROW(check_attention(batch, {}, {}, AttentionKernel::dense));
+    EXPECT_NO_THROW(check_attention(heads, {}, {}, AttentionKernel::dense));
+    const AttentionDims rows{65536, 65536, 65536, 8, 2, 8, 8};  // 2^35 rows; B H_kv = 2^32
+    EXPECT_TRUE(contains(error_of([&] { check_attention(rows, {}, {}, AttentionKernel::dense); }),
+                         "B H Tq = 34359738368 query rows exceed the row kernels' grid"));
+    const AttentionDims groups{65536, 65536, 65536, 1, 2, 8, 8};  // 2^32 rows fit; B H_kv = 2^32 does not
+    EXPECT_TRUE(contains(error_of([&] { check_attention(groups, {}, {}, AttentionKernel::dense); }),
+                         "B H_kv exceeds cuBLAS's batch count"));
+}
+
 TEST(CudaAttentionChecks, ShapesAndMasksAreCheckedAsTheCpuOpChecksThem) {
     Rng rng(2);
     const Tensor q = random_tensor(rng, {1, 4, 3, 2}), k = random_tensor(rng, {1, 3, 3, 2}), v = random_tensor(rng, {1, 3, 3, 2});

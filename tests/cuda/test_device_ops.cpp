@@ -104,6 +104,18 @@ TEST_F(DeviceOps, Activations) {
     }
 }
 
+// NaN stays NaN through ReLU, as in torch (fmaxf(NaN, 0) would give 0 and hide it
+// from the trainer's NaN stop); the infinities and zeros go where max(x, 0) sends them.
+TEST_F(DeviceOps, ReluKeepsNaN) {
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    const Tensor x = Tensor::from_values({nan, -1.0, 2.0, -inf, inf, 0.0}, {6}, DType::f32);
+    const DeviceBuffer X = up(x), Y = zeros(6);
+    cuda::activation_forward(*context, cuda::DeviceActivation::relu, 6, X.floats(), Y.floats());
+    const std::vector<double> y = down(Y, {6}).values();
+    EXPECT_TRUE(std::isnan(y[0])) << y[0];
+    EXPECT_EQ(std::vector<double>(y.begin() + 1, y.end()), (std::vector<double>{0.0, 2.0, 0.0, inf, 0.0}));
+}
+
 // No CPU op to compare with (the masks are the device's own): the fraction
 // dropped, the scale of the rest, the backward through the same mask, and the seed.
 TEST_F(DeviceOps, DropoutDropsAFractionPAndScalesTheRest) {

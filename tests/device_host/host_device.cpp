@@ -113,7 +113,7 @@ float row_weights(const AttentionDims& s, const Row& r, const MaskView& mask, fl
         float dot = 0.0f;
         for (size_t c = 0; c < s.d; ++c) dot += r.q[c] * r.k[j * s.d + c];
         score[j] = scale * dot;
-        top = std::max(top, score[j]);
+        top = top > score[j] || std::isnan(top) ? top : score[j];  // NaN wins, as in the kernels' max_or_nan
     }
     if (top == -std::numeric_limits<float>::infinity()) return top;
     float total = 0.0f;
@@ -197,7 +197,7 @@ void dense_attention_forward(Context&, const AttentionDims& dims, const float* q
 }
 void dense_attention_backward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
                               const float* weights, const float* dcontext, float scale, float* dq, float* dk,
-                              float* dv, float*, const WeightDropout& dropout) {
+                              float* dv, float*, const WeightDropout& dropout, const MaskView&) {
     attention_backward(dims, q, k, v, weights, nullptr, dcontext, scale, dq, dk, dv, dropout);
 }
 void flash_attention_forward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,

@@ -1,0 +1,159 @@
+// Tests only the emulation can run: the emulated model itself (barriers and
+// thread order, shuffles, launch limits, NaN-filled memory), and error paths
+// that need a failure injected: a cuBLAS call failing while a Context is made
+// (nothing may leak), and a fault inside a kernel (reported naming the kernel's
+// entry point, not the next copy). Linked into test_cuda_emu only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attention_reference.h"
+#include "cuda_runtime.h"
+#include "cuda/context.h"
+
+namespace attnlab::cuemu_test {
+namespace {
+
+using cuda_test::DeviceTest;
+
+// ---- the model ----
+
+// Thread t writes slot t and reads slot n-1-t, with or without a barrier
+// between: without it, whichever thread runs first reads an unwritten (NaN)
+// slot, in either order.
+__global__ void mirror_kernel(bool barrier, float* out) {
+    float* slots = reinterpret_cast<float*>(cuemu::dynamic_shared());
+    const unsigned t = threadIdx.x, n = blockDim.x;
+    slots[t] = float(t);
+    if (barrier) __syncthreads();
+    out[t] = slots[n - 1 - t];
+}
+
+std::vector<float> mirror(bool barrier) {
+    std::vector<float> out(64);
+    cuemu::launch("mirror_kernel", mirror_kernel, cuemu::config(1, 64, 64 * sizeof(float)), barrier, out.data());
+    return out;
+}
+
+TEST(CuemuModel, ABarrierOrdersSharedMemoryAndItsAbsenceShows) {
+    const std::vector<float> with = mirror(true);
+    for (unsigned t = 0; t < 64; ++t) EXPECT_EQ(with[t], float(63 - t));
+    const std::vector<float> without = mirror(false);
+    size_t stale = 0;
+    for (float x : without) stale += std::isnan(x);
+    EXPECT_GT(stale, 0u) << "in thread order " << (cuemu::thread_order() == cuemu::Order::forward ? "forward" : "reverse");
+}
+
+__global__ void lane_sum_kernel(float* out) {
+    float value = float(threadIdx.x % 32);
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    out[threadIdx.x] = value;
+}
+
+TEST(CuemuModel, ShufflesExchangeWithinEachWarp) {
+    std::vector<float> out(96);
+    cuemu::launch("lane_sum_kernel", lane_sum_kernel, cuemu::config(1, 96), out.data());
+    for (float x : out) EXPECT_EQ(x, 496.0f);  // 0 + 1 + ... + 31
+}
+
+__global__ void divergent_barrier_kernel() {
+    if (threadIdx.x < 16) __syncthreads();
+}
+__global__ void partial_warp_shuffle_kernel() { __shfl_xor_sync(0xffffffffu, 1.0f, 1); }
+
+TEST(CuemuModelDeathTest, MisuseAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(cuemu::launch("divergent_barrier_kernel", divergent_barrier_kernel, cuemu::config(1, 32)),
+                 "__syncthreads reached after 16 of 32 threads returned");
+    EXPECT_DEATH(cuemu::launch("partial_warp_shuffle_kernel", partial_warp_shuffle_kernel, cuemu::config(1, 40)),
+                 "a shuffle with 8 live lanes");
+}
+
+__global__ void empty_kernel() {}
+
+TEST(CuemuModel, LaunchesOverTheLimitsAreRefusedAsOnAnH200) {
+    cudaGetLastError();
+    cuemu::launch("empty_kernel", empty_kernel, cuemu::config(dim3(1, 65536), 32));
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    cuemu::launch("empty_kernel", empty_kernel, cuemu::config(1, 1025));
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    cuemu::launch("empty_kernel", empty_kernel, cuemu::config(1, 32, 48 * 1024 + 4));  // above 48 KiB: opt in first
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+    ASSERT_EQ(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024), cudaSuccess);
+    cuemu::launch("empty_kernel", empty_kernel, cuemu::config(1, 32, 64 * 1024));
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_EQ(cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024),
+              cudaErrorInvalidValue);  // 227 KiB at most
+}
+
+TEST(CuemuModel, DeviceMemoryStartsAsNan) {
+    void* p = nullptr;
+    ASSERT_EQ(cudaMalloc(&p, 3 * sizeof(float)), cudaSuccess);
+    for (int e = 0; e < 3; ++e) EXPECT_TRUE(std::isnan(static_cast<float*>(p)[e]));
+    cudaFree(p);
+}
+
+// ---- error paths ----
+
+// cuda/context.cu: a failure after the stream (and the handle) exist releases them.
+TEST(CuemuContext, NothingLeaksWhenCublasSetupFails) {
+    for (const char* call : {"cublasCreate", "cublasSetStream", "cublasSetMathMode"}) {
+        const int streams = cuemu::live_streams(), handles = cuemu::live_blas_handles();
+        cuemu::fail_next_call(call);
+        try {
+            cuda::Context context;
+            ADD_FAILURE() << call << " failed, yet a Context was made";
+        } catch (const Error& error) {
+            EXPECT_EQ(std::string(error.what()).rfind(std::string("[cuda] Context: ") + call + ": cuBLAS", 0), 0u)
+                << error.what();
+        }
+        EXPECT_EQ(cuemu::live_streams(), streams) << call;
+        EXPECT_EQ(cuemu::live_blas_handles(), handles) << call;
+    }
+}
+
+struct Fault {
+    cuda::AttentionKernel kernel;
+    const char* faulting_kernel;  // the launch that faults
+    bool in_backward;
+    const char* reported;  // how the error must begin
+};
+
+void PrintTo(const Fault& f, std::ostream* os) { *os << f.faulting_kernel; }
+
+class CuemuKernelFault : public DeviceTest, public ::testing::WithParamInterface<Fault> {};
+
+// The fault is reported by the synchronisation after the pass, naming its entry point.
+TEST_P(CuemuKernelFault, IsReportedByTheKernelsName) {
+    const Fault& f = GetParam();
+    const cuda::AttentionDims dims{1, 2, 2, 70, 70, 16, 16};
+    const cuda_test::Inputs in = cuda_test::random_inputs(dims, 3);
+    AttentionOptions options;
+    options.scale = 0.25;
+    try {
+        if (!f.in_backward) cuemu::fault_in_kernel(f.faulting_kernel);
+        const cuda::DeviceAttentionPass pass(*context, f.kernel, in.q, in.k, in.v, {}, options);
+        if (f.in_backward) cuemu::fault_in_kernel(f.faulting_kernel);
+        if (f.in_backward) pass.backward(in.dcontext);
+        else pass.result(false);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& error) {
+        EXPECT_EQ(std::string(error.what()), std::string(f.reported) + ": cudaErrorIllegalAddress: an illegal memory "
+                                                                       "access was encountered");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Passes, CuemuKernelFault,
+    ::testing::Values(Fault{cuda::AttentionKernel::flash, "flash_forward_kernel", false, "[cuda] flash_attention_forward"},
+                      Fault{cuda::AttentionKernel::dense, "masked_softmax_kernel", false, "[cuda] dense_attention_forward"},
+                      Fault{cuda::AttentionKernel::flash, "flash_backward_q_kernel", true, "[cuda] flash_attention_backward"},
+                      Fault{cuda::AttentionKernel::dense, "softmax_backward_kernel", true,
+                            "[cuda] dense_attention_backward"}),
+    [](const ::testing::TestParamInfo<Fault>& info) { return std::string(info.param.faulting_kernel); });
+
+}  // namespace
+}  // namespace attnlab::cuemu_test
