@@ -165,7 +165,8 @@ Tensor tanh(const Tensor& x) {
 Tensor relu(const Tensor& x) {
     constexpr const char* op = "relu";
     return unary_op(op, x,
-        []<class T>(const Array<T>& X) { return Array<T>(xt::maximum(X, T(0))); },
+        // NaN stays NaN (as in torch and the device ReLU): NaN < 0 is false
+        []<class T>(const Array<T>& X) { return Array<T>(xt::where(X < T(0), T(0), X)); },
         []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
             return Array<T>(xt::where(X > T(0), g, T(0)));
         });

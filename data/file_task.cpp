@@ -16,6 +16,18 @@ FileTask::FileTask(const std::string& path, size_t vocab, uint64_t seed, uint64_
     const size_t held_out = std::max<size_t>(1, N / 10);
     first_ = stream == 0 ? 0 : N - held_out;
     last_ = stream == 0 ? N - held_out : N;
+    if (!file_.loss_mask.values.empty() && !selects_a_target())
+        fail("token_file", path + ": /loss_mask: the " + (stream == 0 ? "training" : "held-out") + " rows [" +
+                               std::to_string(first_) + ", " + std::to_string(last_) +
+                               ") select no target: their loss would be 0");
+}
+
+bool FileTask::selects_a_target() const {
+    const size_t S = file_.tokens.shape[1];
+    for (size_t r = first_; r < last_; ++r)
+        for (size_t t = 1; t < file_.lengths[r]; ++t)
+            if (file_.loss_mask.values[r * S + t]) return true;
+    return false;
 }
 
 Batch FileTask::next(size_t batch_size) {

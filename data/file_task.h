@@ -3,7 +3,8 @@
 // out: stream 0 samples training batches from the rest, any other stream
 // samples from the held-out part. A row of length L gives inputs tokens[0..L-2]
 // and targets tokens[1..L-1]; a target counts where the file's loss_mask is 1
-// at that target's position (every valid target when the file has no mask).
+// at that target's position (every valid target when the file has no mask);
+// a stream whose rows select no target is refused.
 #pragma once
 
 #include "data/tasks.h"
@@ -21,6 +22,7 @@ public:
     size_t rows() const { return last_ - first_; }  // sequences this stream samples from
 
 private:
+    bool selects_a_target() const;  // a loss_mask 1 at a target position of this stream's rows
     TokenFile file_;
     size_t first_ = 0, last_ = 0;  // [first, last) rows of this stream
     Rng rng_;

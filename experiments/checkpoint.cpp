@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <regex>
+#include <sstream>
 
 #include "autograd/tensor_impl.h"
 #include "experiments/h5file.h"
@@ -62,44 +64,66 @@ void write_tensor(const h5::Group& section, const std::string& name, const Tenso
 
 template <class T>
 void write_vectors(const h5::Group& section, const std::vector<std::pair<std::string, std::vector<T>>>& entries) {
-    for (const auto& [name, values] : entries)
-        write_named(section, name, [&](const h5::Group& parent, const std::string& leaf) { parent.write<T>(leaf, values); });
+    for (const auto& entry : entries)  // not a structured binding: clang 14 (the fuzz build) cannot capture one
+        write_named(section, entry.first,
+                    [&](const h5::Group& parent, const std::string& leaf) { parent.write<T>(leaf, entry.second); });
 }
 
-template <class Visit>
-void visit_datasets(const h5::Group& group, const std::string& prefix, Visit&& visit) {
-    for (const std::string& member : group.members()) {
-        if (group.is_group(member))
-            visit_datasets(group.group(member), prefix + member + "/", visit);
-        else
-            visit(group.dataset(member), prefix + member);
+// "[3, 1]": the multi-index of flat element `flat` of `shape` (rank >= 1).
+std::string index_str(const Shape& shape, size_t flat) {
+    std::vector<size_t> index(shape.size());
+    for (size_t axis = shape.size(); axis-- > 0;) {
+        index[axis] = flat % shape[axis];
+        flat /= shape[axis];
     }
+    std::string text;
+    for (size_t i : index) text += (text.empty() ? "[" : ", ") + std::to_string(i);
+    return text + "]";
+}
+
+// Training never writes a NaN or an infinity (a non-finite step is refused),
+// so one in a checkpoint is damage: refuse it rather than evaluate NaNs.
+template <class T>
+void check_finite(const h5::Dataset& dataset, const Shape& shape, const T* values, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+        if (!std::isfinite(values[i]))
+            dataset.where().fail((shape.empty() ? "" : "element " + index_str(shape, i) + " ") + "is " +
+                                     (std::isnan(values[i]) ? "NaN" : "infinite") +
+                                     "; a checkpoint holds finite values only",
+                                 false);
 }
 
 Tensor read_tensor(const h5::Dataset& dataset, bool keep_dtype) {
-    if (dataset.type_class() != H5T_FLOAT)
-        dataset.where().fail("is " + dataset.type_name() + ", expected a float tensor", false);
-    const size_t size = dataset.type_size();
-    if (keep_dtype && size != 4 && size != 8)
-        dataset.where().fail("is " + dataset.type_name() + ", expected float32 or float64", false);
-    const DType dtype = keep_dtype && size == 8 ? DType::f64 : DType::f32;
-    Tensor tensor = Tensor::zeros(dataset.shape(), dtype);
-    if (tensor.numel() > 0) {
-        if (dtype == DType::f32)
-            dataset.read_into(tensor.impl().array<float>().data());
-        else
-            dataset.read_into(tensor.impl().array<double>().data());
+    const Shape shape = dataset.require(h5::Expect::tensor(h5::Expect::Type::floats));
+    const DType dtype = keep_dtype && dataset.type_size() == 8 ? DType::f64 : DType::f32;
+    Tensor tensor = Tensor::zeros(shape, dtype);
+    if (tensor.numel() == 0) return tensor;
+    if (dtype == DType::f32) {
+        float* values = tensor.impl().array<float>().data();
+        dataset.read_into(values);
+        check_finite(dataset, shape, values, tensor.numel());
+    } else {
+        double* values = tensor.impl().array<double>().data();
+        dataset.read_into(values);
+        check_finite(dataset, shape, values, tensor.numel());
     }
     return tensor;
 }
 
 template <class T>
-std::vector<T> read_vector(const h5::Dataset& dataset, const char* expected) {
-    if (dataset.type_class() != H5T_INTEGER || dataset.shape().size() != 1)
-        dataset.where().fail("is " + dataset.type_name() + " " + shape_str(dataset.shape()) + ", expected " +
-                                 expected + " [n]",
-                             false);
-    return dataset.read<T>();
+std::vector<T> read_vector(const h5::Dataset& dataset) {
+    return dataset.read<T>(h5::Expect::array(h5::Expect::Type::integers, {h5::Expect::kAny}, "[n]"));
+}
+
+// A checkpoint's config is the resolved TOML of every key; text that sets
+// nothing (empty, blank, comments only) would silently rebuild the default model.
+bool sets_nothing(const std::string& toml) {
+    std::istringstream lines(toml);
+    for (std::string line; std::getline(lines, line);) {
+        const size_t first = line.find_first_not_of(" \t\r");
+        if (first != std::string::npos && line[first] != '#') return false;
+    }
+    return true;
 }
 
 void fsync_path(const std::string& path, bool directory) {
@@ -166,23 +190,28 @@ CheckpointData read_checkpoint(const std::string& path) {
         where.fail("checkpoint format_version " + std::to_string(version) + " is not supported (this build reads " +
                        "format_version " + std::to_string(kFormatVersion) + ")",
                    false);
-    for (const char* section : {"params", "optimizer", "rng", "data"})
-        if (!file.is_group(section)) where.fail(std::string("missing group /") + section, false);
+    for (const char* section : {"params", "optimizer", "rng", "data"}) {
+        if (!file.has(section)) where.fail(std::string("missing group /") + section, false);
+        if (!file.is_group(section)) where.fail(std::string("/") + section + " is not a group", false);
+    }
 
     CheckpointData checkpoint;
     checkpoint.step = file.read_attr_int("step");
+    if (checkpoint.step < 0) where.fail("step " + std::to_string(checkpoint.step) + " is negative", false);
     checkpoint.config_toml = file.read_attr_string("config");
-    visit_datasets(file.group("params"), "", [&](const h5::Dataset& dataset, const std::string& name) {
+    if (sets_nothing(checkpoint.config_toml))
+        where.fail("the config attribute is empty (the model cannot be rebuilt without the run's config)", false);
+    file.group("params").visit_datasets([&](const h5::Dataset& dataset, const std::string& name) {
         checkpoint.params.emplace_back(name, read_tensor(dataset, false));
     });
-    visit_datasets(file.group("optimizer"), "", [&](const h5::Dataset& dataset, const std::string& name) {
+    file.group("optimizer").visit_datasets([&](const h5::Dataset& dataset, const std::string& name) {
         checkpoint.optimizer.emplace_back(name, read_tensor(dataset, true));
     });
-    visit_datasets(file.group("rng"), "", [&](const h5::Dataset& dataset, const std::string& name) {
-        checkpoint.rng.emplace_back(name, read_vector<uint64_t>(dataset, "uint64"));
+    file.group("rng").visit_datasets([&](const h5::Dataset& dataset, const std::string& name) {
+        checkpoint.rng.emplace_back(name, read_vector<uint64_t>(dataset));
     });
-    visit_datasets(file.group("data"), "", [&](const h5::Dataset& dataset, const std::string& name) {
-        checkpoint.data.emplace_back(name, read_vector<int64_t>(dataset, "int64"));
+    file.group("data").visit_datasets([&](const h5::Dataset& dataset, const std::string& name) {
+        checkpoint.data.emplace_back(name, read_vector<int64_t>(dataset));
     });
     return checkpoint;
 }

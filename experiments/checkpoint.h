@@ -35,10 +35,14 @@ struct CheckpointData {
 // failure nothing is left at "<path>.tmp" and `path` is untouched.
 void write_checkpoint(const std::string& path, const CheckpointData& checkpoint);
 
-// Reads a checkpoint back. Throws attnlab::Error, one line naming the path, for a
-// missing file, a file that is not HDF5, a truncated or corrupt one, a format
-// attribute other than "attnlab-checkpoint", an unsupported format_version, a
-// missing group or attribute, and a dataset of the wrong type.
+// Reads a checkpoint back. Throws attnlab::Error, one line naming the path (and
+// the dataset or attribute), for a missing file, a file that is not HDF5, a
+// truncated or corrupt one, a format attribute other than "attnlab-checkpoint",
+// an unsupported format_version, a missing group or attribute, an attribute of
+// the wrong type, a negative step, a config attribute that sets nothing, a
+// dataset of the wrong type or rank or declaring more data than the file holds
+// (checked before anything is allocated), a soft or external link or a group
+// loop, and a NaN or infinite value (naming its index).
 CheckpointData read_checkpoint(const std::string& path);
 
 // "step_0000123.h5" (at least 7 digits; steps past 9,999,999 get more).

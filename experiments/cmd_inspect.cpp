@@ -27,8 +27,6 @@
 // The file is written to OUT.h5.tmp and renamed, so a failure leaves no OUT.h5.
 // --png DIR then runs tools/plot_attention.py with Debian's /usr/bin/python3
 // (matplotlib) on OUT.h5: one heatmap per kind, layer, head and sequence.
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,8 +41,8 @@
 #include "experiments/config.h"
 #include "experiments/h5file.h"
 #include "experiments/model_factory.h"
-
-extern char** environ;
+#include "experiments/run_files.h"
+#include "experiments/tools_path.h"
 
 namespace attnlab {
 
@@ -84,14 +82,9 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& optio
     std::vector<int32_t> ids;
     std::string word;
     while (in >> word) {
-        size_t used = 0;
-        long long id = -1;
-        try {
-            id = std::stoll(word, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != word.size()) throw UsageError(option + ": '" + word + "' is not a token id");
+        const std::optional<long long> parsed = parse_whole<long long>(word);
+        if (!parsed) throw UsageError(option + ": '" + word + "' is not a token id");
+        const long long id = *parsed;
         if (id < 0 || id >= static_cast<long long>(vocab))
             throw UsageError(option + ": token " + word + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
         ids.push_back(static_cast<int32_t>(id));
@@ -100,25 +93,25 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& optio
     return ids;
 }
 
-// One token dataset of an --input file ([N, S] with lengths [N]); padded positions become <PAD>.
+// One token dataset of an --input file ([N, S] with lengths [N]); padded positions
+// become <PAD>. Shapes and types are checked before anything is read.
 void read_rows(const h5::File& file, const std::string& name, const std::string& lengths_name, size_t vocab,
                Indices& tokens, std::vector<size_t>& lengths) {
+    using h5::Expect;
     const h5::Where& at = file.where();
     if (!file.has(name)) h5::Where{at.tag, at.file, "/" + name}.fail("missing dataset", false);
     const h5::Dataset data = file.dataset(name);
+    const std::vector<int64_t> values =
+        data.read<int64_t>(Expect::array(Expect::Type::integers, {Expect::kAny, Expect::kAny}, "[N, S]"));
     const Shape shape = data.shape();
-    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0)
+    if (shape[0] == 0 || shape[1] == 0)
         data.where().fail("must be a non-empty [N, S] array, got shape " + shape_str(shape), false);
-    if (data.type_class() != H5T_INTEGER) data.where().fail("must hold integers, got " + data.type_name(), false);
     const size_t N = shape[0], S = shape[1];
-    const std::vector<int64_t> values = data.read<int64_t>();
     lengths.assign(N, S);
     if (file.has(lengths_name)) {
         const h5::Dataset ld = file.dataset(lengths_name);
-        if (ld.shape() != Shape{N}) ld.where().fail("must be [" + std::to_string(N) + "] (one per row of /" + name +
-                                                        "), got shape " + shape_str(ld.shape()), false);
-        if (ld.type_class() != H5T_INTEGER) ld.where().fail("must hold integers, got " + ld.type_name(), false);
-        const std::vector<int64_t> stored = ld.read<int64_t>();
+        const std::vector<int64_t> stored = ld.read<int64_t>(Expect::array(
+            Expect::Type::integers, {N}, "[" + std::to_string(N) + "] (one per row of /" + name + ")"));
         for (size_t b = 0; b < N; ++b) {
             if (stored[b] < 1 || stored[b] > static_cast<int64_t>(S))
                 ld.where().fail("length " + std::to_string(stored[b]) + " of row " + std::to_string(b) +
@@ -219,48 +212,11 @@ void write_inspection(const std::string& path, const Inspection& in) {
     out.close();
 }
 
-// tools/<name>: under $ATTNLAB_TOOLS, else beside the executable or up to three folders above it
-// (build/attnlab -> tools/ of the source tree).
-std::filesystem::path find_tool(const std::string& name) {
-    namespace fs = std::filesystem;
-    if (const char* dir = std::getenv("ATTNLAB_TOOLS")) {
-        const fs::path p = fs::path(dir) / name;
-        if (fs::is_regular_file(p)) return p;
-        throw UsageError("--png: no " + name + " in ATTNLAB_TOOLS=" + dir);
-    }
-    std::error_code ec;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    fs::path dir = exe.parent_path();
-    for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path()) {
-        const fs::path p = dir / "tools" / name;
-        if (fs::is_regular_file(p)) return p;
-        if (dir == dir.parent_path()) break;
-    }
-    throw UsageError("--png: cannot find tools/" + name + " near " + exe.string() +
-                     " (set ATTNLAB_TOOLS to the folder that holds it)");
-}
-
-std::string python_interpreter() {
-    const char* env = std::getenv("ATTNLAB_PYTHON");
-    const std::string python = env && *env ? env : "/usr/bin/python3";
-    if (access(python.c_str(), X_OK) != 0) throw UsageError("--png: " + python + " is not an executable (it needs matplotlib)");
-    return python;
-}
-
 void run_plot(const std::string& python, const std::string& script, const std::string& h5_path, const std::string& dir) {
-    std::vector<std::string> words{python, script, h5_path, "--out-dir", dir};
-    std::vector<char*> argv;
-    for (auto& w : words) argv.push_back(w.data());
-    argv.push_back(nullptr);
-    std::cout.flush();
-    pid_t pid = 0;
-    if (posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
-        fail("inspect", "--png: cannot start " + python);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail("inspect", "--png: " + script + " failed (" + h5_path + " is written; no heatmaps in " + dir + ")");
+    const int status = run_program({python, script, h5_path, "--out-dir", dir});
+    if (status != 0)
+        fail("inspect", "--png: " + script + (status < 0 ? " could not run" : " failed") + " (" + h5_path +
+                            " is written; no heatmaps in " + dir + ")");
 }
 
 std::string join(const int32_t* ids, size_t n) {
@@ -364,7 +320,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     }
     if (!parsed.count("checkpoint") || !parsed.unmatched().empty())
         throw UsageError("give exactly one CHECKPOINT (see --help)");
-    const std::string path = parsed["checkpoint"].as<std::string>();
+    const std::string path = resolve_checkpoint(parsed["checkpoint"].as<std::string>());
     if (parsed.count("tokens") == parsed.count("input")) throw UsageError("give either --tokens or --input (see --help)");
     if (!parsed.count("out")) throw UsageError("--out OUT.h5 is required");
     const std::string out_path = parsed["out"].as<std::string>();
@@ -379,8 +335,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
         png_dir = parsed["png"].as<std::string>();
         if (png_dir.empty()) throw UsageError("--png: empty directory name");
         if (fs::exists(png_dir, ec) && !fs::is_directory(png_dir, ec)) throw UsageError("--png " + png_dir + " is not a directory");
-        python = python_interpreter();
-        plot_script = find_tool("plot_attention.py").string();
+        python = python_interpreter("--png", "matplotlib");
+        plot_script = find_tool("plot_attention.py", "--png").string();
     }
 
     const CheckpointData checkpoint = read_checkpoint(path);
@@ -397,14 +353,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
         logits = model.forward(batch, &maps);  // (B, T, V)
     }
     const Inspection inspection{path, &checkpoint, &model, &batch, logits, &maps};
-    const std::string tmp = out_path + ".tmp";
-    try {
-        write_inspection(tmp, inspection);
-        fs::rename(tmp, out_path);
-    } catch (...) {
-        fs::remove(tmp, ec);
-        throw;
-    }
+    write_atomically(out_path, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
     print_summary(inspection, out_path);
     if (!png_dir.empty()) run_plot(python, plot_script, out_path, png_dir);  // prints what it wrote
     return 0;

@@ -1,7 +1,9 @@
 #include "experiments/h5file.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <set>
 #include <utility>
 
 namespace attnlab::h5 {
@@ -82,6 +84,20 @@ void check(herr_t status, const Where& where, const std::string& problem) {
     if (status < 0) where.fail(problem);
 }
 
+// The link access list of every lookup here: external links (to other files)
+// are never traversed, so a file can make attnlab open no other file (nor
+// block on a FIFO it names). Created once, kept for the process.
+hid_t no_external_links() {
+    static const hid_t lapl = [] {
+        const hid_t plist = H5Pcreate(H5P_LINK_ACCESS);
+        H5Pset_elink_cb(
+            plist, [](const char*, const char*, const char*, const char*, unsigned*, hid_t, void*) -> herr_t { return -1; },
+            nullptr);
+        return plist;
+    }();
+    return lapl;
+}
+
 std::vector<hsize_t> to_dims(const Shape& shape) { return std::vector<hsize_t>(shape.begin(), shape.end()); }
 
 Id simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>* max_dims, const Where& where) {
@@ -96,7 +112,7 @@ Id scalar_space(const Where& where) { return make(H5Screate(H5S_SCALAR), H5Sclos
 Id open_object(const Group& parent, const std::string& name, H5I_type_t expected, const Where& where) {
     const char* kind = expected == H5I_GROUP ? "group" : "dataset";
     if (!parent.has(name)) where.fail(std::string("no such ") + kind, false);
-    hid_t id = H5Oopen(parent.id(), name.c_str(), H5P_DEFAULT);
+    hid_t id = H5Oopen(parent.id(), name.c_str(), no_external_links());
     if (id < 0) where.fail(std::string("cannot open ") + kind);
     if (H5Iget_type(id) != expected) {
         H5Oclose(id);
@@ -116,12 +132,49 @@ void check_single(const Id& attr, const Where& where) {
     if (H5Sget_simple_extent_npoints(space.get()) != 1) where.fail("is not a single value", false);
 }
 
+// The size in bytes of the file an object lives in: as on disk now (a file
+// another process appends to in SWMR mode grows after it was opened), else as
+// HDF5 saw it.
+uint64_t file_size_of(hid_t object, const Where& where) {
+    std::error_code ec;
+    const uintmax_t on_disk = std::filesystem::file_size(where.file, ec);
+    if (!ec) return on_disk;
+    Id file = make(H5Iget_file_id(object), H5Fclose, where, "cannot find its file");
+    hsize_t size = 0;
+    check(H5Fget_filesize(file.get(), &size), where, "cannot read the file's size");
+    return size;
+}
+
+std::string bytes_str(uint64_t bytes) { return std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes"); }
+
+// An integer of `size` bytes (1, 2, 4 or 8), as int64 (a uint64 above 2^63 wraps).
+int64_t integer_at(const unsigned char* bytes, size_t size, bool is_signed) {
+    switch (size) {
+        case 1: { int8_t s; uint8_t u; std::memcpy(&s, bytes, 1); std::memcpy(&u, bytes, 1); return is_signed ? s : u; }
+        case 2: { int16_t s; uint16_t u; std::memcpy(&s, bytes, 2); std::memcpy(&u, bytes, 2); return is_signed ? s : u; }
+        case 4: { int32_t s; uint32_t u; std::memcpy(&s, bytes, 4); std::memcpy(&u, bytes, 4); return is_signed ? s : static_cast<int64_t>(u); }
+        default: { int64_t s; std::memcpy(&s, bytes, 8); return s; }
+    }
+}
+
+bool is_word_size(size_t size) { return size == 1 || size == 2 || size == 4 || size == 8; }
+
+const char* type_words(Expect::Type type) {
+    switch (type) {
+        case Expect::Type::integers: return "integers";
+        case Expect::Type::floats: return "floats";
+        case Expect::Type::integers_or_bools: return "integers or bools";
+    }
+    return "";
+}
+
 }  // namespace
 
 // ---- datasets ----------------------------------------------------------------
 
 std::vector<hsize_t> Dataset::dims() const {
     Id space = make(H5Dget_space(id()), H5Sclose, where_, "cannot read its dataspace");
+    if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) where_.fail("holds no data (a null dataspace)", false);
     const int rank = H5Sget_simple_extent_ndims(space.get());
     if (rank < 0) where_.fail("cannot read its rank");
     std::vector<hsize_t> dims(static_cast<size_t>(rank));
@@ -168,18 +221,95 @@ std::string Dataset::type_name() const {
     }
 }
 
+uint64_t Dataset::numel_backed() const {
+    const std::vector<hsize_t> d = dims();
+    const Shape declared(d.begin(), d.end());
+    uint64_t count = 1;
+    for (hsize_t extent : d)
+        if (extent == 0) return 0;
+    for (hsize_t extent : d) {
+        if (count > kMaxElements / extent)
+            where_.fail("declares shape " + shape_str(declared) + ", more than 2^32 elements", false);
+        count *= extent;
+    }
+    const uint64_t element = type_size();
+    if (element == 0 || count > UINT64_MAX / element) where_.fail("declares elements of an unusable size", false);
+    const uint64_t bytes = count * element;
+
+    Id creation = make(H5Dget_create_plist(id()), H5Pclose, where_, "cannot read its creation properties");
+    const H5D_layout_t layout = H5Pget_layout(creation.get());
+    if (layout == H5D_VIRTUAL) where_.fail("is a virtual dataset (its data lives in other files); not read", false);
+    if (H5Pget_external_count(creation.get()) != 0)
+        where_.fail("keeps its data in external files; not read", false);
+    const uint64_t stored = H5Dget_storage_size(id());
+    const uint64_t file_size = file_size_of(id(), where_);
+    if (stored > file_size)
+        where_.fail("claims " + bytes_str(stored) + " of storage in a file of " + bytes_str(file_size) + " (corrupt?)",
+                    false);
+    const uint64_t most = layout == H5D_CHUNKED ? stored * kMaxCompression : stored;
+    if (bytes > most)
+        where_.fail("declares shape " + shape_str(declared) + " of " + type_name() + " (" + bytes_str(bytes) +
+                        ") but the file stores " + bytes_str(stored) + " of data for it",
+                    false);
+    return count;
+}
+
+Shape Dataset::require(const Expect& expect) const {
+    const Shape found = shape();
+    const H5T_class_t found_class = type_class();
+    const bool word = is_word_size(type_size());
+    bool type_ok = false;
+    switch (expect.type) {
+        case Expect::Type::integers: type_ok = found_class == H5T_INTEGER && word; break;
+        case Expect::Type::floats: type_ok = found_class == H5T_FLOAT && (type_size() == 4 || type_size() == 8); break;
+        case Expect::Type::integers_or_bools:
+            type_ok = (found_class == H5T_INTEGER || found_class == H5T_ENUM) && word;
+            break;
+    }
+    bool shape_ok = found.size() <= kMaxRank;
+    if (expect.extents) {
+        shape_ok = found.size() == expect.extents->size();
+        for (size_t axis = 0; shape_ok && axis < found.size(); ++axis)
+            shape_ok = (*expect.extents)[axis] == Expect::kAny || (*expect.extents)[axis] == found[axis];
+    }
+    if (!type_ok || !shape_ok)
+        where_.fail("is " + type_name() + " " + shape_str(found) + ", expected " + type_words(expect.type) +
+                        (expect.shape.empty() ? "" : " " + expect.shape),
+                    false);
+    numel_backed();
+    return found;
+}
+
+std::vector<int64_t> Dataset::read_enum_integers(uint64_t count) const {
+    Id stored = make(H5Dget_type(id()), H5Tclose, where_, "cannot read its type");
+    Id memory = make(H5Tget_native_type(stored.get(), H5T_DIR_ASCEND), H5Tclose, where_, "cannot read its type");
+    const size_t size = H5Tget_size(memory.get());
+    if (!is_word_size(size)) where_.fail("is " + type_name() + ", an enum of an unusable size", false);
+    const bool is_signed = type_signed();
+    std::vector<unsigned char> raw(count * size);
+    if (count > 0) read_raw(memory.get(), raw.data());
+    std::vector<int64_t> values(count);
+    for (size_t i = 0; i < count; ++i) values[i] = integer_at(raw.data() + i * size, size, is_signed);
+    return values;
+}
+
 void Dataset::read_raw(hid_t memory_type, void* out) const {
     check(H5Dread(id(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), where_, "cannot read");
 }
 
-void Dataset::read_rows_raw(hid_t memory_type, size_t first, size_t count, void* out) const {
-    std::vector<hsize_t> d = dims();
-    if (d.empty()) where_.fail("is a scalar, not a series", false);
-    if (first + count > d[0])
+void Dataset::check_rows(size_t first, size_t count) const {
+    const size_t n = rows();
+    if (first > n || count > n - first)
         where_.fail("rows [" + std::to_string(first) + ", " + std::to_string(first + count) + ") out of " +
-                        std::to_string(d[0]),
+                        std::to_string(n),
                     false);
+    numel_backed();
+}
+
+void Dataset::read_rows_raw(hid_t memory_type, size_t first, size_t count, void* out) const {
+    check_rows(first, count);
     if (count == 0) return;
+    std::vector<hsize_t> d = dims();
     std::vector<hsize_t> start(d.size(), 0), extent = d;
     start[0] = first;
     extent[0] = count;
@@ -226,17 +356,22 @@ bool Group::has(const std::string& name) const {
     size_t end = 0;
     do {
         end = name.find('/', end + 1);
-        if (H5Lexists(id(), name.substr(0, end).c_str(), H5P_DEFAULT) <= 0) {
+        const std::string prefix = name.substr(0, end);
+        if (H5Lexists(id(), prefix.c_str(), no_external_links()) <= 0) {
             H5Eclear2(H5E_DEFAULT);
             return false;
         }
+        H5L_info_t link;
+        if (H5Lget_info(id(), prefix.c_str(), &link, no_external_links()) >= 0 && link.type == H5L_TYPE_EXTERNAL)
+            child(where_, prefix).fail("is an external link (to another file); not followed", false);
+        H5Eclear2(H5E_DEFAULT);
     } while (end != std::string::npos);
     return true;
 }
 
 bool Group::is_group(const std::string& name) const {
     if (!has(name)) return false;
-    hid_t id = H5Oopen(this->id(), name.c_str(), H5P_DEFAULT);
+    hid_t id = H5Oopen(this->id(), name.c_str(), no_external_links());
     if (id < 0) {
         H5Eclear2(H5E_DEFAULT);
         return false;
@@ -246,21 +381,74 @@ bool Group::is_group(const std::string& name) const {
     return group;
 }
 
-std::vector<std::string> Group::members() const {
-    Id plist = make(H5Gget_create_plist(id()), H5Pclose, where_, "cannot read its creation properties");
+namespace {
+
+struct Link {
+    std::string name;
+    H5L_type_t type;
+};
+
+// The group's links, in creation order when the group tracks it, else by name.
+std::vector<Link> links_of(hid_t group, const Where& where) {
+    Id plist = make(H5Gget_create_plist(group), H5Pclose, where, "cannot read its creation properties");
     unsigned order_flags = 0;
-    check(H5Pget_link_creation_order(plist.get(), &order_flags), where_, "cannot read its creation properties");
+    check(H5Pget_link_creation_order(plist.get(), &order_flags), where, "cannot read its creation properties");
     const H5_index_t index = (order_flags & H5P_CRT_ORDER_INDEXED) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
-    std::vector<std::string> names;
+    std::vector<Link> links;
     check(H5Literate(
-              id(), index, H5_ITER_INC, nullptr,
-              [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-                  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+              group, index, H5_ITER_INC, nullptr,
+              [](hid_t, const char* name, const H5L_info_t* info, void* out) -> herr_t {
+                  static_cast<std::vector<Link>*>(out)->push_back({name, info->type});
                   return 0;
               },
-              &names),
-          where_, "cannot list members");
+              &links),
+          where, "cannot list members");
+    return links;
+}
+
+haddr_t address_of(hid_t object, const Where& where) {
+    H5O_info_t info;
+    check(H5Oget_info2(object, &info, H5O_INFO_BASIC), where, "cannot read its object header");
+    return info.addr;
+}
+
+using DatasetVisitor = std::function<void(const Dataset&, const std::string&)>;
+
+void visit_below(const Group& group, const std::string& prefix, int depth, std::set<haddr_t>& seen,
+                 const DatasetVisitor& visit) {
+    if (depth > Group::kMaxDepth)
+        group.where().fail("is nested more than " + std::to_string(Group::kMaxDepth) + " groups deep", false);
+    for (const Link& link : links_of(group.id(), group.where())) {
+        const Where where = child(group.where(), link.name);
+        if (link.type == H5L_TYPE_SOFT) where.fail("is a soft link; not followed", false);
+        if (link.type != H5L_TYPE_HARD) where.fail("is an external link (to another file); not followed", false);
+        hid_t raw = H5Oopen(group.id(), link.name.c_str(), no_external_links());
+        if (raw < 0) where.fail("cannot open");
+        Id object(raw, H5Oclose);
+        const H5I_type_t type = H5Iget_type(raw);
+        if (type == H5I_GROUP) {
+            if (!seen.insert(address_of(raw, where)).second)
+                where.fail("links back to a group already visited (a loop)", false);
+            visit_below(Group(std::move(object), where), prefix + link.name + "/", depth + 1, seen, visit);
+        } else if (type == H5I_DATASET) {
+            visit(Dataset(std::move(object), where), prefix + link.name);
+        } else {
+            where.fail("is neither a group nor a dataset", false);
+        }
+    }
+}
+
+}  // namespace
+
+std::vector<std::string> Group::members() const {
+    std::vector<std::string> names;
+    for (Link& link : links_of(id(), where_)) names.push_back(std::move(link.name));
     return names;
+}
+
+void Group::visit_datasets(const std::function<void(const Dataset&, const std::string&)>& visit) const {
+    std::set<haddr_t> seen{address_of(id(), where_)};
+    visit_below(*this, "", 1, seen, visit);
 }
 
 Group Group::group(const std::string& name) const {
@@ -382,6 +570,9 @@ std::string Group::read_attr_string(const std::string& name) const {
         return value;
     }
     const size_t size = H5Tget_size(stored.get());
+    const uint64_t file_size = file_size_of(attr.get(), where);
+    if (size > file_size)
+        where.fail("declares a string of " + bytes_str(size) + " in a file of " + bytes_str(file_size), false);
     Id memory = string_type(false, size, where);
     std::string text(size, '\0');
     check(H5Aread(attr.get(), memory.get(), text.data()), where, "cannot read");
@@ -453,6 +644,7 @@ File File::open(const std::string& path, const std::string& tag, Access access, 
     const auto status = std::filesystem::status(path, ec);
     if (!std::filesystem::exists(status)) where.fail("no such file", false);
     if (std::filesystem::is_directory(status)) where.fail("is a directory, not a file", false);
+    if (!std::filesystem::is_regular_file(status)) where.fail("is not a regular file", false);
     const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
     if (is_hdf5 == 0) where.fail("not an HDF5 file", false);
     if (is_hdf5 < 0) where.fail("cannot read");

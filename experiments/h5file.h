@@ -1,17 +1,24 @@
 // Small RAII helpers over the HDF5 C API for the files a run writes and reads
-// (metrics log, checkpoints). Every failure throws attnlab::Error naming the
-// file and the object, with HDF5's own innermost reason when it has one:
+// (metrics log, checkpoints, token files). Every failure throws attnlab::Error
+// naming the file and the object, with HDF5's own innermost reason when it has one:
 //
 //   [checkpoint] runs/a/checkpoints/step_0000100.h5: /params/head.weight: cannot read (HDF5: ...)
 //
 // The bracketed tag is chosen by whoever opens the file, so a checkpoint error
 // reads as one. HDF5's automatic printing of its error stack is switched off
 // the first time a file is opened or created here.
+//
+// Reading trusts nothing a file declares: a dataset is checked against what the
+// reader expects (Expect) and against the storage the file really holds before
+// anything is allocated; external links (to other files) are never followed,
+// and visiting a group's datasets follows hard links only, bounded.
 #pragma once
 
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +68,33 @@ struct Where {
     [[noreturn]] void fail(const std::string& problem, bool with_hdf5_reason = true) const;
 };
 
+// What a reader accepts of a dataset. Dataset::require compares it with the type
+// and shape the file declares (metadata only: nothing is allocated or read)
+// and refuses a mismatch with one line naming both:
+//
+//   [token_file] t.h5: /tokens: is float32 (8,10), expected integers [N, S]
+struct Expect {
+    enum class Type { integers, floats, integers_or_bools };  // bools: h5py's enum over int8
+    static constexpr size_t kAny = static_cast<size_t>(-1);
+
+    Type type = Type::integers;
+    // The extent of each axis (kAny: any extent); unset: any rank up to kMaxRank.
+    std::optional<std::vector<size_t>> extents;
+    std::string shape;  // in messages: "[N, S]", "[n]", "[8] (one per row of /tokens)"
+
+    static Expect array(Type type, std::vector<size_t> extents, std::string shape) {
+        return Expect{type, std::move(extents), std::move(shape)};
+    }
+    static Expect tensor(Type type) { return Expect{type, std::nullopt, ""}; }
+};
+
+// Limits on what a file may declare, whatever its size.
+constexpr size_t kMaxRank = 8;
+constexpr uint64_t kMaxElements = uint64_t{1} << 32;
+// Chunked datasets may be compressed: their declared bytes may exceed the bytes
+// stored by at most this factor (deflate's ceiling is 1032).
+constexpr uint64_t kMaxCompression = 1100;
+
 class Dataset {
 public:
     Dataset() = default;
@@ -77,8 +111,21 @@ public:
     bool type_signed() const;
     std::string type_name() const;  // "float32", "int64", "uint8", "enum(int8)", ...
 
-    // The whole dataset converted by HDF5 to T (numel(shape()) elements).
+    // The number of elements, once the file is known to hold them: refuses a
+    // null dataspace, more than kMaxElements, data kept outside the file
+    // (external raw files, virtual datasets), and more bytes than the file
+    // stores for the dataset (contiguous and compact layouts: all of them;
+    // chunked: a kMaxCompression share).
+    uint64_t numel_backed() const;
+    // The declared shape, if the type and shape are what `expect` says and the
+    // data is backed (numel_backed); else throws naming what was found.
+    Shape require(const Expect& expect) const;
+
+    // The whole dataset converted by HDF5 to T (numel_backed() elements).
     template <class T> std::vector<T> read() const;
+    // require(expect), then the whole dataset as T; Type::integers_or_bools reads
+    // the integers under an enum too (HDF5 converts enums only to enums).
+    template <class T> std::vector<T> read(const Expect& expect) const;
     template <class T> void read_into(T* out) const { read_raw(native_type<T>(), out); }
     void read_raw(hid_t memory_type, void* out) const;
     // Rows [first, first + count) of the first dimension, converted to T.
@@ -95,6 +142,8 @@ public:
 
 private:
     std::vector<hsize_t> dims() const;
+    std::vector<int64_t> read_enum_integers(uint64_t count) const;
+    void check_rows(size_t first, size_t count) const;  // in range, and the data backed
     Id id_;
     Where where_;
 };
@@ -114,6 +163,13 @@ public:
     // Names of the direct members, in creation order when the group tracks it
     // (groups made with create_group do), else in name order.
     std::vector<std::string> members() const;
+    // Every dataset below this group, depth first in member order, with its
+    // path relative to this group ("a/b"). Follows hard links only, so it ends
+    // on any file: a soft or external link, a group met twice (a hard-link
+    // cycle), nesting deeper than kMaxDepth, and a member that is neither a
+    // group nor a dataset are refused, naming it.
+    static constexpr int kMaxDepth = 16;
+    void visit_datasets(const std::function<void(const Dataset&, const std::string&)>& visit) const;
 
     Group group(const std::string& name) const;  // an existing group
     Group create_group(const std::string& name) const;  // tracks creation order
@@ -186,12 +242,24 @@ public:
 };
 
 template <class T> std::vector<T> Dataset::read() const {
-    std::vector<T> values(numel_of(shape()));
+    std::vector<T> values(numel_backed());
+    if (!values.empty()) read_raw(native_type<T>(), values.data());
+    return values;
+}
+
+template <class T> std::vector<T> Dataset::read(const Expect& expect) const {
+    const uint64_t count = numel_of(require(expect));
+    if (type_class() == H5T_ENUM) {
+        const std::vector<int64_t> integers = read_enum_integers(count);
+        return std::vector<T>(integers.begin(), integers.end());
+    }
+    std::vector<T> values(count);
     if (!values.empty()) read_raw(native_type<T>(), values.data());
     return values;
 }
 
 template <class T> std::vector<T> Dataset::read_rows(size_t first, size_t count) const {
+    check_rows(first, count);
     Shape row_shape = shape();
     row_shape.erase(row_shape.begin());
     std::vector<T> values(count * numel_of(row_shape));

@@ -28,9 +28,12 @@ inline std::filesystem::path self_executable() {
 // "context: " for the errors below ("--png: "), or nothing for an empty context.
 inline std::string tool_error_prefix(const std::string& context) { return context.empty() ? "" : context + ": "; }
 
-// tools/<name>: under $ATTNLAB_TOOLS, else beside the executable or up to three folders above it
-// (build/attnlab -> tools/ of the source tree). `context` ("--png", or "" for a command that is
-// the tool) starts the UsageError when it is not found.
+// tools/<name>, looked for in order: $ATTNLAB_TOOLS; an installation's
+// <prefix>/share/attnlab/tools beside <prefix>/bin/attnlab (cmake --install); tools/
+// beside the executable or up to three folders above it (build/attnlab -> the
+// source tree); the source tree this binary was built from (a build folder
+// anywhere else). `context` ("--png", or "" for a command that is the tool)
+// starts the UsageError when it is not found.
 inline std::filesystem::path find_tool(const std::string& name, const std::string& context) {
     namespace fs = std::filesystem;
     const std::string prefix = tool_error_prefix(context);
@@ -40,12 +43,16 @@ inline std::filesystem::path find_tool(const std::string& name, const std::strin
         throw UsageError(prefix + "no " + name + " in ATTNLAB_TOOLS=" + dir);
     }
     const fs::path exe = self_executable();
+    if (const fs::path p = exe.parent_path().parent_path() / "share" / "attnlab" / "tools" / name; fs::is_regular_file(p)) return p;
     fs::path dir = exe.parent_path();
     for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path()) {
         const fs::path p = dir / "tools" / name;
         if (fs::is_regular_file(p)) return p;
         if (dir == dir.parent_path()) break;
     }
+#ifdef ATTNLAB_SOURCE_TOOLS
+    if (const fs::path p = fs::path(ATTNLAB_SOURCE_TOOLS) / name; fs::is_regular_file(p)) return p;
+#endif
     throw UsageError(prefix + "cannot find tools/" + name + " near " + exe.string() +
                      " (set ATTNLAB_TOOLS to the folder that holds it)");
 }

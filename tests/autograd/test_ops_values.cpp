@@ -67,6 +67,17 @@ TEST(ElementwiseValues, UnaryMaths) {
     expect_values(relu(t64({-1, 0, 2.5}, {3})), {0, 0, 2.5});
 }
 
+TEST(ElementwiseValues, ReluKeepsNaN) {
+    // One NaN policy: a NaN input stays NaN (torch.relu, the device ReLU), in float32 and float64.
+    for (DType dtype : {DType::f32, DType::f64}) {
+        const Tensor y = relu(Tensor::from_values({std::nan(""), -1.0, 3.0}, {3}, dtype));
+        const std::vector<double> v = y.values();
+        EXPECT_TRUE(std::isnan(v[0]));
+        EXPECT_EQ(v[1], 0.0);
+        EXPECT_EQ(v[2], 3.0);
+    }
+}
+
 TEST(ElementwiseValues, GeluIsTheExactErfForm) {
     // x * Phi(x): gelu(1) = Phi(1), gelu(-0.5) = -0.5 Phi(-0.5), gelu(0) = 0
     expect_values(gelu(t64({1.0, -0.5, 0.0, 2.0}, {4})),

@@ -1,6 +1,6 @@
 """`attnlab audit` and `attnlab ablate` as processes, on tiny trained checkpoints:
 audit exits 0 with every live test PASS (text and --json, both model kinds) and
-exits 1 with FAIL lines for a checkpoint whose weights are NaN; ablate prints the
+refuses a checkpoint whose weights are NaN (exit 2, one line); ablate prints the
 sorted table, writes its HDF5 file (default beside the checkpoint) and --maps,
 which tools/plot_heads.py draws; bad arguments and files exit 2 with one line
 and write nothing.
@@ -95,7 +95,10 @@ class Audit(cc.TempDirTest):
         for kind in ["enc_self", "dec_self", "cross"]:
             self.assertIn(f"padding invariance ({kind}", names)
 
-    def test_nan_weights_fail_with_exit_1(self):
+    def test_nan_weights_are_refused_on_load(self):
+        # A checkpoint holds finite weights only (issue 13): a NaN is bad input
+        # (exit 2, one line naming the file, the parameter and the first index),
+        # not a model to audit.
         checkpoint = Trained.checkpoint("dec", CONFIG)
         broken = self.path("nan.h5")
         shutil.copy(checkpoint, broken)
@@ -103,9 +106,10 @@ class Audit(cc.TempDirTest):
             w = f["params/blocks.0.attn.q_proj.weight"]
             w[...] = np.full(w.shape, np.nan, dtype=np.float32)
         r = cc.attnlab(["audit", broken, "--batches", "1"], self.tmp)
-        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
-        self.assertIn("FAIL", r.stdout)
-        self.assertRegex(r.stdout, r"audit: \d+ passed, [1-9]\d* failed")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertIn(f"{broken}: /params/blocks.0.attn.q_proj.weight: element [0, 0] is NaN", r.stderr)
 
 
 class Ablate(cc.TempDirTest):

@@ -1,8 +1,8 @@
 """`attnlab generate CHECKPOINT --prompt "..."` on checkpoints of tiny training
 runs, one per model kind: greedy decoding with --check-cache passes, seeded
 sampling is reproducible, --top-k 1 is greedy, the positional table caps
-decoding, bad input exits 2 with one line, a broken (NaN) checkpoint fails the
-cache check with exit 1.
+decoding, bad input exits 2 with one line, a broken (NaN) checkpoint is refused
+on load (exit 2, one line).
 
     /usr/bin/python3 tests/cli/test_generate.py ATTNLAB_BINARY REPO_ROOT
 """
@@ -137,18 +137,19 @@ class Decoder(GenerateBase):
         self.assertEqual(missing.stderr.count("\n"), 1, missing.stderr)
         self.assertIn("nope.h5", missing.stderr)
 
-    def test_nan_checkpoint_fails_the_cache_check(self):
+    def test_nan_checkpoint_is_refused_on_load(self):
+        # A checkpoint holds finite weights only (issue 13): a NaN is refused
+        # before any decoding, with or without --check-cache.
         broken = os.path.join(self.tmp, "broken.h5")
         shutil.copy(self.checkpoint, broken)
         with h5py.File(broken, "r+") as f:
             w = f["params/head.weight"]
             w[...] = np.full(w.shape, np.nan, dtype=w.dtype)
-        r = self.generate("--prompt", "3 4", "--check-cache", rc=1, checkpoint=broken)
-        self.assertRegex(r.stderr.strip(), r"^attnlab generate: cache check FAILED at step 0: max \|cached - full\| = nan")
-        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
-        self.assertNotIn("cache check:", r.stdout)
-        r = self.generate("--prompt", "3 4", rc=2, checkpoint=broken)  # unchecked: the logits are not finite
-        self.assertIn("not finite", r.stderr)
+        for args in (["--prompt", "3 4", "--check-cache"], ["--prompt", "3 4"]):
+            r = self.generate(*args, rc=2, checkpoint=broken)
+            self.assertEqual(r.stdout, "")
+            self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+            self.assertIn(f"{broken}: /params/head.weight: element [0, 0] is NaN", r.stderr)
 
 
 class EncoderDecoder(GenerateBase):

@@ -89,3 +89,54 @@ TEST(FileTask, TooFewRowsIsAnError) {
 
 }  // namespace
 }  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// 10 rows of width 4, all of length 4, with the given loss mask (row-major).
+std::string write_masked(const std::string& name, const std::vector<uint8_t>& mask) {
+    const std::string path = (std::filesystem::temp_directory_path() / name).string();
+    std::vector<int32_t> tokens(40, 5);
+    h5::File f = h5::File::create(path, "test");
+    f.write<int32_t>("tokens", {10, 4}, tokens.data());
+    f.write<int64_t>("lengths", std::vector<int64_t>(10, 4));
+    f.write<uint8_t>("loss_mask", {10, 4}, mask.data());
+    f.close();
+    return path;
+}
+
+std::string error_of(const std::string& path, uint64_t stream) {
+    try {
+        FileTask task(path, 32, 0, stream);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+// A mask that selects no target would train (or evaluate) on a loss of exactly 0.
+TEST(FileTask, AMaskThatSelectsNoTargetIsRefused) {
+    const std::string none = write_masked("attnlab_file_task_none.h5", std::vector<uint8_t>(40, 0));
+    EXPECT_EQ(error_of(none, 0), "[token_file] " + none +
+                                     ": /loss_mask: selects no target (no 1 at a position >= 1): nothing to train or "
+                                     "evaluate on");
+    std::vector<uint8_t> first(40, 0);  // position 0 is never a target
+    for (size_t r = 0; r < 10; ++r) first[r * 4] = 1;
+    const std::string first_only = write_masked("attnlab_file_task_first.h5", first);
+    EXPECT_NE(error_of(first_only, 0).find("/loss_mask: selects no target"), std::string::npos);
+
+    std::vector<uint8_t> held_out(40, 0);  // row 9 is the held-out row
+    held_out[9 * 4 + 2] = 1;
+    const std::string eval_only = write_masked("attnlab_file_task_eval_only.h5", held_out);
+    EXPECT_EQ(error_of(eval_only, 0),
+              "[token_file] " + eval_only + ": /loss_mask: the training rows [0, 9) select no target: their loss would be 0");
+    EXPECT_EQ(error_of(eval_only, 1), "(no error)");
+    std::vector<uint8_t> train(40, 0);
+    train[0 * 4 + 3] = 1;
+    const std::string train_only = write_masked("attnlab_file_task_train_only.h5", train);
+    EXPECT_EQ(error_of(train_only, 0), "(no error)");
+    EXPECT_NE(error_of(train_only, 2).find("the held-out rows [9, 10) select no target"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnlab

@@ -106,16 +106,17 @@ template <class T> bool bitwise_equal(const Tensor& a, const Tensor& b) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
 }
 
+// Finite edge values only: a NaN or an infinity is refused on reading (below).
 CheckpointData sample_checkpoint() {
-    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    const double largest = std::numeric_limits<float>::max();
     CheckpointData data;
     data.step = 123;
     data.config_toml = "[run]\nname = \"h5 é\"\nseed = 7\n\n[model]\nheads = 4\n";
     std::vector<double> emb;
     for (int i = 0; i < 20; ++i) emb.push_back(std::sin(i * 1.7) * std::pow(10.0, i % 7 - 3));
     emb[3] = -0.0;
-    emb[4] = nan;
-    emb[5] = -inf;
+    emb[4] = largest;
+    emb[5] = -largest;
     emb[6] = 1e-42;  // a float32 subnormal
     data.params = {
         {"tok_emb.weight", Tensor::from_values(emb, {5, 4})},
@@ -179,6 +180,7 @@ TEST_F(H5Test, CheckpointRoundTripIsBitwise) {
 
 TEST_F(H5Test, CheckpointStoresFloat64ParametersAsFloat32) {
     CheckpointData data;
+    data.config_toml = "[model]\nheads = 2\n";
     data.params = {{"w", Tensor::from_values({0.1, 1.0 / 3.0}, {2}, DType::f64)}};
     write_checkpoint(path("c.h5"), data);
     const CheckpointData read = read_checkpoint(path("c.h5"));
@@ -246,7 +248,7 @@ TEST_F(H5Test, BadCheckpointsThrowNamingThePath) {
         file.write_attr_string("format", format);
         file.write_attr_int("format_version", version);
         file.write_attr_int("step", 5);
-        file.write_attr_string("config", "");
+        file.write_attr_string("config", "[model]\nheads = 2\n");
         if (groups)
             for (const char* group : {"params", "optimizer", "rng", "data"}) file.create_group(group);
         return path(name);
@@ -268,7 +270,7 @@ TEST_F(H5Test, BadCheckpointsThrowNamingThePath) {
         h5::File file = h5::File::open(ints, "test", h5::File::Access::write);
         file.group("params").write<int64_t>("w", std::vector<int64_t>{1, 2});
     }
-    EXPECT_ERROR(read_checkpoint(ints), ints + ": /params/w: is int64, expected a float tensor", "[checkpoint]");
+    EXPECT_ERROR(read_checkpoint(ints), ints + ": /params/w: is int64 (2), expected floats", "[checkpoint]");
 }
 
 TEST_F(H5Test, ListAndPruneCheckpoints) {
@@ -492,6 +494,214 @@ TEST_F(H5Test, MetricsLogRejectsBadInput) {
     EXPECT_TRUE(steps_in(file, "attention/self").empty());  // the refused rows left nothing
 }
 
+// ---- what reading trusts: declared types, shapes and storage ------------------
+
+// A dataset made with the C API: `type` stored, `dims` declared, chunked by
+// `chunk` (empty: contiguous), written from `values` when given.
+void make_dataset(const h5::File& file, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
+                  const std::vector<hsize_t>& chunk = {}, const void* values = nullptr, hid_t memory = H5I_INVALID_HID) {
+    const hid_t space = dims.empty() ? H5Screate(H5S_SCALAR)
+                                     : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (!chunk.empty()) H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+    const hid_t dataset = H5Dcreate2(file.id(), name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(dataset, 0) << name;
+    if (values) ASSERT_GE(H5Dwrite(dataset, memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), 0);
+    H5Dclose(dataset);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+}
+
+TEST_F(H5Test, RequireChecksTypeAndShapeBeforeReading) {
+    using h5::Expect;
+    const std::string file = path("d.h5");
+    {
+        h5::File h5 = h5::File::create(file, "test");
+        h5.write<int32_t>("ints", {2, 3}, std::vector<int32_t>{1, 2, 3, 4, 5, 6}.data());
+        h5.write<float>("nine", Shape(9, 1), std::vector<float>{1.5f}.data());
+        h5.write_strings("names", {"a", "b"});
+    }
+    const h5::File h5 = h5::File::open(file, "tag", h5::File::Access::read);
+    const h5::Dataset ints = h5.dataset("ints");
+    const Expect rows = Expect::array(Expect::Type::integers, {Expect::kAny, Expect::kAny}, "[N, S]");
+    EXPECT_EQ(ints.require(rows), (Shape{2, 3}));
+    EXPECT_EQ(ints.read<int64_t>(rows), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+    EXPECT_EQ(ints.read<int64_t>(Expect::array(Expect::Type::integers_or_bools, {2, 3}, "")).size(), 6u);
+    EXPECT_ERROR(ints.require(Expect::tensor(Expect::Type::floats)), file + ": /ints: is int32 (2,3), expected floats",
+                 "[tag]");
+    EXPECT_ERROR(ints.require(Expect::array(Expect::Type::integers, {3, Expect::kAny}, "[3, S]")), file,
+                 "/ints: is int32 (2,3), expected integers [3, S]");
+    EXPECT_ERROR(ints.require(Expect::array(Expect::Type::integers, {Expect::kAny}, "[n]")), file,
+                 "/ints: is int32 (2,3), expected integers [n]");
+    EXPECT_ERROR(h5.dataset("nine").require(Expect::tensor(Expect::Type::floats)), file,
+                 "/nine: is float32 (1,1,1,1,1,1,1,1,1), expected floats");  // rank above kMaxRank
+    EXPECT_ERROR(h5.dataset("names").read<int64_t>(rows), file, "/names: is string (2), expected integers [N, S]");
+}
+
+TEST_F(H5Test, DeclaredDataMustBeInTheFile) {
+    using h5::Expect;
+    const std::string file = path("d.h5");
+    const std::vector<float> zeros(100000, 0.0f);
+    const std::string raw = path("raw.bin");
+    write_text(raw, std::string(400, '\0'));
+    {
+        h5::File h5 = h5::File::create(file, "test");
+        make_dataset(h5, "beyond", H5T_IEEE_F32LE, {1 << 20, 1 << 20}, {1, 1024});  // 2^40 elements
+        make_dataset(h5, "unwritten", H5T_IEEE_F32LE, {1 << 16, 1 << 15}, {16, 1024});  // 8 GiB, none stored
+        make_dataset(h5, "late", H5T_STD_I64LE, {1000});  // contiguous, never written
+        // Compressed zeros: declared bytes far above the stored ones, within deflate's ratio.
+        const hsize_t n = zeros.size(), chunk = 25000;
+        const hid_t space = H5Screate_simple(1, &n, nullptr), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, 1, &chunk);
+        H5Pset_deflate(dcpl, 9);
+        const hid_t packed = H5Dcreate2(h5.id(), "packed", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        H5Dwrite(packed, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data());
+        H5Dclose(packed);
+        H5Pclose(dcpl);
+        // Raw data in another file.
+        const hsize_t hundred = 100;
+        const hid_t outside = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_external(outside, raw.c_str(), 0, 400);
+        const hid_t small = H5Screate_simple(1, &hundred, nullptr);
+        H5Dclose(H5Dcreate2(h5.id(), "external", H5T_IEEE_F32LE, small, H5P_DEFAULT, outside, H5P_DEFAULT));
+        H5Sclose(small);
+        H5Pclose(outside);
+        H5Sclose(space);
+        const hid_t null_space = H5Screate(H5S_NULL);
+        H5Dclose(H5Dcreate2(h5.id(), "null", H5T_IEEE_F32LE, null_space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        H5Sclose(null_space);
+    }
+    const h5::File h5 = h5::File::open(file, "tag", h5::File::Access::read);
+    const Expect any = Expect::tensor(Expect::Type::floats);
+    EXPECT_ERROR(h5.dataset("beyond").require(any), file, "/beyond: declares shape (1048576,1048576), more than 2^32 elements");
+    EXPECT_ERROR(h5.dataset("unwritten").read<float>(), file,
+                 "/unwritten: declares shape (65536,32768) of float32 (8589934592 bytes) but the file stores 0 bytes");
+    EXPECT_ERROR(h5.dataset("late").read<int64_t>(), file, "/late: declares shape (1000) of int64 (8000 bytes) but the file stores 0 bytes");
+    EXPECT_EQ(h5.dataset("packed").read<float>(any), zeros);
+    EXPECT_ERROR(h5.dataset("external").read<float>(any), file, "/external: keeps its data in external files; not read");
+    EXPECT_ERROR(h5.dataset("null").read<float>(), file, "/null: holds no data (a null dataspace)");
+    EXPECT_ERROR(h5.dataset("unwritten").read_rows<float>(0, 1), file, "stores 0 bytes");
+}
+
+TEST_F(H5Test, VisitingFollowsHardLinksOnlyAndAlwaysEnds) {
+    const std::string file = path("v.h5");
+    auto fresh = [&] {
+        h5::File h5 = h5::File::create(file, "test");
+        const h5::Group top = h5.create_group("top");
+        top.write<int64_t>("x", std::vector<int64_t>{1});
+        top.create_group("a").create_group("b").write<int64_t>("y", std::vector<int64_t>{2});
+        top.write<int64_t>("z", std::vector<int64_t>{3});
+        return h5;
+    };
+    auto visited = [&] {
+        const h5::File h5 = h5::File::open(file, "tag", h5::File::Access::read);
+        std::vector<std::string> names;
+        h5.group("top").visit_datasets([&](const h5::Dataset& d, const std::string& name) {
+            names.push_back(name + "=" + std::to_string(d.read<int64_t>()[0]));
+        });
+        return names;
+    };
+    { fresh(); }
+    EXPECT_EQ(visited(), (std::vector<std::string>{"x=1", "a/b/y=2", "z=3"}));  // creation order, depth first
+
+    {
+        h5::File h5 = fresh();
+        H5Lcreate_soft("/top", h5.group("top/a").id(), "up", H5P_DEFAULT, H5P_DEFAULT);
+    }
+    EXPECT_ERROR(visited(), file, "/top/a/up: is a soft link; not followed");
+    {
+        h5::File h5 = fresh();
+        H5Lcreate_hard(h5.id(), "/top", h5.group("top/a/b").id(), "again", H5P_DEFAULT, H5P_DEFAULT);
+    }
+    EXPECT_ERROR(visited(), file, "/top/a/b/again: links back to a group already visited (a loop)");
+    {
+        h5::File h5 = fresh();
+        H5Lcreate_external(file.c_str(), "/", h5.group("top").id(), "self", H5P_DEFAULT, H5P_DEFAULT);
+    }
+    EXPECT_ERROR(visited(), file, "/top/self: is an external link (to another file); not followed");
+    {
+        const h5::File h5 = h5::File::open(file, "tag", h5::File::Access::read);
+        EXPECT_ERROR(h5.has("top/self/top"), file, "/top/self: is an external link (to another file); not followed");
+    }
+    {
+        h5::File h5 = fresh();
+        const hid_t type = H5Tcopy(H5T_NATIVE_INT);
+        H5Tcommit2(h5.group("top").id(), "kind", type, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Tclose(type);
+    }
+    EXPECT_ERROR(visited(), file, "/top/kind: is neither a group nor a dataset");
+    {
+        h5::File h5 = fresh();
+        h5::Group deep = h5.group("top");
+        for (int depth = 0; depth <= h5::Group::kMaxDepth; ++depth) deep = deep.create_group("g");
+    }
+    EXPECT_ERROR(visited(), file, "is nested more than 16 groups deep");
+}
+
+TEST_F(H5Test, OnlyRegularFilesAreOpened) {
+    const std::string fifo = path("pipe.h5");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_ERROR(h5::File::open(fifo, "tag", h5::File::Access::read), fifo, "is not a regular file");  // would block
+    EXPECT_ERROR(read_checkpoint(fifo), fifo, "is not a regular file");
+    EXPECT_ERROR(read_token_file(fifo, 8), fifo, "is not a regular file");
+}
+
+TEST_F(H5Test, CheckpointValuesMustBeFinite) {
+    auto with = [&](const std::string& name, void (*change)(CheckpointData&)) {
+        CheckpointData data = sample_checkpoint();
+        change(data);
+        write_checkpoint(path(name), data);
+        return path(name);
+    };
+    const std::string param = with("nan.h5", [](CheckpointData& d) {
+        std::vector<double> v(20, 0.5);
+        v[1 * 4 + 2] = std::numeric_limits<double>::quiet_NaN();
+        d.params[0].second = Tensor::from_values(v, {5, 4});
+    });
+    EXPECT_ERROR(read_checkpoint(param), param + ": /params/tok_emb.weight: element [1, 2] is NaN; a checkpoint holds finite values only",
+                 "[checkpoint]");
+    const std::string scalar = with("inf.h5", [](CheckpointData& d) {
+        d.params[3].second = Tensor::scalar(-std::numeric_limits<double>::infinity());
+    });
+    EXPECT_ERROR(read_checkpoint(scalar), scalar, "/params/scale: is infinite");
+    const std::string moment = with("moment.h5", [](CheckpointData& d) {
+        d.optimizer[2].second = Tensor::from_values({0.1, std::numeric_limits<double>::infinity(), 0.3}, {3}, DType::f64);
+    });
+    EXPECT_ERROR(read_checkpoint(moment), moment, "/optimizer/v.head.bias: element [1] is infinite");
+}
+
+TEST_F(H5Test, CheckpointConfigMustSetSomethingAndStepMustBeValid) {
+    for (const std::string& text : {std::string(""), std::string(" \n\t\n"), std::string("# a comment\n  # another\n")}) {
+        CheckpointData data = sample_checkpoint();
+        data.config_toml = text;
+        write_checkpoint(path("c.h5"), data);
+        EXPECT_ERROR(read_checkpoint(path("c.h5")), path("c.h5"), "the config attribute is empty");
+    }
+    CheckpointData data = sample_checkpoint();
+    write_checkpoint(path("s.h5"), data);
+    {
+        h5::File h5 = h5::File::open(path("s.h5"), "test", h5::File::Access::write);
+        h5.write_attr_int("step", -3);
+    }
+    EXPECT_ERROR(read_checkpoint(path("s.h5")), path("s.h5"), "step -3 is negative");
+    {
+        h5::File h5 = h5::File::open(path("s.h5"), "test", h5::File::Access::write);
+        h5.write_attr_string("step", "three");
+    }
+    EXPECT_ERROR(read_checkpoint(path("s.h5")), path("s.h5"), "/ attribute 'step': is not an integer");
+}
+
+TEST_F(H5Test, CheckpointWithAHugeDeclaredParameterIsRefusedBeforeAllocating) {
+    write_checkpoint(path("h.h5"), sample_checkpoint());
+    {
+        h5::File h5 = h5::File::open(path("h.h5"), "test", h5::File::Access::write);
+        H5Ldelete(h5.id(), "params/head.bias", H5P_DEFAULT);
+        make_dataset(h5, "params/head.bias", H5T_IEEE_F32LE, {hsize_t{1} << 31}, {4096});
+    }
+    EXPECT_ERROR(read_checkpoint(path("h.h5")), path("h.h5"),
+                 "/params/head.bias: declares shape (2147483648) of float32 (8589934592 bytes) but the file stores 0 bytes");
+}
+
 // ---- token files ---------------------------------------------------------------
 
 struct TokenSpec {
@@ -583,18 +793,18 @@ TEST_F(H5Test, TokenFileValidation) {
         h5.write<float>("tokens", {1, 2}, std::vector<float>{3, 4}.data());
         h5.write<int64_t>("lengths", std::vector<int64_t>{1});
     }
-    EXPECT_ERROR(read_token_file(file, 8), file, "tokens: is not an integer dataset");
+    EXPECT_ERROR(read_token_file(file, 8), file, "/tokens: is float32 (1,2), expected integers [N, S]");
 
     TokenSpec rank1;
     rank1.token_shape = {8};
-    expect_error(rank1, "tokens: has rank 1, expected 2 [N, S]");
+    expect_error(rank1, "/tokens: is int32 (8), expected integers [N, S]");
     TokenSpec lengths_rank2;
     lengths_rank2.length_shape = {2, 1};
-    expect_error(lengths_rank2, "lengths: has rank 2, expected 1 [N]");
+    expect_error(lengths_rank2, "/lengths: is int64 (2,1), expected integers [2] (N, one per row of /tokens)");
     TokenSpec mismatch;
     mismatch.lengths = {4, 2, 1};
     mismatch.length_shape = {3};
-    expect_error(mismatch, "lengths: has 3 entries but tokens has N = 2 rows");
+    expect_error(mismatch, "/lengths: is int64 (3), expected integers [2] (N, one per row of /tokens)");
     TokenSpec zero;
     zero.lengths = {4, 0};
     expect_error(zero, "lengths: lengths[1] = 0 is outside [1, S = 4]");
@@ -614,6 +824,34 @@ TEST_F(H5Test, TokenFileValidation) {
     TokenSpec mask_padding;
     mask_padding.mask[7] = 1;
     expect_error(mask_padding, "loss_mask: loss_mask[1, 3] = 1 at a padded position (length 2)");
+    TokenSpec mask_zero;
+    mask_zero.mask.assign(8, 0);
+    expect_error(mask_zero, "/loss_mask: selects no target (no 1 at a position >= 1)");
+    TokenSpec mask_first;
+    mask_first.mask = {1, 0, 0, 0, /**/ 1, 0, 0, 0};
+    expect_error(mask_first, "/loss_mask: selects no target");
+    {
+        write_tokens(file, TokenSpec{});
+        h5::File h5 = h5::File::open(file, "test", h5::File::Access::write);
+        H5Ldelete(h5.id(), "loss_mask", H5P_DEFAULT);
+        h5.write<uint8_t>("loss_mask", {2, 3}, std::vector<uint8_t>(6, 1).data());
+    }
+    EXPECT_ERROR(read_token_file(file, 8), file, "/loss_mask: is uint8 (2,3), expected integers or bools [N, S] = (2,4)");
+    {
+        write_tokens(file, TokenSpec{});
+        h5::File h5 = h5::File::open(file, "test", h5::File::Access::write);
+        H5Ldelete(h5.id(), "tokens", H5P_DEFAULT);
+        make_dataset(h5, "tokens", H5T_STD_I32LE, {1 << 20, 1 << 20}, {1, 4096});
+    }
+    EXPECT_ERROR(read_token_file(file, 8), file, "/tokens: declares shape (1048576,1048576), more than 2^32 elements");
+    {
+        write_tokens(file, TokenSpec{});
+        h5::File h5 = h5::File::open(file, "test", h5::File::Access::write);
+        H5Ldelete(h5.id(), "tokens", H5P_DEFAULT);
+        h5.create_group("tokens");
+    }
+    EXPECT_ERROR(read_token_file(file, 8), file, "/tokens: is not a dataset");
+
     TokenSpec empty;
     empty.tokens.clear();
     empty.token_shape = {0, 4};

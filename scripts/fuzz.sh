@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz/ into build-fuzz/ (clang++-14,
+# -fsanitize=fuzzer,address,undefined) and runs each for SECONDS.
+#
+#   scripts/fuzz.sh SECONDS [TARGET ...]   # default: every target, one after another
+#   FUZZ_PARALLEL=2 scripts/fuzz.sh 600    # two targets at a time
+#
+# Targets: fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file. The two
+# HDF5 targets take recipes (tests/fuzz/hdf5_recipe.h: edits that build a
+# well-formed file); FUZZ_RAW=1 adds raw HDF5 files as seeds
+# (tests/fuzz/corpus/<target>_files/), whose mutations mostly reach libhdf5's
+# own parser, where HDF5 1.10.8 has crashes of its own (tests/fuzz/README.md).
+# Each starts from its committed seeds (tests/fuzz/corpus/<target>/, never written) and a
+# working corpus in build-fuzz/corpus/<target>/ that grows between runs; a
+# finding is saved as build-fuzz/findings/<target>/crash-* (or timeout-*,
+# oom-*), ready to copy into tests/fuzz/corpus/<target>/. Replay one with
+# build-fuzz/<target> FILE. Installs nothing: needs Debian's clang-14 and
+# libclang-rt-14-dev (libFuzzer), plus the main build's -dev packages.
+# Exit status: 0 if no target found anything, 1 if one did, 2 on bad usage or
+# a missing tool.
+set -euo pipefail
+
+all_targets=(fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file)
+usage() { echo "usage: $0 SECONDS [TARGET ...]   (targets: ${all_targets[*]})" >&2; }
+
+if (($# < 1)) || ! [[ "$1" =~ ^[0-9]+$ ]] || (($1 < 1)); then usage; exit 2; fi
+seconds="$1"
+shift
+targets=("$@")
+((${#targets[@]})) || targets=("${all_targets[@]}")
+for target in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $target "* ]] || { echo "fuzz.sh: unknown target '$target'" >&2; usage; exit 2; }
+done
+parallel="${FUZZ_PARALLEL:-1}"
+[[ "$parallel" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: FUZZ_PARALLEL must be a positive integer, got '$parallel'" >&2; exit 2; }
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+build=build-fuzz
+
+command -v clang++-14 >/dev/null || { echo "fuzz.sh: clang++-14 not found (Debian package clang-14)" >&2; exit 2; }
+probe_dir="$(mktemp -d)"
+trap 'rm -rf "$probe_dir"' EXIT
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe_dir/probe.cpp"
+clang++-14 -fsanitize=fuzzer,address,undefined "$probe_dir/probe.cpp" -o "$probe_dir/probe" 2>/dev/null ||
+  { echo "fuzz.sh: clang++-14 cannot link -fsanitize=fuzzer,address,undefined (Debian package libclang-rt-14-dev)" >&2; exit 2; }
+
+echo "fuzz.sh: building ${targets[*]} in $build/"
+mkdir -p "$build"
+cmake -S tests/fuzz -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=None \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log" >&2; echo "fuzz.sh: configuring $build/ failed" >&2; exit 2; }
+cmake --build "$build" --target "${targets[@]}" -- -j"$(nproc)"
+
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+# A fuzzed checkpoint may leave the library's own allocations at exit; leaks of
+# ours would show as HDF5 objects left open, which the targets check.
+# A huge request returns NULL as malloc does outside the sanitizer (libhdf5
+# then reports an error) rather than counting as a finding.
+export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:${ASAN_OPTIONS:-}"
+
+# Runs one target for `seconds`; its log is $build/logs/<target>.log.
+run_target() {
+  local target="$1" corpus="$build/corpus/$1" findings="$build/findings/$1/" log="$build/logs/$1.log"
+  mkdir -p "$corpus" "$findings" "$build/logs"
+  local seeds=("tests/fuzz/corpus/$target")
+  if [[ -n "${FUZZ_RAW:-}" && -d "tests/fuzz/corpus/${target}_files" ]]; then seeds+=("tests/fuzz/corpus/${target}_files"); fi
+  local status=0
+  "$build/$target" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$findings" "$corpus" "${seeds[@]}" >"$log" 2>&1 || status=$?
+  local runs
+  runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+  if ((status == 0)); then
+    echo "fuzz.sh: $target: ${runs:-?} executions in ${seconds} s, nothing found"
+  else
+    echo "fuzz.sh: $target: FOUND a problem after ${runs:-?} executions (exit $status): $(ls "$findings" | head -3 | tr '\n' ' ')(see $log)"
+  fi
+  return "$status"
+}
+
+failed=0
+pids=()
+for target in "${targets[@]}"; do
+  run_target "$target" &
+  pids+=($!)
+  if ((${#pids[@]} >= parallel)); then
+    wait "${pids[0]}" || failed=1
+    pids=("${pids[@]:1}")
+  fi
+done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+exit "$failed"
