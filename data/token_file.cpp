@@ -1,10 +1,10 @@
-// Reads through the HDF5 helpers of experiments/h5file.h, so a token file gets
+// Reads through the HDF5 helpers of data/h5file.h, so a token file gets
 // the same checks as every file attnlab reads (declared shape and type before
 // anything is allocated, data kept in the file, no links to other files).
 #include "data/token_file.h"
 
 #include "data/tasks.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 
 namespace attnlab {
 

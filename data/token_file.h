@@ -26,7 +26,7 @@ struct TokenFile {
 
 // Throws attnlab::Error "[token_file] PATH: /DATASET: problem" (with the first
 // bad index) for a missing or non-HDF5 file, a missing dataset, a wrong rank,
-// type or size (checked before anything is read, experiments/h5file.h), a
+// type or size (checked before anything is read, data/h5file.h), a
 // length outside [1, S], a token outside [0, vocab), and a loss mask that
 // selects no target (no 1 past position 0).
 TokenFile read_token_file(const std::string& path, size_t vocab);

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "experiments/audit.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "experiments/model_factory.h"
 #include "experiments/parse_number.h"
 #include "experiments/run_files.h"

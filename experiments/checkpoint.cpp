@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "autograd/tensor_impl.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 
 namespace attnlab {
 

@@ -39,7 +39,7 @@
 #include "experiments/checkpoint.h"
 #include "experiments/command_line.h"
 #include "experiments/config.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "experiments/model_factory.h"
 #include "experiments/run_files.h"
 #include "experiments/tools_path.h"

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 
 namespace attnlab {
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <sstream>
 
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "experiments/parse_number.h"
 #include "experiments/run_files.h"
 #include "experiments/sweep.h"

@@ -63,11 +63,26 @@ NamedTensors SGD::state() const {
     return s;
 }
 
+namespace {
+
+// A saved counter or flag: one finite whole number in [0, most] (a float-to-integer
+// cast of anything else would be undefined), else an Error naming the entry.
+long long saved_count(const std::string& name, const Tensor& t, double most) {
+    if (t.numel() != 1) fail("optimizer", name + ": expected one value, got " + std::to_string(t.numel()));
+    const double value = t.item();
+    if (!(value >= 0 && value <= most) || value != std::floor(value))
+        fail("optimizer", name + ": expected a whole number in [0, " + std::to_string(static_cast<long long>(most)) + "], got " +
+                              std::to_string(value));
+    return static_cast<long long>(value);
+}
+
+}  // namespace
+
 void SGD::load_state(const NamedTensors& state) {
     for (const auto& [name, t] : state)
         for (size_t i = 0; i < params_.size(); ++i) {
             if (name == "velocity." + params_[i].first) velocity_[i].assign(t);
-            if (name == "started." + params_[i].first) started_[i] = t.item() != 0.0;
+            if (name == "started." + params_[i].first) started_[i] = saved_count(name, t, 1) != 0;
         }
 }
 
@@ -148,9 +163,17 @@ NamedTensors Adam::state() const {
 void Adam::load_state(const NamedTensors& state) {
     for (const auto& [name, t] : state) {
         for (size_t i = 0; i < params_.size(); ++i) {
-            if (name == "step." + params_[i].first) steps_[i] = static_cast<long long>(t.item());
+            if (name == "step." + params_[i].first) steps_[i] = saved_count(name, t, 9007199254740991.0);
             if (name == "m." + params_[i].first) m_[i].assign(t);
-            if (name == "v." + params_[i].first) v_[i].assign(t);
+            if (name == "v." + params_[i].first) {
+                // a second moment below 0 would put NaN into sqrt(v) at the next step
+                const std::vector<double> values = t.values();
+                const auto negative = std::find_if(values.begin(), values.end(), [](double x) { return x < 0; });
+                if (negative != values.end())
+                    fail("optimizer", name + ": element " + std::to_string(negative - values.begin()) + " is " +
+                                          std::to_string(*negative) + "; a second moment is never negative");
+                v_[i].assign(t);
+            }
         }
     }
 }

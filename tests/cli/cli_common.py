@@ -144,6 +144,35 @@ def tree_hashes(root):
     return out
 
 
+def run_refused(test, args, cwd, runs, wants, before):
+    """Runs attnlab `args` in `cwd` and asserts what bad input must give: exit 2,
+    nothing on stdout, exactly one line `attnlab CMD: ...` holding every string of
+    `wants`, no new folder in `runs` (removed again if one appears), nothing left
+    in `cwd`, and every folder of `before` ({folder: tree_hashes}) unchanged.
+    Returns (the line, the text shown on a failure)."""
+    runs_before = set(os.listdir(runs))
+    try:
+        r = attnlab(args, cwd, timeout=30)
+    finally:  # keeps a wrongly accepted command from spoiling the later cases
+        created = set(os.listdir(runs)) - runs_before
+        for extra in created:
+            shutil.rmtree(os.path.join(runs, extra), ignore_errors=True)
+    shown = f"attnlab {' '.join(args)}\nexit {r.returncode}\nstdout: {r.stdout!r}\nstderr: {r.stderr!r}"
+    test.assertEqual(r.returncode, 2, shown)
+    test.assertEqual(r.stdout, "", shown)
+    test.assertTrue(r.stderr.endswith("\n") and r.stderr.count("\n") == 1, "not exactly one line:\n" + shown)
+    line = r.stderr.rstrip("\n")
+    test.assertTrue(line.startswith(f"attnlab {args[0]}: "), shown)
+    for want in wants:
+        test.assertIn(want, line, shown)
+    # Nothing created, nothing damaged.
+    test.assertEqual(created, set(), f"a run directory was created\n{shown}")
+    test.assertEqual(os.listdir(cwd), [], f"files left in the working directory\n{shown}")
+    for folder, hashes in before.items():
+        test.assertEqual(tree_hashes(folder), hashes, f"{folder} changed\n{shown}")
+    return line, shown
+
+
 class TempDirTest(unittest.TestCase):
     """Each test method runs in a fresh temporary directory, self.tmp."""
 

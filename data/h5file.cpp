@@ -1,4 +1,4 @@
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 
 #include <cstdlib>
 #include <cstring>
