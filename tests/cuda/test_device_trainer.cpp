@@ -14,7 +14,7 @@
 #include "device_context_test.h"
 #include "experiments/checkpoint.h"
 #include "experiments/config.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "experiments/trainer.h"
 
 namespace attnlab::device_trainer_test {

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "data/file_task.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 
 namespace attnlab {
 namespace {

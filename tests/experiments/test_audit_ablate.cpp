@@ -21,7 +21,7 @@
 #include "experiments/audit.h"
 #include "experiments/checkpoint.h"
 #include "experiments/config.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "experiments/model_factory.h"
 #include "experiments/trainer.h"
 

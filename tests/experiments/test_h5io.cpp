@@ -27,7 +27,7 @@
 #include "autograd/tensor_impl.h"
 #include "data/token_file.h"
 #include "experiments/checkpoint.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "experiments/metrics_log.h"
 
 namespace attnlab {

@@ -7,7 +7,7 @@
 #include "autograd/threads.h"
 #include "experiments/checkpoint.h"
 #include "experiments/config.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "experiments/model_factory.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/hdf5_recipe.h"

@@ -5,7 +5,7 @@
 // tests/fuzz/corpus/fuzz_token_file_files/).
 #include "autograd/threads.h"
 #include "data/file_task.h"
-#include "experiments/h5file.h"
+#include "data/h5file.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/hdf5_recipe.h"
 
