@@ -116,4 +116,69 @@ inline void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string
     expect_close(gpu.values(), cpu.values(), what);
 }
 
+// One agreement case: a shape and a mask, run on both kernels.
+struct Case {
+    std::string name;
+    AttentionDims dims;
+    AttentionMask mask;
+    MaskedRows masked_rows = MaskedRows::error;
+};
+
+inline AttentionMask causal() {
+    AttentionMask mask;
+    mask.causal = true;
+    return mask;
+}
+
+inline AttentionMask padded(std::vector<size_t> lengths, bool is_causal = false) {
+    AttentionMask mask;
+    mask.key_lengths = std::move(lengths);
+    mask.causal = is_causal;
+    return mask;
+}
+
+struct Param {
+    Case c;
+    AttentionKernel kernel;
+};
+
+inline void PrintTo(const Param& param, std::ostream* os) { *os << param.c.name << ", " << cuda::to_string(param.kernel); }
+
+// Every case on both kernels, named "<case>_<kernel>" by param_name.
+inline std::vector<Param> params(const std::vector<Case>& cases) {
+    std::vector<Param> all;
+    for (const Case& c : cases)
+        for (AttentionKernel kernel : {AttentionKernel::dense, AttentionKernel::flash}) all.push_back({c, kernel});
+    return all;
+}
+inline std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+    return info.param.c.name + "_" + cuda::to_string(info.param.kernel);
+}
+
+// The kernel against the CPU op on random inputs drawn from `seed`: the context
+// (and the weights for dense, the log-sum-exp for flash), then dq, dk, dv for a
+// random dcontext, each within the tolerance above.
+inline void expect_agreement(cuda::Context& context, AttentionKernel kernel, const AttentionDims& dims,
+                             const AttentionMask& mask, MaskedRows masked_rows, uint64_t seed) {
+    const Inputs in = random_inputs(dims, seed);
+    AttentionOptions options;
+    options.scale = 1.0 / std::sqrt(double(dims.d));
+    options.masked_rows = masked_rows;
+    const Reference cpu = cpu_reference(in, mask, options);
+    options.need_weights = kernel == AttentionKernel::dense;
+    const cuda::HostAttention gpu = cuda::attention_host(context, kernel, in.q, in.k, in.v, mask, options);
+    expect_close(gpu.context, cpu.context, "context");
+    if (kernel == AttentionKernel::dense) expect_close(gpu.weights, cpu.weights, "weights");
+    if (kernel == AttentionKernel::flash) {
+        ASSERT_TRUE(gpu.lse.defined());
+        expect_close(gpu.lse.values(), reference_lse(in, mask, options.scale), "lse");
+    }
+    options.need_weights = false;
+    const cuda::HostAttentionGrads grads =
+        cuda::attention_backward_host(context, kernel, in.q, in.k, in.v, mask, options, in.dcontext);
+    expect_close(grads.dq, cpu.dq, "dq");
+    expect_close(grads.dk, cpu.dk, "dk");
+    expect_close(grads.dv, cpu.dv, "dv");
+}
+
 }  // namespace attnlab::cuda_test

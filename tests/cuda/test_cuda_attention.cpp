@@ -11,26 +11,6 @@
 namespace attnlab::cuda_test {
 namespace {
 
-struct Case {
-    std::string name;
-    AttentionDims dims;
-    AttentionMask mask;
-    MaskedRows masked_rows = MaskedRows::error;
-};
-
-AttentionMask causal() {
-    AttentionMask mask;
-    mask.causal = true;
-    return mask;
-}
-
-AttentionMask padded(std::vector<size_t> lengths, bool is_causal = false) {
-    AttentionMask mask;
-    mask.key_lengths = std::move(lengths);
-    mask.causal = is_causal;
-    return mask;
-}
-
 // Random eligibility with key i % Tk always eligible, so no row is empty.
 Mask random_eligible(const Shape& shape, uint64_t seed) {
     Rng rng(seed);
@@ -84,52 +64,14 @@ std::vector<Case> cases() {
     };
 }
 
-struct Param {
-    Case c;
-    AttentionKernel kernel;
-};
-
-void PrintTo(const Param& param, std::ostream* os) { *os << param.c.name << ", " << cuda::to_string(param.kernel); }
-
-std::vector<Param> params() {
-    std::vector<Param> all;
-    for (const Case& c : cases())
-        for (AttentionKernel kernel : {AttentionKernel::dense, AttentionKernel::flash}) all.push_back({c, kernel});
-    return all;
-}
-
 class CudaAttentionAgreement : public DeviceTest, public ::testing::WithParamInterface<Param> {};
 
 TEST_P(CudaAttentionAgreement, ForwardAndGradientsMatchTheCpuOp) {
     const Case& c = GetParam().c;
-    const AttentionKernel kernel = GetParam().kernel;
-    const Inputs in = random_inputs(c.dims, 7);
-    AttentionOptions options;
-    options.scale = 1.0 / std::sqrt(double(c.dims.d));
-    options.masked_rows = c.masked_rows;
-    const Reference cpu = cpu_reference(in, c.mask, options);
-
-    options.need_weights = kernel == AttentionKernel::dense;
-    const cuda::HostAttention gpu = cuda::attention_host(*context, kernel, in.q, in.k, in.v, c.mask, options);
-    expect_close(gpu.context, cpu.context, "context");
-    if (kernel == AttentionKernel::dense) expect_close(gpu.weights, cpu.weights, "weights");
-    if (kernel == AttentionKernel::flash) {
-        ASSERT_TRUE(gpu.lse.defined());
-        expect_close(gpu.lse.values(), reference_lse(in, c.mask, options.scale), "lse");
-    }
-
-    options.need_weights = false;
-    const cuda::HostAttentionGrads grads =
-        cuda::attention_backward_host(*context, kernel, in.q, in.k, in.v, c.mask, options, in.dcontext);
-    expect_close(grads.dq, cpu.dq, "dq");
-    expect_close(grads.dk, cpu.dk, "dk");
-    expect_close(grads.dv, cpu.dv, "dv");
+    expect_agreement(*context, GetParam().kernel, c.dims, c.mask, c.masked_rows, 7);
 }
 
-INSTANTIATE_TEST_SUITE_P(Masks, CudaAttentionAgreement, ::testing::ValuesIn(params()),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                             return info.param.c.name + "_" + cuda::to_string(info.param.kernel);
-                         });
+INSTANTIATE_TEST_SUITE_P(Masks, CudaAttentionAgreement, ::testing::ValuesIn(params(cases())), param_name);
 
 // A row with no eligible key under "zero": exactly zero context, weights and
 // gradient, -inf lse; never NaN.

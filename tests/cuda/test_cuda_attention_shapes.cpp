@@ -12,26 +12,6 @@
 namespace attnlab::cuda_test {
 namespace {
 
-struct Case {
-    std::string name;
-    AttentionDims dims;
-    AttentionMask mask;
-    MaskedRows masked_rows = MaskedRows::error;
-};
-
-AttentionMask causal() {
-    AttentionMask mask;
-    mask.causal = true;
-    return mask;
-}
-
-AttentionMask padded(std::vector<size_t> lengths, bool is_causal = false) {
-    AttentionMask mask;
-    mask.key_lengths = std::move(lengths);
-    mask.causal = is_causal;
-    return mask;
-}
-
 std::vector<Case> cases() {
     //            B  H  H_kv Tq   Tk    d    d_v
     return {
@@ -51,40 +31,6 @@ std::vector<Case> cases() {
     };
 }
 
-struct Param {
-    Case c;
-    AttentionKernel kernel;
-};
-
-void PrintTo(const Param& param, std::ostream* os) { *os << param.c.name << ", " << cuda::to_string(param.kernel); }
-
-std::vector<Param> params() {
-    std::vector<Param> all;
-    for (const Case& c : cases())
-        for (AttentionKernel kernel : {AttentionKernel::dense, AttentionKernel::flash}) all.push_back({c, kernel});
-    return all;
-}
-
-void expect_agreement(cuda::Context& context, AttentionKernel kernel, const AttentionDims& dims,
-                      const AttentionMask& mask, MaskedRows masked_rows, uint64_t seed) {
-    const Inputs in = random_inputs(dims, seed);
-    AttentionOptions options;
-    options.scale = 1.0 / std::sqrt(double(dims.d));
-    options.masked_rows = masked_rows;
-    const Reference cpu = cpu_reference(in, mask, options);
-    options.need_weights = kernel == AttentionKernel::dense;
-    const cuda::HostAttention gpu = cuda::attention_host(context, kernel, in.q, in.k, in.v, mask, options);
-    expect_close(gpu.context, cpu.context, "context");
-    if (kernel == AttentionKernel::dense) expect_close(gpu.weights, cpu.weights, "weights");
-    if (kernel == AttentionKernel::flash) expect_close(gpu.lse.values(), reference_lse(in, mask, options.scale), "lse");
-    options.need_weights = false;
-    const cuda::HostAttentionGrads grads =
-        cuda::attention_backward_host(context, kernel, in.q, in.k, in.v, mask, options, in.dcontext);
-    expect_close(grads.dq, cpu.dq, "dq");
-    expect_close(grads.dk, cpu.dk, "dk");
-    expect_close(grads.dv, cpu.dv, "dv");
-}
-
 class CudaAttentionShapes : public DeviceTest, public ::testing::WithParamInterface<Param> {};
 
 TEST_P(CudaAttentionShapes, ForwardAndGradientsMatchTheCpuOp) {
@@ -92,10 +38,7 @@ TEST_P(CudaAttentionShapes, ForwardAndGradientsMatchTheCpuOp) {
     expect_agreement(*context, GetParam().kernel, c.dims, c.mask, c.masked_rows, 5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionShapes, ::testing::ValuesIn(params()),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                             return info.param.c.name + "_" + cuda::to_string(info.param.kernel);
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionShapes, ::testing::ValuesIn(params(cases())), param_name);
 
 using CudaAttentionLimits = DeviceTest;
 
