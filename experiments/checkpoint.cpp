@@ -15,6 +15,7 @@
 
 #include "autograd/tensor_impl.h"
 #include "data/h5file.h"
+#include "experiments/run_files.h"
 
 namespace attnlab {
 
@@ -126,16 +127,6 @@ bool sets_nothing(const std::string& toml) {
     return true;
 }
 
-void fsync_path(const std::string& path, bool directory) {
-    const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-    if (fd < 0 || ::fsync(fd) != 0) {
-        const std::string reason = std::strerror(errno);
-        if (fd >= 0) ::close(fd);
-        throw Error("[checkpoint] " + path + ": cannot fsync (" + reason + ")");
-    }
-    ::close(fd);
-}
-
 // "step_0000123.h5" -> 123; -1 for any other name.
 int64_t step_of(const std::string& file_name) {
     static const std::regex pattern(R"(step_(\d{7,18})\.h5)");
@@ -147,35 +138,21 @@ int64_t step_of(const std::string& file_name) {
 }  // namespace
 
 void write_checkpoint(const std::string& path, const CheckpointData& checkpoint) {
-    const std::string tmp = path + ".tmp";
-    try {
-        {
-            h5::File file = h5::File::create(tmp, kTag);
-            file.write_attr_string("format", kFormat);
-            file.write_attr_int("format_version", kFormatVersion);
-            file.write_attr_int("step", checkpoint.step);
-            file.write_attr_string("config", checkpoint.config_toml);
-            const h5::Group params = file.create_group("params");
-            for (const auto& [name, tensor] : checkpoint.params) write_tensor(params, name, tensor, DType::f32);
-            const h5::Group optimizer = file.create_group("optimizer");
-            for (const auto& [name, tensor] : checkpoint.optimizer)
-                write_tensor(optimizer, name, tensor, tensor.defined() ? tensor.dtype() : DType::f32);
-            write_vectors(file.create_group("rng"), checkpoint.rng);
-            write_vectors(file.create_group("data"), checkpoint.data);
-            file.flush();
-        }  // every group and dataset is closed before the file
-        fsync_path(tmp, false);
-        if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-            const std::string reason = std::strerror(errno);
-            throw Error("[checkpoint] " + path + ": cannot rename " + tmp + " to it (" + reason + ")");
-        }
-        const std::string dir = fs::path(path).parent_path().string();
-        fsync_path(dir.empty() ? "." : dir, true);  // makes the rename itself durable
-    } catch (...) {
-        std::error_code ignored;
-        fs::remove(tmp, ignored);
-        throw;
-    }
+    write_atomically(path, "[checkpoint]", [&](const std::string& tmp) {
+        h5::File file = h5::File::create(tmp, kTag);
+        file.write_attr_string("format", kFormat);
+        file.write_attr_int("format_version", kFormatVersion);
+        file.write_attr_int("step", checkpoint.step);
+        file.write_attr_string("config", checkpoint.config_toml);
+        const h5::Group params = file.create_group("params");
+        for (const auto& [name, tensor] : checkpoint.params) write_tensor(params, name, tensor, DType::f32);
+        const h5::Group optimizer = file.create_group("optimizer");
+        for (const auto& [name, tensor] : checkpoint.optimizer)
+            write_tensor(optimizer, name, tensor, tensor.defined() ? tensor.dtype() : DType::f32);
+        write_vectors(file.create_group("rng"), checkpoint.rng);
+        write_vectors(file.create_group("data"), checkpoint.data);
+        file.flush();
+    });  // every group and dataset is closed before the file, then synced and renamed (run_files.h)
 }
 
 CheckpointData read_checkpoint(const std::string& path) {
