@@ -49,22 +49,14 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    {
-        const bool raw = fuzz::is_hdf5_image(data, size);
-        const fuzz::TempFile file(raw ? data : reinterpret_cast<const uint8_t*>(base->data()), raw ? size : base->size(), ".h5");
-        if (!raw) {
-            FuzzedDataProvider in(data, size);
-            fuzz::Recipe(in, {"params", "optimizer", "rng", "data", "format", "format_version", "step", "config",
-                              "head.weight", "tok_emb.weight", "pos_emb.weight", "blocks.0.attn.q_proj.weight",
-                              "blocks.0.ffn.fc1.weight", "step.head.weight", "train_data", "tokens"})
-                .apply(file.path());
-        }
-        fuzz::expect_bad_input_only([&] {
-            const CheckpointData checkpoint = read_checkpoint(file.path());
-            const Config config = parse_config(checkpoint.config_toml, file.path() + " (config attribute)");
-            load_model(config, checkpoint, file.path());
-        });
-    }
-    fuzz::expect_nothing_open();
+    fuzz::load_hdf5_input(data, size, *base,
+                          {"params", "optimizer", "rng", "data", "format", "format_version", "step", "config", "head.weight",
+                           "tok_emb.weight", "pos_emb.weight", "blocks.0.attn.q_proj.weight", "blocks.0.ffn.fc1.weight",
+                           "step.head.weight", "train_data", "tokens"},
+                          [](const std::string& path) {
+                              const CheckpointData checkpoint = read_checkpoint(path);
+                              const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
+                              load_model(config, checkpoint, path);
+                          });
     return 0;
 }

@@ -43,22 +43,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    {
-        const bool raw = fuzz::is_hdf5_image(data, size);
-        const fuzz::TempFile file(raw ? data : reinterpret_cast<const uint8_t*>(base->data()), raw ? size : base->size(), ".h5");
-        if (!raw) {
-            FuzzedDataProvider in(data, size);
-            fuzz::Recipe(in, {"tokens", "lengths", "loss_mask"}).apply(file.path());
+    fuzz::load_hdf5_input(data, size, *base, {"tokens", "lengths", "loss_mask"}, [](const std::string& path) {
+        read_token_file(path, 32);
+        for (uint64_t stream : {0, 1}) {
+            FileTask task(path, 32, 7, stream);
+            const Batch batch = task.next(4);
+            if (batch.inputs.shape[0] != 4) std::abort();
         }
-        fuzz::expect_bad_input_only([&] {
-            read_token_file(file.path(), 32);
-            for (uint64_t stream : {0, 1}) {
-                FileTask task(file.path(), 32, 7, stream);
-                const Batch batch = task.next(4);
-                if (batch.inputs.shape[0] != 4) std::abort();
-            }
-        });
-    }
-    fuzz::expect_nothing_open();
+    });
     return 0;
 }

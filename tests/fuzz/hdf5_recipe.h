@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/fuzz_common.h"
+
 namespace attnlab::fuzz {
 
 inline bool is_hdf5_image(const uint8_t* data, size_t size) {
@@ -295,6 +297,25 @@ private:
 inline std::string file_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// One input of an HDF5 loader's target: an HDF5 image is the file itself; any
+// other input is a recipe of edits to `base` (the bytes of a real tiny file) over
+// the object and attribute `names`. `load(path)` reads the file: only bad-input
+// exceptions may leave it, and no HDF5 object may stay open afterwards.
+template <class Load>
+void load_hdf5_input(const uint8_t* data, size_t size, const std::string& base, std::vector<std::string> names,
+                     Load&& load) {
+    {
+        const bool raw = is_hdf5_image(data, size);
+        const TempFile file(raw ? data : reinterpret_cast<const uint8_t*>(base.data()), raw ? size : base.size(), ".h5");
+        if (!raw) {
+            FuzzedDataProvider in(data, size);
+            Recipe(in, std::move(names)).apply(file.path());
+        }
+        expect_bad_input_only([&] { load(file.path()); });
+    }
+    expect_nothing_open();
 }
 
 }  // namespace attnlab::fuzz
