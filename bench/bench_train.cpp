@@ -38,7 +38,7 @@
 #include "cuda/backend.h"
 #include "cuda/context.h"
 #include "data/tasks.h"
-#include "experiments/device_training.h"
+#include "experiments/run/device_training.h"
 #include "layers/models.h"
 #include "optim/optimizer.h"
 

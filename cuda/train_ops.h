@@ -1,7 +1,7 @@
 // The ops of a decoder's training step on the device, float32, each forward
 // beside its backward, on pointers into DeviceBuffers of one Context: every
 // call only queues work on the context's stream. Together with the attention
-// kernels of cuda/attention.h they are what experiments/device_training.cpp
+// kernels of cuda/attention.h they are what experiments/run/device_training.cpp
 // composes into a step that moves only the batch in and the loss out.
 //
 // The CPU reference of each is the autograd op of the same name (embedding,

@@ -1,4 +1,4 @@
-// train.device = "cuda", the whole step (experiments/device_training.h):
+// train.device = "cuda", the whole step (experiments/run/device_training.h):
 // DeviceTraining's loss, gradients, clipping and Adam/AdamW update against the
 // autograd model and optimiser on the CPU, for every architecture option the
 // device step takes; a loss curve; download and a fresh upload continuing the
@@ -18,7 +18,7 @@
 #include "cuda/context.h"
 #include "device_context_test.h"
 #include "data/tasks.h"
-#include "experiments/device_training.h"
+#include "experiments/run/device_training.h"
 #include "layers/models.h"
 #include "optim/optimizer.h"
 

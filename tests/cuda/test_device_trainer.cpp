@@ -12,10 +12,10 @@
 
 #include "cuda/backend.h"
 #include "device_context_test.h"
-#include "experiments/checkpoint.h"
-#include "experiments/config.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/config/config.h"
 #include "data/h5file.h"
-#include "experiments/trainer.h"
+#include "experiments/run/trainer.h"
 
 namespace attnlab::device_trainer_test {
 namespace {

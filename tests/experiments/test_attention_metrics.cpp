@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
-#include "experiments/attention_metrics.h"
+#include "experiments/run/attention_metrics.h"
 
 namespace attnlab {
 namespace {

@@ -1,5 +1,5 @@
-// `attnlab audit` and `attnlab ablate` as a library (experiments/audit.h,
-// experiments/ablate.h), on tiny checkpoints trained here (a decoder and an
+// `attnlab audit` and `attnlab ablate` as a library (experiments/analysis/audit.h,
+// experiments/analysis/ablate.h), on tiny checkpoints trained here (a decoder and an
 // encoder-decoder, well under a second each):
 //   - the audit of a trained model passes every live test, and its record has
 //     the configured shapes and the cost figures computed by hand;
@@ -17,13 +17,13 @@
 #include <filesystem>
 
 #include "autograd/ops.h"
-#include "experiments/ablate.h"
-#include "experiments/audit.h"
-#include "experiments/checkpoint.h"
-#include "experiments/config.h"
+#include "experiments/analysis/ablate.h"
+#include "experiments/analysis/audit.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/config/config.h"
 #include "data/h5file.h"
-#include "experiments/model_factory.h"
-#include "experiments/trainer.h"
+#include "experiments/run/model_factory.h"
+#include "experiments/run/trainer.h"
 
 namespace attnlab {
 namespace {

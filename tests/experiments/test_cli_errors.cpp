@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "autograd/tensor.h"
-#include "experiments/commands.h"
+#include "experiments/cli/commands.h"
 
 namespace attnlab {
 namespace {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "experiments/config.h"
+#include "experiments/config/config.h"
 
 namespace attnlab {
 namespace {

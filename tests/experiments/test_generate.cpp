@@ -1,4 +1,4 @@
-// `attnlab generate` as a library (experiments/generate.h), on small randomly
+// `attnlab generate` as a library (experiments/analysis/generate.h), on small randomly
 // initialised models (nothing trained): greedy decoding with the KV cache equals
 // argmax decoding with full forward passes, the cache check passes for both model
 // kinds and catches a difference, top-k 1 is greedy, seeded sampling is
@@ -12,7 +12,7 @@
 
 #include "autograd/ops.h"
 #include "data/tasks.h"
-#include "experiments/generate.h"
+#include "experiments/analysis/generate.h"
 #include "tests/layers/layer_test_util.h"
 
 namespace attnlab {

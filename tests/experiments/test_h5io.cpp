@@ -26,9 +26,9 @@
 
 #include "autograd/tensor_impl.h"
 #include "data/token_file.h"
-#include "experiments/checkpoint.h"
+#include "experiments/files/checkpoint.h"
 #include "data/h5file.h"
-#include "experiments/metrics_log.h"
+#include "experiments/run/metrics_log.h"
 
 namespace attnlab {
 namespace {

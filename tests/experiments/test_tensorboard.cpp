@@ -11,9 +11,9 @@
 #include <map>
 #include <set>
 
-#include "experiments/config.h"
-#include "experiments/tensorboard.h"
-#include "experiments/trainer.h"
+#include "experiments/config/config.h"
+#include "experiments/run/tensorboard.h"
+#include "experiments/run/trainer.h"
 #include "tensorboard_event.pb.h"
 
 namespace fs = std::filesystem;

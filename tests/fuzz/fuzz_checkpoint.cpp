@@ -5,10 +5,10 @@
 // tests/fuzz/corpus/fuzz_checkpoint_files/).
 #include "autograd/rng.h"
 #include "autograd/threads.h"
-#include "experiments/checkpoint.h"
-#include "experiments/config.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/config/config.h"
 #include "data/h5file.h"
-#include "experiments/model_factory.h"
+#include "experiments/run/model_factory.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/hdf5_recipe.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.h"
+#include "experiments/config/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 // must match the axes (seeds: tests/fuzz/corpus/fuzz_sweep/).
 #include <string>
 
-#include "experiments/config.h"
+#include "experiments/config/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

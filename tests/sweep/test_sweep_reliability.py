@@ -12,7 +12,7 @@ import tomllib
 
 import sweep_common as sc
 
-MAX_FOLDER_NAME = 240  # kMaxFolderName, experiments/run_files.h
+MAX_FOLDER_NAME = 240  # kMaxFolderName, experiments/files/run_files.h
 
 # Ten axes whose names and values add up to well over 240 bytes per cell name.
 LONG = [("optim.lr", "[0.0012345678901234567, 0.0012345678901234999]"),

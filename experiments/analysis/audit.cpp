@@ -1,0 +1,366 @@
+#include "experiments/analysis/audit.h"
+#include "experiments/analysis/audit_support.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "autograd/threads.h"
+#include "autograd/blas.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "experiments/run/attention_metrics.h"
+#include "experiments/config/config.h"
+#include "experiments/run/model_factory.h"
+
+namespace attnlab {
+
+using namespace audit_detail;
+
+// --- the record ---
+bool AuditRecord::passed() const {
+    return std::all_of(tests.begin(), tests.end(), [](const LiveTest& t) { return t.pass; });
+}
+
+namespace {
+
+double proc_status_mb(const char* key) {  // "VmHWM", "VmRSS" from /proc/self/status (kB)
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    const std::string prefix = std::string(key) + ":";
+    while (std::getline(status, line))
+        if (line.rfind(prefix, 0) == 0) return std::stod(line.substr(prefix.size())) / 1024.0;
+    return 0;
+}
+
+bool reset_peak_rss() {  // Linux: writing 5 to clear_refs resets VmHWM to the current RSS
+    std::ofstream f("/proc/self/clear_refs");
+    f << "5";
+    f.flush();
+    return static_cast<bool>(f);
+}
+
+// 1/sqrt(d_h), 1, 1/d_h or the number, computed here again (not by resolve_scale).
+double expected_scale(const std::string& spec, size_t head_width) {
+    const double d = static_cast<double>(head_width);
+    if (spec == "sqrt") return 1.0 / std::sqrt(d);
+    if (spec == "none") return 1.0;
+    if (spec == "linear") return 1.0 / d;
+    return std::stod(spec);
+}
+
+struct Moments {
+    double min = std::numeric_limits<double>::infinity(), max = -std::numeric_limits<double>::infinity();
+    double sum = 0, sumsq = 0;
+    size_t count = 0;
+    void add(double x) {
+        min = std::min(min, x);
+        max = std::max(max, x);
+        sum += x;
+        sumsq += x * x;
+        ++count;
+    }
+    double mean() const { return count ? sum / static_cast<double>(count) : 0; }
+    double std() const { return count ? std::sqrt(std::max(0.0, sumsq / static_cast<double>(count) - mean() * mean())) : 0; }
+};
+
+// Shapes of every projection and traced tensor, softmax over keys (rows sum to 1),
+// the scale: the shape contracts of the seed's audit.
+LiveTest shape_contracts(const TaskModel& model, const Batch& batch, const std::string& scale_spec) {
+    return guarded("shape contracts and softmax axis", [&] {
+        NoGradGuard no_grad;
+        AttentionMaps maps;
+        const Tensor logits = model.forward(batch, &maps);
+        const std::vector<AttentionSite> sites = attention_sites(model);
+        const std::vector<SiteInputs> inputs = site_inputs(model, maps);
+        const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
+        const size_t B = batch.inputs.shape[0], T = batch.inputs.shape[1];
+        std::vector<std::string> problems;
+        auto expect = [&](const std::string& what, const Shape& got, const Shape& want) {
+            if (got != want) problems.push_back(what + " " + shape_str(got) + ", expected " + shape_str(want));
+        };
+        expect("logits", logits.shape(), {B, T, vocab_of(model)});
+        double row_error = 0;
+        for (size_t s = 0; s < sites.size(); ++s) {
+            const MultiHeadAttention& a = *sites[s].attn;
+            const size_t D = inputs[s].x_q.size(2), D_kv = inputs[s].x_kv.size(2);
+            const size_t Tq = inputs[s].x_q.size(1), Tk = inputs[s].x_kv.size(1);
+            const size_t H = a.heads, H_kv = a.kv_heads, d_h = a.head_width;
+            const std::string& n = sites[s].name;
+            expect(n + ".q_proj.weight", a.q_proj.weight.shape(), {H * d_h, D});
+            expect(n + ".k_proj.weight", a.k_proj.weight.shape(), {H_kv * d_h, D_kv});
+            expect(n + ".v_proj.weight", a.v_proj.weight.shape(), {H_kv * d_h, D_kv});
+            expect(n + ".out_proj.weight", a.out_proj.weight.shape(), {D, H * d_h});
+            const AttentionTrace& trace = trace_of(maps, sites[s].kind);
+            const Tensor& w = trace.weights[sites[s].layer];
+            expect(n + " weights", w.shape(), {B, H, Tq, Tk});
+            expect(n + " per-head outputs", trace.context[sites[s].layer].shape(), {B, H, Tq, d_h});
+            if (std::abs(a.scale - expected_scale(scale_spec, d_h)) > 1e-12 * std::max(1.0, a.scale))
+                problems.push_back(n + " scale " + fmt(a.scale) + ", expected " + fmt(expected_scale(scale_spec, d_h)));
+            const AttentionKind* kind = nullptr;
+            for (const AttentionKind& k : kinds)
+                if (k.name == sites[s].kind) kind = &k;
+            const std::vector<double> v = w.values();
+            for (size_t b = 0; b < B; ++b)
+                for (size_t h = 0; h < H; ++h)
+                    for (size_t i = 0; i < std::min(length_of(kind->query_lengths, b, Tq), Tq); ++i) {
+                        double total = 0;
+                        for (size_t j = 0; j < Tk; ++j) total += v[((b * H + h) * Tq + i) * Tk + j];
+                        row_error = worse(row_error, std::abs(total - 1.0));
+                    }
+        }
+        LiveTest r;
+        r.name = "shape contracts and softmax axis";
+        r.figure_name = "max |sum over keys of a valid row's weights - 1|";
+        r.figure = row_error;
+        r.tolerance = 1e-5;
+        r.pass = problems.empty() && row_error <= r.tolerance;
+        r.detail = problems.empty() ? "projection, weight, per-head output and logit shapes as configured; scale as configured"
+                                    : problems.front() + (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : "");
+        return r;
+    });
+}
+
+}  // namespace
+
+AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptions& options) {
+    model.module().eval();
+    AuditRecord rec;
+    const std::vector<AttentionSite> sites = attention_sites(model);
+    const MultiHeadAttention& first = *sites.front().attn;
+    const bool enc_dec = model.encoder_decoder();
+    rec.model_kind = config.model.kind;
+    rec.task = config.task.name;
+    rec.vocab = vocab_of(model);
+    rec.layers = model.layers();
+    rec.width = first.out_proj.weight.size(0);
+    rec.heads = first.heads;
+    rec.kv_heads = first.kv_heads;
+    rec.head_width = first.head_width;
+    rec.ffn = static_cast<size_t>(config.model.ffn);
+    rec.norm = config.model.norm;
+    rec.positional = config.model.positional;
+    rec.parameters = model.module().parameter_count();
+    for (const auto& [name, tensor] : model.module().named_parameters())
+        if (name.find("_proj.") != std::string::npos) rec.projections.push_back({name, tensor.shape()});
+    rec.scale_spec = config.model.scale;
+    rec.scale = first.scale;
+    rec.softmax_axis = "keys: the last axis of the scores (B, H, Tq, Tk), one distribution per query row";
+    rec.masked_rows = to_string(first.masked_rows);
+    rec.dropout = config.model.dropout;
+    rec.attn_dropout = config.model.attn_dropout;
+    rec.dtype = to_string(first.q_proj.weight.dtype());
+    rec.cache_dtype = rec.dtype;
+    rec.seed = options.seed;
+    const std::unique_ptr<BatchSource> source = make_batch_source(config, options.seed, 2);
+    rec.longest = source->max_sequence_length();
+    rec.positional_max_len = model_config(config, rec.longest).max_len;
+    // translate (the encoder-decoder task) has sources of at most task.max_len tokens
+    rec.longest_source = enc_dec ? static_cast<size_t>(config.task.max_len) : 0;
+    rec.threads = threads();
+    if (enc_dec) {
+        rec.masks = {{"enc_self", false, "source lengths", "source", "source"},
+                     {"dec_self", true, "decoder lengths", "decoder input", "decoder input"},
+                     {"cross", false, "source lengths", "decoder input", "source (encoder output)"}};
+    } else {
+        rec.masks = {{"self", true, "sequence lengths", "sequence", "sequence"}};
+    }
+
+    // data: fresh batches of the `attnlab eval` stream
+    rec.batch_size = static_cast<size_t>(config.train.batch);
+    std::vector<Batch> data;
+    for (size_t i = 0; i < std::max<size_t>(options.batches, 1); ++i) data.push_back(source->next(rec.batch_size));
+    rec.batches = data.size();
+    Moments lengths, src_lengths;
+    for (const Batch& batch : data) {
+        for (size_t n : batch.lengths) lengths.add(static_cast<double>(n));
+        for (size_t n : batch.src_lengths) src_lengths.add(static_cast<double>(n));
+    }
+    rec.sequences = lengths.count;
+    rec.min_length = static_cast<size_t>(lengths.min);
+    rec.max_length = static_cast<size_t>(lengths.max);
+    rec.mean_length = lengths.mean();
+    if (enc_dec) {
+        rec.min_source_length = static_cast<size_t>(src_lengths.min);
+        rec.max_source_length = static_cast<size_t>(src_lengths.max);
+        rec.mean_source_length = src_lengths.mean();
+    }
+
+    // score ranges, entropy and masked mass
+    {
+        NoGradGuard no_grad;
+        std::vector<Moments> per_site(sites.size());
+        std::vector<std::vector<Moments>> per_head(sites.size(), std::vector<Moments>(rec.heads));
+        std::vector<HeadStats> stats(sites.size());  // summed over batches, per site (1 layer each)
+        for (const Batch& batch : data) {
+            AttentionMaps maps;
+            model.forward(batch, &maps);
+            const std::vector<SiteInputs> inputs = site_inputs(model, maps);
+            const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
+            for (size_t s = 0; s < sites.size(); ++s) {
+                const MultiHeadAttention& a = *sites[s].attn;
+                const AttentionKind* kind = nullptr;
+                for (const AttentionKind& k : kinds)
+                    if (k.name == sites[s].kind) kind = &k;
+                const std::vector<double> q = split_heads(a.q_proj.forward(inputs[s].x_q), a.heads, a.head_width).values();
+                const std::vector<double> k = split_heads(a.k_proj.forward(inputs[s].x_kv), a.kv_heads, a.head_width).values();
+                const size_t B = inputs[s].x_q.size(0), Tq = inputs[s].x_q.size(1), Tk = inputs[s].x_kv.size(1);
+                const size_t H = a.heads, d = a.head_width, group = a.heads / a.kv_heads;
+                for (size_t b = 0; b < B; ++b)
+                    for (size_t h = 0; h < H; ++h)
+                        for (size_t i = 0; i < std::min(length_of(kind->query_lengths, b, Tq), Tq); ++i)
+                            for (size_t j = 0; j < Tk; ++j) {
+                                if (!kind->mask.allows(b, i, j, Tq, Tk)) continue;
+                                double dot = 0;
+                                for (size_t c = 0; c < d; ++c)
+                                    dot += q[((b * H + h) * Tq + i) * d + c] * k[((b * a.kv_heads + h / group) * Tk + j) * d + c];
+                                per_site[s].add(a.scale * dot);
+                                per_head[s][h].add(a.scale * dot);
+                            }
+                const HeadStats hs = attention_stats({trace_of(maps, sites[s].kind).weights[sites[s].layer]}, kind->mask,
+                                                     kind->query_lengths);
+                HeadStats& acc = stats[s];
+                if (acc.entropy.empty()) {
+                    acc = hs;
+                    continue;
+                }
+                for (size_t h = 0; h < hs.heads; ++h) {
+                    acc.entropy[h] += hs.entropy[h];
+                    acc.entropy_norm[h] += hs.entropy_norm[h];
+                    acc.masked_mass[h] += hs.masked_mass[h];
+                    acc.masked_mass_max[h] = std::max(acc.masked_mass_max[h], hs.masked_mass_max[h]);
+                }
+            }
+        }
+        const double n = static_cast<double>(data.size());
+        for (size_t s = 0; s < sites.size(); ++s) {
+            const Moments& m = per_site[s];
+            rec.scores.push_back({sites[s].kind, sites[s].layer, m.min, m.max, m.mean(), m.std(), m.count});
+            for (size_t h = 0; h < rec.heads; ++h)
+                rec.head_stats.push_back({sites[s].kind, sites[s].layer, h, per_head[s][h].std(), stats[s].entropy[h] / n,
+                                          stats[s].entropy_norm[h] / n, stats[s].masked_mass[h] / n, stats[s].masked_mass_max[h]});
+        }
+    }
+
+    // cache and cost
+    const size_t element = first.q_proj.weight.dtype() == DType::f32 ? 4 : 8;
+    rec.kv_bytes_per_token = 2 * rec.layers * rec.kv_heads * rec.head_width * element;
+    rec.cross_kv_bytes_per_token = enc_dec ? rec.kv_bytes_per_token : 0;
+    rec.kv_bytes_at_longest = rec.kv_bytes_per_token * rec.longest + rec.cross_kv_bytes_per_token * rec.longest_source;
+    rec.cache_policy = enc_dec
+        ? "decoder self-attention: the keys and values of every decoded position, kept per layer as (B, H_kv, T, d_h), "
+          "appended each step, never evicted; new queries see every cached key (bottom-right causal mask); "
+          "cross-attention: the source's keys and values, projected once per layer at the first step and reused"
+        : "self-attention: the keys and values of every decoded position, kept per layer as (B, H_kv, T, d_h), "
+          "appended each step, never evicted; new queries see every cached key (bottom-right causal mask); "
+          "no padding inside the cache (one sequence, or equal lengths)";
+    {
+        NoGradGuard no_grad;
+        Rng rng(options.seed + 101);
+        auto random_tokens = [&](size_t n) {
+            std::vector<int32_t> v(n);
+            for (auto& t : v) t = static_cast<int32_t>(rng.integer(kFirstContent, static_cast<int64_t>(rec.vocab)));
+            return Indices({1, n}, v);
+        };
+        DecoderCache cache;
+        if (const DecoderLM* d = decoder_of(model)) {
+            d->forward_cached(random_tokens(rec.longest), cache);
+        } else {
+            const EncoderDecoder& e = *enc_dec_of(model);
+            const Tensor memory = e.encode(random_tokens(rec.longest_source), {rec.longest_source});
+            e.decode_cached(memory, {rec.longest_source}, random_tokens(rec.longest), cache);
+        }
+        rec.kv_bytes_measured = cache.bytes();
+    }
+    for (const std::string& kind : model.kinds()) {
+        KindCost c;
+        c.kind = kind;
+        c.queries = kind == "enc_self" ? rec.longest_source : rec.longest;
+        c.keys = kind == "enc_self" || kind == "cross" ? rec.longest_source : rec.longest;
+        c.score_elements = rec.heads * c.queries * c.keys;
+        c.score_elements_batch = rec.batch_size * c.score_elements * rec.layers;
+        rec.costs.push_back(c);
+    }
+    if (options.timing) {
+        NoGradGuard no_grad;
+        size_t tokens = 0;
+        for (const Batch& batch : data)
+            for (size_t n : batch.lengths) tokens += n;
+        model.forward(data.front());  // warm-up
+        rec.rss_before_mb = proc_status_mb("VmRSS");
+        rec.peak_is_process_peak = !reset_peak_rss();
+        std::vector<double> seconds;
+        size_t repeats = 0;
+        const auto start = std::chrono::steady_clock::now();
+        double elapsed = 0;
+        while (repeats < 3 || (elapsed < 0.5 && repeats < 50)) {
+            for (const Batch& batch : data) {
+                const auto t0 = std::chrono::steady_clock::now();
+                model.forward(batch);
+                seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            }
+            ++repeats;
+            elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        rec.peak_rss_mb = proc_status_mb("VmHWM");
+        std::sort(seconds.begin(), seconds.end());
+        rec.forward_seconds = seconds[seconds.size() / 2];
+        rec.tokens_per_s = static_cast<double>(tokens * repeats) / elapsed;
+    }
+
+    // live tests, on the first batch
+    const Batch& batch = data.front();
+    Rng rng(options.seed + 202);
+    rec.tests.push_back(shape_contracts(model, batch, config.model.scale));
+    {
+        LiveTest t;
+        t.name = "masked mass (attention on ineligible keys)";
+        t.figure_name = "max over heads and rows of the weight on ineligible keys";
+        for (const HeadRecord& h : rec.head_stats) t.figure = worse(t.figure, h.masked_mass_max);
+        t.tolerance = 0;
+        t.pass = t.figure == 0;
+        t.detail = "every kind, layer and head over " + std::to_string(rec.sequences) + " sequences; a correct mask gives exactly 0";
+        rec.tests.push_back(t);
+    }
+    rec.tests.push_back(causal_perturbation(model, batch, rng));
+    {
+        NoGradGuard no_grad;
+        AttentionMaps maps;
+        model.forward(batch, &maps);
+        const std::vector<SiteInputs> inputs = site_inputs(model, maps);
+        const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
+        for (const AttentionKind& kind : kinds) {
+            std::vector<LiveTest> causal, padding, bidi;
+            const std::vector<size_t>& key_lengths = kind.mask.key_lengths;
+            for (size_t s = 0; s < sites.size(); ++s) {
+                if (sites[s].kind != kind.name) continue;
+                const std::string layer = sites[s].name;
+                const SiteInputs& in = inputs[s];
+                if (kind.mask.causal) causal.push_back(causal_perturbation(*sites[s].attn, in.x_q, kind.query_lengths, kind.mask, rng, layer));
+                if (kind.name == "enc_self") bidi.push_back(bidirectional(*sites[s].attn, in.x_q, kind.query_lengths, kind.mask, rng, layer));
+                padding.push_back(padding_invariance(*sites[s].attn, in.x_q, in.x_kv, kind.query_lengths, key_lengths, kind.mask, rng, layer));
+            }
+            if (!causal.empty()) rec.tests.push_back(worst_of("causal perturbation (" + kind.name + ", each layer)", causal));
+            if (!bidi.empty()) {
+                LiveTest t = worst_of("encoder sees the whole source (" + kind.name + ", each layer)", bidi);
+                t.figure = std::numeric_limits<double>::infinity();
+                for (const LiveTest& p : bidi) t.figure = std::min(t.figure, p.figure);
+                rec.tests.push_back(t);
+            }
+            rec.tests.push_back(worst_of("padding invariance (" + kind.name + ", each layer)", padding));
+        }
+    }
+    rec.tests.push_back(padding_invariance(model, batch, rng));
+    rec.tests.push_back(kv_cache_agreement(model, batch));
+    rec.tests.push_back(reference_agreement(model, batch));
+    rec.tests.push_back(reference_agreement_random(DType::f32));
+    rec.tests.push_back(reference_agreement_random(DType::f64));
+    rec.tests.push_back(masked_row_policy_op());
+    rec.tests.push_back(masked_row_policy(model, batch));
+    return rec;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,104 @@
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+
+#include "autograd/tensor.h"
+#include "experiments/cli/commands.h"
+#include "experiments/config/config.h"
+
+namespace attnlab {
+
+namespace {
+
+constexpr const char* usage =
+    "usage: attnlab COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  train [CONFIG] [key=value ...]   train from a TOML config (no CONFIG: the default experiment)\n"
+    "  train --resume RUN_DIR           continue a run from its newest checkpoint\n"
+    "  train --keys                     every config key, its default and allowed values\n"
+    "  eval CHECKPOINT                  loss, token and sequence accuracy on fresh data\n"
+    "  inspect CHECKPOINT --tokens \"...\" --out OUT.h5   logits, per-head attention weights, hidden states\n"
+    "  sweep CONFIG [key=value ...]     run the config's [sweep] grid, then one summary table\n"
+    "  generate CHECKPOINT --prompt \"...\"  decode with the KV cache (greedy, temperature, top-k)\n"
+    "  audit CHECKPOINT [--json]        the seed's audit record, its live tests PASS/FAIL (exit 1 on a FAIL)\n"
+    "  ablate CHECKPOINT [--out F.h5]   zero- and mean-ablate every head: change in eval loss and accuracy\n"
+    "  report PATH... --out REPORT.html an interactive HTML report of a run, runs, a sweep or a checkpoint\n"
+    "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
+    "\n"
+    "CHECKPOINT is a checkpoint file, or a run folder (its newest checkpoint).\n"
+    "Run `attnlab COMMAND --help` for a command's options.\n";
+
+// Messages are one line: newlines inside one (a library's) become spaces.
+std::string one_line(std::string text) {
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    return text;
+}
+
+}  // namespace
+
+void split_config_and_overrides(const std::vector<std::string>& positionals, std::string& config_path,
+                                std::vector<std::string>& overrides) {
+    for (size_t i = 0; i < positionals.size(); ++i) {
+        const std::string& a = positionals[i];
+        // A name too long for a path, or unreadable, is not a file: no exception here.
+        std::error_code not_a_file;
+        const bool file = std::filesystem::is_regular_file(a, not_a_file);
+        if (a.find('=') != std::string::npos && !file) overrides.push_back(a);
+        else if (!file && is_config_key(a))  // `train model.heads 8`
+            throw UsageError(a + ": no such config file; it is a config key: did you mean " + a + "=" +
+                             (i + 1 < positionals.size() ? positionals[i + 1] : "VALUE") + "?");
+        else if (config_path.empty()) config_path = a;
+        else throw UsageError("more than one config file given ('" + config_path + "' and '" + a + "')");
+    }
+}
+
+int exit_status_of(const std::string& command, const std::function<int()>& body, std::ostream& err) {
+    const std::string prefix = "attnlab " + command + ": ";
+    try {
+        return body();
+    } catch (const UsageError& e) {
+        err << prefix << one_line(e.what()) << "\n";
+        return 2;
+    } catch (const Error& e) {  // bad input: config, override, checkpoint, data file, shapes
+        err << prefix << one_line(e.what()) << "\n";
+        return 2;
+    } catch (const std::filesystem::filesystem_error& e) {  // an unusable path (out_dir, run directory)
+        err << prefix << one_line(e.what()) << "\n";
+        return 2;
+    } catch (const std::bad_alloc&) {  // the memory estimate let a config through that did not fit after all
+        err << prefix << "out of memory (the config or input needs more memory than this machine could give)\n";
+        return 1;
+    } catch (const std::exception& e) {  // our own bug: say so, in one line, never abort
+        err << prefix << "internal error: " << one_line(e.what()) << " (please report it with the command line)\n";
+        return 1;
+    } catch (...) {
+        err << prefix << "internal error: an unknown exception (please report it with the command line)\n";
+        return 1;
+    }
+}
+
+int run_cli(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+        std::cout << usage;
+        return args.empty() ? 2 : 0;
+    }
+    const std::string command = args[0];
+    args.erase(args.begin());
+    return exit_status_of(command, [&] {
+        if (command == "gradcheck") return cmd_gradcheck(args);
+        if (command == "train") return cmd_train(args);
+        if (command == "eval") return cmd_eval(args);
+        if (command == "inspect") return cmd_inspect(args);
+        if (command == "sweep") return cmd_sweep(args);
+        if (command == "generate") return cmd_generate(args);
+        if (command == "audit") return cmd_audit(args);
+        if (command == "ablate") return cmd_ablate(args);
+        if (command == "report") return cmd_report(args);
+        throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
+    }, std::cerr);
+}
+
+}  // namespace attnlab

@@ -1,0 +1,140 @@
+// attnlab ablate CHECKPOINT [--out FILE.h5] [--maps FILE.h5] [--together L.H+L.H] [--batches N] [--seed S]:
+// zero- and mean-ablate every head of every attention module, one at a time, and
+// report the change in eval loss and accuracy, sorted by effect (experiments/analysis/ablate.h
+// has the method and both file layouts).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "autograd/threads.h"
+#include "autograd/blas.h"
+#include "experiments/analysis/ablate.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/cli/command_line.h"
+#include "experiments/config/config.h"
+#include "experiments/run/model_factory.h"
+
+namespace attnlab {
+
+namespace {
+
+constexpr const char* kHelpTail = R"(
+Eval data: --batches batches of train.batch sequences from the fresh data stream
+`attnlab eval` uses (neither training nor the run's held-out set saw it).
+
+For every attention module (self; or enc_self, dec_self, cross) and head, the
+head's output before the output projection is replaced by zero, then by its mean
+over the eval data's valid positions, and the eval is run again. The table gives
+the change of loss, token and sequence accuracy; rows are sorted by effect, the
+larger of the two loss increases.
+
+--out FILE.h5 (default: beside the checkpoint, step_NNNNNNN.ablation.h5):
+  /  attrs: format = "attnlab-ablation", format_version = 1, checkpoint, step, config,
+            seed, batches, sequences, counted, baseline_loss, baseline_token_acc, baseline_seq_acc
+  /ranked/{kind, layer, head, zero_loss, zero_token_acc, zero_seq_acc,
+           mean_loss, mean_token_acc, mean_seq_acc, effect} [N]   sorted as the table
+  /<kind>/{zero_loss, ..., mean_seq_acc} [layers, heads];  /<kind>/mean_output [layers, heads, d_h]
+  /together/{name, zero_loss, ..., effect} [G]                   with --together
+--together 1.0+1.1: those heads ablated at once as well (heads that duplicate
+  each other each look harmless alone); KIND defaults to self (dec_self).
+--maps FILE.h5: the first eval batch's tokens and per-head attention weights
+  (format "attnlab-maps": /tokens [B,T], /lengths [B], /targets, /loss_mask,
+  /attention/<kind>/layer_<l> [B,H,Tq,Tk]) for tools/plot_heads.py.
+)";
+
+std::vector<std::string> split(const std::string& text, char separator) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    while (true) {
+        const size_t end = text.find(separator, start);
+        parts.push_back(text.substr(start, end - start));
+        if (end == std::string::npos) return parts;
+        start = end + 1;
+    }
+}
+
+std::string default_out(const std::string& checkpoint) {
+    const std::string stem = checkpoint.size() > 3 && checkpoint.ends_with(".h5") ? checkpoint.substr(0, checkpoint.size() - 3) : checkpoint;
+    return stem + ".ablation.h5";
+}
+
+// An output path must name a file in an existing directory, and not the checkpoint itself.
+void check_output(const std::string& option, const std::string& path, const std::string& checkpoint) {
+    namespace fs = std::filesystem;
+    if (path.empty()) throw UsageError(option + " is empty");
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) throw UsageError(option + " " + path + " is a directory");
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+        throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
+    if (fs::exists(path, ec) && fs::exists(checkpoint, ec) && fs::equivalent(path, checkpoint, ec))
+        throw UsageError(option + " " + path + " is the checkpoint itself");
+}
+
+}  // namespace
+
+int cmd_ablate(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab ablate", "Zero- and mean-ablate every attention head of a checkpoint, one at a time.");
+    add_checkpoint_options(options, "16");
+    options.add_options()("out", "HDF5 table (default: CHECKPOINT with .ablation.h5)", cxxopts::value<std::string>())
+                         ("maps", "also write the first eval batch's attention maps here", cxxopts::value<std::string>())
+                         ("together", "also ablate these heads at once: [KIND:]L.H joined by '+' (1.0+1.1); "
+                                      "commas or repeats give more groups", cxxopts::value<std::vector<std::string>>())
+                         ("h,help", "this help");
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
+    if (parsed.count("help")) {
+        std::printf("%s%s", options.help().c_str(), kHelpTail);
+        return 0;
+    }
+    const std::string path = checkpoint_argument(parsed);
+    checkpoint_batches(parsed);  // a bad --batches before the output paths are looked at
+    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : default_out(path);
+    check_output("--out", out, path);
+    const std::string maps = parsed.count("maps") ? parsed["maps"].as<std::string>() : "";
+    if (parsed.count("maps")) {
+        check_output("--maps", maps, path);
+        if (std::filesystem::absolute(maps).lexically_normal() == std::filesystem::absolute(out).lexically_normal())
+            throw UsageError("--maps and --out name the same file " + out);
+    }
+
+    const CheckpointInput in = load_checkpoint_input(parsed);  // after the output paths are checked
+    const CheckpointData& checkpoint = in.checkpoint;
+    const Config& config = in.config;
+    const LoadedModel& loaded = in.loaded;
+    const int batches = in.batches;
+    set_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads)
+                                              : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+    std::vector<std::vector<HeadRef>> groups;
+    if (parsed.count("together"))
+        for (const std::string& option : parsed["together"].as<std::vector<std::string>>())
+            for (const std::string& spec : split(option, ',')) {
+                std::vector<HeadRef> group;
+                for (const std::string& head : split(spec, '+')) group.push_back(parse_head_ref(head, *loaded.model));
+                groups.push_back(group);
+            }
+    AblationSource source;
+    source.checkpoint = path;
+    source.step = checkpoint.step;
+    source.config_toml = checkpoint.config_toml;
+    source.seed = in.seed;
+    source.batches = static_cast<size_t>(batches);
+    const std::vector<Batch> data = fresh_batches(in);  // the `attnlab eval` stream
+
+    const Ablation ablation = ablate(*loaded.model, data, groups);
+    write_ablation_h5(out, ablation, source);
+    try {
+        if (!maps.empty()) write_maps_h5(maps, *loaded.model, data.front(), source);
+    } catch (...) {  // both files or neither
+        std::error_code ignored;
+        std::filesystem::remove(out, ignored);
+        throw;
+    }
+    std::printf("ablate %s (step %lld): %zu heads, %d batches x %lld sequences\n", path.c_str(),
+                static_cast<long long>(checkpoint.step), ablation.rows.size(), batches, static_cast<long long>(config.train.batch));
+    std::fputs(ablation_table(ablation).c_str(), stdout);
+    std::printf("wrote %s%s%s\n", out.c_str(), maps.empty() ? "" : " and ", maps.c_str());
+    return 0;
+}
+
+}  // namespace attnlab

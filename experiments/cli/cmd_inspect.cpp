@@ -1,0 +1,362 @@
+// attnlab inspect CHECKPOINT (--tokens "3 7 5" [--target "2 9"] | --input FILE.h5) --out OUT.h5 [--png DIR]
+//
+// One forward pass of a checkpoint (eval mode, no graph) over given tokens,
+// writing everything it computes that the analysis tools and the PyTorch bridge
+// (tools/torch_bridge.py) read. OUT.h5, format_version 1, all arrays float32
+// unless said otherwise:
+//
+//   /    attrs: format = "attnlab-inspect", format_version = 1, checkpoint (the path
+//               as given), step, config (the checkpoint's TOML text),
+//               kind ("decoder" | "encoder-decoder"), layers, heads
+//   decoder:          /tokens [B,T] int32, /lengths [B] int64
+//   encoder-decoder:  /src [B,S] int32, /src_lengths [B] int64     encoder input
+//                     /tgt [B,T] int32, /tgt_lengths [B] int64     decoder input (starts with <BOS>)
+//   (right-padded with <PAD> = 0; an OUT.h5 is itself a valid --input file)
+//   /logits [B,T,V]                      every position (padded ones are computed, not meaningful)
+//   /attention/<kind>/layer_<l> [B,H,Tq,Tk]   softmax weights of blocks.<l> (encoder.<l>, decoder.<l>)
+//   /attention/<kind>/score_std [L,H]    per head: std of scale * q.k over eligible pairs
+//        <kind>: self (decoder); enc_self, dec_self, cross (encoder-decoder)
+//        group attrs: queries, keys (the token dataset of each axis: tokens | src | tgt),
+//                     causal (1 or 0). Key j is eligible for query i of item b iff
+//                     j < length of the keys' dataset for b and, when causal, j <= i;
+//                     ineligible keys weigh exactly 0.
+//   /hidden/decoder/layer_<l> [B,T,D]    layer_0 = embeddings + positions; layer_<l> = output of
+//                                        block l-1 (l = 1..L), before any final LayerNorm
+//   /hidden/encoder/layer_<l> [B,S,D]    the same for the encoder (encoder-decoder)
+//
+// The file is written to OUT.h5.tmp and renamed, so a failure leaves no OUT.h5.
+// --png DIR then runs tools/plot_attention.py with Debian's /usr/bin/python3
+// (matplotlib) on OUT.h5: one heatmap per kind, layer, head and sequence.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "experiments/files/checkpoint.h"
+#include "experiments/cli/command_line.h"
+#include "experiments/config/config.h"
+#include "data/h5file.h"
+#include "experiments/run/model_factory.h"
+#include "experiments/files/run_files.h"
+#include "experiments/cli/tools_path.h"
+
+namespace attnlab {
+
+namespace {
+
+constexpr const char* kHelpTail = R"(
+Inputs. Decoder: --tokens "3 7 5 1" is one sequence of token ids (whitespace
+separated; 0 <PAD>, 1 <SEP>, 2 <BOS>, content 3..vocab-1). Encoder-decoder:
+--tokens is the SOURCE and --target the decoder input as fed to the decoder,
+<BOS> first (default "2": just <BOS>, so logits predict the first target token).
+--input FILE.h5 gives a batch: datasets tokens [N,S] and lengths [N] for a
+decoder; src, src_lengths, tgt, tgt_lengths for an encoder-decoder (integers,
+right-padded; a missing lengths dataset means full rows). An OUT.h5 of this
+command is itself a valid --input.
+
+OUT.h5 (format "attnlab-inspect", format_version 1; float32 unless said):
+  /  attrs: format, format_version, checkpoint, step, config (TOML), kind, layers, heads
+  /tokens [B,T] int32, /lengths [B] int64                (decoder)
+  /src [B,S], /src_lengths [B], /tgt [B,T], /tgt_lengths [B]   (encoder-decoder)
+  /logits [B,T,V]
+  /attention/<kind>/layer_<l> [B,H,Tq,Tk]   kind: self | enc_self, dec_self, cross
+  /attention/<kind>/score_std [L,H]         attrs: queries, keys (token datasets), causal
+  /hidden/decoder/layer_<l> [B,T,D]         layer_0 = embeddings + positions,
+  /hidden/encoder/layer_<l> [B,S,D]         layer_<l> = output of block l-1
+Weights of ineligible keys (padding, future positions) are exactly 0.
+
+--png DIR runs tools/plot_attention.py OUT.h5 --out-dir DIR with Debian's
+/usr/bin/python3 (needs matplotlib; ATTNLAB_PYTHON overrides the interpreter,
+ATTNLAB_TOOLS the folder holding the script): one PNG per kind, layer, head and
+sequence, token labels on both axes.
+PyTorch check: /usr/bin/python3 tools/torch_bridge.py CHECKPOINT --compare OUT.h5
+)";
+
+// "3 7 5" -> {3, 7, 5}; every id in [0, vocab).
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& option, size_t vocab) {
+    std::istringstream in(text);
+    std::vector<int32_t> ids;
+    std::string word;
+    while (in >> word) {
+        const std::optional<long long> parsed = parse_whole<long long>(word);
+        if (!parsed) throw UsageError(option + ": '" + word + "' is not a token id");
+        const long long id = *parsed;
+        if (id < 0 || id >= static_cast<long long>(vocab))
+            throw UsageError(option + ": token " + word + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+        ids.push_back(static_cast<int32_t>(id));
+    }
+    if (ids.empty()) throw UsageError(option + ": no token ids given");
+    return ids;
+}
+
+// One token dataset of an --input file ([N, S] with lengths [N]); padded positions
+// become <PAD>. Shapes and types are checked before anything is read.
+void read_rows(const h5::File& file, const std::string& name, const std::string& lengths_name, size_t vocab,
+               Indices& tokens, std::vector<size_t>& lengths) {
+    using h5::Expect;
+    const h5::Where& at = file.where();
+    if (!file.has(name)) h5::Where{at.tag, at.file, "/" + name}.fail("missing dataset", false);
+    const h5::Dataset data = file.dataset(name);
+    const std::vector<int64_t> values =
+        data.read<int64_t>(Expect::array(Expect::Type::integers, {Expect::kAny, Expect::kAny}, "[N, S]"));
+    const Shape shape = data.shape();
+    if (shape[0] == 0 || shape[1] == 0)
+        data.where().fail("must be a non-empty [N, S] array, got shape " + shape_str(shape), false);
+    const size_t N = shape[0], S = shape[1];
+    lengths.assign(N, S);
+    if (file.has(lengths_name)) {
+        const h5::Dataset ld = file.dataset(lengths_name);
+        const std::vector<int64_t> stored = ld.read<int64_t>(Expect::array(
+            Expect::Type::integers, {N}, "[" + std::to_string(N) + "] (one per row of /" + name + ")"));
+        for (size_t b = 0; b < N; ++b) {
+            if (stored[b] < 1 || stored[b] > static_cast<int64_t>(S))
+                ld.where().fail("length " + std::to_string(stored[b]) + " of row " + std::to_string(b) +
+                                    " is outside [1, " + std::to_string(S) + "]", false);
+            lengths[b] = static_cast<size_t>(stored[b]);
+        }
+    }
+    tokens = Indices({N, S}, std::vector<int32_t>(N * S, kPad));
+    for (size_t b = 0; b < N; ++b)
+        for (size_t t = 0; t < lengths[b]; ++t) {
+            const int64_t id = values[b * S + t];
+            if (id < 0 || id >= static_cast<int64_t>(vocab))
+                data.where().fail("token " + std::to_string(id) + " at row " + std::to_string(b) + ", position " +
+                                      std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                                  false);
+            tokens.values[b * S + t] = static_cast<int32_t>(id);
+        }
+}
+
+Indices one_row(const std::vector<int32_t>& ids) { return Indices({1, ids.size()}, ids); }
+
+std::vector<float> floats(const Tensor& t) {
+    const std::vector<double> v = t.values();
+    return std::vector<float>(v.begin(), v.end());
+}
+
+void write_tokens(const h5::File& out, const std::string& name, const std::string& lengths_name, const Indices& tokens,
+                  const std::vector<size_t>& lengths) {
+    out.write<int32_t>(name, tokens.shape, tokens.values.data());
+    out.write<int64_t>(lengths_name, std::vector<int64_t>(lengths.begin(), lengths.end()));
+}
+
+// The token dataset each axis of a kind's weights belongs to.
+struct KindAxes {
+    const char* queries;
+    const char* keys;
+    bool causal;
+};
+KindAxes axes_of(const std::string& kind) {
+    if (kind == "self") return {"tokens", "tokens", true};
+    if (kind == "enc_self") return {"src", "src", false};
+    if (kind == "dec_self") return {"tgt", "tgt", true};
+    return {"tgt", "src", false};  // cross
+}
+
+void write_hidden(const h5::Group& hidden, const std::string& group, const std::vector<Tensor>& states) {
+    const h5::Group g = hidden.create_group(group);
+    for (size_t l = 0; l < states.size(); ++l)
+        g.write<float>("layer_" + std::to_string(l), states[l].shape(), floats(states[l]).data());
+}
+
+struct Inspection {
+    std::string checkpoint_path;
+    const CheckpointData* checkpoint;
+    const TaskModel* model;
+    const Batch* batch;
+    Tensor logits;
+    const AttentionMaps* maps;
+};
+
+void write_inspection(const std::string& path, const Inspection& in) {
+    const TaskModel& model = *in.model;
+    const Batch& batch = *in.batch;
+    h5::File out = h5::File::create(path, "inspect");
+    out.write_attr_string("format", "attnlab-inspect");
+    out.write_attr_int("format_version", 1);
+    out.write_attr_string("checkpoint", in.checkpoint_path);
+    out.write_attr_int("step", in.checkpoint->step);
+    out.write_attr_string("config", in.checkpoint->config_toml);
+    out.write_attr_string("kind", model.encoder_decoder() ? "encoder-decoder" : "decoder");
+    out.write_attr_int("layers", static_cast<int64_t>(model.layers()));
+    out.write_attr_int("heads", static_cast<int64_t>(model.heads()));
+    if (model.encoder_decoder()) {
+        write_tokens(out, "src", "src_lengths", batch.src, batch.src_lengths);
+        write_tokens(out, "tgt", "tgt_lengths", batch.inputs, batch.lengths);
+    } else {
+        write_tokens(out, "tokens", "lengths", batch.inputs, batch.lengths);
+    }
+    out.write<float>("logits", in.logits.shape(), floats(in.logits).data());
+    const h5::Group attention = out.create_group("attention");
+    for (const AttentionKind& kind : model.kinds_for(batch, *in.maps)) {
+        const h5::Group g = attention.create_group(kind.name);
+        const KindAxes axes = axes_of(kind.name);
+        g.write_attr_string("queries", axes.queries);
+        g.write_attr_string("keys", axes.keys);
+        g.write_attr_int("causal", axes.causal ? 1 : 0);
+        const AttentionTrace& trace = *kind.trace;
+        std::vector<float> score_std;
+        for (size_t l = 0; l < trace.weights.size(); ++l) {
+            g.write<float>("layer_" + std::to_string(l), trace.weights[l].shape(), floats(trace.weights[l]).data());
+            score_std.insert(score_std.end(), trace.score_std[l].begin(), trace.score_std[l].end());
+        }
+        g.write<float>("score_std", Shape{trace.weights.size(), model.heads()}, score_std.data());
+    }
+    const h5::Group hidden = out.create_group("hidden");
+    write_hidden(hidden, "decoder", in.maps->hidden);
+    if (model.encoder_decoder()) write_hidden(hidden, "encoder", in.maps->enc_hidden);
+    out.close();
+}
+
+void run_plot(const std::string& python, const std::string& script, const std::string& h5_path, const std::string& dir) {
+    const int status = run_program({python, script, h5_path, "--out-dir", dir});
+    if (status != 0)
+        fail("inspect", "--png: " + script + (status < 0 ? " could not run" : " failed") + " (" + h5_path +
+                            " is written; no heatmaps in " + dir + ")");
+}
+
+std::string join(const int32_t* ids, size_t n) {
+    std::string s;
+    for (size_t i = 0; i < n; ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+    return s;
+}
+
+// Per sequence (the first 8): the decoder input and the argmax prediction at each valid position.
+void print_summary(const Inspection& in, const std::string& out_path) {
+    const Batch& batch = *in.batch;
+    const Shape& s = in.logits.shape();  // (B, T, V)
+    const size_t B = s[0], T = s[1], V = s[2];
+    std::cout << "wrote " << out_path << ": logits " << shape_str(s) << ", " << in.model->layers() << " layer(s) x "
+              << in.model->heads() << " head(s) of";
+    for (const auto& k : in.model->kinds()) std::cout << " " << k;
+    std::cout << " attention\n";
+    const std::vector<double> logits = in.logits.values();
+    for (size_t b = 0; b < std::min<size_t>(B, 8); ++b) {
+        std::vector<int32_t> best(batch.lengths[b]);
+        for (size_t t = 0; t < batch.lengths[b]; ++t) {
+            const double* row = &logits[(b * T + t) * V];
+            best[t] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+        }
+        std::cout << "  [" << b << "] ";
+        if (in.model->encoder_decoder())
+            std::cout << "src " << join(&batch.src.values[b * batch.src.shape[1]], batch.src_lengths[b]) << " | ";
+        std::cout << "input " << join(&batch.inputs.values[b * T], batch.lengths[b]) << " -> argmax "
+                  << join(best.data(), best.size()) << "\n";
+    }
+    if (B > 8) std::cout << "  (" << B - 8 << " more)\n";
+}
+
+// The batch --tokens/--target or --input describe, checked against the model's
+// vocabulary and positional table.
+Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& model, const ModelConfig& shape) {
+    const size_t vocab = shape.vocab;
+    Batch batch;
+    if (parsed.count("tokens")) {
+        const std::vector<int32_t> tokens = parse_ids(parsed["tokens"].as<std::string>(), "--tokens", vocab);
+        if (model.encoder_decoder()) {
+            const std::vector<int32_t> target =
+                parsed.count("target") ? parse_ids(parsed["target"].as<std::string>(), "--target", vocab)
+                                       : std::vector<int32_t>{kBos};
+            batch.src = one_row(tokens);
+            batch.src_lengths = {tokens.size()};
+            batch.inputs = one_row(target);
+            batch.lengths = {target.size()};
+        } else {
+            if (parsed.count("target")) throw UsageError("--target is for encoder-decoder checkpoints; this one is a decoder");
+            batch.inputs = one_row(tokens);
+            batch.lengths = {tokens.size()};
+        }
+    } else {
+        if (parsed.count("target")) throw UsageError("--target goes with --tokens; with --input put tgt in the file");
+        const h5::File in = h5::File::open(parsed["input"].as<std::string>(), "inspect", h5::File::Access::read);
+        if (model.encoder_decoder()) {
+            read_rows(in, "src", "src_lengths", vocab, batch.src, batch.src_lengths);
+            read_rows(in, "tgt", "tgt_lengths", vocab, batch.inputs, batch.lengths);
+            if (batch.src.shape[0] != batch.inputs.shape[0])
+                fail("inspect", in.path() + ": /src has " + std::to_string(batch.src.shape[0]) + " rows, /tgt has " +
+                                    std::to_string(batch.inputs.shape[0]));
+        } else {
+            read_rows(in, "tokens", "lengths", vocab, batch.inputs, batch.lengths);
+        }
+    }
+    if (shape.positional != Positional::none) {
+        auto check_fits = [&](const Indices& t, const char* what) {
+            if (t.shape[1] > shape.max_len)
+                throw UsageError(std::string(what) + " has " + std::to_string(t.shape[1]) +
+                                 " positions; the model's positional table covers " + std::to_string(shape.max_len));
+        };
+        check_fits(batch.inputs, model.encoder_decoder() ? "the decoder input" : "the input");
+        if (model.encoder_decoder()) check_fits(batch.src, "the source");
+    }
+    return batch;
+}
+
+}  // namespace
+
+int cmd_inspect(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab inspect",
+                             "One forward pass of a checkpoint (eval mode, no graph): logits, every attention head's "
+                             "weights and the hidden states, to an HDF5 file.");
+    options.positional_help("CHECKPOINT");
+    options.add_options()("tokens", "token ids \"3 7 5 1\" (the source, for an encoder-decoder)", cxxopts::value<std::string>())
+                         ("target", "encoder-decoder only: decoder input ids, <BOS> first (default \"2\")",
+                          cxxopts::value<std::string>())
+                         ("input", "HDF5 file of token rows (see below)", cxxopts::value<std::string>())
+                         ("out", "the HDF5 file to write", cxxopts::value<std::string>())
+                         ("png", "also write heatmaps to DIR (runs /usr/bin/python3 with matplotlib)",
+                          cxxopts::value<std::string>())
+                         ("h,help", "this help")
+                         // a plain string, not a vector: cxxopts splits vector values at commas
+                         ("checkpoint", "checkpoint file", cxxopts::value<std::string>());
+    options.parse_positional({"checkpoint"});
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
+    if (parsed.count("help")) {
+        std::cout << options.help() << kHelpTail;
+        return 0;
+    }
+    if (!parsed.count("checkpoint") || !parsed.unmatched().empty())
+        throw UsageError("give exactly one CHECKPOINT (see --help)");
+    const std::string path = resolve_checkpoint(parsed["checkpoint"].as<std::string>());
+    if (parsed.count("tokens") == parsed.count("input")) throw UsageError("give either --tokens or --input (see --help)");
+    if (!parsed.count("out")) throw UsageError("--out OUT.h5 is required");
+    const std::string out_path = parsed["out"].as<std::string>();
+    if (out_path.empty()) throw UsageError("--out: empty path");
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(out_path, ec)) throw UsageError("--out " + out_path + " is a directory");
+    if (fs::exists(out_path, ec) && fs::exists(path, ec) && fs::equivalent(out_path, path, ec))
+        throw UsageError("--out " + out_path + " is the checkpoint itself");
+    std::string png_dir, python, plot_script;
+    if (parsed.count("png")) {  // checked before any work: a bad --png must not cost a forward pass
+        png_dir = parsed["png"].as<std::string>();
+        if (png_dir.empty()) throw UsageError("--png: empty directory name");
+        if (fs::exists(png_dir, ec) && !fs::is_directory(png_dir, ec)) throw UsageError("--png " + png_dir + " is not a directory");
+        python = python_interpreter("--png", "matplotlib");
+        plot_script = find_tool("plot_attention.py", "--png").string();
+    }
+
+    const CheckpointData checkpoint = read_checkpoint(path);
+    const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
+    const LoadedModel loaded = load_model(config, checkpoint, path);
+    const TaskModel& model = *loaded.model;
+
+    const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len));
+
+    AttentionMaps maps;
+    Tensor logits;
+    {
+        NoGradGuard no_graph;
+        logits = model.forward(batch, &maps);  // (B, T, V)
+    }
+    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &maps};
+    write_atomically(out_path, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
+    print_summary(inspection, out_path);
+    if (!png_dir.empty()) run_plot(python, plot_script, out_path, png_dir);  // prints what it wrote
+    return 0;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,148 @@
+// Option parsing shared by the subcommands: cxxopts over the arguments after
+// the command name, its errors turned into UsageError (one line, exit 2).
+#pragma once
+
+// Vector-valued options (our positional CONFIG and key=value lists) must keep
+// commas: "optim.betas=[0.9,0.98]" is one argument. Every command includes
+// cxxopts through this header, so the setting is the same everywhere.
+#define CXXOPTS_VECTOR_DELIMITER '\0'
+#include <cxxopts.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "experiments/cli/commands.h"
+#include "experiments/config/edit_distance.h"
+#include "experiments/files/parse_number.h"
+
+namespace attnlab {
+
+template <class T> std::string number_text(T value) {
+    if constexpr (std::is_integral_v<T>) return std::to_string(value);
+    else {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+        return text;
+    }
+}
+
+// An unknown --option, with the nearest known one suggested (--resmue: --resume).
+inline void check_option_names(const cxxopts::Options& options, const std::vector<std::string>& args) {
+    std::vector<std::string> known;
+    for (const std::string& group : options.groups())
+        for (const cxxopts::HelpOptionDetails& option : options.group_help(group).options)
+            for (const std::string& name : option.l) known.push_back(name);
+    for (const std::string& arg : args) {
+        if (arg == "--") return;  // what follows is positional
+        if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+        const std::string name = arg.substr(2, arg.find('=') - 2);
+        if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+        std::string best;
+        size_t best_distance = std::max<size_t>(2, name.size() / 3) + 1;
+        for (const std::string& k : known)
+            if (const size_t d = edit_distance(name, k); d < best_distance) best = k, best_distance = d;
+        throw UsageError("unknown option --" + name + (best.empty() ? "" : " (did you mean --" + best + "?)") + "; see --help");
+    }
+}
+
+inline cxxopts::ParseResult parse_command_line(cxxopts::Options& options, const std::vector<std::string>& args) {
+    check_option_names(options, args);
+    std::vector<const char*> argv{"attnlab"};
+    for (const auto& a : args) argv.push_back(a.c_str());
+    try {
+        return options.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const cxxopts::exceptions::exception& e) {
+        throw UsageError(e.what());
+    }
+}
+
+// A numeric option's value (declared as a string option, so that cxxopts never
+// parses it): the whole text as a T in [lo, hi], else a UsageError naming the option.
+template <class T>
+T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T lo, T hi) {
+    const std::string text = parsed[name].as<std::string>();
+    const std::optional<T> value = parse_whole<T>(text);
+    const char* kind = std::is_integral_v<T> ? "an integer" : "a number";
+    if (!value) throw UsageError("--" + name + ": expected " + kind + ", got '" + text + "'");
+    if (!(*value >= lo && *value <= hi))  // NaN fails too
+        throw UsageError("--" + name + ": must be in [" + number_text(lo) + ", " + number_text(hi) + "], got '" + text + "'");
+    return *value;
+}
+
+}  // namespace attnlab
+
+#include <filesystem>
+#include <memory>
+
+#include "experiments/files/checkpoint.h"
+#include "experiments/config/config.h"
+#include "experiments/run/model_factory.h"
+
+namespace attnlab {
+
+// What the commands that read one checkpoint share (eval, audit, ablate): the
+// CHECKPOINT positional, --batches and --seed.
+inline void add_checkpoint_options(cxxopts::Options& options, const std::string& default_batches) {
+    options.positional_help("CHECKPOINT");
+    options.add_options()("batches", "eval batches", cxxopts::value<std::string>()->default_value(default_batches))
+                         ("seed", "data seed (default: the run's seed)", cxxopts::value<std::string>())
+                         ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
+    options.parse_positional({"checkpoint"});
+}
+
+// The checkpoint named on the command line (after --help was handled), its
+// config and model, and the run's data settings.
+struct CheckpointInput {
+    std::string path;
+    CheckpointData checkpoint;
+    Config config;
+    LoadedModel loaded;
+    uint64_t seed = 0;   // --seed, else the run's seed
+    int batches = 0;     // --batches
+};
+
+// A CHECKPOINT argument: a checkpoint file, or a run folder, which stands for
+// its newest checkpoint.
+inline std::string resolve_checkpoint(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) return path;
+    const std::vector<std::string> saved = list_checkpoints((std::filesystem::path(path) / "checkpoints").string());
+    if (saved.empty()) throw UsageError(path + ": a folder without checkpoints/step_*.h5 (give a checkpoint file or a run folder)");
+    return saved.back();
+}
+
+inline std::string checkpoint_argument(const cxxopts::ParseResult& parsed) {
+    if (!parsed.count("checkpoint") || parsed["checkpoint"].as<std::vector<std::string>>().size() != 1)
+        throw UsageError("give exactly one CHECKPOINT (see --help)");
+    return resolve_checkpoint(parsed["checkpoint"].as<std::vector<std::string>>()[0]);
+}
+
+// --batches: eval batches of the run's batch size (each a fresh draw of the task).
+inline int checkpoint_batches(const cxxopts::ParseResult& parsed) { return number_option<int>(parsed, "batches", 1, 1 << 20); }
+
+inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed) {
+    CheckpointInput in;
+    in.path = checkpoint_argument(parsed);
+    in.batches = checkpoint_batches(parsed);
+    in.checkpoint = read_checkpoint(in.path);
+    in.config = parse_config(in.checkpoint.config_toml, in.path + " (config attribute)");
+    in.loaded = load_model(in.config, in.checkpoint, in.path);
+    in.seed = static_cast<uint64_t>(parsed.count("seed") ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max())
+                                                         : in.config.run.seed);
+    return in;
+}
+
+// `batches` batches of fresh data: stream 2, which neither training (0) nor the
+// run's held-out evaluation (1) used.
+inline std::vector<Batch> fresh_batches(const CheckpointInput& in) {
+    const std::unique_ptr<BatchSource> source = make_batch_source(in.config, in.seed, 2);
+    std::vector<Batch> data;
+    for (int i = 0; i < in.batches; ++i) data.push_back(source->next(static_cast<size_t>(in.config.train.batch)));
+    return data;
+}
+
+}  // namespace attnlab

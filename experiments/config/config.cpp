@@ -1,0 +1,320 @@
+// Reading, overriding, validating and writing configs. The keys themselves
+// (type, range, doc) are the schema in config_schema.cpp; defaults are in config.h.
+#include "experiments/config/config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "experiments/config/config_schema.h"
+#include "experiments/config/memory_estimate.h"
+
+namespace attnlab {
+
+using config_schema::Field;
+
+namespace {
+
+std::string trim(const std::string& s) {
+    const size_t first = s.find_first_not_of(" \t");
+    if (first == std::string::npos) return "";
+    return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
+    return out;
+}
+
+// "configs/x.toml:3:7: "
+std::string where(const std::string& path, const toml::source_position& at) {
+    return path + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": ";
+}
+
+[[noreturn]] void fail_key(const std::string& key, const std::string& problem) { throw ConfigError(key, key + ": " + problem); }
+
+// Stores a TOML value into one key, checking its type and range; the config is
+// unchanged when it returns a problem.
+std::string set_field(Config& config, const Field& field, const toml::node& value) {
+    Config updated = config;
+    std::string problem = field.read(updated, value);
+    if (problem.empty()) problem = field.check(updated);
+    if (problem.empty()) config = std::move(updated);
+    return problem;
+}
+
+// A key of the document (dotted, as in the schema) with its value and where the key is.
+struct Entry {
+    std::string key;
+    toml::source_position at;
+    const toml::node* node;
+};
+
+// The leaves of a table in file order (toml++ tables are sorted by key). Tables are
+// walked into, except a schema key's value, the sweep, and empty tables.
+std::vector<Entry> entries_of(const toml::table& table, const std::string& prefix = "") {
+    std::vector<Entry> out;
+    for (auto&& [name, node] : table) {
+        const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+        const toml::table* inner = node.as_table();
+        if (inner && !inner->empty() && key != "sweep" && !config_schema::find(key)) {
+            for (Entry& e : entries_of(*inner, key)) out.push_back(std::move(e));
+        } else {
+            out.push_back({key, name.source().begin, &node});
+        }
+    }
+    std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
+        return std::pair(a.at.line, a.at.column) < std::pair(b.at.line, b.at.column);
+    });
+    return out;
+}
+
+// [sweep] "model.heads" = [1, 2, 4]: each value checked against its key, kept as canonical TOML.
+void read_sweep(Config& config, const toml::node& node, const std::string& path) {
+    const toml::table* table = node.as_table();
+    if (!table) throw ConfigError("sweep", where(path, node.source().begin) + "sweep: expected a table, got " + config_schema::type_of(node));
+    for (const Entry& axis : entries_of(*table)) {
+        const std::string name = "sweep." + config_schema::quote(axis.key);
+        const Field* field = config_schema::find(axis.key);
+        if (!field)
+            throw ConfigError("sweep." + axis.key, where(path, axis.at) + "unknown sweep key " + axis.key + config_schema::suggestion(axis.key));
+        const toml::array* values = axis.node->as_array();
+        if (!values || values->empty())
+            throw ConfigError("sweep." + axis.key, where(path, axis.node->source().begin) + name + ": expected a non-empty array of values, got " +
+                                                       (values ? "an empty array" : config_schema::type_of(*axis.node)));
+        for (const SweepAxis& earlier : config.sweep)
+            if (earlier.key == field->key)  // "model.heads" and [sweep.model] heads
+                throw ConfigError("sweep." + axis.key, where(path, axis.at) + name + ": the key is swept twice in this grid");
+        SweepAxis out{field->key, {}};
+        for (size_t i = 0; i < values->size(); ++i) {
+            const toml::node& value = *values->get(i);
+            Config scratch = config;
+            if (std::string problem = set_field(scratch, *field, value); !problem.empty())
+                throw ConfigError("sweep." + axis.key, where(path, value.source().begin) + name + "[" + std::to_string(i) + "]: " + problem);
+            // compared as canonical text, so 2 and 2.0 (or "sqrt" and sqrt) are one value
+            const std::string text = field->write(scratch);
+            const auto same = std::find(out.values.begin(), out.values.end(), text);
+            if (same != out.values.end())
+                throw ConfigError("sweep." + axis.key, where(path, value.source().begin) + name + "[" + std::to_string(i) + "]: " + text +
+                                                           " repeats element " + std::to_string(same - out.values.begin()) +
+                                                           " (each cell would run twice)");
+            out.values.push_back(text);
+        }
+        config.sweep.push_back(std::move(out));
+    }
+}
+
+// One entry of a config file into config; `set_at` records where each key was set.
+void read_entry(Config& config, const Entry& entry, const std::string& path, std::map<std::string, toml::source_position>& set_at) {
+    const toml::source_position value_at = entry.node->source().begin;
+    if (entry.key == "sweep") return read_sweep(config, *entry.node, path);
+    if (const Field* field = config_schema::find(entry.key)) {
+        if (std::string problem = set_field(config, *field, *entry.node); !problem.empty())
+            throw ConfigError(field->key, where(path, value_at) + field->key + ": " + problem);
+        set_at[field->key] = value_at;
+        return;
+    }
+    if (config_schema::is_section(entry.key)) {
+        if (entry.node->is_table()) return;  // an empty section
+        throw ConfigError(entry.key, where(path, entry.at) + entry.key + ": expected a table, got " + config_schema::type_of(*entry.node));
+    }
+    const std::string what = entry.node->is_table() ? "unknown section " : "unknown key ";
+    throw ConfigError(entry.key, where(path, entry.at) + what + entry.key + config_schema::suggestion(entry.key));
+}
+
+// "path:line:column: " of what the file says that a validation error is about:
+// its key (or section), else the first key set in the file that its message names.
+std::string locate(const ConfigError& error, const std::string& path, const std::map<std::string, toml::source_position>& set_at) {
+    auto at = set_at.find(error.key);
+    if (at == set_at.end()) {
+        const std::string message = error.what();
+        size_t first = std::string::npos;
+        for (auto it = set_at.begin(); it != set_at.end(); ++it)
+            if (const size_t named = message.find(it->first); config_schema::find(it->first) && named < first) first = named, at = it;
+    }
+    return at != set_at.end() ? where(path, at->second) : path + ": ";
+}
+
+// Every key's own range, then the rules between keys (not the sweep).
+void check_rules(const Config& c) {
+    for (const Field& field : config_schema::fields())
+        if (std::string problem = field.check(c); !problem.empty()) fail_key(field.key, problem);
+    const Config::Task& task = c.task;
+    const Config::Model& model = c.model;
+    using std::to_string;
+
+    if (task.min_len > task.max_len)
+        fail_key("task.min_len", to_string(task.min_len) + " is greater than task.max_len = " + to_string(task.max_len));
+    const bool from_file = task.name == "file";
+    if (from_file && task.path.empty()) fail_key("task.path", "required when task.name = \"file\"");
+    if (!from_file && !task.path.empty()) fail_key("task.path", "only used when task.name = \"file\" (task.name = \"" + task.name + "\")");
+    const std::string kind = task.name == "translate" ? "encoder-decoder" : "decoder";
+    if (model.kind != kind) fail_key("model.kind", "task.name = \"" + task.name + "\" needs \"" + kind + "\", got \"" + model.kind + "\"");
+
+    if (model.head_width == 0 && model.width % model.heads != 0)
+        fail_key("model.width", to_string(model.width) + " is not divisible by model.heads = " + to_string(model.heads) +
+                                    " (change one, or set model.head_width)");
+    if (model.kv_heads > 0 && model.heads % model.kv_heads != 0)
+        fail_key("model.kv_heads", to_string(model.kv_heads) + " does not divide model.heads = " + to_string(model.heads));
+    if (c.optim.nesterov && (c.optim.name != "sgd" || c.optim.momentum <= 0))
+        fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
+                                       config_schema::format_double(c.optim.momentum) + ")");
+
+    if (from_file) {  // the file's lengths are known only when it is read (the trainer checks again then)
+        check_fits_in_memory(c, static_cast<double>(std::max<int64_t>(1, model.max_len)));
+        return;
+    }
+    size_t longest = 0;
+    try {
+        longest = TaskGenerator(task_config(c), 0, 0).max_sequence_length();
+    } catch (const Error& e) {
+        std::string problem = e.what();
+        if (problem.rfind("[task] ", 0) == 0) problem.erase(0, 7);
+        throw ConfigError("task", "task.vocab = " + to_string(task.vocab) + ", task.min_len = " + to_string(task.min_len) +
+                                      ", task.max_len = " + to_string(task.max_len) + ", task.queries = " + to_string(task.queries) +
+                                      ": " + problem);
+    }
+    if (model.max_len > 0 && static_cast<size_t>(model.max_len) < longest)
+        fail_key("model.max_len", to_string(model.max_len) + " is shorter than the longest sequence of task \"" + task.name + "\" (" +
+                                      to_string(longest) + " tokens; 0 derives it)");
+    check_fits_in_memory(c, static_cast<double>(longest));
+}
+
+}  // namespace
+
+Config default_config() { return Config{}; }
+
+TaskConfig task_config(const Config& config) {
+    TaskConfig task;
+    task.name = config.task.name;
+    task.vocab = static_cast<size_t>(config.task.vocab);
+    task.min_len = static_cast<size_t>(config.task.min_len);
+    task.max_len = static_cast<size_t>(config.task.max_len);
+    task.queries = static_cast<size_t>(config.task.queries);
+    return task;
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+    const std::string context = "override " + assignment + ": ";
+    const size_t equals = assignment.find('=');
+    if (equals == std::string::npos) throw ConfigError("", context + "expected key=value (e.g. model.heads=8)");
+    const std::string key = trim(assignment.substr(0, equals)), text = trim(assignment.substr(equals + 1));
+    const Field* field = config_schema::find(key);
+    if (!field) throw ConfigError(key, context + "unknown key " + key + config_schema::suggestion(key));
+
+    // The value in TOML syntax; else, and for string keys whenever it is not a
+    // quoted string, the bare text as a string (model.norm=post, run.name=2024).
+    toml::table parsed;
+    try {
+        parsed = toml::parse("value = " + text);
+    } catch (const toml::parse_error& e) {
+        if (!text.empty() && std::string_view("[{\"'").find(text[0]) != std::string_view::npos)
+            throw ConfigError(key, context + "TOML syntax error: " + std::string(e.description()));
+    }
+    const toml::node* value = parsed.size() == 1 ? parsed.get("value") : nullptr;
+    if (!value || (field->bare_text && !value->is_string())) {
+        parsed = toml::table{{"value", text}};
+        value = parsed.get("value");
+    }
+    if (std::string problem = set_field(config, *field, *value); !problem.empty()) throw ConfigError(key, context + problem);
+}
+
+std::vector<std::vector<std::string>> sweep_cells(const Config& config) {
+    std::vector<std::vector<std::string>> cells = {{}};
+    for (const SweepAxis& axis : config.sweep) {
+        std::vector<std::vector<std::string>> next;
+        for (const auto& cell : cells)
+            for (const auto& value : axis.values) {
+                next.push_back(cell);
+                next.back().push_back(axis.key + "=" + value);
+            }
+        cells = std::move(next);
+    }
+    return cells;
+}
+
+void validate(const Config& config) {
+    check_rules(config);
+    for (const SweepAxis& axis : config.sweep) {
+        if (!config_schema::find(axis.key))
+            throw ConfigError("sweep." + axis.key, "sweep: unknown key " + axis.key + config_schema::suggestion(axis.key));
+        if (axis.values.empty()) fail_key("sweep." + config_schema::quote(axis.key), "needs at least one value");
+    }
+    if (config.sweep.empty()) return;
+    for (const auto& cell : sweep_cells(config)) {
+        Config one = config;
+        one.sweep.clear();
+        try {
+            for (const auto& assignment : cell) apply_override(one, assignment);
+            check_rules(one);
+        } catch (const ConfigError& e) {
+            throw ConfigError("sweep", "sweep cell " + join(cell, " ") + ": " + e.what());
+        }
+    }
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw ConfigError("", path + ": no such config file");
+    if (!fs::is_regular_file(path, ec)) throw ConfigError("", path + ": not a regular file");
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw ConfigError("", path + ": cannot read the config file");
+    return parse_config(text.str(), path, overrides);
+}
+
+Config parse_config(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
+    toml::table document;
+    try {
+        document = toml::parse(text, std::string_view(path));
+    } catch (const toml::parse_error& e) {
+        throw ConfigError("", where(path, e.source().begin) + "TOML syntax error: " + std::string(e.description()));
+    }
+
+    Config config = default_config();
+    std::map<std::string, toml::source_position> set_at;  // key or section -> where the file sets it
+    for (auto&& [name, node] : document) set_at[std::string(name.str())] = node.source().begin;
+    for (const Entry& entry : entries_of(document)) read_entry(config, entry, path, set_at);
+    for (const std::string& assignment : overrides) {
+        apply_override(config, assignment);
+        set_at.erase(trim(assignment.substr(0, assignment.find('='))));  // no longer the file's value
+    }
+    try {
+        validate(config);
+    } catch (const ConfigError& e) {
+        throw ConfigError(e.key, locate(e, path, set_at) + e.what());
+    }
+    return config;
+}
+
+bool is_config_key(const std::string& name) { return config_schema::find(name) != nullptr; }
+
+std::vector<std::string> differing_keys(const Config& a, const Config& b) {
+    std::vector<std::string> keys;
+    for (const Field& field : config_schema::fields())
+        if (field.write(a) != field.write(b)) keys.push_back(field.key + " (" + field.write(b) + ", was " + field.write(a) + ")");
+    return keys;
+}
+
+std::string to_toml(const Config& config) {
+    std::string out = "# attnlab config, resolved: every key, defaults included\n";
+    std::string section;
+    for (const Field& field : config_schema::fields()) {
+        const size_t dot = field.key.find('.');
+        if (field.key.substr(0, dot) != section) {
+            section = field.key.substr(0, dot);
+            out += "\n[" + section + "]\n";
+        }
+        out += field.key.substr(dot + 1) + " = " + field.write(config) + "\n";
+    }
+    if (!config.sweep.empty()) out += "\n[sweep]\n";
+    for (const SweepAxis& axis : config.sweep) out += config_schema::quote(axis.key) + " = [" + join(axis.values, ", ") + "]\n";
+    return out;
+}
+
+}  // namespace attnlab

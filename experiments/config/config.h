@@ -1,0 +1,155 @@
+// Experiment configs: TOML files with the sections [run], [task], [model],
+// [train], [optim] and [sweep], `key=value` overrides, validation and the
+// resolved config written beside every run.
+//
+// Every key's default is the member initialiser below (together: the built-in
+// default experiment, multi-query associative recall on a small decoder). Every
+// key's type, allowed values and one-line doc are in ONE schema table
+// (experiments/config/config_schema.cpp), which parsing, overrides, validation,
+// to_toml and describe_keys all read.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.h"  // Error
+#include "data/tasks.h"       // TaskConfig
+
+namespace attnlab {
+
+// Bad config input, as one line that names the key and, for a file, where:
+//   configs/x.toml:5:1: unknown key model.head (did you mean model.heads?)
+//   override model.heads=abc: expected an integer, got a string
+//   model.width: 66 is not divisible by model.heads = 4 (or set model.head_width)
+struct ConfigError : Error {
+    ConfigError(std::string key_, const std::string& message) : Error(message), key(std::move(key_)) {}
+    std::string key;  // dotted key at fault ("model.heads"), a section ("task"), or "" (file syntax, bad assignment)
+};
+
+// One [sweep] axis: "model.heads" = [1, 2, 4]. Values are canonical TOML text
+// ("4", "\"sqrt\"", "[0.9, 0.98]"), each already checked against the key's type
+// and range, so `key + "=" + value` is a valid override.
+struct SweepAxis {
+    std::string key;
+    std::vector<std::string> values;
+    bool operator==(const SweepAxis&) const = default;
+};
+
+struct Config {
+    struct Run {
+        std::string name = "default";  // the run folder: out_dir/name
+        int64_t seed = 0;
+        std::string out_dir = "runs";
+        bool operator==(const Run&) const = default;
+    } run;
+
+    struct Task {
+        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | file
+        int64_t vocab = 32;           // including the 3 special tokens
+        int64_t min_len = 3;
+        int64_t max_len = 6;
+        int64_t queries = 4;          // recall only
+        std::string path;             // HDF5 token file; required iff name = "file"
+        bool operator==(const Task&) const = default;
+    } task;
+
+    struct Model {
+        std::string kind = "decoder";  // decoder | encoder-decoder
+        int64_t layers = 2;
+        int64_t width = 64;
+        int64_t heads = 4;
+        int64_t kv_heads = 0;          // 0 = heads
+        int64_t head_width = 0;        // 0 = width / heads
+        int64_t ffn = 256;             // 0 = attention-only blocks
+        std::string norm = "pre";      // pre | post | none
+        std::string positional = "learned";  // learned | sinusoidal | none
+        std::string scale = "sqrt";    // sqrt | none | linear | a positive number ("0.125")
+        std::string masked_rows = "error";   // error | zero
+        double dropout = 0.0;
+        double attn_dropout = 0.0;
+        bool bias = true;
+        std::string activation = "gelu";     // gelu | relu
+        int64_t max_len = 0;           // 0 = the task's longest sequence
+        bool operator==(const Model&) const = default;
+    } model;
+
+    struct Train {
+        int64_t steps = 1500;
+        int64_t batch = 32;
+        int64_t log_every = 50;
+        int64_t eval_every = 250;
+        int64_t eval_batches = 4;
+        int64_t checkpoint_every = 500;
+        int64_t keep_checkpoints = 3;  // 0 = keep all
+        std::string device = "cpu";    // cpu | cuda (attention core on the GPU; refused without a GPU)
+        int64_t threads = 1;           // 0 = all cores; small models run fastest on one
+        double target_accuracy = 0.99;
+        bool tensorboard = false;      // also TensorBoard event files under <run>/tb/
+        bool operator==(const Train&) const = default;
+    } train;
+
+    struct Optim {
+        std::string name = "adamw";    // adamw | adam | sgd
+        double lr = 1e-3;
+        double weight_decay = 0.01;
+        std::array<double, 2> betas = {0.9, 0.999};
+        double eps = 1e-8;
+        double momentum = 0.9;         // sgd only
+        bool nesterov = false;         // sgd only
+        int64_t warmup = 100;
+        std::string schedule = "cosine";  // cosine | linear | constant
+        double clip = 1.0;             // 0 = no clipping
+        bool operator==(const Optim&) const = default;
+    } optim;
+
+    std::vector<SweepAxis> sweep;      // in file order; empty: a single run
+
+    bool operator==(const Config&) const = default;
+};
+
+// The built-in default experiment (valid as it is).
+Config default_config();
+
+// Reads, checks and validates a TOML file, applying `overrides` (key=value)
+// before the cross-field rules, so an override may fix what the file alone breaks.
+// Throws ConfigError: a missing file, a syntax error, an unknown key, a wrong
+// type or range, a cross-field rule, an invalid sweep cell.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from TOML text; `source` names it in messages (a checkpoint's config attribute).
+Config parse_config(const std::string& text, const std::string& source, const std::vector<std::string>& overrides = {});
+
+// One `key=value` (value in TOML syntax: 8, 0.1, [0.9, 0.98], "cuda"; string
+// keys also take bare text: model.scale=sqrt). Checks the key, the value's type
+// and its range; call validate() after the last override for the cross-field rules.
+void apply_override(Config& config, const std::string& assignment);
+
+// Every key's range, then the cross-field rules (divisibility of width and
+// heads, kv_heads, task and model kind, task.path, model.max_len against the
+// task, the task generator's own checks), then every sweep cell.
+void validate(const Config& config);
+
+// The resolved config as TOML: every key, defaults included; load_config reads
+// it back to an equal Config.
+std::string to_toml(const Config& config);
+
+// "key (new value, was old value)" for each key whose value differs from `before`
+// to `after`, in schema order; the sweep is not compared.
+std::vector<std::string> differing_keys(const Config& before, const Config& after);
+
+// The schema as a table for --help: key, default, allowed values, doc.
+std::string describe_keys();
+
+// Whether `name` is a dotted config key ("model.heads").
+bool is_config_key(const std::string& name);
+
+// The [sweep] grid as override lists, one per cell, the first axis varying
+// slowest; a single empty cell when there is no sweep. Apply each to a copy of
+// the config (with its sweep cleared) and validate.
+std::vector<std::vector<std::string>> sweep_cells(const Config& config);
+
+// The [task] section as data/tasks.h takes it (not for task.name = "file").
+TaskConfig task_config(const Config& config);
+
+}  // namespace attnlab

@@ -1,0 +1,388 @@
+// The config schema: one row per dotted key with its type, allowed values and
+// doc. Defaults live in config.h's member initialisers; this table reads them.
+#include "experiments/config/config_schema.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "experiments/config/edit_distance.h"
+#include "experiments/files/run_files.h"
+
+namespace attnlab::config_schema {
+
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+// 1 -> "1", 0.5 -> "0.5", 1e-8 -> "1e-08": shortest text that reads back equal.
+std::string number_text(double value) {
+    char buffer[64];
+    const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+    return std::string(buffer, result.ptr);
+}
+
+// A strict decimal number (the whole text), as a scale spec may be.
+bool parse_number(const std::string& text, double& value) {
+    const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+    return !text.empty() && result.ec == std::errc() && result.ptr == text.data() + text.size();
+}
+
+std::string expected(const std::string& what, const toml::node& node) { return "expected " + what + ", got " + type_of(node); }
+
+// Every size and count: at most 2^53 - 1 (so every larger int64 converts to a larger double). What a config's sizes
+// need together (their products: heads x head_width, batch x length, ...) is
+// estimated in double precision before anything is allocated or multiplied in
+// integers (memory_estimate.h), so no product wraps.
+constexpr double kLargestCount = 9007199254740991.0;
+
+// A numeric range: lo and hi, each closed, open or absent (infinite).
+struct Bounds {
+    double lo = -inf, hi = inf;
+    bool lo_open = false, hi_open = false;
+
+    std::string text() const {  // " >= 1", " > 0", " in [0, 1)"
+        if (hi == kLargestCount && !hi_open) return " >= " + number_text(lo);  // the count bound goes without saying
+        if (std::isfinite(lo) && std::isfinite(hi))
+            return std::string(" in ") + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) + (hi_open ? ")" : "]");
+        if (std::isfinite(lo)) return (lo_open ? " > " : " >= ") + number_text(lo);
+        return "";
+    }
+    std::string check(double value) const {
+        if (std::isfinite(value) && value > hi && hi == kLargestCount) return "must be at most " + number_text(hi) + ", got " + number_text(value);
+        const bool fine = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
+        return fine ? "" : "must be" + text() + ", got " + number_text(value);
+    }
+};
+Bounds at_least(double lo) { return {lo, kLargestCount}; }  // a count
+Bounds non_negative() { return {0}; }                          // a float
+Bounds between(double lo, double hi) { return {lo, hi}; }
+Bounds above(double lo) { return {lo, inf, true}; }
+const Bounds fraction{0, 1, false, true};     // [0, 1)
+const Bounds probability{0, 1, false, false};  // [0, 1]
+
+std::string non_empty(const std::string& text) { return text.empty() ? "must not be empty" : ""; }
+std::string path_text(const std::string& text) {
+    if (text.size() > 4000) return "must be a path of at most 4000 bytes, got " + std::to_string(text.size());
+    return "";
+}
+std::string folder_path(const std::string& text) { return text.empty() ? non_empty(text) : path_text(text); }
+std::string folder_name(const std::string& text) {
+    if (text.empty() || text == "." || text == ".." || text.find('/') != std::string::npos)
+        return "must be a folder name (not empty, no '/'), got " + quote(text);
+    if (text.size() > kMaxFolderName)
+        return "must be at most " + std::to_string(kMaxFolderName) + " bytes (a folder name), got " + std::to_string(text.size());
+    return "";
+}
+
+// The builders: each turns an accessor (see KEY) into a Field. `get(config)`
+// yields a reference to the member, const or not as the config is.
+
+template <class Get>
+Field integer(std::string key, Get get, Bounds bounds, std::string doc) {
+    return {std::move(key), "integer" + bounds.text(), std::move(doc), false,
+            [get](Config& c, const toml::node& n) -> std::string {
+                if (!n.is_integer()) return expected("an integer", n);
+                get(c) = n.as_integer()->get();
+                return "";
+            },
+            [get, bounds](const Config& c) { return bounds.check(static_cast<double>(get(c))); },
+            [get](const Config& c) { return std::to_string(get(c)); }};
+}
+
+// A float; an integer is taken too (lr = 1).
+std::string read_number(const toml::node& n, double& out) {
+    if (n.is_floating_point()) out = n.as_floating_point()->get();
+    else if (n.is_integer()) out = static_cast<double>(n.as_integer()->get());
+    else return expected("a float", n);
+    return "";
+}
+
+// Training runs in float32: a setting that float32 would turn into 0 or inf
+// (optim.eps = 1e-320, model.scale = 1e300) or round far off (a subnormal) is refused.
+std::string float32_problem(double value) {
+    const double magnitude = std::fabs(value);
+    if (value == 0 || (magnitude >= std::numeric_limits<float>::min() && magnitude <= std::numeric_limits<float>::max())) return "";
+    return "must be representable in float32, which training uses (a magnitude from 1.2e-38 to 3.4e+38, or 0), got " +
+           number_text(value);
+}
+
+template <class Get>
+Field number(std::string key, Get get, Bounds bounds, std::string doc) {
+    return {std::move(key), "float" + bounds.text(), std::move(doc), false,
+            [get](Config& c, const toml::node& n) { return read_number(n, get(c)); },
+            [get, bounds](const Config& c) {
+                const std::string problem = bounds.check(get(c));
+                return problem.empty() ? float32_problem(get(c)) : problem;
+            },
+            [get](const Config& c) { return format_double(get(c)); }};
+}
+
+template <class Get>
+Field boolean(std::string key, Get get, std::string doc) {
+    return {std::move(key), "true | false", std::move(doc), false,
+            [get](Config& c, const toml::node& n) -> std::string {
+                if (!n.is_boolean()) return expected("a boolean", n);
+                get(c) = n.as_boolean()->get();
+                return "";
+            },
+            [](const Config&) { return std::string(); },
+            [get](const Config& c) { return std::string(get(c) ? "true" : "false"); }};
+}
+
+// Every string key is a name, a path or a choice: control characters (a NUL from
+// "\u0000", a newline) would name another file than the one shown, so none is taken.
+std::string read_string(const toml::node& n, std::string& out) {
+    if (!n.is_string()) return expected("a string", n);
+    const std::string& text = n.as_string()->get();
+    for (size_t i = 0; i < text.size(); ++i) {
+        const auto byte = static_cast<unsigned char>(text[i]);
+        if (byte < 0x20 || byte == 0x7f) {
+            char code[8];
+            std::snprintf(code, sizeof code, "U+%04X", byte);
+            return std::string("must not hold control characters, got ") + code + " at byte " + std::to_string(i);
+        }
+    }
+    out = text;
+    return "";
+}
+
+template <class Get>
+Field text(std::string key, Get get, std::string allowed, std::string (*rule)(const std::string&), std::string doc) {
+    return {std::move(key), std::move(allowed), std::move(doc), true,
+            [get](Config& c, const toml::node& n) { return read_string(n, get(c)); },
+            [get, rule](const Config& c) { return rule(get(c)); },
+            [get](const Config& c) { return quote(get(c)); }};
+}
+
+template <class Get>
+Field choice(std::string key, Get get, std::vector<std::string> options, std::string doc) {
+    std::string bars, commas;
+    for (const auto& o : options) {
+        bars += (bars.empty() ? "" : " | ") + quote(o);
+        commas += (commas.empty() ? "" : ", ") + quote(o);
+    }
+    return {std::move(key), bars, std::move(doc), true,
+            [get](Config& c, const toml::node& n) { return read_string(n, get(c)); },
+            [get, options, commas](const Config& c) {
+                const bool known = std::find(options.begin(), options.end(), get(c)) != options.end();
+                return known ? std::string() : "must be one of " + commas + ", got " + quote(get(c));
+            },
+            [get](const Config& c) { return quote(get(c)); }};
+}
+
+// The score scale: a name, or a positive number kept as its shortest text ("0.125").
+template <class Get>
+Field scale(std::string key, Get get, std::string doc) {
+    static const std::vector<std::string> names = {"sqrt", "none", "linear"};
+    auto is_name = [](const std::string& s) { return std::find(names.begin(), names.end(), s) != names.end(); };
+    return {std::move(key), "\"sqrt\" | \"none\" | \"linear\" | float > 0", std::move(doc), false,
+            [get, is_name](Config& c, const toml::node& n) -> std::string {
+                double value = 0;
+                if (n.is_string()) {
+                    const std::string s = n.as_string()->get();
+                    get(c) = !is_name(s) && parse_number(s, value) ? number_text(value) : s;
+                    return "";
+                }
+                if (!read_number(n, value).empty()) return expected("a string or a number", n);
+                get(c) = number_text(value);
+                return "";
+            },
+            [get, is_name](const Config& c) -> std::string {
+                double value = 0;
+                if (is_name(get(c))) return "";
+                if (parse_number(get(c), value) && std::isfinite(value) && value > 0) return float32_problem(value);
+                return "must be \"sqrt\", \"none\", \"linear\" or a positive number, got " + quote(get(c));
+            },
+            [get](const Config& c) {
+                double value = 0;
+                return parse_number(get(c), value) ? get(c) : quote(get(c));
+            }};
+}
+
+// Two floats, each within bounds (Adam's betas).
+template <class Get>
+Field pair(std::string key, Get get, Bounds bounds, std::string doc) {
+    return {std::move(key), "[float, float], each" + bounds.text(), std::move(doc), false,
+            [get](Config& c, const toml::node& n) -> std::string {
+                const toml::array* array = n.as_array();
+                if (!array) return expected("an array of 2 floats", n);
+                if (array->size() != 2) return "expected an array of 2 floats, got an array of " + std::to_string(array->size());
+                for (size_t i = 0; i < 2; ++i)
+                    if (!read_number(*array->get(i), get(c)[i]).empty())
+                        return "expected an array of 2 floats, got " + type_of(*array->get(i)) + " at index " + std::to_string(i);
+                return "";
+            },
+            [get, bounds](const Config& c) -> std::string {
+                for (size_t i = 0; i < 2; ++i)
+                    if (std::string problem = bounds.check(get(c)[i]); !problem.empty() || !(problem = float32_problem(get(c)[i])).empty())
+                        return "element " + std::to_string(i) + " " + problem;
+                return "";
+            },
+            [get](const Config& c) { return "[" + format_double(get(c)[0]) + ", " + format_double(get(c)[1]) + "]"; }};
+}
+
+// KEY(model, heads) -> "model.heads", [](auto& c) -> auto& { return c.model.heads; }:
+// a key's name and the member it reads cannot disagree.
+#define KEY(section, member) #section "." #member, [](auto& c) -> auto& { return c.section.member; }
+
+std::vector<Field> make_fields() {
+    return {
+        text(KEY(run, name), "folder name", folder_name, "name of the run folder under run.out_dir"),
+        integer(KEY(run, seed), between(0, 9.2e18), "seed for initialisation, data and dropout"),
+        text(KEY(run, out_dir), "path", folder_path, "folder that holds the run folders"),
+
+        choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "file"},
+               "toy task (data/tasks.h), or tokens from the HDF5 file task.path"),
+        integer(KEY(task, vocab), {kFirstContent + 2, 1 << 24}, "vocabulary size, including <PAD>, <SEP> and <BOS>"),
+        integer(KEY(task, min_len), at_least(1), "shortest x (copy, reverse, sort, translate), r (induction), or pairs (recall)"),
+        integer(KEY(task, max_len), at_least(1), "longest x or r, or most pairs (recall)"),
+        integer(KEY(task, queries), at_least(1), "recall: queries per sequence"),
+        text(KEY(task, path), "path", path_text, "HDF5 token file; required iff task.name = \"file\""),
+
+        choice(KEY(model, kind), {"decoder", "encoder-decoder"}, "decoder-only LM, or encoder-decoder (translate)"),
+        integer(KEY(model, layers), at_least(1), "blocks per stack"),
+        integer(KEY(model, width), at_least(1), "model width D"),
+        integer(KEY(model, heads), at_least(1), "attention heads H"),
+        integer(KEY(model, kv_heads), at_least(0), "K/V heads (grouped attention), dividing heads; 0 = heads"),
+        integer(KEY(model, head_width), at_least(0), "per-head width d_h; 0 = width / heads (which must divide)"),
+        integer(KEY(model, ffn), at_least(0), "feed-forward hidden width; 0 = attention-only blocks"),
+        choice(KEY(model, norm), {"pre", "post", "none"}, "LayerNorm before each sublayer, after the residual sum, or none"),
+        choice(KEY(model, positional), {"learned", "sinusoidal", "none"}, "positional encoding"),
+        scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
+        choice(KEY(model, masked_rows), {"error", "zero"}, "a query row with no eligible key: error, or zero context"),
+        number(KEY(model, dropout), fraction, "dropout on embeddings and sublayer outputs"),
+        number(KEY(model, attn_dropout), fraction, "dropout on attention weights"),
+        boolean(KEY(model, bias), "biases in the attention projections"),
+        choice(KEY(model, activation), {"gelu", "relu"}, "feed-forward activation"),
+        integer(KEY(model, max_len), at_least(0), "positions the model covers; 0 = the task's longest sequence"),
+
+        integer(KEY(train, steps), at_least(1), "optimiser steps"),
+        integer(KEY(train, batch), at_least(1), "sequences per step"),
+        integer(KEY(train, log_every), at_least(1), "steps between training log rows"),
+        integer(KEY(train, eval_every), at_least(1), "steps between evaluations"),
+        integer(KEY(train, eval_batches), at_least(1), "held-out batches per evaluation"),
+        integer(KEY(train, checkpoint_every), at_least(1), "steps between checkpoints"),
+        integer(KEY(train, keep_checkpoints), at_least(0), "newest checkpoints kept; 0 = all"),
+        choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the whole training step on the GPU (needs a CUDA build and a GPU)"),
+        integer(KEY(train, threads), between(0, 1024), "CPU threads; 0 = all cores"),
+        number(KEY(train, target_accuracy), probability, "eval token accuracy at which the task counts as solved"),
+        boolean(KEY(train, tensorboard), "also write TensorBoard event files (scalars) under <run>/tb/, flushed at each log interval"),
+
+        choice(KEY(optim, name), {"adamw", "adam", "sgd"}, "optimiser (torch.optim's update rules)"),
+        number(KEY(optim, lr), above(0), "peak learning rate"),
+        number(KEY(optim, weight_decay), non_negative(), "weight decay (decoupled for adamw)"),
+        pair(KEY(optim, betas), fraction, "adam/adamw moment decay rates"),
+        number(KEY(optim, eps), above(0), "adam/adamw denominator epsilon"),
+        number(KEY(optim, momentum), fraction, "sgd momentum"),
+        boolean(KEY(optim, nesterov), "sgd Nesterov momentum (needs momentum > 0)"),
+        integer(KEY(optim, warmup), at_least(0), "steps of linear warm-up from 0"),
+        choice(KEY(optim, schedule), {"cosine", "linear", "constant"}, "after warm-up: decay to 0 at train.steps, or constant"),
+        number(KEY(optim, clip), non_negative(), "largest global gradient norm; 0 = no clipping"),
+    };
+}
+
+#undef KEY
+
+std::string_view leaf(std::string_view key) { return key.substr(key.rfind('.') + 1); }  // npos + 1 = 0
+std::string_view section_of(std::string_view key) { return key.substr(0, key.find('.')); }
+
+}  // namespace
+
+const std::vector<Field>& fields() {
+    static const std::vector<Field> all = make_fields();
+    return all;
+}
+
+const Field* find(std::string_view key) {
+    for (const Field& f : fields())
+        if (f.key == key) return &f;
+    return nullptr;
+}
+
+bool is_section(std::string_view name) {
+    if (name == "sweep") return true;
+    return std::any_of(fields().begin(), fields().end(), [&](const Field& f) { return section_of(f.key) == name; });
+}
+
+std::string suggestion(const std::string& unknown) {
+    // Nearest full dotted key; a key with the same name in another section
+    // (model.steps -> train.steps) counts as distance 1.
+    std::string best;
+    size_t best_distance = std::numeric_limits<size_t>::max();
+    auto consider = [&](const std::string& candidate, size_t distance) {
+        if (distance < best_distance) best = candidate, best_distance = distance;
+    };
+    for (const Field& f : fields()) {
+        consider(f.key, edit_distance(unknown, f.key));
+        consider(f.key, edit_distance(leaf(unknown), leaf(f.key)) + 1);
+        consider(std::string(section_of(f.key)), edit_distance(unknown, section_of(f.key)));
+    }
+    if (best_distance <= std::max<size_t>(2, unknown.size() / 5)) return " (did you mean " + best + "?)";
+    const std::string_view section = section_of(unknown);
+    if (section == unknown || !is_section(section) || section == "sweep") return "";
+    std::string keys;
+    for (const Field& f : fields())
+        if (section_of(f.key) == section) keys += (keys.empty() ? "" : ", ") + std::string(leaf(f.key));
+    return " (" + std::string(section) + " keys: " + keys + ")";
+}
+
+std::string type_of(const toml::node& node) {
+    switch (node.type()) {
+        case toml::node_type::table: return "a table";
+        case toml::node_type::array: return "an array";
+        case toml::node_type::string: return "a string";
+        case toml::node_type::integer: return "an integer";
+        case toml::node_type::floating_point: return "a float";
+        case toml::node_type::boolean: return "a boolean";
+        case toml::node_type::date: return "a date";
+        case toml::node_type::time: return "a time";
+        case toml::node_type::date_time: return "a date-time";
+        default: return "nothing";
+    }
+}
+
+std::string format_double(double value) {
+    std::string text = number_text(value);
+    if (text.find_first_of(".en") == std::string::npos) text += ".0";  // "1" -> "1.0"; "1e-08", "inf" stay
+    return text;
+}
+
+std::string quote(const std::string& text) {
+    std::string out = "\"";
+    for (const char ch : text) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '"' || c == '\\') out += '\\', out += ch;
+        else if (c < 0x20 || c == 0x7f) {
+            char escape[8];
+            std::snprintf(escape, sizeof escape, "\\u%04x", c);
+            out += escape;
+        } else out += ch;
+    }
+    return out + "\"";
+}
+
+}  // namespace attnlab::config_schema
+
+namespace attnlab {
+
+std::string describe_keys() {
+    using config_schema::Field, config_schema::fields;
+    const Config defaults;
+    size_t key_width = 0, default_width = 0;
+    for (const Field& f : fields()) {
+        key_width = std::max(key_width, f.key.size());
+        default_width = std::max(default_width, f.write(defaults).size());
+    }
+    auto pad = [](std::string s, size_t width) { return s + std::string(width - s.size() + 2, ' '); };
+    std::string out = pad("key", key_width) + pad("default", default_width) + "meaning (allowed values)\n";
+    for (const Field& f : fields())
+        out += pad(f.key, key_width) + pad(f.write(defaults), default_width) + f.doc + " (" + f.allowed + ")\n";
+    out += pad("sweep", key_width) + pad("", default_width) +
+           "[sweep] \"model.heads\" = [1, 2, 4]: a grid over any keys above, one run per cell\n";
+    return out;
+}
+
+}  // namespace attnlab

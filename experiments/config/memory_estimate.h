@@ -1,0 +1,29 @@
+// What a config needs in memory to train, estimated from its sizes before
+// anything is allocated: a config that cannot fit is refused in one line that
+// names the key to change, instead of ending in std::bad_alloc.
+#pragma once
+
+#include "experiments/config/config.h"
+
+namespace attnlab {
+
+// Bytes, in double precision, so that no product of sizes can wrap.
+struct MemoryEstimate {
+    double parameters = 0;   // weights, their gradients and the optimiser's state
+    double activations = 0;  // what one training step keeps for its backward pass
+    double data = 0;         // the held-out batches kept for every evaluation
+    double total() const { return parameters + activations + data; }
+};
+
+// `longest`: the task's longest sequence (inputs per example).
+MemoryEstimate estimate_training_memory(const Config& config, double longest);
+
+// Physical memory of this machine, in bytes.
+double machine_memory_bytes();
+
+// Throws ConfigError naming the size key whose value costs the most (the one
+// whose default would shrink the estimate most), what the config would need and
+// what this machine has, when the estimate exceeds the machine's memory.
+void check_fits_in_memory(const Config& config, double longest);
+
+}  // namespace attnlab

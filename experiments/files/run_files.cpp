@@ -1,0 +1,99 @@
+#include "experiments/files/run_files.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "autograd/tensor.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+
+void fsync_path(const std::string& path, bool directory, const std::string& tag) {
+    const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC);
+    if (fd < 0) throw Error(tag + " cannot open " + path + " to sync it (" + std::strerror(errno) + ")");
+    const int rc = ::fsync(fd);
+    const int saved = errno;
+    ::close(fd);
+    if (rc != 0) throw Error(tag + " cannot sync " + path + " (" + std::strerror(saved) + ")");
+}
+
+void write_atomically(const fs::path& path, const std::string& tag, const std::function<void(const std::string&)>& write) {
+    const std::string tmp = path.string() + ".tmp";
+    try {
+        write(tmp);
+        fsync_path(tmp, false, tag);
+        if (std::rename(tmp.c_str(), path.c_str()) != 0)
+            throw Error(tag + " " + path.string() + ": cannot rename " + tmp + " to it (" + std::strerror(errno) + ")");
+        const fs::path dir = path.parent_path();
+        fsync_path(dir.empty() ? "." : dir.string(), true, tag);  // makes the rename itself durable
+    } catch (...) {
+        std::error_code ignored;
+        fs::remove(tmp, ignored);
+        throw;
+    }
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text, const std::string& tag) {
+    write_atomically(path, tag, [&](const std::string& tmp) {
+        std::ofstream out(tmp, std::ios::binary);
+        out << text;
+        out.close();
+        if (!out) throw Error(tag + " cannot write " + tmp);
+    });
+}
+
+RunLock::RunLock(const fs::path& dir, const std::string& tag) {
+    const std::string path = (dir / ".lock").string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error(tag + " cannot open the lock file " + path + " (" + std::strerror(errno) + ")");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        const int saved = errno;
+        char holder[32] = {};
+        const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+        ::close(fd_);
+        fd_ = -1;
+        if (saved != EWOULDBLOCK) throw Error(tag + " cannot lock " + path + " (" + std::strerror(saved) + ")");
+        const std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
+        throw Error(tag + " " + dir.string() + " is in use by another attnlab process (pid " + pid +
+                    "); wait for it to finish or stop it first");
+    }
+    // The holder's pid, for the message above; emptied again on release, so a
+    // process that only read the folder leaves it byte for byte as it was.
+    const std::string pid = std::to_string(::getpid());
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+        const int saved = errno;
+        ::close(fd_);
+        fd_ = -1;
+        throw Error(tag + " cannot write the lock file " + path + " (" + std::strerror(saved) + ")");
+    }
+}
+
+RunLock::~RunLock() {
+    if (fd_ < 0) return;
+    (void)::ftruncate(fd_, 0);
+    ::close(fd_);  // drops the flock
+}
+
+RunLock::RunLock(RunLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+
+fs::path claim_new_folder(const fs::path& parent, const std::string& name, const std::string& tag) {
+    fs::create_directories(parent);
+    for (int n = 1; n <= kMaxNameSuffix; ++n) {
+        const fs::path candidate = parent / (n == 1 ? name : name + "-" + std::to_string(n));
+        if (::mkdir(candidate.c_str(), 0755) == 0) return candidate;
+        if (errno != EEXIST)
+            throw Error(tag + " cannot create " + candidate.string() + " (" + std::strerror(errno) + ")");
+    }
+    throw Error(tag + " " + (parent / name).string() + ": every name from " + name + " to " + name + "-" +
+                std::to_string(kMaxNameSuffix) + " is taken; choose another run.name");
+}
+
+}  // namespace attnlab

@@ -1,7 +1,0 @@
-#include "autograd/memory.h"
-#include "experiments/commands.h"
-
-int main(int argc, char** argv) {
-    attnlab::keep_freed_memory();
-    return attnlab::run_cli(argc, argv);
-}

@@ -1,0 +1,260 @@
+#include "experiments/run/metrics_log.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+namespace attnlab {
+
+namespace {
+
+const char* const kTag = "metrics";
+const char* const kFormat = "attnlab-metrics";
+constexpr int64_t kFormatVersion = 1;
+
+const std::vector<std::string> kTrainValues{"loss", "lr", "grad_norm", "tokens_per_s", "wall_s"};
+const std::vector<std::string> kEvalValues{"loss", "token_acc", "seq_acc"};
+// score_std: standard deviation of the scaled scores (scale * q.k) over eligible
+// pairs, per head: the seed chapter's Figure 21.5 statistic (row 0 is at init).
+const std::vector<std::string> kAttentionValues{"entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"};
+
+constexpr size_t kChunkRows = 1024;          // 1-D series: 8 KiB chunks
+constexpr size_t kAttentionChunkValues = 8192;  // [rows, layers, heads] chunks of about 64 KiB
+constexpr int64_t kUnwrittenStep = -1;        // fill values: what a reader sees of a row not yet written
+constexpr double kUnwrittenValue = std::numeric_limits<double>::quiet_NaN();
+
+// One group of the log: its step series and its value series, in layout order.
+struct Series {
+    h5::Dataset step;
+    std::vector<h5::Dataset> values;
+    int64_t last_step = -1;
+};
+
+Series open_series(const h5::Group& group, const std::vector<std::string>& value_names) {
+    Series series;
+    series.step = group.dataset("step");
+    for (const std::string& name : value_names) series.values.push_back(group.dataset(name));
+    return series;
+}
+
+void create_series(const h5::Group& group, const std::vector<std::string>& value_names, const Shape& row_shape) {
+    group.create_extendible<int64_t>("step", {}, kChunkRows, kUnwrittenStep);
+    const size_t chunk_rows = row_shape.empty() ? kChunkRows : std::max<size_t>(1, kAttentionChunkValues / numel_of(row_shape));
+    for (const std::string& name : value_names)
+        group.create_extendible<double>(name, row_shape, chunk_rows, kUnwrittenValue);
+}
+
+// Cuts every dataset of `series` to the longest prefix of written rows whose
+// step is <= `step` (and to the shortest dataset, which a crash may leave).
+void truncate(Series& series, int64_t step) {
+    size_t rows = series.step.rows();
+    for (const h5::Dataset& values : series.values) rows = std::min(rows, values.rows());
+    const std::vector<int64_t> steps = series.step.read_rows<int64_t>(0, rows);
+    size_t keep = 0;
+    while (keep < rows && steps[keep] >= 0 && steps[keep] <= step && (keep == 0 || steps[keep] >= steps[keep - 1]))
+        ++keep;
+    series.step.resize(keep);
+    for (h5::Dataset& values : series.values) values.resize(keep);
+    series.last_step = keep > 0 ? steps[keep - 1] : -1;
+}
+
+void append_step(Series& series, int64_t step) {
+    if (step < 0 || step < series.last_step)
+        series.step.where().fail("step " + std::to_string(step) + " after step " + std::to_string(series.last_step) +
+                                     ": steps must be >= 0 and never decrease",
+                                 false);
+    series.step.append(&step, 1);
+    series.last_step = step;
+}
+
+}  // namespace
+
+struct MetricsLog::State {
+    h5::File file;
+    size_t layers = 0, heads = 0;
+    Series train, eval;
+    std::vector<std::pair<std::string, Series>> attention;  // in the order of `kinds`
+
+    // Opens every series' datasets (after SWMR writing has started).
+    void open_all(const std::vector<std::string>& kinds) {
+        train = open_series(file.group("train"), kTrainValues);
+        eval = open_series(file.group("eval"), kEvalValues);
+        attention.clear();
+        const h5::Group groups = file.group("attention");
+        for (const std::string& kind : kinds) attention.emplace_back(kind, open_series(groups.group(kind), kAttentionValues));
+    }
+
+    // Datasets before the file, so that closing the file really closes it.
+    void close_all() {
+        train = Series{};
+        eval = Series{};
+        attention.clear();
+    }
+};
+
+MetricsLog::MetricsLog(std::unique_ptr<State> state) : state_(std::move(state)) {}
+MetricsLog::MetricsLog(MetricsLog&&) noexcept = default;
+MetricsLog& MetricsLog::operator=(MetricsLog&&) noexcept = default;
+
+MetricsLog::~MetricsLog() {
+    try {
+        close();
+    } catch (const Error&) {
+        // A destructor cannot report; close() explicitly to see the error.
+    }
+}
+
+MetricsLog MetricsLog::create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
+                              std::vector<std::string> kinds) {
+    const h5::Where where{kTag, path, ""};
+    if (layers == 0 || heads == 0)
+        where.fail("layers and heads must be positive (got " + std::to_string(layers) + " layers, " +
+                       std::to_string(heads) + " heads)",
+                   false);
+    if (kinds.empty()) where.fail("needs at least one attention kind", false);
+    std::set<std::string> seen;
+    for (const std::string& kind : kinds) {
+        if (kind.empty() || kind == "." || kind.find('/') != std::string::npos)
+            where.fail("attention kind '" + kind + "' is not a valid group name", false);
+        if (!seen.insert(kind).second) where.fail("attention kind '" + kind + "' given twice", false);
+    }
+
+    auto state = std::make_unique<State>();
+    state->layers = layers;
+    state->heads = heads;
+    state->file = h5::File::create(path, kTag, /*latest_format=*/true);  // SWMR needs the latest format
+    const h5::File& file = state->file;
+    file.write_attr_string("format", kFormat);
+    file.write_attr_int("format_version", kFormatVersion);
+    file.write_attr_string("config", config_toml);
+    file.write_attr_int("layers", static_cast<int64_t>(layers));
+    file.write_attr_int("heads", static_cast<int64_t>(heads));
+    create_series(file.create_group("train"), kTrainValues, {});
+    create_series(file.create_group("eval"), kEvalValues, {});
+    const h5::Group attention = file.create_group("attention");
+    for (const std::string& kind : kinds) create_series(attention.create_group(kind), kAttentionValues, {layers, heads});
+
+    // Everything is created: SWMR mode allows no new objects or attributes.
+    state->file.start_swmr_write();
+    state->open_all(kinds);
+    return MetricsLog(std::move(state));
+}
+
+MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
+    auto state = std::make_unique<State>();
+    try {
+        state->file = h5::File::open(path, kTag, h5::File::Access::write, /*latest_format=*/true);
+    } catch (const Error& first) {
+        // A run that died leaves the file marked "open for write"; clearing the
+        // mark is what resuming after a crash needs. Anything else fails again.
+        try {
+            state->file = h5::File::open(path, kTag, h5::File::Access::write, true, false, /*clear_write_flags=*/true);
+        } catch (const Error&) {
+            throw first;
+        }
+    }
+    const h5::File& file = state->file;
+    const h5::Where where{kTag, path, ""};
+    if (!file.has_attr("format") || file.read_attr_string("format") != kFormat)
+        where.fail("not an attnlab metrics log (no format=\"attnlab-metrics\" attribute)", false);
+    const int64_t version = file.read_attr_int("format_version");
+    if (version != kFormatVersion)
+        where.fail("format_version " + std::to_string(version) + " is not supported (this build reads version " +
+                       std::to_string(kFormatVersion) + ")",
+                   false);
+    const int64_t layers = file.read_attr_int("layers"), heads = file.read_attr_int("heads");
+    if (layers <= 0 || heads <= 0) where.fail("layers and heads attributes must be positive", false);
+    state->layers = static_cast<size_t>(layers);
+    state->heads = static_cast<size_t>(heads);
+    const std::vector<std::string> kinds = file.group("attention").members();
+
+    state->open_all(kinds);
+    const Shape row_shape{state->layers, state->heads};
+    for (auto& [kind, series] : state->attention)
+        for (const h5::Dataset& values : series.values) {
+            Shape shape = values.shape();
+            if (shape.size() != 3 || Shape(shape.begin() + 1, shape.end()) != row_shape)
+                values.where().fail("shape " + shape_str(shape) + " is not (K," + std::to_string(layers) + "," +
+                                        std::to_string(heads) + ")",
+                                    false);
+        }
+    truncate(state->train, step);
+    truncate(state->eval, step);
+    for (auto& [kind, series] : state->attention) truncate(series, step);
+    const int64_t train_last = state->train.last_step, eval_last = state->eval.last_step;
+    std::vector<int64_t> attention_last;
+    for (auto& [kind, series] : state->attention) attention_last.push_back(series.last_step);
+
+    state->close_all();
+    state->file.start_swmr_write();
+    state->open_all(kinds);
+    state->train.last_step = train_last;
+    state->eval.last_step = eval_last;
+    for (size_t i = 0; i < attention_last.size(); ++i) state->attention[i].second.last_step = attention_last[i];
+    return MetricsLog(std::move(state));
+}
+
+MetricsLog::State& MetricsLog::live() const {
+    if (!state_) throw Error("[metrics] the log is closed");
+    return *state_;
+}
+
+void MetricsLog::append_train(int64_t step, double loss, double lr, double grad_norm, double tokens_per_s,
+                              double wall_s) {
+    Series& series = live().train;
+    const double values[] = {loss, lr, grad_norm, tokens_per_s, wall_s};
+    append_step(series, step);
+    for (size_t i = 0; i < series.values.size(); ++i) series.values[i].append(&values[i], 1);
+}
+
+void MetricsLog::append_eval(int64_t step, double loss, double token_acc, double seq_acc) {
+    Series& series = live().eval;
+    const double values[] = {loss, token_acc, seq_acc};
+    append_step(series, step);
+    for (size_t i = 0; i < series.values.size(); ++i) series.values[i].append(&values[i], 1);
+}
+
+void MetricsLog::append_attention(const std::string& kind, int64_t step, const std::vector<double>& entropy,
+                                  const std::vector<double>& entropy_norm, const std::vector<double>& masked_mass,
+                                  const std::vector<double>& masked_mass_max, const std::vector<double>& score_std) {
+    State& state = live();
+    auto found = std::find_if(state.attention.begin(), state.attention.end(),
+                              [&](const auto& entry) { return entry.first == kind; });
+    if (found == state.attention.end())
+        h5::Where{kTag, state.file.path(), ""}.fail("no attention kind '" + kind + "' in this log (it has " +
+                                    std::to_string(state.attention.size()) + ")",
+                                false);
+    Series& series = found->second;
+    const size_t expected = state.layers * state.heads;
+    const std::vector<double> unknown(score_std.empty() ? expected : 0, kUnwrittenValue);  // not measured: NaN
+    const std::vector<const std::vector<double>*> values{&entropy, &entropy_norm, &masked_mass, &masked_mass_max,
+                                                         score_std.empty() ? &unknown : &score_std};
+    for (size_t i = 0; i < values.size(); ++i)
+        if (values[i]->size() != expected)
+            series.values[i].where().fail(std::to_string(values[i]->size()) + " values given, expected layers * heads = " +
+                                              std::to_string(expected),
+                                          false);
+    append_step(series, step);
+    for (size_t i = 0; i < values.size(); ++i) series.values[i].append(values[i]->data(), 1);
+}
+
+void MetricsLog::flush() { live().file.flush(); }
+
+void MetricsLog::close() {
+    if (!state_) return;
+    std::unique_ptr<State> state = std::move(state_);
+    state->close_all();
+    state->file.close();
+}
+
+const std::string& MetricsLog::path() const { return live().file.path(); }
+size_t MetricsLog::layers() const { return live().layers; }
+size_t MetricsLog::heads() const { return live().heads; }
+
+std::vector<std::string> MetricsLog::kinds() const {
+    std::vector<std::string> kinds;
+    for (const auto& [kind, series] : live().attention) kinds.push_back(kind);
+    return kinds;
+}
+
+}  // namespace attnlab

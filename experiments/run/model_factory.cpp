@@ -1,0 +1,99 @@
+#include "experiments/run/model_factory.h"
+
+#include "data/file_task.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/config/config.h"
+
+namespace attnlab {
+
+ModelConfig model_config(const Config& c, size_t max_len) {
+    ModelConfig m;
+    m.vocab = static_cast<size_t>(c.task.vocab);
+    m.layers = static_cast<size_t>(c.model.layers);
+    m.max_len = c.model.max_len > 0 ? static_cast<size_t>(c.model.max_len) : max_len;
+    m.positional = parse_positional(c.model.positional);
+    m.embedding_dropout = c.model.dropout;
+    BlockConfig& b = m.block;
+    b.attention.width = static_cast<size_t>(c.model.width);
+    b.attention.heads = static_cast<size_t>(c.model.heads);
+    b.attention.kv_heads = static_cast<size_t>(c.model.kv_heads);
+    b.attention.head_width = static_cast<size_t>(c.model.head_width);
+    b.attention.scale = c.model.scale;
+    b.attention.bias = c.model.bias;
+    b.attention.dropout = c.model.attn_dropout;
+    b.attention.masked_rows = parse_masked_rows(c.model.masked_rows);
+    b.ffn = static_cast<size_t>(c.model.ffn);
+    b.activation = c.model.activation == "relu" ? Activation::relu : Activation::gelu;
+    b.norm = parse_norm(c.model.norm);
+    b.dropout = c.model.dropout;
+    return m;
+}
+
+std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream) {
+    if (config.task.name == "file")
+        return std::make_unique<FileTask>(config.task.path, static_cast<size_t>(config.task.vocab), seed, stream);
+    return std::make_unique<TaskGenerator>(task_config(config), seed, stream);
+}
+
+TaskModel::TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropout_rng) {
+    const ModelConfig m = model_config(config, max_len);
+    if (config.model.kind == "encoder-decoder")
+        enc_dec_ = std::make_unique<EncoderDecoder>(m, init, dropout_rng);
+    else
+        decoder_ = std::make_unique<DecoderLM>(m, init, dropout_rng);
+}
+
+Tensor TaskModel::forward(const Batch& batch, AttentionMaps* maps) const {
+    if (enc_dec_) return enc_dec_->forward(batch.src, batch.src_lengths, batch.inputs, batch.lengths, maps);
+    return decoder_->forward(batch.inputs, batch.lengths, maps);
+}
+
+std::vector<std::string> TaskModel::kinds() const {
+    if (enc_dec_) return {"enc_self", "dec_self", "cross"};
+    return {"self"};
+}
+
+std::vector<AttentionKind> TaskModel::kinds_for(const Batch& batch, const AttentionMaps& maps) const {
+    AttentionMask causal_padded;  // decoder self-attention: causal AND key padding
+    causal_padded.causal = true;
+    causal_padded.key_lengths = batch.lengths;
+    if (!enc_dec_) return {{"self", causal_padded, batch.lengths, &maps.self}};
+    AttentionMask source;  // keys of the source beyond its length are ineligible
+    source.key_lengths = batch.src_lengths;
+    return {{"enc_self", source, batch.src_lengths, &maps.enc_self},
+            {"dec_self", causal_padded, batch.lengths, &maps.self},
+            {"cross", source, batch.lengths, &maps.cross}};
+}
+
+Module& TaskModel::module() const {
+    if (enc_dec_) return *enc_dec_;
+    return *decoder_;
+}
+
+void TaskModel::set_attention_device(cuda::Context* context) {
+    if (enc_dec_) enc_dec_->set_attention_device(context);
+    else decoder_->set_attention_device(context);
+}
+
+size_t TaskModel::layers() const { return enc_dec_ ? enc_dec_->config.layers : decoder_->config.layers; }
+
+size_t TaskModel::heads() const {
+    return enc_dec_ ? enc_dec_->config.block.attention.heads : decoder_->config.block.attention.heads;
+}
+
+LoadedModel load_model(const Config& config, const CheckpointData& checkpoint, const std::string& source) {
+    LoadedModel loaded;
+    loaded.max_len = config.model.max_len > 0 ? static_cast<size_t>(config.model.max_len)
+                                              : make_batch_source(config, 0, 0)->max_sequence_length();
+    Rng init(0);  // the values are replaced by the checkpoint's
+    loaded.model = std::make_unique<TaskModel>(config, loaded.max_len, init, nullptr);
+    try {
+        loaded.model->module().load_state_dict(checkpoint.params);
+    } catch (const Error& e) {
+        throw Error(std::string("[checkpoint] ") + source + ": " + e.what());
+    }
+    loaded.model->module().eval();
+    return loaded;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,62 @@
+// Builds the model a config describes and runs it on a task batch, so the
+// training loop, evaluation and analysis treat both model kinds alike.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/tasks.h"
+#include "experiments/run/attention_metrics.h"
+#include "layers/models.h"
+
+namespace attnlab {
+
+struct Config;
+
+// The attention kinds a model has, and the mask each ran under for a batch.
+struct AttentionKind {
+    std::string name;          // "self" | "enc_self" | "dec_self" | "cross"
+    AttentionMask mask;
+    std::vector<size_t> query_lengths;
+    const AttentionTrace* trace = nullptr;  // per layer: weights, score statistics, head outputs
+};
+
+class TaskModel {
+public:
+    TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropout_rng);
+    // logits (B, T, V) for the batch's decoder inputs; maps filled when given
+    Tensor forward(const Batch& batch, AttentionMaps* maps = nullptr) const;
+    std::vector<std::string> kinds() const;
+    // Pairs each kind with its mask for this batch and its weights in `maps`.
+    std::vector<AttentionKind> kinds_for(const Batch& batch, const AttentionMaps& maps) const;
+    Module& module() const;
+    void set_attention_device(cuda::Context* context);  // null: the CPU
+    // The model itself: exactly one of these is non-null.
+    DecoderLM* decoder_lm() const { return decoder_.get(); }
+    EncoderDecoder* enc_dec() const { return enc_dec_.get(); }
+    bool encoder_decoder() const { return enc_dec_ != nullptr; }
+    size_t layers() const;
+    size_t heads() const;
+
+private:
+    std::unique_ptr<DecoderLM> decoder_;
+    std::unique_ptr<EncoderDecoder> enc_dec_;
+};
+
+ModelConfig model_config(const Config& config, size_t max_len);
+
+// The task's batches for a data stream: 0 trains, 1 is the run's held-out
+// evaluation set, 2 is fresh data for `attnlab eval`.
+std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream);
+
+struct CheckpointData;
+struct LoadedModel {
+    std::unique_ptr<TaskModel> model;
+    size_t max_len = 0;  // of the task it was trained on
+};
+// The model a checkpoint's config describes, with the checkpoint's parameters
+// (strict: a missing, unexpected or mis-shaped parameter is an error naming `source`).
+LoadedModel load_model(const Config& config, const CheckpointData& checkpoint, const std::string& source);
+
+}  // namespace attnlab

@@ -1,0 +1,50 @@
+// The training loop of `attnlab train`: a model and a task from a Config,
+// AdamW (or Adam/SGD) with warm-up and decay, per-head attention metrics and
+// losses in metrics.h5, atomic checkpoints with everything an exact resume
+// needs, and a summary.json at the end.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "experiments/config/config.h"
+
+namespace attnlab {
+
+struct RunSummary {
+    int64_t steps = 0;
+    double eval_loss = 0, eval_token_acc = 0, eval_seq_acc = 0;
+    double wall_s = 0, tokens_per_s = 0, peak_rss_mb = 0;
+    std::optional<int64_t> first_step_at_target;  // first eval step with token_acc >= target
+};
+
+class Trainer {
+public:
+    // A new run in out_dir/name (or name-2, name-3, ... when that exists: nothing
+    // is overwritten). Validates everything before the folder is created.
+    // With `run_dir`, exactly there instead (it must not exist: sweeps name their cells).
+    static std::unique_ptr<Trainer> start(const Config& config, const std::string& run_dir = "");
+    // Throws what start() would throw for this config before it creates the run
+    // folder (the config, the device, the data files, the memory estimate, the
+    // model and optimiser it builds); writes nothing. A sweep checks every cell so.
+    static void check_runnable(const Config& config);
+    // Continues run_dir from its newest checkpoint, with its saved config.
+    static std::unique_ptr<Trainer> resume(const std::string& run_dir);
+    ~Trainer();
+
+    // 0: finished; 1: stopped on a NaN/Inf loss or gradient (the last good
+    // checkpoint stays); 130: interrupted by SIGINT/SIGTERM after a checkpoint.
+    int run();
+
+    const std::string& run_dir() const;
+    const RunSummary& summary() const;
+
+private:
+    struct State;
+    static std::unique_ptr<State> build_state(const Config& config);
+    explicit Trainer(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+};
+
+}  // namespace attnlab

@@ -1,0 +1,89 @@
+// `attnlab sweep`: the [sweep] grid of a config, each cell an ordinary run in
+// out_dir/<run.name>/<index>_<key=value,...>/, run as child `attnlab train`
+// processes (a failing cell cannot take the others down), then one table.
+//
+// The sweep folder is known by its sweep.toml (the sweep's resolved config). A
+// rerun continues it only when the grid and the base config are the same; any
+// other folder (a single run, another sweep, foreign files) is refused, as is a
+// bad grid or a cell that training would refuse, all before anything is written.
+// The sweep holds the folder's RunLock while it runs; SIGINT/SIGTERM are passed
+// on to the running cells, which checkpoint, and a rerun resumes them.
+//
+//   summary.csv / summary.h5   one row per cell: the swept values, final eval
+//                              loss and accuracies, the first eval step at the
+//                              target accuracy, mean entropy and normalised
+//                              entropy per attention kind and layer (last log
+//                              row, averaged over heads), the largest masked
+//                              mass seen, wall time, tokens/s, status; then one
+//                              row per combination of the other swept keys,
+//                              aggregated over run.seed (mean and sample std).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiments/config/config.h"
+
+namespace attnlab {
+
+struct SweepOptions {
+    size_t jobs = 1;            // cells at a time; the cores are split between them
+    size_t max_cells = 64;      // a larger grid needs force
+    bool force = false;
+    std::string executable;     // the attnlab binary that runs cells
+    std::string config_path;    // for messages: where the grid comes from
+    std::vector<std::string> overrides;  // the command line's key=value (none may name a swept key)
+};
+
+struct CellResult {
+    std::string name;                         // "03_model.heads=4,run.seed=1"
+    std::vector<std::string> values;          // one per swept key, as given (strings unquoted)
+    std::string status;                       // "ok" | "failed (exit N)" | ...
+    std::map<std::string, double> numbers;    // column -> value (NaN when missing)
+};
+
+struct SweepTable {
+    std::vector<std::string> keys;            // swept keys, in [sweep] order
+    std::vector<std::string> columns;         // numeric columns, in a fixed order
+    std::vector<CellResult> cells;
+    std::vector<CellResult> aggregated;       // over run.seed; "values" has "*" for run.seed
+    int interrupted = 0;                      // SIGINT or SIGTERM when the sweep was interrupted, else 0
+    std::vector<std::string> stopped;         // the cells the interrupt stopped
+    size_t not_started = 0;                   // the cells it kept from starting
+};
+
+// Runs (or skips, or resumes) every cell, writes summary.csv and summary.h5, and
+// returns the table. Refuses bad grids before any cell starts.
+SweepTable run_sweep(const Config& config, const SweepOptions& options);
+
+// The one line for an interrupted sweep: the signal, the cells it stopped, how
+// to resume (`command`: the sweep's command line).
+std::string interruption_line(const SweepTable& table, const std::string& command);
+
+// Reads a finished or partial sweep folder's cells back into a table (used by
+// run_sweep and by tests).
+SweepTable collect_sweep(const Config& config, const std::string& sweep_dir);
+
+// The cell folder name for cell `index` of `count` with these assignments:
+// "03_model.heads=4,run.seed=1" ('/', spaces, quotes, brackets and control
+// characters as '_'). A name longer than kMaxFolderName is cut and ends in "~"
+// and 16 hex digits of a hash of the assignments; the index keeps it unique and
+// the cell's config.toml holds every value.
+std::string cell_name(size_t index, size_t count, const std::vector<std::string>& assignments);
+
+// The numbers of a cell's summary.json (null as NaN). A garbled file is an Error
+// naming the file, the line and the key.
+std::map<std::string, double> read_summary_numbers(const std::string& path);
+
+void write_summary_csv(const SweepTable& table, const std::string& path);
+void write_summary_h5(const SweepTable& table, const std::string& path);
+
+// Mean and sample standard deviation of the cells that share every swept value
+// but run.seed (the cells themselves when the grid has no run.seed axis).
+std::vector<CellResult> aggregate_over_seeds(const SweepTable& table);
+
+std::string format_table(const SweepTable& table, const std::vector<CellResult>& rows);
+
+}  // namespace attnlab
