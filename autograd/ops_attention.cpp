@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "autograd/attention.h"
-#include "autograd/attention_kernels.h"
+#include "autograd/cpu/attention_kernels.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"

@@ -1,7 +1,7 @@
 // Matrix products through OpenBLAS GEMM; no naive loops on this path.
 #include <algorithm>
 
-#include "autograd/blas.h"
+#include "autograd/cpu/blas.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"

@@ -3,11 +3,11 @@
 #include <cmath>
 
 #include "autograd/gradcheck.h"
-#include "autograd/kernels.h"
+#include "autograd/cpu/kernels.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "autograd/shape.h"
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 
 namespace attnlab {
 

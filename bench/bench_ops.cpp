@@ -25,8 +25,8 @@
 
 #include <cxxopts.hpp>
 
-#include "autograd/memory.h"
-#include "autograd/blas.h"
+#include "autograd/cpu/memory.h"
+#include "autograd/cpu/blas.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "bench/bench_common.h"

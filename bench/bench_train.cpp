@@ -28,11 +28,11 @@
 
 #include <cxxopts.hpp>
 
-#include "autograd/blas.h"
-#include "autograd/memory.h"
+#include "autograd/cpu/blas.h"
+#include "autograd/cpu/memory.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 #include "bench/bench_common.h"
 #include "cuda/attention_op.h"
 #include "cuda/backend.h"

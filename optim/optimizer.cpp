@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "autograd/tensor_impl.h"
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 
 namespace attnlab {
 

@@ -8,8 +8,8 @@
 #include <limits>
 #include <sstream>
 
-#include "autograd/threads.h"
-#include "autograd/blas.h"
+#include "autograd/cpu/threads.h"
+#include "autograd/cpu/blas.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "experiments/run/attention_metrics.h"

@@ -8,7 +8,7 @@
 #include <limits>
 #include <sstream>
 
-#include "autograd/blas.h"
+#include "autograd/cpu/blas.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "experiments/run/attention_metrics.h"

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "autograd/threads.h"
-#include "autograd/blas.h"
+#include "autograd/cpu/threads.h"
+#include "autograd/cpu/blas.h"
 #include "experiments/analysis/ablate.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/cli/command_line.h"

@@ -9,8 +9,8 @@
 #include <map>
 #include <sstream>
 
-#include "autograd/threads.h"
-#include "autograd/blas.h"
+#include "autograd/cpu/threads.h"
+#include "autograd/cpu/blas.h"
 #include "experiments/analysis/audit.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/cli/command_line.h"

@@ -1,4 +1,4 @@
-#include "autograd/memory.h"
+#include "autograd/cpu/memory.h"
 #include "experiments/cli/commands.h"
 
 int main(int argc, char** argv) {

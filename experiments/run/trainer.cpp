@@ -14,8 +14,8 @@
 #include <limits>
 #include <sstream>
 
-#include "autograd/threads.h"
-#include "autograd/blas.h"
+#include "autograd/cpu/threads.h"
+#include "autograd/cpu/blas.h"
 #include "autograd/ops.h"
 #include "cuda/backend.h"
 #include "cuda/context.h"

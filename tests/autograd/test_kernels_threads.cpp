@@ -7,10 +7,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "autograd/kernels.h"
+#include "autograd/cpu/kernels.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 
 namespace attnlab {
 namespace {

@@ -4,7 +4,7 @@
 // bytes (seeds: tests/fuzz/corpus/fuzz_checkpoint/ and, for raw files,
 // tests/fuzz/corpus/fuzz_checkpoint_files/).
 #include "autograd/rng.h"
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"
 #include "data/h5file.h"

@@ -3,7 +3,7 @@
 // is a recipe of edits to a valid token file (hdf5_recipe.h), or an HDF5
 // file's bytes (seeds: tests/fuzz/corpus/fuzz_token_file/ and, for raw files,
 // tests/fuzz/corpus/fuzz_token_file_files/).
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 #include "data/file_task.h"
 #include "data/h5file.h"
 #include "tests/fuzz/fuzz_common.h"

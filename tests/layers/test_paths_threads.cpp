@@ -7,7 +7,7 @@
 #include "autograd/attention.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 #include "layer_test_util.h"
 #include "optim/optimizer.h"
 

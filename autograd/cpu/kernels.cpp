@@ -1,4 +1,4 @@
-#include "autograd/kernels.h"
+#include "autograd/cpu/kernels.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,14 +1,14 @@
-#include "autograd/attention_kernels.h"
+#include "autograd/cpu/attention_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include "autograd/blas.h"
-#include "autograd/kernels.h"
+#include "autograd/cpu/blas.h"
+#include "autograd/cpu/kernels.h"
 #include "autograd/tensor.h"
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 
 namespace attnlab::attention_kernels {
 

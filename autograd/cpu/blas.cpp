@@ -1,8 +1,8 @@
-#include "autograd/blas.h"
+#include "autograd/cpu/blas.h"
 
 #include <cblas.h>
 
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 
 namespace attnlab {
 

@@ -1,3 +1,3 @@
 // The float kernels for -march=skylake-avx512, set in CMakeLists.txt.
 #define ATTNLAB_KERNEL_ISA avx512
-#include "autograd/kernels_impl.h"
+#include "autograd/cpu/kernels_impl.h"

@@ -1,4 +1,4 @@
-#include "autograd/threads.h"
+#include "autograd/cpu/threads.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "autograd/blas.h"
+#include "autograd/cpu/blas.h"
 #include "autograd/tensor.h"
 
 namespace attnlab {

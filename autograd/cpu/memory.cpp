@@ -1,4 +1,4 @@
-#include "autograd/memory.h"
+#include "autograd/cpu/memory.h"
 
 #include <malloc.h>
 

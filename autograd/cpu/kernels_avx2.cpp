@@ -1,3 +1,3 @@
 // The float kernels for -march=haswell (AVX2, FMA), set in CMakeLists.txt.
 #define ATTNLAB_KERNEL_ISA avx2
-#include "autograd/kernels_impl.h"
+#include "autograd/cpu/kernels_impl.h"
