@@ -21,6 +21,8 @@ int cmd_train(const std::vector<std::string>& args) {
         return 0;
     }
     if (parsed.count("keys")) {
+        if (parsed.count("args") || parsed.count("resume") || parsed.count("run-dir"))
+            throw UsageError("--keys lists the config keys and takes nothing else");
         std::cout << describe_keys();
         return 0;
     }

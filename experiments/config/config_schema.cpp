@@ -19,6 +19,7 @@ constexpr double inf = std::numeric_limits<double>::infinity();
 
 // 1 -> "1", 0.5 -> "0.5", 1e-8 -> "1e-08": shortest text that reads back equal.
 std::string number_text(double value) {
+    if (value == std::floor(value) && std::fabs(value) < 1e16) return std::to_string(static_cast<long long>(value));  // 100000, not 1e+05
     char buffer[64];
     const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
     return std::string(buffer, result.ptr);
@@ -263,7 +264,8 @@ std::vector<Field> make_fields() {
         integer(KEY(train, batch), at_least(1), "sequences per step"),
         integer(KEY(train, log_every), at_least(1), "steps between training log rows"),
         integer(KEY(train, eval_every), at_least(1), "steps between evaluations"),
-        integer(KEY(train, eval_batches), at_least(1), "held-out batches per evaluation"),
+        // drawn once and evaluated at every evaluation: beyond 100000 a run would spend its time there
+        integer(KEY(train, eval_batches), between(1, 100000), "held-out batches per evaluation"),
         integer(KEY(train, checkpoint_every), at_least(1), "steps between checkpoints"),
         integer(KEY(train, keep_checkpoints), at_least(0), "newest checkpoints kept; 0 = all"),
         choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the whole training step on the GPU (needs a CUDA build and a GPU)"),

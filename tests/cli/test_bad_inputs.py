@@ -134,7 +134,8 @@ CASES = [
     dict(name="model.layers 1e11", args=["model.layers=100000000000"], want=["model.layers = 100000000000", "would need"]),
     dict(name="train.batch 1e11", args=["train.batch=100000000000"], want=["train.batch = 100000000000", "would need"]),
     dict(name="model.ffn 1e11", args=["model.ffn=100000000000"], want=["model.ffn", "would need"]),
-    dict(name="train.eval_batches 1e11", args=["train.eval_batches=100000000000"], want=["train.eval_batches", "would need"]),
+    dict(name="train.eval_batches 1e11", args=["train.eval_batches=100000000000"],
+         want=["train.eval_batches", "must be in [1, 100000], got 100000000000"]),
     dict(name="heads x head_width both 2^32 (a product that wraps)",
          args=["model.heads=4294967296", "model.head_width=4294967296"], want=["would need", "this machine has"]),
     dict(name="kv_heads 2^32 with heads 2^32", args=["model.heads=4294967296", "model.kv_heads=4294967296", "model.width=4294967296"],
@@ -150,6 +151,9 @@ CASES = [
          want=["model.width", "expected an integer"]),
     dict(name="integer beyond int64 (file)", cfg=("model", ["width = 99999999999999999999"]), line=2, want=["TOML syntax error"]),
     dict(name="train.threads 100000", args=["train.threads=100000"], want=["train.threads", "1024"]),
+    dict(name="train.eval_batches 3000000 (evaluation would never end)", args=["train.eval_batches=3000000"],
+         want=["train.eval_batches", "100000"]),
+    dict(name="train --keys with other arguments", cmd=["train", "--keys", "extra"], want=["--keys", "nothing else"]),
     dict(name="negative seed", args=["run.seed=-1"], want=["run.seed"]),
 
     # --- floats that float32 turns into 0 or inf ---
