@@ -75,6 +75,9 @@ def check_out(out, inputs):
         raise ReportError("--out: empty path")
     if os.path.isdir(out):
         raise ReportError(f"--out {out} is a directory")
+    if os.path.lexists(out) and not os.path.isfile(out) or os.path.islink(out):
+        # replacing it would destroy it (a device such as /dev/full, a FIFO) or what a link points at
+        raise ReportError(f"--out {out} exists and is not a regular file; refusing to replace it")
     folder = os.path.dirname(out) or "."
     if not os.path.isdir(folder):
         raise ReportError(f"--out {out}: folder {folder} does not exist")

@@ -26,6 +26,11 @@ void fsync_path(const std::string& path, bool directory, const std::string& tag)
 }
 
 void write_atomically(const fs::path& path, const std::string& tag, const std::function<void(const std::string&)>& write) {
+    // The rename would replace a device (/dev/full), a FIFO or a symbolic link itself.
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(path, ec);
+    if (fs::exists(status) && !fs::is_regular_file(status))
+        throw Error(tag + " " + path.string() + " exists and is not a regular file; refusing to replace it");
     const std::string tmp = path.string() + ".tmp";
     try {
         write(tmp);

@@ -207,6 +207,11 @@ CASES = [
                                                        "3 99999999999999999999", "--out", "{files}/never.h5"],
          want=["--tokens", "99999999999999999999"]),
     dict(name="gradcheck of an unknown op", cmd=["gradcheck", "no_such_op"], want=["no_such_op"]),
+    dict(name="inspect --out that is a symbolic link (never replaced)",
+         cmd=["inspect", "{runs}/base", "--tokens", "3 4", "--out", "{files}/link_out.h5"],
+         want=["link_out.h5 exists and is not a regular file"]),
+    dict(name="ablate --out that is a symbolic link (never replaced)",
+         cmd=["ablate", "{runs}/base", "--out", "{files}/link_out.h5"], want=["link_out.h5 exists and is not a regular file"]),
 
     # --- resume: a run is never damaged ---
     dict(name="--resume of a finished run", cmd=["train", "--resume", "{runs}/base"], want=["finished", "train.steps = 40"]),
@@ -272,6 +277,7 @@ class BadInputs(unittest.TestCase):
             h.attrs["config"] = "[model\nheads = 2\n"
         with open(os.path.join(cls.files, "notes.txt"), "w") as f:
             f.write("this is not HDF5\n" * 50)
+        os.symlink(os.path.join(cls.files, "notes.txt"), os.path.join(cls.files, "link_out.h5"))
         # Unfinished copies of the run (step 30 of 40), each broken one way for --resume.
         def unfinished(name):
             folder = os.path.join(cls.broken, name)

@@ -1,13 +1,19 @@
-// main() turns every exception into one line and an exit status (never an abort).
+// main() turns every exception into one line and an exit status (never an abort);
+// run_files never replaces what is not a regular file.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <new>
 #include <sstream>
 #include <stdexcept>
 
 #include "autograd/tensor.h"
 #include "experiments/cli/commands.h"
+#include "experiments/files/run_files.h"
 
 namespace attnlab {
 namespace {
@@ -48,6 +54,32 @@ TEST(CliErrors, OurOwnBugsAreExit1InternalError) {
     const Outcome odd = run([]() -> int { throw 42; });
     EXPECT_EQ(odd.status, 1);
     EXPECT_NE(odd.line.find("internal error"), std::string::npos);
+}
+
+TEST(RunFiles, WriteAtomicallyNeverReplacesWhatIsNoRegularFile) {
+    // The rename would put a file in place of a FIFO, a device (as root:
+    // /dev/full) or a symbolic link; refused, and nothing is left behind.
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attnlab_run_files_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::filesystem::path fifo = dir / "fifo", link = dir / "link", target = dir / "target";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+    write_text_atomically(target, "keep", "[test]");
+    std::filesystem::create_symlink(target, link);
+    for (const auto& path : {fifo, link}) {
+        try {
+            write_text_atomically(path, "new", "[test]");
+            ADD_FAILURE() << "replaced " << path;
+        } catch (const Error& e) {
+            EXPECT_EQ(std::string(e.what()), "[test] " + path.string() + " exists and is not a regular file; refusing to replace it");
+        }
+    }
+    EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::symlink_status(fifo)));
+    EXPECT_TRUE(std::filesystem::is_symlink(std::filesystem::symlink_status(link)));
+    EXPECT_FALSE(std::filesystem::exists(dir / "fifo.tmp"));
+    write_text_atomically(target, "replaced", "[test]");  // a regular file is replaced whole
+    std::ifstream in(target);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "replaced");
+    std::filesystem::remove_all(dir);
 }
 
 TEST(CliErrors, TheBodysStatusPassesThrough) {

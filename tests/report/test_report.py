@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import stat
 
 import report_common as rc
 from report_common import Fixtures
@@ -175,6 +176,20 @@ class BadInput(rc.cc.TempDirTest):
 
     def test_out_is_a_folder(self):
         self.refused([Fixtures.train("dec", rc.DECODER), "--out", self.tmp], r"is a directory")
+
+    def test_out_that_is_no_regular_file_is_never_replaced(self):
+        # the rename would replace a FIFO or a device (as root: /dev/full) or a link itself
+        fifo = self.path("fifo.html")
+        os.mkfifo(fifo)
+        self.refused([Fixtures.train("dec", rc.DECODER), "--out", fifo], r"fifo.html exists and is not a regular file")
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        target = self.path("target.html")
+        with open(target, "w") as f:
+            f.write("keep")
+        link = self.path("link.html")
+        os.symlink(target, link)
+        self.refused([Fixtures.train("dec", rc.DECODER), "--out", link], r"link.html exists and is not a regular file")
+        self.assertTrue(os.path.islink(link))
 
     def test_missing_python(self):
         os.environ["ATTNLAB_PYTHON"] = self.path("no_python")
