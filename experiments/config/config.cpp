@@ -79,6 +79,10 @@ void read_sweep(Config& config, const toml::node& node, const std::string& path)
     for (const Entry& axis : entries_of(*table)) {
         const std::string name = "sweep." + config_schema::quote(axis.key);
         const Field* field = config_schema::find(axis.key);
+        if (!field && config_schema::is_section(axis.key))  // `model = [...]`: a section, not a key
+            throw ConfigError("sweep." + axis.key, where(path, axis.at) + "sweep key " + axis.key +
+                                                       " is a section; sweep one of its keys, e.g. \"" + axis.key + "." +
+                                                       config_schema::first_key_of(axis.key) + "\" = [...]");
         if (!field)
             throw ConfigError("sweep." + axis.key, where(path, axis.at) + "unknown sweep key " + axis.key + config_schema::suggestion(axis.key));
         const toml::array* values = axis.node->as_array();

@@ -304,6 +304,12 @@ const Field* find(std::string_view key) {
     return nullptr;
 }
 
+std::string first_key_of(std::string_view section) {
+    for (const Field& f : fields())
+        if (section_of(f.key) == section) return std::string(leaf(f.key));
+    return "";
+}
+
 bool is_section(std::string_view name) {
     if (name == "sweep") return true;
     return std::any_of(fields().begin(), fields().end(), [&](const Field& f) { return section_of(f.key) == name; });

@@ -28,6 +28,7 @@ struct Field {
 const std::vector<Field>& fields();  // in to_toml's order
 const Field* find(std::string_view key);
 bool is_section(std::string_view name);  // "run", "task", ... and "sweep"
+std::string first_key_of(std::string_view section);  // "model" -> "kind" (its first key in schema order)
 
 // " (did you mean model.heads?)", or the section's keys when nothing is close, or "".
 std::string suggestion(const std::string& unknown);

@@ -172,6 +172,8 @@ CASES = [
          want=["model.heads", "repeats element 0"]),
     dict(name="duplicate value written two ways (2 and 2.0)", cfg=("sweep", ['"optim.lr" = [0.5, 5e-1]']), line=2,
          want=["optim.lr", "repeats"]),
+    dict(name="a section as a sweep key", cfg=("sweep", ["model = [1, 2]"]), line=2,
+         want=["sweep key model is a section", '"model.kind" = [...]']),
     dict(name="the same sweep key written two ways", cfg=("sweep", ['"model.heads" = [1, 2]', "model.heads = [4]"]),
          want=["model.heads", "swept twice"]),
 
