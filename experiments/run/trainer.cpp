@@ -298,15 +298,6 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
     } catch (const Error& e) {
         throw Error("[train] " + newest + ": " + e.what());
     }
-    changed.erase(std::remove_if(changed.begin(), changed.end(), [](const std::string& c) {
-                      return c.rfind("run.", 0) == 0;  // where the folder is now, not a change to the run
-                  }), changed.end());
-    if (!changed.empty()) {  // recorded beside the run, and said
-        std::ofstream(dir / "resumes.log", std::ios::app)
-            << "step " << data.step << ": resumed with " << joined(changed) << "\n";
-        std::fprintf(stderr, "attnlab train: resuming at step %lld with %s (config.toml edited; recorded in resumes.log)\n",
-                     static_cast<long long>(data.step), joined(changed).c_str());
-    }
     for (const auto& [name, words] : data.rng) {
         if (words.size() != 4) throw Error("[train] " + saved.back() + ": rng/" + name + " must hold 4 words");
         const Rng::State s{words[0], words[1], words[2], words[3]};
@@ -321,6 +312,16 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
     state->step = data.step;
     state->log.emplace(MetricsLog::resume((dir / "metrics.h5").string(), data.step));
     state->open_tensorboard();
+    // Everything could be read: the edited keys are recorded beside the run, and said.
+    changed.erase(std::remove_if(changed.begin(), changed.end(), [](const std::string& c) {
+                      return c.rfind("run.", 0) == 0;  // where the folder is now, not a change to the run
+                  }), changed.end());
+    if (!changed.empty()) {
+        std::ofstream(dir / "resumes.log", std::ios::app)
+            << "step " << data.step << ": resumed with " << joined(changed) << "\n";
+        std::fprintf(stderr, "attnlab train: resuming at step %lld with %s (config.toml edited; recorded in resumes.log)\n",
+                     static_cast<long long>(data.step), joined(changed).c_str());
+    }
     std::fprintf(stderr, "attnlab train: resuming %s from step %lld (%s)\n", run_dir.c_str(), static_cast<long long>(data.step),
                  fs::path(newest).filename().c_str());
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
