@@ -14,6 +14,7 @@
 #include "experiments/analysis/audit.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/cli/command_line.h"
+#include "experiments/files/json_text.h"
 #include "experiments/config/config.h"
 #include "experiments/run/model_factory.h"
 
@@ -185,20 +186,6 @@ std::string text(const AuditRecord& r) {
 
 // --- JSON ---
 
-std::string quote(const std::string& s) {
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') out += std::string("\\") + c;
-        else if (c == '\n') out += "\\n";
-        else if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-        } else out += c;
-    }
-    return out + "\"";
-}
-
 std::string jnum(double x) {
     if (!std::isfinite(x)) return "null";
     char buf[64];
@@ -210,12 +197,12 @@ class Json {
 public:
     Json& key(const std::string& k) {
         comma();
-        out_ += quote(k) + ": ";
+        out_ += json_string(k) + ": ";
         fresh_ = true;
         return *this;
     }
-    Json& value(const std::string& v) { return raw(quote(v)); }
-    Json& value(const char* v) { return raw(quote(v)); }
+    Json& value(const std::string& v) { return raw(json_string(v)); }
+    Json& value(const char* v) { return raw(json_string(v)); }
     Json& value(double v) { return raw(jnum(v)); }
     Json& value(size_t v) { return raw(std::to_string(v)); }
     Json& value(int64_t v) { return raw(std::to_string(v)); }

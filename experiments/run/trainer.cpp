@@ -25,6 +25,7 @@
 #include "experiments/run/metrics_log.h"
 #include "experiments/config/memory_estimate.h"
 #include "experiments/run/model_factory.h"
+#include "experiments/files/json_text.h"
 #include "experiments/files/run_files.h"
 #include "experiments/run/tensorboard.h"
 #include "optim/optimizer.h"
@@ -73,21 +74,6 @@ std::string joined(const std::vector<std::string>& parts) {
     std::string out;
     for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
     return out;
-}
-
-// A JSON string literal: quotes, backslashes and control characters escaped.
-std::string json_string(const std::string& text) {
-    std::string out = "\"";
-    for (const char ch : text) {
-        const auto byte = static_cast<unsigned char>(ch);
-        if (ch == '"' || ch == '\\') out += std::string("\\") + ch;
-        else if (byte < 0x20) {
-            char code[8];
-            std::snprintf(code, sizeof code, "\\u%04x", byte);
-            out += code;
-        } else out += ch;
-    }
-    return out + "\"";
 }
 
 std::string format_duration(double seconds) {

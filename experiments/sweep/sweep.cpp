@@ -26,10 +26,6 @@ namespace attnlab {
 
 namespace {
 
-std::string unquote(const std::string& value) {
-    return value.size() >= 2 && value.front() == '"' && value.back() == '"' ? value.substr(1, value.size() - 2) : value;
-}
-
 std::string join(const std::vector<std::string>& parts, const std::string& separator) {
     std::string out;
     for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;

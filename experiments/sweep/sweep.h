@@ -73,6 +73,9 @@ SweepTable collect_sweep(const Config& config, const std::string& sweep_dir);
 // the cell's config.toml holds every value.
 std::string cell_name(size_t index, size_t count, const std::vector<std::string>& assignments);
 
+// A swept value as shown in names and tables: "\"sqrt\"" -> "sqrt"; others as they are.
+std::string unquote(const std::string& value);
+
 // The numbers of a cell's summary.json (null as NaN). A garbled file is an Error
 // naming the file, the line and the key.
 std::map<std::string, double> read_summary_numbers(const std::string& path);

@@ -20,10 +20,6 @@ namespace {
 
 constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
 
-std::string unquote(const std::string& value) {
-    return value.size() >= 2 && value.front() == '"' && value.back() == '"' ? value.substr(1, value.size() - 2) : value;
-}
-
 // A reader of the flat JSON object trainer.cpp writes ("key": number | null |
 // string, one per line). Every problem names the file, the line and the key.
 class SummaryReader {
@@ -157,6 +153,10 @@ std::string csv_field(const std::string& text) {
 }
 
 }  // namespace
+
+std::string unquote(const std::string& value) {
+    return value.size() >= 2 && value.front() == '"' && value.back() == '"' ? value.substr(1, value.size() - 2) : value;
+}
 
 std::map<std::string, double> read_summary_numbers(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
