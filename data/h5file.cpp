@@ -106,6 +106,21 @@ Id simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>* ma
                 H5Sclose, where, "cannot make a dataspace");
 }
 
+// The two dataspaces of a transfer of rows [first, first + count) of `dataset`
+// (its current extent `dims`): the rows selected in the file, and a memory space of their shape.
+struct RowSpaces {
+    Id file, memory;
+};
+RowSpaces row_spaces(hid_t dataset, const std::vector<hsize_t>& dims, size_t first, size_t count, const Where& where) {
+    std::vector<hsize_t> start(dims.size(), 0), extent = dims;
+    start[0] = first;
+    extent[0] = count;
+    Id file_space = make(H5Dget_space(dataset), H5Sclose, where, "cannot read its dataspace");
+    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr), where,
+          "cannot select rows");
+    return {std::move(file_space), simple_space(extent, nullptr, where)};
+}
+
 Id scalar_space(const Where& where) { return make(H5Screate(H5S_SCALAR), H5Sclose, where, "cannot make a dataspace"); }
 
 // Opens `name` under `parent` and checks it is a group or a dataset.
@@ -309,33 +324,19 @@ void Dataset::check_rows(size_t first, size_t count) const {
 void Dataset::read_rows_raw(hid_t memory_type, size_t first, size_t count, void* out) const {
     check_rows(first, count);
     if (count == 0) return;
-    std::vector<hsize_t> d = dims();
-    std::vector<hsize_t> start(d.size(), 0), extent = d;
-    start[0] = first;
-    extent[0] = count;
-    Id file_space = make(H5Dget_space(id()), H5Sclose, where_, "cannot read its dataspace");
-    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
-          where_, "cannot select rows");
-    Id memory_space = simple_space(extent, nullptr, where_);
-    check(H5Dread(id(), memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out), where_,
-          "cannot read rows");
+    const RowSpaces rows = row_spaces(id(), dims(), first, count, where_);
+    check(H5Dread(id(), memory_type, rows.memory.get(), rows.file.get(), H5P_DEFAULT, out), where_, "cannot read rows");
 }
 
 void Dataset::append_raw(hid_t memory_type, const void* values, size_t count) {
     if (count == 0) return;
     std::vector<hsize_t> d = dims();
     if (d.empty()) where_.fail("is a scalar, not a series", false);
-    std::vector<hsize_t> start(d.size(), 0), extent = d;
-    start[0] = d[0];
-    extent[0] = count;
+    const size_t first = d[0];
     d[0] += count;
     check(H5Dset_extent(id(), d.data()), where_, "cannot extend to " + std::to_string(d[0]) + " rows");
-    Id file_space = make(H5Dget_space(id()), H5Sclose, where_, "cannot read its dataspace");
-    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
-          where_, "cannot select rows");
-    Id memory_space = simple_space(extent, nullptr, where_);
-    check(H5Dwrite(id(), memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, values), where_,
-          "cannot append rows");
+    const RowSpaces rows = row_spaces(id(), d, first, count, where_);  // the new extent: the new rows exist
+    check(H5Dwrite(id(), memory_type, rows.memory.get(), rows.file.get(), H5P_DEFAULT, values), where_, "cannot append rows");
 }
 
 void Dataset::resize(size_t rows) {
