@@ -57,6 +57,11 @@ struct AttentionMask {
     }
 };
 
+// With policy "error", throws "[attention] batch item b, query position i has no
+// eligible key ..." for the first such row in order; does nothing for "zero".
+// The attention ops run it; so does attention composed of separate ops.
+void check_masked_rows(const AttentionMask& mask, MaskedRows policy, size_t B, size_t Tq, size_t Tk);
+
 // dense: scores and weights as (Tq, Tk) per head, kept for the backward.
 // blockwise: online softmax over key blocks; memory linear in Tk; no weights,
 //   no dropout. automatic: blockwise unless dropout needs the weights or the

@@ -19,6 +19,12 @@ MaskedRows parse_masked_rows(const std::string& name) {
 
 std::string to_string(MaskedRows policy) { return policy == MaskedRows::error ? "error" : "zero"; }
 
+void check_masked_rows(const AttentionMask& mask, MaskedRows policy, size_t B, size_t Tq, size_t Tk) {
+    AttentionOptions options;
+    options.masked_rows = policy;
+    attention_kernels::check_masked_rows({B, 1, 1, Tq, Tk, 0, 0}, mask, options);
+}
+
 namespace {
 
 using attention_kernels::Dims;

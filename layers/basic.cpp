@@ -57,6 +57,7 @@ Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
 LayerNorm::LayerNorm(size_t width, double eps_) : eps(eps_) {
     weight = register_parameter("weight", Tensor::ones({width}));
     bias = register_parameter("bias", Tensor::zeros({width}));
+    declare_hook_points({"out"});
 }
 
 Tensor Dropout::forward(const Tensor& x) const {
@@ -70,12 +71,13 @@ FeedForward::FeedForward(size_t width, size_t hidden, Activation activation_, do
     register_module("fc1", fc1);
     register_module("fc2", fc2);
     register_module("drop", drop);
+    declare_hook_points({"hidden", "out"});
 }
 
 Tensor FeedForward::forward(const Tensor& x) const {
-    Tensor h = fc1.forward(x);  // (..., F)
-    h = activation == Activation::gelu ? gelu(h) : relu(h);
-    return drop.forward(fc2.forward(h));  // (..., D)
+    const Tensor pre = fc1.forward(x);  // (..., F)
+    const Tensor h = hook("hidden", activation == Activation::gelu ? gelu(pre) : relu(pre));
+    return hook("out", drop.forward(fc2.forward(h)));  // (..., D)
 }
 
 }  // namespace attnlab

@@ -42,11 +42,11 @@ public:
     Tensor weight;  // learned: parameter; sinusoidal: fixed table (not a parameter)
 };
 
-// Over the last axis; weight ones, bias zeros.
+// Over the last axis; weight ones, bias zeros. Hook point: out.
 class LayerNorm : public Module {
 public:
     explicit LayerNorm(size_t width, double eps = 1e-5);
-    Tensor forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+    Tensor forward(const Tensor& x) const { return hook("out", layer_norm(x, weight, bias, eps)); }
     Tensor weight, bias;
     double eps;
 };
@@ -63,6 +63,7 @@ public:
 enum class Activation { gelu, relu };
 
 // D -> F -> D: fc2(act(fc1(x))), then dropout.
+// Hook points: hidden (..., F) after the activation, out (..., D).
 class FeedForward : public Module {
 public:
     FeedForward(size_t width, size_t hidden, Activation activation, double dropout, Rng& init, Rng* dropout_rng);

@@ -46,15 +46,15 @@ EncoderBlock::EncoderBlock(const BlockConfig& c, Rng& init, Rng* dropout_rng)
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
     add_feed_forward(*this, c, init, dropout_rng, ffn, res2);
+    declare_hook_points({"resid_pre", "resid_mid", "resid_post"});
 }
 
-Tensor EncoderBlock::forward(const Tensor& x, const AttentionMask& mask, AttentionTrace* trace) const {
-    Tensor h = res1.before(x);
-    MultiHeadAttention::Output a = attn.forward(h, h, mask, trace != nullptr);
-    if (trace) trace->add(a);
-    Tensor y = res1.after(x, a.out);
+Tensor EncoderBlock::forward(const Tensor& x_in, const AttentionMask& mask) const {
+    const Tensor x = hook("resid_pre", x_in);
+    const Tensor h = res1.before(x);
+    Tensor y = hook("resid_mid", res1.after(x, attn.forward(h, h, mask).out));
     if (ffn) y = res2->after(y, ffn->forward(res2->before(y)));
-    return y;
+    return hook("resid_post", y);
 }
 
 DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init, Rng* dropout_rng)
@@ -70,27 +70,25 @@ DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init
         register_module("res_cross", *res_cross);
     }
     add_feed_forward(*this, c, init, dropout_rng, ffn, res2);
+    if (cross_attention) declare_hook_points({"resid_pre", "resid_mid", "resid_cross", "resid_post"});
+    else declare_hook_points({"resid_pre", "resid_mid", "resid_post"});
 }
 
-Tensor DecoderBlock::forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,
-                             const AttentionMask& cross_mask, AttentionTrace* self_trace, AttentionTrace* cross_trace,
-                             Caches* caches) const {
-    Tensor h = res1.before(x);
-    MultiHeadAttention::Output a = caches ? attn.forward_cached(h, caches->self, self_mask, self_trace != nullptr)
-                                          : attn.forward(h, h, self_mask, self_trace != nullptr);
-    if (self_trace) self_trace->add(a);
-    Tensor y = res1.after(x, a.out);
+Tensor DecoderBlock::forward(const Tensor& x_in, const AttentionMask& self_mask, const Tensor& memory,
+                             const AttentionMask& cross_mask, Caches* caches) const {
+    const Tensor x = hook("resid_pre", x_in);
+    const Tensor h = res1.before(x);
+    const Tensor a = caches ? attn.forward_cached(h, caches->self, self_mask).out : attn.forward(h, h, self_mask).out;
+    Tensor y = hook("resid_mid", res1.after(x, a));
     if (cross_attn) {
         if (!memory.defined()) fail("decoder", "cross-attention needs the encoder output");
-        Tensor hq = res_cross->before(y);
-        MultiHeadAttention::Output c =
-            caches ? cross_attn->forward_cross_cached(hq, memory, caches->cross, cross_mask, cross_trace != nullptr)
-                   : cross_attn->forward(hq, memory, cross_mask, cross_trace != nullptr);
-        if (cross_trace) cross_trace->add(c);
-        y = res_cross->after(y, c.out);
+        const Tensor hq = res_cross->before(y);
+        const Tensor c = caches ? cross_attn->forward_cross_cached(hq, memory, caches->cross, cross_mask).out
+                                : cross_attn->forward(hq, memory, cross_mask).out;
+        y = hook("resid_cross", res_cross->after(y, c));
     }
     if (ffn) y = res2->after(y, ffn->forward(res2->before(y)));
-    return y;
+    return hook("resid_post", y);
 }
 
 }  // namespace attnlab

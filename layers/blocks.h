@@ -23,19 +23,6 @@ struct BlockConfig {
     double dropout = 0.0;       // on each sublayer's output (residual dropout)
 };
 
-// What one attention kind did in each layer of a forward pass (appended per layer
-// when a trace is given; asking for it never changes the result).
-struct AttentionTrace {
-    std::vector<Tensor> weights;                 // (B, H, Tq, Tk)
-    std::vector<std::vector<double>> score_std;  // per head: std of scale * q.k over eligible pairs
-    std::vector<Tensor> context;                 // (B, H, Tq, d_h): per-head outputs before out_proj
-    void add(const MultiHeadAttention::Output& o) {
-        weights.push_back(o.weights);
-        score_std.push_back(o.score_std);
-        context.push_back(o.context);
-    }
-};
-
 // One sublayer with its residual path and optional LayerNorm.
 class Residual : public Module {
 public:
@@ -47,12 +34,19 @@ public:
     Dropout drop;
 };
 
+// Hook points of both block kinds (layers/hooks.h), each (B, T, D):
+//   resid_pre    the block's input (the residual stream before it)
+//   resid_mid    after the self-attention sublayer
+//   resid_cross  after the cross-attention sublayer (decoder blocks with one)
+//   resid_post   the block's output
+// and those of their modules: attn.*, cross_attn.*, ln1.out, ln_cross.out, ln2.out, ffn.*.
+
 // Self-attention (padding mask from the source lengths) + FFN.
 class EncoderBlock : public Module {
 public:
     EncoderBlock(const BlockConfig& config, Rng& init, Rng* dropout_rng);
-    // x (B, S, D); weights (B, H, S, S) appended to *weights when given
-    Tensor forward(const Tensor& x, const AttentionMask& mask, AttentionTrace* trace = nullptr) const;
+    // x (B, S, D) -> (B, S, D)
+    Tensor forward(const Tensor& x, const AttentionMask& mask) const;
     MultiHeadAttention attn;
     Residual res1;
     std::unique_ptr<FeedForward> ffn;
@@ -62,7 +56,6 @@ public:
 struct BlockCaches {
     KVCache self, cross;
 };
-// Where a decoder block appends its attention weights (nullptr: not requested).
 
 // Causal self-attention, optional cross-attention to an encoder's output, FFN.
 class DecoderBlock : public Module {
@@ -72,8 +65,7 @@ public:
     // x (B, T, D); memory (B, S, D) or undefined when there is no cross-attention.
     // With `caches`, x holds only new positions and keys/values are cached.
     Tensor forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,
-                   const AttentionMask& cross_mask, AttentionTrace* self_trace = nullptr,
-                   AttentionTrace* cross_trace = nullptr, Caches* caches = nullptr) const;
+                   const AttentionMask& cross_mask, Caches* caches = nullptr) const;
     MultiHeadAttention attn;
     Residual res1;
     std::unique_ptr<MultiHeadAttention> cross_attn;

@@ -50,35 +50,28 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
         register_module("ln_f", *ln_f);
     }
     register_module("head", head);
+    declare_hook_points({"embed", "logits"});
 }
 
-Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths, AttentionMaps* maps) const {
+Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
-    Tensor x = emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens)));  // (B, T, D)
-    if (maps) maps->hidden.push_back(x);
+    Tensor x = hook("embed", emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens))));  // (B, T, D)
     const AttentionMask mask = padding_mask(lengths, true);
-    for (const auto& block : blocks) {
-        x = block->forward(x, mask, Tensor(), {}, maps ? &maps->self : nullptr);
-        if (maps) maps->hidden.push_back(x);
-    }
+    for (const auto& block : blocks) x = block->forward(x, mask, Tensor(), {});
     if (ln_f) x = ln_f->forward(x);
-    return head.forward(x);  // (B, T, V)
+    return hook("logits", head.forward(x));  // (B, T, V)
 }
 
-Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache, AttentionMaps* maps) const {
+Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache) const {
     check_tokens("decoder", tokens, {});
     if (cache.layers.empty()) cache.layers.resize(blocks.size());
-    Tensor x = emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens), cache.position));
-    if (maps) maps->hidden.push_back(x);
+    Tensor x = hook("embed", emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens), cache.position)));
     AttentionMask mask;
     mask.causal = true;  // bottom-right aligned: the new queries see every cached key
-    for (size_t l = 0; l < blocks.size(); ++l) {
-        x = blocks[l]->forward(x, mask, Tensor(), {}, maps ? &maps->self : nullptr, nullptr, &cache.layers[l]);
-        if (maps) maps->hidden.push_back(x);
-    }
+    for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l]->forward(x, mask, Tensor(), {}, &cache.layers[l]);
     cache.position += tokens.shape[1];
     if (ln_f) x = ln_f->forward(x);
-    return head.forward(x);
+    return hook("logits", head.forward(x));
 }
 
 EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng)
@@ -109,57 +102,45 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
         register_module("dec_ln_f", *dec_ln_f);
     }
     register_module("head", head);
+    declare_hook_points({"src_embed", "memory", "tgt_embed", "logits"});
 }
 
-Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths, AttentionMaps* maps) const {
+Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths) const {
     check_tokens("encoder", src, src_lengths);
-    Tensor x = emb_drop.forward(src_pos_emb.forward(src_emb.forward(src)));  // (B, S, D)
-    if (maps) maps->enc_hidden.push_back(x);
+    Tensor x = hook("src_embed", emb_drop.forward(src_pos_emb.forward(src_emb.forward(src))));  // (B, S, D)
     const AttentionMask mask = padding_mask(src_lengths, false);
-    for (const auto& block : encoder) {
-        x = block->forward(x, mask, maps ? &maps->enc_self : nullptr);
-        if (maps) maps->enc_hidden.push_back(x);
-    }
-    return enc_ln_f ? enc_ln_f->forward(x) : x;
+    for (const auto& block : encoder) x = block->forward(x, mask);
+    return hook("memory", enc_ln_f ? enc_ln_f->forward(x) : x);
 }
 
 Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
-                              const std::vector<size_t>& tgt_lengths, AttentionMaps* maps) const {
+                              const std::vector<size_t>& tgt_lengths) const {
     check_tokens("decoder", tgt_in, tgt_lengths);
-    Tensor x = emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_in)));  // (B, T, D)
-    if (maps) maps->hidden.push_back(x);
+    Tensor x = hook("tgt_embed", emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_in))));  // (B, T, D)
     const AttentionMask self_mask = padding_mask(tgt_lengths, true);
     const AttentionMask cross_mask = padding_mask(src_lengths, false);
-    for (const auto& block : decoder) {
-        x = block->forward(x, self_mask, memory, cross_mask, maps ? &maps->self : nullptr, maps ? &maps->cross : nullptr);
-        if (maps) maps->hidden.push_back(x);
-    }
+    for (const auto& block : decoder) x = block->forward(x, self_mask, memory, cross_mask);
     if (dec_ln_f) x = dec_ln_f->forward(x);
-    return head.forward(x);  // (B, T, V)
+    return hook("logits", head.forward(x));  // (B, T, V)
 }
 
 Tensor EncoderDecoder::forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
-                               const std::vector<size_t>& tgt_lengths, AttentionMaps* maps) const {
-    return decode(encode(src, src_lengths, maps), src_lengths, tgt_in, tgt_lengths, maps);
+                               const std::vector<size_t>& tgt_lengths) const {
+    return decode(encode(src, src_lengths), src_lengths, tgt_in, tgt_lengths);
 }
 
 Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_new,
-                                     DecoderCache& cache, AttentionMaps* maps) const {
+                                     DecoderCache& cache) const {
     check_tokens("decoder", tgt_new, {});
     if (cache.layers.empty()) cache.layers.resize(decoder.size());
-    Tensor x = emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_new), cache.position));
-    if (maps) maps->hidden.push_back(x);
+    Tensor x = hook("tgt_embed", emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_new), cache.position)));
     AttentionMask self_mask;
     self_mask.causal = true;
     const AttentionMask cross_mask = padding_mask(src_lengths, false);
-    for (size_t l = 0; l < decoder.size(); ++l) {
-        x = decoder[l]->forward(x, self_mask, memory, cross_mask, maps ? &maps->self : nullptr,
-                                maps ? &maps->cross : nullptr, &cache.layers[l]);
-        if (maps) maps->hidden.push_back(x);
-    }
+    for (size_t l = 0; l < decoder.size(); ++l) x = decoder[l]->forward(x, self_mask, memory, cross_mask, &cache.layers[l]);
     cache.position += tgt_new.shape[1];
     if (dec_ln_f) x = dec_ln_f->forward(x);
-    return head.forward(x);
+    return hook("logits", head.forward(x));
 }
 
 void DecoderLM::set_attention_device(cuda::Context* context) {

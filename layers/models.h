@@ -19,17 +19,11 @@ struct ModelConfig {
     double embedding_dropout = 0.0;
 };
 
-// What a forward pass shows, per attention kind and layer: weights, score
-// statistics, per-head outputs; and the hidden states (B, T, D) after the
-// embeddings and after each block.
-struct AttentionMaps {
-    AttentionTrace self;      // DecoderLM ("self"), or decoder self-attention ("dec_self")
-    AttentionTrace enc_self;  // encoder self-attention
-    AttentionTrace cross;     // decoder -> encoder
-    std::vector<Tensor> hidden;      // decoder: embeddings, then each block's output
-    std::vector<Tensor> enc_hidden;  // encoder: the same
-};
-
+// Hook points (layers/hooks.h) of the models themselves, besides their blocks':
+//   DecoderLM:      embed (B, T, D) token embedding + positions (after dropout),
+//                   ln_f.out, logits (B, T, V)
+//   EncoderDecoder: src_embed (B, S, D), memory (B, S, D) the encoder's output
+//                   (after enc_ln_f), tgt_embed (B, T, D), dec_ln_f.out, logits (B, T, V)
 // Per-layer KV caches and the number of positions already decoded.
 struct DecoderCache {
     std::vector<DecoderBlock::Caches> layers;
@@ -42,9 +36,9 @@ class DecoderLM : public Module {
 public:
     DecoderLM(const ModelConfig& config, Rng& init, Rng* dropout_rng);
     // tokens (B, T) right-padded to lengths (empty: all T) -> logits (B, T, V)
-    Tensor forward(const Indices& tokens, const std::vector<size_t>& lengths = {}, AttentionMaps* maps = nullptr) const;
+    Tensor forward(const Indices& tokens, const std::vector<size_t>& lengths = {}) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
-    Tensor forward_cached(const Indices& tokens, DecoderCache& cache, AttentionMaps* maps = nullptr) const;
+    Tensor forward_cached(const Indices& tokens, DecoderCache& cache) const;
     // Every attention layer's core on `context` (null: the CPU).
     void set_attention_device(cuda::Context* context);
 
@@ -63,15 +57,15 @@ class EncoderDecoder : public Module {
 public:
     EncoderDecoder(const ModelConfig& config, Rng& init, Rng* dropout_rng);
     // src (B, S) with src_lengths -> memory (B, S, D)
-    Tensor encode(const Indices& src, const std::vector<size_t>& src_lengths, AttentionMaps* maps = nullptr) const;
+    Tensor encode(const Indices& src, const std::vector<size_t>& src_lengths) const;
     // tgt_in (B, T): the decoder input (target shifted right) -> logits (B, T, V)
     Tensor decode(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
-                  const std::vector<size_t>& tgt_lengths = {}, AttentionMaps* maps = nullptr) const;
+                  const std::vector<size_t>& tgt_lengths = {}) const;
     Tensor forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
-                   const std::vector<size_t>& tgt_lengths = {}, AttentionMaps* maps = nullptr) const;
+                   const std::vector<size_t>& tgt_lengths = {}) const;
     // Incremental decoding of the next target positions against a fixed memory.
     Tensor decode_cached(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_new,
-                         DecoderCache& cache, AttentionMaps* maps = nullptr) const;
+                         DecoderCache& cache) const;
     // Every attention layer's core (encoder, decoder, cross) on `context` (null: the CPU).
     void set_attention_device(cuda::Context* context);
 

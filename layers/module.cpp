@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "layers/hooks.h"
+
 namespace attnlab {
 
 Tensor Module::register_parameter(const std::string& name, Tensor value) {
@@ -11,6 +13,31 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
 }
 
 void Module::register_module(const std::string& name, Module& child) { children_.emplace_back(name, &child); }
+
+void Module::declare_hook_points(std::initializer_list<const char*> points) {
+    hook_points_.insert(hook_points_.end(), points.begin(), points.end());
+}
+
+std::vector<std::string> Module::hook_points() const {
+    std::vector<std::string> out;
+    for (const char* point : hook_points_) out.push_back(point);
+    for (const auto& [name, child] : children_)
+        for (const std::string& point : child->hook_points()) out.push_back(name + "." + point);
+    return out;
+}
+
+void Module::attach(Hooks* hooks, const std::string& path) const {
+    hooks_ = hooks;
+    path_ = hooks ? path : std::string();
+    for (const auto& [name, child] : children_) child->attach(hooks, path + name + ".");
+}
+
+Tensor Module::hook_slow(const char* point, const Tensor& value) const { return hooks_->at(path_ + point, value); }
+
+bool Module::hooked_slow(const char* point, bool replace) const {
+    const std::string name = path_ + point;
+    return replace ? hooks_->replaces(name) : hooks_->wants(name);
+}
 
 void Module::collect(const std::string& prefix, NamedTensors& out) const {
     for (const auto& [name, p] : parameters_) out.emplace_back(prefix + name, p);

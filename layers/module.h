@@ -1,7 +1,9 @@
 // Module: named parameters in PyTorch's dotted style, kept in registration
-// order; train/eval; state_dict / load_state_dict (strict by default).
+// order; train/eval; state_dict / load_state_dict (strict by default); named
+// hook points (layers/hooks.h) under the same dotted names.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,8 @@
 #include "autograd/tensor.h"
 
 namespace attnlab {
+
+class Hooks;
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;  // in registration order
 
@@ -41,16 +45,40 @@ public:
     // Registers a child by address under `name` (public, as torch's register_module).
     void register_module(const std::string& name, Module& child);
 
+    // Every hook point of this module and its children, dotted ("blocks.0.attn.q"),
+    // in registration order.
+    std::vector<std::string> hook_points() const;
+    // Attaches `hooks` (null: detaches) to this module and every child, each under
+    // its dotted path. Prefer HookScope, which also detaches.
+    void attach_hooks(Hooks* hooks) const { attach(hooks, ""); }
+
 protected:
+    // Names this module's hook points (relative: "q", "pattern"), for listing and checks.
+    void declare_hook_points(std::initializer_list<const char*> points);
+    // A hook point: `value` itself, or what an attached hook replaced it with.
+    Tensor hook(const char* point, const Tensor& value) const {
+        return hooks_ == nullptr ? value : hook_slow(point, value);
+    }
+    // Whether an attached hook wants `point` at all (activations that cost
+    // something to form are formed only then), and whether it may replace it.
+    bool hooked(const char* point) const { return hooks_ != nullptr && hooked_slow(point, false); }
+    bool hook_replaces(const char* point) const { return hooks_ != nullptr && hooked_slow(point, true); }
+
     // Marks `value` as requiring grad and registers it; returns the same handle.
     Tensor register_parameter(const std::string& name, Tensor value);
 
 private:
     void collect(const std::string& prefix, NamedTensors& out) const;
+    void attach(Hooks* hooks, const std::string& path) const;
+    Tensor hook_slow(const char* point, const Tensor& value) const;
+    bool hooked_slow(const char* point, bool replace) const;
 
     std::vector<std::pair<std::string, Tensor>> parameters_;
     std::vector<std::pair<std::string, Module*>> children_;
     bool training_ = true;
+    std::vector<const char*> hook_points_;
+    mutable Hooks* hooks_ = nullptr;  // attached for analysis; null in plain training
+    mutable std::string path_;        // "blocks.0.attn." while hooks are attached
 };
 
 }  // namespace attnlab

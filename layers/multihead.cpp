@@ -1,5 +1,6 @@
 #include "layers/multihead.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace attnlab {
@@ -62,6 +63,13 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("k_proj", k_proj);
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
+    declare_hook_points({"in", "in_kv", "q", "k", "v", "scores", "pattern", "z", "out"});
+}
+
+Tensor MultiHeadAttention::hook_heads(const char* point, const Tensor& t, size_t n) const {
+    if (!hooked(point)) return t;
+    const Shape packed = t.shape();  // (B, T, n d_h)
+    return reshape(hook(point, reshape(t, {packed[0], packed[1], n, head_width})), packed);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -72,14 +80,86 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     options.dropout = dropout;
     options.training = is_training();
     options.rng = dropout_rng;
-    options.need_weights = need_weights;
+    options.need_weights = need_weights || hooked("pattern");
     // q (B, Tq, H d_h), k and v (B, Tk, H_kv d_h): heads side by side, no split copies
-    AttentionResult r = attend_core(q, k, v, mask, options);
-    Tensor merged = head_edits.empty() ? r.context : edit_heads(r.context);  // Concat(heads) (B, Tq, H d_h)
-    Tensor per_head;  // (B, H, Tq, d_h), for traces only
-    if (need_weights)
-        per_head = permute(reshape(merged, {q.size(0), q.size(1), heads, head_width}), {0, 2, 1, 3});
-    return {out_proj.forward(merged), r.weights, r.score_std, per_head};
+    AttentionResult r;
+    if (hook_replaces("scores") || hook_replaces("pattern")) {
+        r = attend_composed(q, k, v, mask, options);
+    } else {
+        r = attend_core(q, k, v, mask, options);
+        if (hooked("scores")) {
+            NoGradGuard no_grad;
+            hook("scores", scores_of(q, k, mask));  // recorded only
+        }
+        if (hooked("pattern")) hook("pattern", r.weights);
+    }
+    const Tensor z = hook_heads("z", r.context, heads);  // Concat(heads) (B, Tq, H d_h)
+    return {hook("out", out_proj.forward(z)), need_weights ? r.weights : Tensor()};
+}
+
+namespace {
+
+// (B, T, n d) -> (B, H, T, d), each of the n heads repeated for H / n query heads (grouped K/V)
+Tensor heads_first(const Tensor& t, size_t n, size_t d, size_t H) {
+    const size_t B = t.size(0), T = t.size(1);
+    Tensor split = permute(reshape(t, {B, T, n, d}), {0, 2, 1, 3});  // (B, n, T, d)
+    if (n == H) return split;
+    const Tensor one = reshape(split, {B, n, 1, T, d});
+    return reshape(concat(std::vector<Tensor>(H / n, one), 2), {B, H, T, d});
+}
+
+// true where key j is ineligible for query i of item b, (B, 1, Tq, Tk), except in
+// rows with no eligible key, which `empty_rows` (B, 1, Tq, 1) marks instead.
+Mask ineligible_keys(const AttentionMask& mask, size_t B, size_t Tq, size_t Tk, Mask& empty_rows) {
+    Mask out({B, 1, Tq, Tk}, std::vector<uint8_t>(B * Tq * Tk, 0));
+    empty_rows = Mask({B, 1, Tq, 1}, std::vector<uint8_t>(B * Tq, 0));
+    for (size_t b = 0; b < B; ++b)
+        for (size_t i = 0; i < Tq; ++i) {
+            uint8_t* row = out.values.data() + (b * Tq + i) * Tk;
+            bool any = false;
+            for (size_t j = 0; j < Tk; ++j) {
+                row[j] = !mask.allows(b, i, j, Tq, Tk);
+                any = any || !row[j];
+            }
+            if (!any) {
+                std::fill(row, row + Tk, uint8_t(0));
+                empty_rows.values[b * Tq + i] = 1;
+            }
+        }
+    return out;
+}
+
+}  // namespace
+
+// scale Q K^T per head (B, H, Tq, Tk), -inf at ineligible keys
+Tensor MultiHeadAttention::scores_of(const Tensor& q, const Tensor& k, const AttentionMask& mask) const {
+    const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
+    check_masked_rows(mask, masked_rows, B, Tq, Tk);
+    const Tensor q_h = heads_first(q, heads, head_width, heads), k_h = heads_first(k, kv_heads, head_width, heads);
+    Mask empty_rows;
+    const Mask ineligible = ineligible_keys(mask, B, Tq, Tk, empty_rows);
+    return masked_fill(matmul(q_h, transpose(k_h, 2, 3)) * scale, ineligible, -INFINITY);
+}
+
+// A = softmax(scores), C = dropout(A) V, as separate ops (the fused op's maths)
+AttentionResult MultiHeadAttention::attend_composed(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                    const AttentionMask& mask, const AttentionOptions& options) const {
+    const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
+    const Tensor scores = hook("scores", scores_of(q, k, mask));  // (B, H, Tq, Tk)
+    Mask empty_rows;
+    ineligible_keys(mask, B, Tq, Tk, empty_rows);
+    Tensor pattern = softmax(scores, -1);
+    if (std::any_of(empty_rows.values.begin(), empty_rows.values.end(), [](uint8_t e) { return e != 0; }))
+        pattern = masked_fill(pattern, empty_rows, 0.0);  // policy "zero": no weight, no context
+    pattern = hook("pattern", pattern);
+    const bool use_dropout = options.training && options.dropout > 0.0;
+    if (use_dropout && options.rng == nullptr) fail("attention", "dropout in training needs an Rng");
+    const Tensor attended = use_dropout ? attnlab::dropout(pattern, options.dropout, true, *options.rng) : pattern;
+    const Tensor z = matmul(attended, heads_first(v, kv_heads, head_width, heads));  // (B, H, Tq, d_h)
+    AttentionResult r;
+    r.context = reshape(permute(z, {0, 2, 1, 3}), {B, Tq, heads * head_width});
+    if (options.need_weights) r.weights = pattern.detach();
+    return r;
 }
 
 // The attention core on the CPU (packed layout) or on the device, whose kernels
@@ -100,53 +180,37 @@ AttentionResult MultiHeadAttention::attend_core(const Tensor& q, const Tensor& k
     return r;
 }
 
-// context (B, Tq, H d_h) -> context * keep + replacement per head, as
-// (B, Tq, H, d_h) * keep (1, 1, H, 1) + replacement (1, 1, H, d_h)
-Tensor MultiHeadAttention::edit_heads(const Tensor& context) const {
-    if (head_edits.size() != heads)
-        fail("attention", std::to_string(head_edits.size()) + " head edits for " + std::to_string(heads) + " heads");
-    std::vector<double> keep(heads, 1.0), replacement(heads * head_width, 0.0);
-    for (size_t h = 0; h < heads; ++h) {
-        const HeadEdit& e = head_edits[h];
-        if (e.kind == HeadEdit::Kind::keep) continue;
-        keep[h] = 0.0;
-        if (e.kind == HeadEdit::Kind::replace) {
-            if (e.value.size() != head_width)
-                fail("attention", "replacement for head " + std::to_string(h) + " has " + std::to_string(e.value.size()) +
-                                      " values, head width is " + std::to_string(head_width));
-            std::copy(e.value.begin(), e.value.end(), replacement.begin() + static_cast<std::ptrdiff_t>(h * head_width));
-        }
-    }
-    const Shape split{context.size(0), context.size(1), heads, head_width};
-    const Tensor edited = reshape(context, split) * Tensor::from_values(keep, {1, 1, heads, 1}, context.dtype()) +
-                          Tensor::from_values(replacement, {1, 1, heads, head_width}, context.dtype());
-    return reshape(edited, context.shape());
-}
-
 MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask,
                                                        bool need_weights) const {
     if (x_q.dim() != 3 || x_kv.dim() != 3 || x_q.size(0) != x_kv.size(0))
         fail("attention", "inputs must be (B, T, D) with one batch size, got " + shape_str(x_q.shape()) + " and " +
                               shape_str(x_kv.shape()));
-    return attend(q_proj.forward(x_q), k_proj.forward(x_kv), v_proj.forward(x_kv), mask, need_weights);
+    const Tensor in = hook("in", x_q);
+    const Tensor in_kv = hook("in_kv", x_kv.same(x_q) ? in : x_kv);  // self-attention: the same tensor
+    return attend(hook_heads("q", q_proj.forward(in), heads), hook_heads("k", k_proj.forward(in_kv), kv_heads),
+                  hook_heads("v", v_proj.forward(in_kv), kv_heads), mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache,
                                                               const AttentionMask& mask, bool need_weights) const {
-    Tensor k_new = k_proj.forward(x_new);  // (B, Tn, H_kv d_h)
-    Tensor v_new = v_proj.forward(x_new);
+    const Tensor in = hook("in", x_new);
+    const Tensor in_kv = hook("in_kv", in);
+    const Tensor k_new = hook_heads("k", k_proj.forward(in_kv), kv_heads);  // (B, Tn, H_kv d_h)
+    const Tensor v_new = hook_heads("v", v_proj.forward(in_kv), kv_heads);
     cache.k = cache.k.defined() ? concat({cache.k, k_new}, 1) : k_new;
     cache.v = cache.v.defined() ? concat({cache.v, v_new}, 1) : v_new;
-    return attend(q_proj.forward(x_new), cache.k, cache.v, mask, need_weights);
+    return attend(hook_heads("q", q_proj.forward(in), heads), cache.k, cache.v, mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache,
                                                                    const AttentionMask& mask, bool need_weights) const {
-    if (!cache.k.defined()) {
-        cache.k = k_proj.forward(memory);  // (B, S, H_kv d_h)
-        cache.v = v_proj.forward(memory);
+    const Tensor in = hook("in", x_q);
+    if (!cache.k.defined()) {  // the source's keys and values, once
+        const Tensor in_kv = hook("in_kv", memory);
+        cache.k = hook_heads("k", k_proj.forward(in_kv), kv_heads);  // (B, S, H_kv d_h)
+        cache.v = hook_heads("v", v_proj.forward(in_kv), kv_heads);
     }
-    return attend(q_proj.forward(x_q), cache.k, cache.v, mask, need_weights);
+    return attend(hook_heads("q", q_proj.forward(in), heads), cache.k, cache.v, mask, need_weights);
 }
 
 }  // namespace attnlab

@@ -37,6 +37,18 @@ struct KVCache {
     size_t bytes() const;  // what the cache holds now
 };
 
+// Hook points (layers/hooks.h), relative to the module's name ("blocks.0.attn."):
+//   in       (B, Tq, D)        the query-side input x_q
+//   in_kv    (B, Tk, D_kv)     the key/value-side input (x_q itself for self-attention)
+//   q        (B, Tq, H, d_h)   projected queries, per head
+//   k, v     (B, Tk, H_kv, d_h) projected keys and values (with a KV cache: the new positions)
+//   scores   (B, H, Tq, Tk)    scale q.k, -inf at ineligible keys (0 in a row with none, policy "zero")
+//   pattern  (B, H, Tq, Tk)    the attention weights, before dropout
+//   z        (B, Tq, H, d_h)   each head's output, before the output projection
+//   out      (B, Tq, D)        the module's output
+// Recording scores or pattern forms them beside the fused op (whose result is
+// unchanged); replacing either runs attention as separate ops so that the
+// replacement flows on, gradients included.
 class MultiHeadAttention : public Module {
 public:
     MultiHeadAttention(const AttentionConfig& config, Rng& init, Rng* dropout_rng);
@@ -44,16 +56,7 @@ public:
     struct Output {
         Tensor out;      // (B, Tq, D)
         Tensor weights;  // (B, H, Tq, Tk) when requested, else undefined
-        std::vector<double> score_std;  // per head, when weights are requested
-        Tensor context;  // (B, H, Tq, d_h): each head's output before the output projection (need_weights only)
     };
-    // Per-head interventions on the context before the output projection
-    // (head ablation): keep, zero, or replace by a fixed vector (mean ablation).
-    struct HeadEdit {
-        enum class Kind { keep, zero, replace } kind = Kind::keep;
-        std::vector<double> value;  // d_h, for replace
-    };
-    std::vector<HeadEdit> head_edits;  // empty, or one per head
     // x_q (B, Tq, D), x_kv (B, Tk, D_kv)
     Output forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask, bool need_weights = false) const;
     // Self-attention over a KV cache: projects x_new (B, Tn, D), appends its keys and
@@ -78,9 +81,14 @@ public:
     Linear q_proj, k_proj, v_proj, out_proj;
 
 private:
-    Tensor edit_heads(const Tensor& context) const;
+    // t (B, T, n d_h) through hook point `point` as (B, T, n, d_h)
+    Tensor hook_heads(const char* point, const Tensor& t, size_t n) const;
     AttentionResult attend_core(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                 const AttentionOptions& options) const;
+    // Attention as separate ops, for hooks that replace scores or the pattern.
+    AttentionResult attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
+                                    const AttentionOptions& options) const;
+    Tensor scores_of(const Tensor& q, const Tensor& k, const AttentionMask& mask) const;
     Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;
 };
 

@@ -21,35 +21,31 @@ size_t kind_index(const std::vector<std::string>& kinds, const std::string& kind
     return static_cast<size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
 }
 
-// Clears a module's head edits when it leaves scope, whatever happens in between.
-struct EditScope {
-    MultiHeadAttention& attn;
-    explicit EditScope(MultiHeadAttention& a, std::vector<MultiHeadAttention::HeadEdit> edits) : attn(a) {
-        attn.head_edits = std::move(edits);
-    }
-    ~EditScope() { attn.head_edits.clear(); }
-    EditScope(const EditScope&) = delete;
-    EditScope& operator=(const EditScope&) = delete;
-};
-
-using Edit = MultiHeadAttention::HeadEdit;
-
-// Evaluates with every head in `heads` zeroed (or replaced by its mean), the rest kept.
+// Evaluates with every head in `heads` zeroed (or replaced by its mean), the rest
+// kept: a replacement at each affected module's hook point z (B, Tq, H, d_h).
 Score evaluate_ablated(const TaskModel& model, const std::vector<Batch>& data, const std::vector<HeadRef>& heads,
                        bool mean, const std::vector<std::string>& kinds, const HeadMeans& means) {
-    std::vector<std::unique_ptr<EditScope>> scopes;
+    Hooks hooks;
     for (const AttentionSite& site : attention_sites(model)) {
-        std::vector<Edit> edits(site.attn->heads);
+        std::vector<double> keep(site.heads, 1.0), replacement;  // keep (H), replacement (H d_h)
         bool any = false;
         for (const HeadRef& r : heads) {
             if (r.kind != site.kind || r.layer != site.layer) continue;
             any = true;
-            edits[r.head].kind = mean ? Edit::Kind::replace : Edit::Kind::zero;
-            if (mean) edits[r.head].value = means[kind_index(kinds, site.kind)][site.layer][r.head];
+            keep[r.head] = 0.0;
         }
-        if (any) scopes.push_back(std::make_unique<EditScope>(*site.attn, std::move(edits)));
+        if (!any) continue;
+        for (size_t h = 0; h < site.heads; ++h) {
+            const std::vector<double>& m = means[kind_index(kinds, site.kind)][site.layer][h];
+            for (double x : m) replacement.push_back(mean && keep[h] == 0.0 ? x : 0.0);
+        }
+        hooks.replace(site.name + ".z", [keep, replacement](const std::string&, const Tensor& z) {
+            const size_t H = z.size(2), d = z.size(3);
+            return z * Tensor::from_values(keep, {1, 1, H, 1}, z.dtype()) +
+                   Tensor::from_values(replacement, {1, 1, H, d}, z.dtype());
+        });
     }
-    return evaluate(model, data);
+    return evaluate(model, data, &hooks);
 }
 
 // An HDF5 file written through `path`.tmp, fsynced and renamed (run_files.h).
@@ -83,22 +79,24 @@ HeadMeans mean_head_outputs(const TaskModel& model, const std::vector<Batch>& da
     HeadMeans sums(kinds.size(), std::vector<std::vector<std::vector<double>>>(layers));
     std::vector<size_t> counts(kinds.size(), 0);  // valid query positions per kind (the same for every layer and head)
     for (const AttentionSite& s : sites)
-        sums[kind_index(kinds, s.kind)][s.layer].assign(s.attn->heads, std::vector<double>(s.attn->head_width, 0.0));
+        sums[kind_index(kinds, s.kind)][s.layer].assign(s.heads, std::vector<double>(s.head_width, 0.0));
     for (const Batch& batch : data) {
-        AttentionMaps maps;
-        model.forward(batch, &maps);
-        for (const AttentionKind& kind : model.kinds_for(batch, maps)) {
+        Hooks hooks;
+        hooks.record("*attn.z");
+        model.forward(batch, hooks);
+        for (const AttentionKind& kind : model.kinds_for(batch)) {
             const size_t k = kind_index(kinds, kind.name);
-            for (size_t l = 0; l < kind.trace->context.size(); ++l) {
-                const Tensor& context = kind.trace->context[l];  // (B, H, Tq, d_h)
-                const size_t B = context.size(0), H = context.size(1), Tq = context.size(2), d = context.size(3);
-                const std::vector<double> c = context.values();
+            const std::vector<Tensor> outputs = recorded_per_layer(hooks, kind, "z");
+            for (size_t l = 0; l < outputs.size(); ++l) {
+                const Tensor& z = outputs[l];  // (B, Tq, H, d_h)
+                const size_t B = z.size(0), Tq = z.size(1), H = z.size(2), d = z.size(3);
+                const std::vector<double> c = z.values();
                 for (size_t b = 0; b < B; ++b) {
                     const size_t valid = kind.query_lengths.empty() ? Tq : std::min(kind.query_lengths[b], Tq);
                     if (l == 0) counts[k] += valid;
                     for (size_t h = 0; h < H; ++h)
                         for (size_t i = 0; i < valid; ++i)
-                            for (size_t e = 0; e < d; ++e) sums[k][l][h][e] += c[((b * H + h) * Tq + i) * d + e];
+                            for (size_t e = 0; e < d; ++e) sums[k][l][h][e] += c[((b * Tq + i) * H + h) * d + e];
                 }
             }
         }
@@ -140,7 +138,7 @@ Ablation ablate(const TaskModel& model, const std::vector<Batch>& data, const st
     result.baseline = evaluate(model, data);
     result.mean_outputs = mean_head_outputs(model, data);
     for (const AttentionSite& site : attention_sites(model))
-        for (size_t h = 0; h < site.attn->heads; ++h) {
+        for (size_t h = 0; h < site.heads; ++h) {
             AblationRow row;
             row.kind = site.kind;
             row.layer = site.layer;
@@ -263,9 +261,10 @@ void write_ablation_h5(const std::string& path, const Ablation& a, const Ablatio
 
 void write_maps_h5(const std::string& path, const TaskModel& model, const Batch& batch, const AblationSource& source) {
     NoGradGuard no_grad;
-    AttentionMaps maps;
-    model.forward(batch, &maps);
-    const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
+    Hooks hooks;
+    hooks.record("*attn.pattern");
+    model.forward(batch, hooks);
+    const std::vector<AttentionKind> kinds = model.kinds_for(batch);
     write_h5_atomically(path, "ablate", [&](const h5::File& file) {
         write_source_attrs(file, "attnlab-maps", source);
         file.write_attr_string("kind", model.encoder_decoder() ? "encoder-decoder" : "decoder");
@@ -284,8 +283,9 @@ void write_maps_h5(const std::string& path, const TaskModel& model, const Batch&
         const h5::Group attention = file.create_group("attention");
         for (const AttentionKind& kind : kinds) {
             const h5::Group group = attention.create_group(kind.name);
-            for (size_t l = 0; l < kind.trace->weights.size(); ++l) {
-                const Tensor& w = kind.trace->weights[l];
+            const std::vector<Tensor> weights = recorded_per_layer(hooks, kind, "pattern");
+            for (size_t l = 0; l < weights.size(); ++l) {
+                const Tensor& w = weights[l];
                 const std::vector<double> v = w.values();
                 const std::vector<float> f(v.begin(), v.end());
                 group.write("layer_" + std::to_string(l), w.shape(), f.data());

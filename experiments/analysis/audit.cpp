@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -72,11 +73,11 @@ struct Moments {
 LiveTest shape_contracts(const TaskModel& model, const Batch& batch, const std::string& scale_spec) {
     return guarded("shape contracts and softmax axis", [&] {
         NoGradGuard no_grad;
-        AttentionMaps maps;
-        const Tensor logits = model.forward(batch, &maps);
+        const AttentionPass pass = attention_pass(model, batch);
+        const Tensor& logits = pass.logits;
         const std::vector<AttentionSite> sites = attention_sites(model);
-        const std::vector<SiteInputs> inputs = site_inputs(model, maps);
-        const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
+        std::map<std::string, Shape> parameter_shapes;
+        for (const auto& [name, p] : model.module().named_parameters()) parameter_shapes[name] = p.shape();
         const size_t B = batch.inputs.shape[0], T = batch.inputs.shape[1];
         std::vector<std::string> problems;
         auto expect = [&](const std::string& what, const Shape& got, const Shape& want) {
@@ -84,25 +85,21 @@ LiveTest shape_contracts(const TaskModel& model, const Batch& batch, const std::
         };
         expect("logits", logits.shape(), {B, T, vocab_of(model)});
         double row_error = 0;
-        for (size_t s = 0; s < sites.size(); ++s) {
-            const MultiHeadAttention& a = *sites[s].attn;
-            const size_t D = inputs[s].x_q.size(2), D_kv = inputs[s].x_kv.size(2);
-            const size_t Tq = inputs[s].x_q.size(1), Tk = inputs[s].x_kv.size(1);
+        for (const AttentionSite& a : sites) {
+            const Tensor &x_q = pass.at(a, "in"), &x_kv = pass.at(a, "in_kv");
+            const size_t D = x_q.size(2), D_kv = x_kv.size(2), Tq = x_q.size(1), Tk = x_kv.size(1);
             const size_t H = a.heads, H_kv = a.kv_heads, d_h = a.head_width;
-            const std::string& n = sites[s].name;
-            expect(n + ".q_proj.weight", a.q_proj.weight.shape(), {H * d_h, D});
-            expect(n + ".k_proj.weight", a.k_proj.weight.shape(), {H_kv * d_h, D_kv});
-            expect(n + ".v_proj.weight", a.v_proj.weight.shape(), {H_kv * d_h, D_kv});
-            expect(n + ".out_proj.weight", a.out_proj.weight.shape(), {D, H * d_h});
-            const AttentionTrace& trace = trace_of(maps, sites[s].kind);
-            const Tensor& w = trace.weights[sites[s].layer];
+            const std::string& n = a.name;
+            expect(n + ".q_proj.weight", parameter_shapes[n + ".q_proj.weight"], {H * d_h, D});
+            expect(n + ".k_proj.weight", parameter_shapes[n + ".k_proj.weight"], {H_kv * d_h, D_kv});
+            expect(n + ".v_proj.weight", parameter_shapes[n + ".v_proj.weight"], {H_kv * d_h, D_kv});
+            expect(n + ".out_proj.weight", parameter_shapes[n + ".out_proj.weight"], {D, H * d_h});
+            const Tensor& w = pass.at(a, "pattern");
             expect(n + " weights", w.shape(), {B, H, Tq, Tk});
-            expect(n + " per-head outputs", trace.context[sites[s].layer].shape(), {B, H, Tq, d_h});
+            expect(n + " per-head outputs", pass.at(a, "z").shape(), {B, Tq, H, d_h});
             if (std::abs(a.scale - expected_scale(scale_spec, d_h)) > 1e-12 * std::max(1.0, a.scale))
                 problems.push_back(n + " scale " + fmt(a.scale) + ", expected " + fmt(expected_scale(scale_spec, d_h)));
-            const AttentionKind* kind = nullptr;
-            for (const AttentionKind& k : kinds)
-                if (k.name == sites[s].kind) kind = &k;
+            const AttentionKind* kind = &pass.kind_of(a);
             const std::vector<double> v = w.values();
             for (size_t b = 0; b < B; ++b)
                 for (size_t h = 0; h < H; ++h)
@@ -130,13 +127,13 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     model.module().eval();
     AuditRecord rec;
     const std::vector<AttentionSite> sites = attention_sites(model);
-    const MultiHeadAttention& first = *sites.front().attn;
+    const AttentionSite& first = sites.front();
     const bool enc_dec = model.encoder_decoder();
     rec.model_kind = config.model.kind;
     rec.task = config.task.name;
     rec.vocab = vocab_of(model);
     rec.layers = model.layers();
-    rec.width = first.out_proj.weight.size(0);
+    rec.width = static_cast<size_t>(config.model.width);
     rec.heads = first.heads;
     rec.kv_heads = first.kv_heads;
     rec.head_width = first.head_width;
@@ -152,7 +149,7 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     rec.masked_rows = to_string(first.masked_rows);
     rec.dropout = config.model.dropout;
     rec.attn_dropout = config.model.attn_dropout;
-    rec.dtype = to_string(first.q_proj.weight.dtype());
+    rec.dtype = to_string(model.module().parameters().front().dtype());
     rec.cache_dtype = rec.dtype;
     rec.seed = options.seed;
     const std::unique_ptr<BatchSource> source = make_batch_source(config, options.seed, 2);
@@ -196,32 +193,21 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
         std::vector<std::vector<Moments>> per_head(sites.size(), std::vector<Moments>(rec.heads));
         std::vector<HeadStats> stats(sites.size());  // summed over batches, per site (1 layer each)
         for (const Batch& batch : data) {
-            AttentionMaps maps;
-            model.forward(batch, &maps);
-            const std::vector<SiteInputs> inputs = site_inputs(model, maps);
-            const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
+            const AttentionPass pass = attention_pass(model, batch);
             for (size_t s = 0; s < sites.size(); ++s) {
-                const MultiHeadAttention& a = *sites[s].attn;
-                const AttentionKind* kind = nullptr;
-                for (const AttentionKind& k : kinds)
-                    if (k.name == sites[s].kind) kind = &k;
-                const std::vector<double> q = split_heads(a.q_proj.forward(inputs[s].x_q), a.heads, a.head_width).values();
-                const std::vector<double> k = split_heads(a.k_proj.forward(inputs[s].x_kv), a.kv_heads, a.head_width).values();
-                const size_t B = inputs[s].x_q.size(0), Tq = inputs[s].x_q.size(1), Tk = inputs[s].x_kv.size(1);
-                const size_t H = a.heads, d = a.head_width, group = a.heads / a.kv_heads;
+                const AttentionKind* kind = &pass.kind_of(sites[s]);
+                const Tensor& scores = pass.at(sites[s], "scores");  // (B, H, Tq, Tk): scale q.k
+                const std::vector<double> score = scores.values();
+                const size_t B = scores.size(0), H = scores.size(1), Tq = scores.size(2), Tk = scores.size(3);
                 for (size_t b = 0; b < B; ++b)
                     for (size_t h = 0; h < H; ++h)
                         for (size_t i = 0; i < std::min(length_of(kind->query_lengths, b, Tq), Tq); ++i)
                             for (size_t j = 0; j < Tk; ++j) {
                                 if (!kind->mask.allows(b, i, j, Tq, Tk)) continue;
-                                double dot = 0;
-                                for (size_t c = 0; c < d; ++c)
-                                    dot += q[((b * H + h) * Tq + i) * d + c] * k[((b * a.kv_heads + h / group) * Tk + j) * d + c];
-                                per_site[s].add(a.scale * dot);
-                                per_head[s][h].add(a.scale * dot);
+                                per_site[s].add(score[((b * H + h) * Tq + i) * Tk + j]);
+                                per_head[s][h].add(score[((b * H + h) * Tq + i) * Tk + j]);
                             }
-                const HeadStats hs = attention_stats({trace_of(maps, sites[s].kind).weights[sites[s].layer]}, kind->mask,
-                                                     kind->query_lengths);
+                const HeadStats hs = attention_stats({pass.at(sites[s], "pattern")}, kind->mask, kind->query_lengths);
                 HeadStats& acc = stats[s];
                 if (acc.entropy.empty()) {
                     acc = hs;
@@ -246,7 +232,7 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     }
 
     // cache and cost
-    const size_t element = first.q_proj.weight.dtype() == DType::f32 ? 4 : 8;
+    const size_t element = rec.dtype == "float32" ? 4 : 8;
     rec.kv_bytes_per_token = 2 * rec.layers * rec.kv_heads * rec.head_width * element;
     rec.cross_kv_bytes_per_token = enc_dec ? rec.kv_bytes_per_token : 0;
     rec.kv_bytes_at_longest = rec.kv_bytes_per_token * rec.longest + rec.cross_kv_bytes_per_token * rec.longest_source;
@@ -328,20 +314,17 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     rec.tests.push_back(causal_perturbation(model, batch, rng));
     {
         NoGradGuard no_grad;
-        AttentionMaps maps;
-        model.forward(batch, &maps);
-        const std::vector<SiteInputs> inputs = site_inputs(model, maps);
-        const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
-        for (const AttentionKind& kind : kinds) {
+        const AttentionPass pass = attention_pass(model, batch);
+        for (const AttentionKind& kind : pass.kinds) {
             std::vector<LiveTest> causal, padding, bidi;
             const std::vector<size_t>& key_lengths = kind.mask.key_lengths;
             for (size_t s = 0; s < sites.size(); ++s) {
                 if (sites[s].kind != kind.name) continue;
                 const std::string layer = sites[s].name;
-                const SiteInputs& in = inputs[s];
-                if (kind.mask.causal) causal.push_back(causal_perturbation(*sites[s].attn, in.x_q, kind.query_lengths, kind.mask, rng, layer));
-                if (kind.name == "enc_self") bidi.push_back(bidirectional(*sites[s].attn, in.x_q, kind.query_lengths, kind.mask, rng, layer));
-                padding.push_back(padding_invariance(*sites[s].attn, in.x_q, in.x_kv, kind.query_lengths, key_lengths, kind.mask, rng, layer));
+                const Tensor &x_q = pass.at(sites[s], "in"), &x_kv = pass.at(sites[s], "in_kv");
+                if (kind.mask.causal) causal.push_back(causal_perturbation(*sites[s].attn, x_q, kind.query_lengths, kind.mask, rng, layer));
+                if (kind.name == "enc_self") bidi.push_back(bidirectional(*sites[s].attn, x_q, kind.query_lengths, kind.mask, rng, layer));
+                padding.push_back(padding_invariance(*sites[s].attn, x_q, x_kv, kind.query_lengths, key_lengths, kind.mask, rng, layer));
             }
             if (!causal.empty()) rec.tests.push_back(worst_of("causal perturbation (" + kind.name + ", each layer)", causal));
             if (!bidi.empty()) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data/tasks.h"
+#include "experiments/run/model_factory.h"
 #include "layers/models.h"
 
 namespace attnlab {
@@ -33,19 +34,25 @@ class TaskModel;
 struct AttentionSite {
     std::string kind;
     size_t layer = 0;
-    std::string name;  // parameter prefix: "blocks.0.attn"
-    MultiHeadAttention* attn = nullptr;
+    std::string name;  // parameter and hook-point prefix: "blocks.0.attn"
+    const MultiHeadAttention* attn = nullptr;  // the module, for the live tests that run it
+    // its configuration
+    size_t heads = 0, kv_heads = 0, head_width = 0;
+    double scale = 0;
+    MaskedRows masked_rows = MaskedRows::error;
 };
 std::vector<AttentionSite> attention_sites(const TaskModel& model);
-// The trace of `kind` in a forward pass's maps.
-const AttentionTrace& trace_of(const AttentionMaps& maps, const std::string& kind);
-// The inputs each site saw in the forward pass that filled `maps` (its query
-// input and its key/value input: the same tensor for self-attention, the encoder
-// output for cross-attention), rebuilt from the hidden states and the traces.
-struct SiteInputs {
-    Tensor x_q, x_kv;  // (B, Tq, D), (B, Tk, D)
+
+// One forward pass (eval mode, no graph) recording every attention module's hook
+// points ("*attn.*": in, in_kv, q, k, v, scores, pattern, z, out).
+struct AttentionPass {
+    Hooks hooks;
+    Tensor logits;
+    std::vector<AttentionKind> kinds;
+    const Tensor& at(const AttentionSite& site, const std::string& point) const { return hooks.last(site.name + "." + point); }
+    const AttentionKind& kind_of(const AttentionSite& site) const;
 };
-std::vector<SiteInputs> site_inputs(const TaskModel& model, const AttentionMaps& maps);
+AttentionPass attention_pass(const TaskModel& model, const Batch& batch);
 
 // A live test's verdict with the figure it rests on.
 struct LiveTest {

@@ -39,18 +39,6 @@ inline double f32_tolerance(double magnitude) { return 1e-5 * std::max(1.0, magn
 // is expected; this margin only keeps a different BLAS kernel from failing them.
 inline double same_numbers_tolerance(double magnitude) { return 1e-6 * std::max(1.0, magnitude); }
 
-// (B, T, h*d) -> (B, h, T, d)
-inline Tensor split_heads(const Tensor& x, size_t heads, size_t head_width) {
-    const size_t B = x.size(0), T = x.size(1);
-    return permute(reshape(x, {B, T, heads, head_width}), {0, 2, 1, 3});
-}
-
-// The output projection applied to per-head outputs (B, H, T, d_h), as MultiHeadAttention does.
-inline Tensor project_heads(const MultiHeadAttention& attn, const Tensor& context) {
-    const size_t B = context.size(0), T = context.size(2);
-    return attn.out_proj.forward(reshape(permute(context, {0, 2, 1, 3}), {B, T, attn.heads * attn.head_width}));
-}
-
 // x with `amount` * N(0, 1) added at the (b, t) positions where `where(b, t)` holds; x (B, T, D).
 template <class Where>
 inline Tensor perturbed(const Tensor& x, Rng& rng, double amount, Where where) {

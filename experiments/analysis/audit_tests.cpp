@@ -25,53 +25,33 @@ using namespace audit_detail;
 
 std::vector<AttentionSite> attention_sites(const TaskModel& model) {
     std::vector<AttentionSite> sites;
+    auto add = [&](const std::string& kind, size_t layer, const std::string& name, const MultiHeadAttention& attn) {
+        sites.push_back({kind, layer, name, &attn, attn.heads, attn.kv_heads, attn.head_width, attn.scale, attn.masked_rows});
+    };
+    auto at = [](const std::string& stack, size_t l, const std::string& module) { return stack + "." + std::to_string(l) + "." + module; };
     if (DecoderLM* d = model.decoder_lm()) {
-        for (size_t l = 0; l < d->blocks.size(); ++l)
-            sites.push_back({"self", l, "blocks." + std::to_string(l) + ".attn", &d->blocks[l]->attn});
+        for (size_t l = 0; l < d->blocks.size(); ++l) add("self", l, at("blocks", l, "attn"), d->blocks[l]->attn);
     } else if (EncoderDecoder* e = model.enc_dec()) {
-        for (size_t l = 0; l < e->encoder.size(); ++l)
-            sites.push_back({"enc_self", l, "encoder." + std::to_string(l) + ".attn", &e->encoder[l]->attn});
-        for (size_t l = 0; l < e->decoder.size(); ++l)
-            sites.push_back({"dec_self", l, "decoder." + std::to_string(l) + ".attn", &e->decoder[l]->attn});
-        for (size_t l = 0; l < e->decoder.size(); ++l)
-            sites.push_back({"cross", l, "decoder." + std::to_string(l) + ".cross_attn", e->decoder[l]->cross_attn.get()});
+        for (size_t l = 0; l < e->encoder.size(); ++l) add("enc_self", l, at("encoder", l, "attn"), e->encoder[l]->attn);
+        for (size_t l = 0; l < e->decoder.size(); ++l) add("dec_self", l, at("decoder", l, "attn"), e->decoder[l]->attn);
+        for (size_t l = 0; l < e->decoder.size(); ++l) add("cross", l, at("decoder", l, "cross_attn"), *e->decoder[l]->cross_attn);
     }
     return sites;
 }
 
-const AttentionTrace& trace_of(const AttentionMaps& maps, const std::string& kind) {
-    if (kind == "enc_self") return maps.enc_self;
-    if (kind == "cross") return maps.cross;
-    return maps.self;
+const AttentionKind& AttentionPass::kind_of(const AttentionSite& site) const {
+    for (const AttentionKind& k : kinds)
+        if (k.name == site.kind) return k;
+    fail("audit", "no attention kind " + site.kind);
 }
 
-std::vector<SiteInputs> site_inputs(const TaskModel& model, const AttentionMaps& maps) {
+AttentionPass attention_pass(const TaskModel& model, const Batch& batch) {
     NoGradGuard no_grad;
-    std::vector<SiteInputs> inputs;
-    if (const DecoderLM* d = decoder_of(model)) {
-        for (size_t l = 0; l < d->blocks.size(); ++l) {
-            const Tensor h = d->blocks[l]->res1.before(maps.hidden[l]);
-            inputs.push_back({h, h});
-        }
-        return inputs;
-    }
-    const EncoderDecoder& e = *enc_dec_of(model);
-    for (size_t l = 0; l < e.encoder.size(); ++l) {
-        const Tensor h = e.encoder[l]->res1.before(maps.enc_hidden[l]);
-        inputs.push_back({h, h});
-    }
-    for (size_t l = 0; l < e.decoder.size(); ++l) {
-        const Tensor h = e.decoder[l]->res1.before(maps.hidden[l]);
-        inputs.push_back({h, h});
-    }
-    const Tensor memory = e.enc_ln_f ? e.enc_ln_f->forward(maps.enc_hidden.back()) : maps.enc_hidden.back();
-    for (size_t l = 0; l < e.decoder.size(); ++l) {
-        const DecoderBlock& block = *e.decoder[l];
-        // the block's state after its self-attention sublayer, from the traced head outputs
-        const Tensor y = block.res1.after(maps.hidden[l], project_heads(block.attn, maps.self.context[l]));
-        inputs.push_back({block.res_cross->before(y), memory});
-    }
-    return inputs;
+    AttentionPass pass;
+    pass.hooks.record("*attn.*");
+    pass.logits = model.forward(batch, pass.hooks);
+    pass.kinds = model.kinds_for(batch);
+    return pass;
 }
 
 // --- the dense reference ---
@@ -164,7 +144,7 @@ LiveTest padding_invariance(const MultiHeadAttention& attn, const Tensor& x_q, c
     return guarded(name, [&] {
         NoGradGuard no_grad;
         const bool self = x_q.same(x_kv);
-        const size_t B = x_q.size(0), Tq = x_q.size(1), D = attn.out_proj.weight.size(0);
+        const size_t B = x_q.size(0), Tq = x_q.size(1), D = x_q.size(2);
         // Two extra padded key positions (self-attention: positions) with random
         // content, so every item has padding to ignore.
         const size_t extra = mask.eligible.values.empty() ? 2 : 0;
@@ -315,8 +295,8 @@ LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t s
     return guarded(name, [&] {
         NoGradGuard no_grad;
         const std::vector<AttentionSite> sites = attention_sites(model);
-        const MultiHeadAttention& first = *sites.front().attn;
-        const size_t element = first.q_proj.weight.dtype() == DType::f32 ? 4 : 8;
+        const AttentionSite& first = sites.front();
+        const size_t element = model.module().parameters().front().dtype() == DType::f32 ? 4 : 8;
         const size_t layers = model.layers();
         const size_t per_token = 2 * layers * first.kv_heads * first.head_width * element;
         const size_t V = vocab_of(model);
@@ -386,24 +366,16 @@ LiveTest reference_agreement(const TaskModel& model, const Batch& batch) {
     const std::string name = "attention op vs dense reference (model's q, k, v)";
     return guarded(name, [&] {
         NoGradGuard no_grad;
-        AttentionMaps maps;
-        model.forward(batch, &maps);
+        const AttentionPass pass = attention_pass(model, batch);
         const std::vector<AttentionSite> sites = attention_sites(model);
-        const std::vector<SiteInputs> inputs = site_inputs(model, maps);
-        const std::vector<AttentionKind> kinds = model.kinds_for(batch, maps);
         double context_diff = 0, weight_diff = 0, magnitude = 0;
-        for (size_t s = 0; s < sites.size(); ++s) {
-            const MultiHeadAttention& attn = *sites[s].attn;
-            const AttentionMask* mask = nullptr;
-            for (const AttentionKind& k : kinds)
-                if (k.name == sites[s].kind) mask = &k.mask;
-            const Tensor q = split_heads(attn.q_proj.forward(inputs[s].x_q), attn.heads, attn.head_width);
-            const Tensor k = split_heads(attn.k_proj.forward(inputs[s].x_kv), attn.kv_heads, attn.head_width);
-            const Tensor v = split_heads(attn.v_proj.forward(inputs[s].x_kv), attn.kv_heads, attn.head_width);
-            const DenseAttention ref = dense_reference_attention(q, k, v, *mask, attn.scale, attn.masked_rows);
-            const AttentionTrace& trace = trace_of(maps, sites[s].kind);
-            const std::vector<double> context = trace.context[sites[s].layer].values();
-            const std::vector<double> weights = trace.weights[sites[s].layer].values();
+        auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };  // (B, T, H, d) -> (B, H, T, d)
+        for (const AttentionSite& site : sites) {
+            const DenseAttention ref = dense_reference_attention(heads_first(pass.at(site, "q")), heads_first(pass.at(site, "k")),
+                                                                 heads_first(pass.at(site, "v")), pass.kind_of(site).mask,
+                                                                 site.scale, site.masked_rows);
+            const std::vector<double> context = heads_first(pass.at(site, "z")).values();
+            const std::vector<double> weights = pass.at(site, "pattern").values();
             magnitude = std::max(magnitude, max_abs(ref.context));
             for (size_t e = 0; e < context.size(); ++e) context_diff = worse(context_diff, std::abs(context[e] - ref.context[e]));
             for (size_t e = 0; e < weights.size(); ++e) weight_diff = worse(weight_diff, std::abs(weights[e] - ref.weights[e]));
@@ -423,7 +395,7 @@ LiveTest masked_row_policy(const TaskModel& model, const Batch& batch) {
     const std::string name = "all-masked rows in the model (an empty sequence)";
     return guarded(name, [&] {
         NoGradGuard no_grad;
-        const MultiHeadAttention& attn = *attention_sites(model).front().attn;
+        const AttentionSite& attn = attention_sites(model).front();
         const Batch two = batch.lengths.size() >= 2 ? batch : twice(single(batch, 0));  // item 1 becomes empty
         Batch empty = two;
         empty.lengths[1] = 0;

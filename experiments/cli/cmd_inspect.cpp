@@ -169,7 +169,7 @@ struct Inspection {
     const TaskModel* model;
     const Batch* batch;
     Tensor logits;
-    const AttentionMaps* maps;
+    const Hooks* hooks;  // every attention module's pattern and scores, the residual stream
 };
 
 void write_inspection(const std::string& path, const Inspection& in) {
@@ -192,23 +192,27 @@ void write_inspection(const std::string& path, const Inspection& in) {
     }
     out.write<float>("logits", in.logits.shape(), floats(in.logits).data());
     const h5::Group attention = out.create_group("attention");
-    for (const AttentionKind& kind : model.kinds_for(batch, *in.maps)) {
+    for (const AttentionKind& kind : model.kinds_for(batch)) {
         const h5::Group g = attention.create_group(kind.name);
         const KindAxes axes = axes_of(kind.name);
         g.write_attr_string("queries", axes.queries);
         g.write_attr_string("keys", axes.keys);
         g.write_attr_int("causal", axes.causal ? 1 : 0);
-        const AttentionTrace& trace = *kind.trace;
-        std::vector<float> score_std;
-        for (size_t l = 0; l < trace.weights.size(); ++l) {
-            g.write<float>("layer_" + std::to_string(l), trace.weights[l].shape(), floats(trace.weights[l]).data());
-            score_std.insert(score_std.end(), trace.score_std[l].begin(), trace.score_std[l].end());
-        }
-        g.write<float>("score_std", Shape{trace.weights.size(), model.heads()}, score_std.data());
+        const std::vector<Tensor> weights = recorded_per_layer(*in.hooks, kind, "pattern");
+        for (size_t l = 0; l < weights.size(); ++l)
+            g.write<float>("layer_" + std::to_string(l), weights[l].shape(), floats(weights[l]).data());
+        const std::vector<double> score_std_flat = score_std(recorded_per_layer(*in.hooks, kind, "scores"), kind.mask);
+        const std::vector<float> score_std_values(score_std_flat.begin(), score_std_flat.end());
+        g.write<float>("score_std", Shape{weights.size(), model.heads()}, score_std_values.data());
     }
     const h5::Group hidden = out.create_group("hidden");
-    write_hidden(hidden, "decoder", in.maps->hidden);
-    if (model.encoder_decoder()) write_hidden(hidden, "encoder", in.maps->enc_hidden);
+    auto states = [&](bool encoder) {
+        std::vector<Tensor> out_states;
+        for (const std::string& point : model.hidden_points(encoder)) out_states.push_back(in.hooks->last(point));
+        return out_states;
+    };
+    write_hidden(hidden, "decoder", states(false));
+    if (model.encoder_decoder()) write_hidden(hidden, "encoder", states(true));
     out.close();
 }
 
@@ -346,13 +350,17 @@ int cmd_inspect(const std::vector<std::string>& args) {
 
     const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len));
 
-    AttentionMaps maps;
+    Hooks hooks;
+    hooks.record("*attn.pattern").record("*attn.scores");
+    for (const std::string& point : model.hidden_points(false)) hooks.record(point);
+    if (model.encoder_decoder())
+        for (const std::string& point : model.hidden_points(true)) hooks.record(point);
     Tensor logits;
     {
         NoGradGuard no_graph;
-        logits = model.forward(batch, &maps);  // (B, T, V)
+        logits = model.forward(batch, hooks);  // (B, T, V)
     }
-    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &maps};
+    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks};
     write_atomically(out_path, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
     print_summary(inspection, out_path);
     if (!png_dir.empty()) run_plot(python, plot_script, out_path, png_dir);  // prints what it wrote

@@ -61,4 +61,28 @@ HeadStats attention_stats(const std::vector<Tensor>& weights, const AttentionMas
     return s;
 }
 
+std::vector<double> score_std(const std::vector<Tensor>& scores, const AttentionMask& mask) {
+    std::vector<double> out;
+    for (const Tensor& layer : scores) {
+        if (layer.dim() != 4) fail("score_std", "scores must be (B, H, Tq, Tk), got " + shape_str(layer.shape()));
+        const size_t B = layer.size(0), H = layer.size(1), Tq = layer.size(2), Tk = layer.size(3);
+        const std::vector<double> s = layer.values();
+        for (size_t h = 0; h < H; ++h) {
+            double count = 0, sum = 0, squares = 0;
+            for (size_t b = 0; b < B; ++b)
+                for (size_t i = 0; i < Tq; ++i)
+                    for (size_t j = 0; j < Tk; ++j) {
+                        if (!mask.allows(b, i, j, Tq, Tk)) continue;
+                        const double x = s[((b * H + h) * Tq + i) * Tk + j];
+                        count += 1;
+                        sum += x;
+                        squares += x * x;
+                    }
+            const double mean = count > 0 ? sum / count : 0.0;
+            out.push_back(count > 0 ? std::sqrt(std::max(0.0, squares / count - mean * mean)) : 0.0);
+        }
+    }
+    return out;
+}
+
 }  // namespace attnlab

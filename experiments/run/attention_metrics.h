@@ -24,4 +24,10 @@ struct HeadStats {
 HeadStats attention_stats(const std::vector<Tensor>& weights, const AttentionMask& mask,
                           const std::vector<size_t>& query_lengths);
 
+// Per layer and head ([layer][head], flat), the standard deviation of the scaled
+// scores scale q.k (one (B, H, Tq, Tk) tensor per layer, the hook point
+// "<attn>.scores") over the (query, key) pairs the mask allows, in the whole
+// batch: sqrt(E[s^2] - E[s]^2) from the moments, accumulated in double.
+std::vector<double> score_std(const std::vector<Tensor>& scores, const AttentionMask& mask);
+
 }  // namespace attnlab

@@ -12,7 +12,6 @@ namespace {
 
 std::string attention_unsupported(const MultiHeadAttention& a) {
     if (a.dropout > 0 && a.dropout_rng == nullptr) return "attention dropout without an Rng";
-    if (!a.head_edits.empty()) return "head edits (ablation) are not on the device step";
     return "";
 }
 

@@ -17,13 +17,13 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "autograd/tensor.h"
 #include "layers/module.h"
 
 namespace attnlab {
 
-struct AttentionMaps;
 class DecoderLM;
 class EncoderDecoder;
 class Optimizer;
@@ -33,12 +33,25 @@ class Context;
 }
 
 // Why this model and optimiser cannot run the device step, or "" when they
-// can: float32 parameters, no dropout on the attention weights, no head edits,
+// can: float32 parameters, no dropout on the attention weights,
 // Adam, AdamW or SGD. (Embedding and residual dropout run on the device with
 // masks of their own: cuda/train_ops.h.)
 // (Everything else runs the attention core on the device and the rest on the CPU.)
 std::string device_step_unsupported(const DecoderLM& model, const Optimizer& optimizer);
 std::string device_step_unsupported(const EncoderDecoder& model, const Optimizer& optimizer);
+
+// What the device's metrics forward shows, per attention kind and layer (the
+// host model shows the same through its hook points, layers/hooks.h).
+struct AttentionTrace {
+    std::vector<Tensor> weights;                 // (B, H, Tq, Tk)
+    std::vector<std::vector<double>> score_std;  // per head: std of scale * q.k over eligible pairs
+    std::vector<Tensor> context;                 // (B, H, Tq, d_h): per-head outputs before out_proj
+};
+struct AttentionMaps {
+    AttentionTrace self;      // DecoderLM ("self"), or decoder self-attention ("dec_self")
+    AttentionTrace enc_self;  // encoder self-attention
+    AttentionTrace cross;     // decoder -> encoder
+};
 
 class DeviceTraining {
 public:

@@ -52,11 +52,11 @@ Score evaluate(const std::vector<Batch>& batches, const std::function<Tensor(con
     return total;
 }
 
-Score evaluate(const TaskModel& model, const std::vector<Batch>& batches) {
+Score evaluate(const TaskModel& model, const std::vector<Batch>& batches, Hooks* hooks) {
     Module& module = model.module();
     const bool was_training = module.is_training();
     module.eval();
-    const Score score = evaluate(batches, [&](const Batch& batch) { return model.forward(batch); });
+    const Score score = evaluate(batches, [&](const Batch& batch) { return hooks ? model.forward(batch, *hooks) : model.forward(batch); });
     module.train(was_training);
     return score;
 }

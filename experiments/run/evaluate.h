@@ -23,8 +23,11 @@ struct Score {
 // Accuracy of logits (B, T, V) against a batch (loss is left 0).
 Score accuracy(const Tensor& logits, const Batch& batch);
 
-// Eval mode, no graph, averaged over the batches (weighted by counted positions).
-Score evaluate(const TaskModel& model, const std::vector<Batch>& batches);
+class Hooks;
+
+// Eval mode, no graph, averaged over the batches (weighted by counted positions);
+// with `hooks` attached to every forward when given (an intervention's effect).
+Score evaluate(const TaskModel& model, const std::vector<Batch>& batches, Hooks* hooks = nullptr);
 // The same from any source of logits (B, T, V) per batch, e.g. the device step's.
 Score evaluate(const std::vector<Batch>& batches, const std::function<Tensor(const Batch&)>& logits_of);
 

@@ -43,9 +43,14 @@ TaskModel::TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropo
         decoder_ = std::make_unique<DecoderLM>(m, init, dropout_rng);
 }
 
-Tensor TaskModel::forward(const Batch& batch, AttentionMaps* maps) const {
-    if (enc_dec_) return enc_dec_->forward(batch.src, batch.src_lengths, batch.inputs, batch.lengths, maps);
-    return decoder_->forward(batch.inputs, batch.lengths, maps);
+Tensor TaskModel::forward(const Batch& batch) const {
+    if (enc_dec_) return enc_dec_->forward(batch.src, batch.src_lengths, batch.inputs, batch.lengths);
+    return decoder_->forward(batch.inputs, batch.lengths);
+}
+
+Tensor TaskModel::forward(const Batch& batch, Hooks& hooks) const {
+    HookScope scope(module(), hooks);
+    return forward(batch);
 }
 
 std::vector<std::string> TaskModel::kinds() const {
@@ -53,16 +58,34 @@ std::vector<std::string> TaskModel::kinds() const {
     return {"self"};
 }
 
-std::vector<AttentionKind> TaskModel::kinds_for(const Batch& batch, const AttentionMaps& maps) const {
+std::vector<AttentionKind> TaskModel::kinds_for(const Batch& batch) const {
+    auto names = [&](const std::string& stack, const std::string& module) {  // "blocks.<l>.attn"
+        std::vector<std::string> out;
+        for (size_t l = 0; l < layers(); ++l) out.push_back(stack + "." + std::to_string(l) + "." + module);
+        return out;
+    };
     AttentionMask causal_padded;  // decoder self-attention: causal AND key padding
     causal_padded.causal = true;
     causal_padded.key_lengths = batch.lengths;
-    if (!enc_dec_) return {{"self", causal_padded, batch.lengths, &maps.self}};
+    if (!enc_dec_) return {{"self", causal_padded, batch.lengths, names("blocks", "attn")}};
     AttentionMask source;  // keys of the source beyond its length are ineligible
     source.key_lengths = batch.src_lengths;
-    return {{"enc_self", source, batch.src_lengths, &maps.enc_self},
-            {"dec_self", causal_padded, batch.lengths, &maps.self},
-            {"cross", source, batch.lengths, &maps.cross}};
+    return {{"enc_self", source, batch.src_lengths, names("encoder", "attn")},
+            {"dec_self", causal_padded, batch.lengths, names("decoder", "attn")},
+            {"cross", source, batch.lengths, names("decoder", "cross_attn")}};
+}
+
+std::vector<std::string> TaskModel::hidden_points(bool encoder) const {
+    const std::string stack = enc_dec_ ? (encoder ? "encoder" : "decoder") : "blocks";
+    std::vector<std::string> out{enc_dec_ ? (encoder ? "src_embed" : "tgt_embed") : "embed"};
+    for (size_t l = 0; l < layers(); ++l) out.push_back(stack + "." + std::to_string(l) + ".resid_post");
+    return out;
+}
+
+std::vector<Tensor> recorded_per_layer(const Hooks& hooks, const AttentionKind& kind, const std::string& point) {
+    std::vector<Tensor> out;
+    for (const std::string& layer : kind.layers) out.push_back(hooks.last(layer + "." + point));
+    return out;
 }
 
 Module& TaskModel::module() const {

@@ -8,28 +8,35 @@
 
 #include "data/tasks.h"
 #include "experiments/run/attention_metrics.h"
+#include "layers/hooks.h"
 #include "layers/models.h"
 
 namespace attnlab {
 
 struct Config;
 
-// The attention kinds a model has, and the mask each ran under for a batch.
+// The attention kinds a model has, the mask each ran under for a batch, and the
+// hook-point prefix of each layer's attention module.
 struct AttentionKind {
     std::string name;          // "self" | "enc_self" | "dec_self" | "cross"
     AttentionMask mask;
     std::vector<size_t> query_lengths;
-    const AttentionTrace* trace = nullptr;  // per layer: weights, score statistics, head outputs
+    std::vector<std::string> layers;  // "blocks.0.attn", ...: "<layer>.pattern" is a hook point
 };
 
 class TaskModel {
 public:
     TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropout_rng);
-    // logits (B, T, V) for the batch's decoder inputs; maps filled when given
-    Tensor forward(const Batch& batch, AttentionMaps* maps = nullptr) const;
+    // logits (B, T, V) for the batch's decoder inputs
+    Tensor forward(const Batch& batch) const;
+    // The same with `hooks` attached (layers/hooks.h) for this pass only.
+    Tensor forward(const Batch& batch, Hooks& hooks) const;
     std::vector<std::string> kinds() const;
-    // Pairs each kind with its mask for this batch and its weights in `maps`.
-    std::vector<AttentionKind> kinds_for(const Batch& batch, const AttentionMaps& maps) const;
+    // Each kind with its mask for this batch and its modules' hook-point prefixes.
+    std::vector<AttentionKind> kinds_for(const Batch& batch) const;
+    // The residual stream's hook points of the decoder stack (or, with `encoder`,
+    // the encoder's): the embeddings, then each block's output.
+    std::vector<std::string> hidden_points(bool encoder = false) const;
     Module& module() const;
     void set_attention_device(cuda::Context* context);  // null: the CPU
     // The model itself: exactly one of these is non-null.
@@ -43,6 +50,9 @@ private:
     std::unique_ptr<DecoderLM> decoder_;
     std::unique_ptr<EncoderDecoder> enc_dec_;
 };
+
+// hooks.last("<layer>.<point>") for each layer of `kind`, e.g. every layer's pattern.
+std::vector<Tensor> recorded_per_layer(const Hooks& hooks, const AttentionKind& kind, const std::string& point);
 
 ModelConfig model_config(const Config& config, size_t max_len);
 

@@ -163,13 +163,32 @@ struct Trainer::State {
         if (config.train.keep_checkpoints > 0) prune_checkpoints(folder.string(), static_cast<size_t>(config.train.keep_checkpoints));
     }
 
-    // One row per attention kind: what every head does on `batch`, at the current step.
-    void log_attention(const Batch& batch, const AttentionMaps& maps) {
-        for (const AttentionKind& kind : model->kinds_for(batch, maps)) {
-            const HeadStats h = attention_stats(kind.trace->weights, kind.mask, kind.query_lengths);
-            std::vector<double> score_std;  // [layer][head]
-            for (const std::vector<double>& layer : kind.trace->score_std) score_std.insert(score_std.end(), layer.begin(), layer.end());
-            log->append_attention(kind.name, step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max, score_std);
+    // The hook points the attention metrics read: every module's pattern and scores.
+    static Hooks metrics_hooks() {
+        Hooks hooks;
+        hooks.record("*attn.pattern").record("*attn.scores");
+        return hooks;
+    }
+
+    // One row per attention kind: what every head does on `batch`, at the current
+    // step, from a forward pass with metrics_hooks() (or the device's trace).
+    void log_attention(const Batch& batch, const Hooks* hooks, const AttentionMaps* device_maps) {
+        for (const AttentionKind& kind : model->kinds_for(batch)) {
+            std::vector<Tensor> weights;
+            std::vector<double> score_std_flat;  // [layer][head]
+            if (hooks) {
+                weights = recorded_per_layer(*hooks, kind, "pattern");
+                score_std_flat = score_std(recorded_per_layer(*hooks, kind, "scores"), kind.mask);
+            } else {
+                const AttentionTrace& trace = kind.name == "enc_self" ? device_maps->enc_self
+                                              : kind.name == "cross"  ? device_maps->cross
+                                                                      : device_maps->self;
+                weights = trace.weights;
+                for (const std::vector<double>& layer : trace.score_std)
+                    score_std_flat.insert(score_std_flat.end(), layer.begin(), layer.end());
+            }
+            const HeadStats h = attention_stats(weights, kind.mask, kind.query_lengths);
+            log->append_attention(kind.name, step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max, score_std_flat);
             if (tensorboard) {
                 std::vector<std::pair<std::string, double>> per_head;  // "attention/self/entropy/L0.H1"
                 const size_t heads = model->heads();
@@ -198,9 +217,9 @@ struct Trainer::State {
     void log_initial_attention() {
         NoGradGuard no_grad;
         model->module().eval();
-        AttentionMaps maps;
-        model->forward(eval_batches.front(), &maps);
-        log_attention(eval_batches.front(), maps);
+        Hooks hooks = metrics_hooks();
+        model->forward(eval_batches.front(), hooks);
+        log_attention(eval_batches.front(), &hooks, nullptr);
         flush_logs();
         model->module().train();
     }
@@ -355,17 +374,18 @@ int Trainer::run() {
         s.optimizer->lr = lr;
         const int64_t next = s.step + 1;
         const bool log_now = next % c.train.log_every == 0 || next == c.train.steps;
-        AttentionMaps maps;  // weights only at log steps; asking for them never changes the result
+        AttentionMaps device_maps;  // the device's trace at log steps
+        Hooks hooks = State::metrics_hooks();  // the host's: recording never changes the result
         Tensor logits;
         double loss_value = 0, grad_norm = 0;
         if (s.device_step) {
-            if (log_now) logits = s.device_step->trace(batch, maps);  // the metrics' forward, before the update
+            if (log_now) logits = s.device_step->trace(batch, device_maps);  // the metrics' forward, before the update
             const DeviceTraining::StepResult r = s.device_step->step(batch, lr, clip);
             s.host_current = false;
             loss_value = r.loss;
             grad_norm = r.grad_norm;
         } else {
-            logits = s.model->forward(batch, log_now ? &maps : nullptr);
+            logits = log_now ? s.model->forward(batch, hooks) : s.model->forward(batch);
             Tensor loss = cross_entropy(logits, batch.targets, batch.loss_mask);
             loss_value = loss.item();
             loss.backward();
@@ -400,7 +420,7 @@ int Trainer::run() {
             if (s.tensorboard)
                 s.tensorboard->scalars(s.step, {{"train/loss", loss_value}, {"train/lr", lr}, {"train/grad_norm", grad_norm},
                                                 {"train/tokens_per_s", tokens_per_s}, {"train/token_acc", train_score.token_acc}});
-            s.log_attention(batch, maps);
+            s.log_attention(batch, s.device_step ? nullptr : &hooks, &device_maps);
             s.flush_logs();
             const double rate = static_cast<double>(s.step - first_step) /
                                 std::max(std::chrono::duration<double>(Clock::now() - run_start).count(), 1e-9);

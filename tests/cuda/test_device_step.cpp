@@ -19,6 +19,8 @@
 #include "device_context_test.h"
 #include "data/tasks.h"
 #include "experiments/run/device_training.h"
+#include "experiments/run/attention_metrics.h"
+#include "layers/hooks.h"
 #include "layers/models.h"
 #include "optim/optimizer.h"
 
@@ -26,6 +28,22 @@ namespace attnlab::device_step_test {
 namespace {
 
 constexpr double no_clip = std::numeric_limits<double>::infinity();
+
+// The CPU model's record of a forward pass in the device trace's form, from its
+// hook points: per module (prefixes "<stack>.<l>.<module>") the pattern, each
+// head's score standard deviation under `mask` and the per-head outputs.
+AttentionTrace cpu_trace(const Hooks& hooks, const std::string& stack, const std::string& module, size_t layers,
+                         const AttentionMask& mask) {
+    AttentionTrace t;
+    for (size_t l = 0; l < layers; ++l) {
+        const std::string at = stack + "." + std::to_string(l) + "." + module + ".";
+        t.weights.push_back(hooks.last(at + "pattern"));
+        t.context.push_back(permute(hooks.last(at + "z"), {0, 2, 1, 3}));  // (B, Tq, H, d) -> (B, H, Tq, d)
+        const std::vector<double> per_head = score_std({hooks.last(at + "scores")}, mask);
+        t.score_std.push_back(per_head);
+    }
+    return t;
+}
 
 using DeviceStep = cuda_test::DeviceTest;
 
@@ -244,17 +262,31 @@ TEST_F(DeviceStep, TraceAndLogitsAreTheCpuForwards) {
         }
     };
     NoGradGuard no_grad;
-    AttentionMaps device_maps, cpu_maps;
-    expect_close(decoder.trace(batch, device_maps), decoders.cpu.forward(batch.inputs, batch.lengths, &cpu_maps), 1e-5,
-                 1e-4, "decoder logits");
-    expect_same_trace(device_maps.self, cpu_maps.self, "self");
-    AttentionMaps enc_dec_device, enc_dec_cpu;
-    expect_close(enc_dec.trace(batch, enc_dec_device),
-                 enc_decs.cpu.forward(batch.src, batch.src_lengths, batch.inputs, batch.lengths, &enc_dec_cpu), 1e-5,
-                 1e-4, "encoder-decoder logits");
-    expect_same_trace(enc_dec_device.enc_self, enc_dec_cpu.enc_self, "enc_self");
-    expect_same_trace(enc_dec_device.self, enc_dec_cpu.self, "dec_self");
-    expect_same_trace(enc_dec_device.cross, enc_dec_cpu.cross, "cross");
+    AttentionMask causal_padded, source;
+    causal_padded.causal = true;
+    causal_padded.key_lengths = batch.lengths;
+    source.key_lengths = batch.src_lengths;
+    const size_t L = v.config.layers;
+    Hooks cpu_hooks;
+    cpu_hooks.record("*attn.pattern").record("*attn.scores").record("*attn.z");
+    AttentionMaps device_maps;
+    Tensor cpu_out;
+    {
+        HookScope scope(decoders.cpu, cpu_hooks);
+        cpu_out = decoders.cpu.forward(batch.inputs, batch.lengths);
+    }
+    expect_close(decoder.trace(batch, device_maps), cpu_out, 1e-5, 1e-4, "decoder logits");
+    expect_same_trace(device_maps.self, cpu_trace(cpu_hooks, "blocks", "attn", L, causal_padded), "self");
+    AttentionMaps enc_dec_device;
+    cpu_hooks.clear_recorded();
+    {
+        HookScope scope(enc_decs.cpu, cpu_hooks);
+        cpu_out = enc_decs.cpu.forward(batch.src, batch.src_lengths, batch.inputs, batch.lengths);
+    }
+    expect_close(enc_dec.trace(batch, enc_dec_device), cpu_out, 1e-5, 1e-4, "encoder-decoder logits");
+    expect_same_trace(enc_dec_device.enc_self, cpu_trace(cpu_hooks, "encoder", "attn", L, source), "enc_self");
+    expect_same_trace(enc_dec_device.self, cpu_trace(cpu_hooks, "decoder", "attn", L, causal_padded), "dec_self");
+    expect_same_trace(enc_dec_device.cross, cpu_trace(cpu_hooks, "decoder", "cross_attn", L, source), "cross");
 
     decoder.step(batch, 1e-2, no_clip);
     enc_dec.step(batch, 1e-2, no_clip);
@@ -456,10 +488,6 @@ TEST(DeviceStepSupport, NamesWhatItCannotRun) {
     DecoderLM without_rng(c, init, nullptr);
     auto without_rng_opt = make_adamw(without_rng.named_parameters(), 1e-3);
     EXPECT_EQ(device_step_unsupported(without_rng, *without_rng_opt), "attention dropout without an Rng");
-    EncoderDecoder edited(tiny(), init, nullptr);
-    edited.decoder[0]->cross_attn->head_edits.resize(edited.decoder[0]->cross_attn->heads);
-    auto edited_opt = make_adamw(edited.named_parameters(), 1e-3);
-    EXPECT_EQ(device_step_unsupported(edited, *edited_opt), "head edits (ablation) are not on the device step");
 }
 
 }  // namespace

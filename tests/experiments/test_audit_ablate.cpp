@@ -163,22 +163,18 @@ TEST(Audit, RebuiltSiteInputsReproduceTheTracedWeights) {
         const LoadedModel loaded = run->load();
         const Batch batch = eval_data(run->config, 1)[0];
         NoGradGuard no_grad;
-        AttentionMaps maps;
-        loaded.model->forward(batch, &maps);
-        const std::vector<SiteInputs> inputs = site_inputs(*loaded.model, maps);
+        const AttentionPass pass = attention_pass(*loaded.model, batch);
         const std::vector<AttentionSite> sites = attention_sites(*loaded.model);
-        const std::vector<AttentionKind> kinds = loaded.model->kinds_for(batch, maps);
-        ASSERT_EQ(inputs.size(), sites.size());
-        for (size_t s = 0; s < sites.size(); ++s) {
-            const AttentionMask* mask = nullptr;
-            for (const AttentionKind& k : kinds)
-                if (k.name == sites[s].kind) mask = &k.mask;
-            const MultiHeadAttention::Output o = sites[s].attn->forward(inputs[s].x_q, inputs[s].x_kv, *mask, true);
-            const AttentionTrace& trace = trace_of(maps, sites[s].kind);
-            const std::vector<double> got = o.weights.values(), want = trace.weights[sites[s].layer].values();
-            ASSERT_EQ(got.size(), want.size()) << sites[s].name;
-            for (size_t e = 0; e < got.size(); ++e) ASSERT_EQ(got[e], want[e]) << sites[s].name;
-            EXPECT_EQ(o.score_std, trace.score_std[sites[s].layer]) << sites[s].name;
+        for (const AttentionSite& site : sites) {
+            const AttentionMask& mask = pass.kind_of(site).mask;
+            Hooks alone;  // the module run by itself: its points are named without the prefix
+            alone.record("scores");
+            HookScope scope(*site.attn, alone);
+            const MultiHeadAttention::Output o = site.attn->forward(pass.at(site, "in"), pass.at(site, "in_kv"), mask, true);
+            const std::vector<double> got = o.weights.values(), want = pass.at(site, "pattern").values();
+            ASSERT_EQ(got.size(), want.size()) << site.name;
+            for (size_t e = 0; e < got.size(); ++e) ASSERT_EQ(got[e], want[e]) << site.name;
+            EXPECT_EQ(score_std({alone.last("scores")}, mask), score_std({pass.at(site, "scores")}, mask)) << site.name;
         }
     }
 }
@@ -204,10 +200,13 @@ TEST(Audit, TrainedEncoderDecoderPassesEveryLiveTest) {
 
 // --- the tests can fail ---
 
+struct SiteInputs {
+    Tensor x_q, x_kv;  // the hook points <module>.in and <module>.in_kv
+};
+
 struct LayerInputs {
     LoadedModel loaded;
     Batch batch;
-    AttentionMaps maps;
     std::vector<SiteInputs> inputs;
     std::vector<AttentionKind> kinds;
     const MultiHeadAttention* attn = nullptr;  // layer 0
@@ -218,9 +217,10 @@ LayerInputs layer_inputs(const Trained& run) {
     in.loaded = run.load();
     in.batch = eval_data(run.config, 1)[0];
     NoGradGuard no_grad;
-    in.loaded.model->forward(in.batch, &in.maps);
-    in.inputs = site_inputs(*in.loaded.model, in.maps);
-    in.kinds = in.loaded.model->kinds_for(in.batch, in.maps);
+    const AttentionPass pass = attention_pass(*in.loaded.model, in.batch);
+    for (const AttentionSite& site : attention_sites(*in.loaded.model))
+        in.inputs.push_back({pass.at(site, "in"), pass.at(site, "in_kv")});
+    in.kinds = pass.kinds;
     in.attn = attention_sites(*in.loaded.model)[0].attn;
     return in;
 }
@@ -405,9 +405,9 @@ TEST(Ablate, ZeroAblatingAHeadChangesTheLossAndRowsAreSortedByEffect) {
         EXPECT_DOUBLE_EQ(r.effect, std::max(r.zero.loss, r.mean.loss) - a.baseline.loss);
     }
     for (size_t i = 1; i < a.rows.size(); ++i) EXPECT_GE(a.rows[i - 1].effect, a.rows[i].effect);
-    // the baseline is a plain evaluation, and every head edit is cleared afterwards
+    // the baseline is a plain evaluation, and no ablation hook stays attached afterwards
+    // (an evaluation after ablate() is the baseline again)
     EXPECT_EQ(a.baseline.loss, evaluate(*loaded.model, data).loss);
-    for (const AttentionSite& s : attention_sites(*loaded.model)) EXPECT_TRUE(s.attn->head_edits.empty());
     const std::string table = ablation_table(a);
     EXPECT_NE(table.find("baseline: loss"), std::string::npos);
 }
@@ -415,12 +415,16 @@ TEST(Ablate, ZeroAblatingAHeadChangesTheLossAndRowsAreSortedByEffect) {
 TEST(Ablate, AHeadWhoseOutputProjectionIsZeroChangesNothingExactly) {
     const Trained& run = decoder_run();
     const LoadedModel loaded = run.load();
-    MultiHeadAttention& attn = *attention_sites(*loaded.model)[1].attn;  // blocks.1.attn
+    const AttentionSite& attn = attention_sites(*loaded.model)[1];  // blocks.1.attn
+    Tensor out_proj;  // a handle on the parameter blocks.1.attn.out_proj.weight
+    for (const auto& [name, p] : loaded.model->module().state_dict())
+        if (name == "blocks.1.attn.out_proj.weight") out_proj = p;
+    ASSERT_TRUE(out_proj.defined());
     const size_t head = 1, d_h = attn.head_width, in = attn.heads * d_h;
-    std::vector<double> w = attn.out_proj.weight.values();  // [D, H*d_h]
+    std::vector<double> w = out_proj.values();  // [D, H*d_h]
     for (size_t row = 0; row < w.size() / in; ++row)
         for (size_t c = head * d_h; c < (head + 1) * d_h; ++c) w[row * in + c] = 0.0;
-    attn.out_proj.weight.assign(Tensor::from_values(w, attn.out_proj.weight.shape()));
+    out_proj.assign(Tensor::from_values(w, out_proj.shape()));
 
     const Ablation a = ablate(*loaded.model, eval_data(run.config, 2));
     bool found = false;
@@ -446,17 +450,18 @@ TEST(Ablate, MeanOutputsAreTheTracedHeadOutputsAveragedOverValidPositions) {
     const std::vector<Batch> data = eval_data(run.config, 1);
     const auto means = mean_head_outputs(*loaded.model, data);  // [kind][layer][head][d_h]
     NoGradGuard no_grad;
-    AttentionMaps maps;
-    loaded.model->forward(data[0], &maps);
-    const Tensor& c = maps.self.context[1];  // (B, H, T, d_h)
-    const size_t B = c.size(0), H = c.size(1), T = c.size(2), d = c.size(3);
+    Hooks hooks;
+    hooks.record("blocks.1.attn.z");
+    loaded.model->forward(data[0], hooks);
+    const Tensor& c = hooks.last("blocks.1.attn.z");  // (B, T, H, d_h)
+    const size_t B = c.size(0), T = c.size(1), H = c.size(2), d = c.size(3);
     const std::vector<double> v = c.values();
     for (size_t h = 0; h < H; ++h)
         for (size_t e = 0; e < d; ++e) {
             double sum = 0;
             size_t n = 0;
             for (size_t b = 0; b < B; ++b)
-                for (size_t t = 0; t < data[0].lengths[b]; ++t, ++n) sum += v[((b * H + h) * T + t) * d + e];
+                for (size_t t = 0; t < data[0].lengths[b]; ++t, ++n) sum += v[((b * T + t) * H + h) * d + e];
             EXPECT_NEAR(means[0][1][h][e], sum / static_cast<double>(n), 1e-12);
         }
     // both ablations move the loss (the means are not the heads' outputs)

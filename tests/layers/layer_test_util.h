@@ -11,6 +11,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/rng.h"
+#include "layers/hooks.h"
 #include "layers/models.h"
 #include "tests/autograd/expect.h"  // error_message, starts_with
 
@@ -18,6 +19,13 @@ namespace attnlab::layer_testing {
 
 using testing::error_message;
 using testing::starts_with;
+
+// forward() with `hooks` attached to `model` for its duration.
+template <class Forward>
+Tensor recorded_forward(const Module& model, Hooks& hooks, Forward forward) {
+    HookScope scope(model, hooks);
+    return forward();
+}
 
 // vocab 11, width 16, heads 2, 2 layers, ffn 32, max_len 16 (the small config).
 inline ModelConfig small_config(Norm norm = Norm::pre, Positional positional = Positional::learned,

@@ -10,6 +10,7 @@
 // changed ineligible input cannot reach an eligible output, not even by one ulp.
 // Comparisons between runs of DIFFERENT shapes (a padded batch against a
 // sequence run alone) use 1e-5: GEMMs of other sizes may sum in another order.
+#include <optional>
 #include <gtest/gtest.h>
 
 #include "layer_test_util.h"
@@ -32,13 +33,16 @@ constexpr Path kPaths[] = {Path::eval,          Path::eval_maps,     Path::train
 std::vector<double> logits(DecoderLM& model, Path path, const Indices& tokens) {
     const bool training = path == Path::train || path == Path::train_maps;
     model.train(training);
-    AttentionMaps maps;
+    Hooks maps;  // the "+ maps" paths record every attention pattern through the hook points
     const bool want_maps = path == Path::eval_maps || path == Path::train_maps || path == Path::cached_chunks_maps;
-    AttentionMaps* m = want_maps ? &maps : nullptr;
+    if (want_maps) maps.record("*attn.pattern");
+    std::optional<HookScope> scope;
+    if (want_maps) scope.emplace(model, maps);
     if (path == Path::eval || path == Path::eval_maps || training) {
-        Tensor out = model.forward(tokens, {}, m);
+        Tensor out = model.forward(tokens, {});
         if (want_maps) {
-            EXPECT_EQ(maps.self.weights.size(), model.blocks.size());
+            for (size_t l = 0; l < model.blocks.size(); ++l)
+                EXPECT_EQ(maps.recorded("blocks." + std::to_string(l) + ".attn.pattern").size(), 1u);
         }
         return out.values();
     }
@@ -48,7 +52,7 @@ std::vector<double> logits(DecoderLM& model, Path path, const Indices& tokens) {
     std::vector<Tensor> outs;
     size_t t0 = 0;
     for (size_t n : chunks) {
-        outs.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), cache, m));
+        outs.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), cache));
         t0 += n;
     }
     EXPECT_EQ(t0, T);
@@ -158,8 +162,9 @@ TEST(PaddingInvariance, DecoderLMSelfAttention) {
     const Tensor a = model.forward(with_padding(tokens, lengths, 1, 11), lengths);
     const Tensor b = model.forward(with_padding(tokens, lengths, 6, 11), lengths);
     expect_valid_positions_equal(a, b, lengths);
-    AttentionMaps maps;
-    expect_valid_positions_equal(a, model.forward(with_padding(tokens, lengths, 9, 11), lengths, &maps), lengths);
+    Hooks maps;
+    maps.record("*attn.pattern");
+    expect_valid_positions_equal(a, recorded_forward(model, maps, [&] { return model.forward(with_padding(tokens, lengths, 9, 11), lengths); }), lengths);
     for (size_t b_item = 0; b_item < 2; ++b_item)
         expect_matches_alone(a, b_item, model.forward(token_row(tokens, b_item, lengths[b_item])), lengths[b_item]);
 }
@@ -195,9 +200,11 @@ TEST(PaddingInvariance, DecoderSelfAttentionWithTargetLengths) {
     const Tensor b = model.decode(memory, batch.src_lengths, with_padding(batch.tgt, batch.tgt_lengths, 5, 11), batch.tgt_lengths);
     ASSERT_EQ(a.shape(), (Shape{2, 6, 11}));
     expect_valid_positions_equal(a, b, batch.tgt_lengths);
-    AttentionMaps maps;
-    const Tensor c = model.decode(memory, batch.src_lengths, with_padding(batch.tgt, batch.tgt_lengths, 8, 11),
-                                  batch.tgt_lengths, &maps);
+    Hooks maps;
+    maps.record("*attn.pattern");
+    const Tensor c = recorded_forward(model, maps, [&] {
+        return model.decode(memory, batch.src_lengths, with_padding(batch.tgt, batch.tgt_lengths, 8, 11), batch.tgt_lengths);
+    });
     expect_valid_positions_equal(a, c, batch.tgt_lengths);
 }
 
@@ -217,9 +224,11 @@ TEST(PaddingInvariance, CrossAttentionIgnoresPaddedSource) {
     const Tensor a = model.forward(src_a, batch.src_lengths, batch.tgt);
     const Tensor b = model.forward(src_b, batch.src_lengths, batch.tgt);
     expect_valid_positions_equal(a, b, all_positions);
-    AttentionMaps maps;
-    expect_valid_positions_equal(a, model.forward(src_b, batch.src_lengths, batch.tgt, {}, &maps), all_positions);
-    ASSERT_EQ(maps.cross.weights.size(), 2u);
+    Hooks maps;
+    maps.record("*attn.pattern");
+    expect_valid_positions_equal(a, recorded_forward(model, maps, [&] { return model.forward(src_b, batch.src_lengths, batch.tgt, {}); }),
+                                 all_positions);
+    ASSERT_TRUE(maps.has_recorded("decoder.0.cross_attn.pattern") && maps.has_recorded("decoder.1.cross_attn.pattern"));
     for (size_t i = 0; i < 2; ++i) {
         const size_t n = batch.src_lengths[i];
         expect_matches_alone(a, i, model.forward(token_row(batch.src, i, n), {n}, token_row(batch.tgt, i, 6)), 6);

@@ -85,19 +85,24 @@ TEST(KVCache, CachedWeightsAreTheFullPassRows) {
     DecoderLM model(small_config(), init, &dropout_rng);
     model.eval();
     const Indices tokens = random_tokens(data, B, T, 11);
-    AttentionMaps full;
-    model.forward(tokens, {}, &full);
+    Hooks full;  // every attention pattern, through the hook points
+    full.record("*attn.pattern");
+    recorded_forward(model, full, [&] { return model.forward(tokens, {}); });
     DecoderCache cache;
     for (size_t t = 0; t < T; ++t) {
-        AttentionMaps step;
-        model.forward_cached(token_columns(tokens, t, t + 1), cache, &step);
-        ASSERT_EQ(step.self.weights.size(), 2u);
+        Hooks step;
+        step.record("*attn.pattern");
+        recorded_forward(model, step, [&] { return model.forward_cached(token_columns(tokens, t, t + 1), cache); });
         for (size_t l = 0; l < 2; ++l) {
-            ASSERT_EQ(step.self.weights[l].shape(), (Shape{B, H, 1, t + 1}));
+            const std::string point = "blocks." + std::to_string(l) + ".attn.pattern";
+            ASSERT_EQ(step.recorded(point).size(), 1u);
+            const Tensor& got = step.last(point);
+            const Tensor& want = full.last(point);
+            ASSERT_EQ(got.shape(), (Shape{B, H, 1, t + 1}));
             for (size_t b = 0; b < B; ++b)
                 for (size_t h = 0; h < H; ++h)
                     for (size_t j = 0; j <= t; ++j)
-                        EXPECT_NEAR(step.self.weights[l].at({b, h, 0, j}), full.self.weights[l].at({b, h, t, j}), 1e-6)
+                        EXPECT_NEAR(got.at({b, h, 0, j}), want.at({b, h, t, j}), 1e-6)
                             << "layer " << l << " step " << t << " key " << j;
         }
     }

@@ -149,7 +149,7 @@ TEST(LayerGradcheck, DecoderBlockCachedPath) {
                    concat({gradcheck_input(data, {1, 2, 4}), gradcheck_input(data, {1, 3, 4})}, params),
                    [&](const std::vector<Tensor>& in) {
                        DecoderBlock::Caches caches;
-                       return block.forward(in[0], make_mask(true), in[1], make_mask(false, {3}), nullptr, nullptr, &caches);
+                       return block.forward(in[0], make_mask(true), in[1], make_mask(false, {3}), &caches);
                    }});
 }
 

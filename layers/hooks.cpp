@@ -1,0 +1,105 @@
+#include "layers/hooks.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+
+#include "layers/module.h"
+
+namespace attnlab {
+
+bool hook_pattern_matches(const std::string& pattern, const std::string& name) {
+    if (pattern.find_first_of("*?[") == std::string::npos) return pattern == name;
+    return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
+Hooks& Hooks::record(const std::string& pattern) {
+    records_.push_back(pattern);
+    return *this;
+}
+
+Hooks& Hooks::replace(const std::string& pattern, Replace fn) {
+    replacements_.push_back({pattern, std::move(fn)});
+    return *this;
+}
+
+const std::vector<Tensor>& Hooks::recorded(const std::string& name) const {
+    auto it = recorded_.find(name);
+    if (it == recorded_.end()) fail("hooks", "nothing was recorded at " + name);
+    return it->second;
+}
+
+bool Hooks::wants(const std::string& name) const {
+    for (const std::string& p : records_)
+        if (hook_pattern_matches(p, name)) return true;
+    return replaces(name);
+}
+
+bool Hooks::replaces(const std::string& name) const {
+    for (const Replacement& r : replacements_)
+        if (hook_pattern_matches(r.pattern, name)) return true;
+    return false;
+}
+
+Tensor Hooks::at(const std::string& name, const Tensor& value) {
+    Tensor current = value;
+    for (const Replacement& r : replacements_) {
+        if (!hook_pattern_matches(r.pattern, name)) continue;
+        Tensor next = r.fn(name, current);
+        if (!next.defined() || next.shape() != current.shape() || next.dtype() != current.dtype())
+            fail("hooks", name + ": a replacement must keep shape " + shape_str(current.shape()) + " and dtype " +
+                              to_string(current.dtype()) +
+                              (next.defined() ? ", got " + shape_str(next.shape()) + " " + to_string(next.dtype())
+                                              : ", got an undefined tensor"));
+        current = next;
+    }
+    for (const std::string& p : records_)
+        if (hook_pattern_matches(p, name)) {
+            if (!current.same(last_source_)) {
+                last_source_ = current;
+                last_copy_ = current.detach();
+            }
+            recorded_[name].push_back(last_copy_);
+            break;
+        }
+    return current;
+}
+
+std::vector<std::string> Hooks::patterns() const {
+    std::vector<std::string> out = records_;
+    for (const Replacement& r : replacements_) out.push_back(r.pattern);
+    return out;
+}
+
+namespace {
+
+// The points sharing the longest prefix with `pattern`, for the error message.
+std::string nearest_points(const std::string& pattern, const std::vector<std::string>& points) {
+    auto common = [&](const std::string& p) {
+        size_t n = 0;
+        while (n < p.size() && n < pattern.size() && p[n] == pattern[n]) ++n;
+        return n;
+    };
+    std::vector<std::string> sorted = points;
+    std::stable_sort(sorted.begin(), sorted.end(), [&](const auto& a, const auto& b) { return common(a) > common(b); });
+    std::string out;
+    for (size_t i = 0; i < std::min<size_t>(3, sorted.size()); ++i) out += (i ? ", " : "") + sorted[i];
+    return out;
+}
+
+}  // namespace
+
+HookScope::HookScope(const Module& model, Hooks& hooks) : model_(model) {
+    const std::vector<std::string> points = model.hook_points();
+    for (const std::string& pattern : hooks.patterns()) {
+        const bool any = std::any_of(points.begin(), points.end(),
+                                     [&](const std::string& p) { return hook_pattern_matches(pattern, p); });
+        if (!any)
+            fail("hooks", "no hook point matches \"" + pattern + "\" (nearest: " + nearest_points(pattern, points) + ")");
+    }
+    model_.attach_hooks(&hooks);
+}
+
+HookScope::~HookScope() { model_.attach_hooks(nullptr); }
+
+}  // namespace attnlab

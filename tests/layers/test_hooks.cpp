@@ -1,0 +1,210 @@
+// Hook points (layers/hooks.h): every point a model declares is reached by a
+// forward pass; recording never changes a result; a replacement flows on
+// (values and gradients); replacing scores or the pattern by themselves
+// reproduces the fused op; bad patterns and bad replacements are refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "layer_test_util.h"
+#include "layers/hooks.h"
+
+namespace attnlab {
+namespace {
+
+using namespace layer_testing;
+
+const std::vector<std::string> kDecoderBlockPoints = {
+    "resid_pre",    "resid_mid",   "resid_post",   "attn.in",     "attn.in_kv", "attn.q",  "attn.k",
+    "attn.v",       "attn.scores", "attn.pattern", "attn.z",      "attn.out",   "ln1.out", "ffn.hidden",
+    "ffn.out",      "ln2.out"};
+
+TEST(Hooks, DecoderLMDeclaresEveryPointAndAForwardReachesEachOnce) {
+    Rng init(1), data(2);
+    DecoderLM model(small_config(), init, nullptr);
+    model.eval();
+    const std::vector<std::string> points = model.hook_points();
+    std::set<std::string> want{"embed", "logits", "ln_f.out"};
+    for (size_t l = 0; l < 2; ++l)
+        for (const std::string& p : kDecoderBlockPoints) want.insert("blocks." + std::to_string(l) + "." + p);
+    EXPECT_EQ(std::set<std::string>(points.begin(), points.end()), want);
+    EXPECT_EQ(points.size(), want.size());  // no point declared twice
+
+    Hooks hooks;
+    hooks.record("*");
+    recorded_forward(model, hooks, [&] { return model.forward(random_tokens(data, 2, 5, 11)); });
+    for (const std::string& p : points) {
+        ASSERT_TRUE(hooks.has_recorded(p)) << p;
+        EXPECT_EQ(hooks.recorded(p).size(), 1u) << p;
+    }
+    EXPECT_EQ(hooks.last("blocks.1.attn.q").shape(), (Shape{2, 5, 2, 8}));
+    EXPECT_EQ(hooks.last("blocks.1.attn.pattern").shape(), (Shape{2, 2, 5, 5}));
+    EXPECT_EQ(hooks.last("blocks.1.attn.z").shape(), (Shape{2, 5, 2, 8}));
+    EXPECT_EQ(hooks.last("blocks.0.ffn.hidden").shape(), (Shape{2, 5, 32}));
+    EXPECT_EQ(hooks.last("logits").shape(), (Shape{2, 5, 11}));
+    // the residual stream: a block's input is the previous block's output
+    EXPECT_EQ(hooks.last("blocks.1.resid_pre").values(), hooks.last("blocks.0.resid_post").values());
+    EXPECT_EQ(hooks.last("blocks.0.resid_pre").values(), hooks.last("embed").values());
+    // self-attention's key/value input is its query input, the same tensor
+    EXPECT_TRUE(hooks.last("blocks.0.attn.in").same(hooks.last("blocks.0.attn.in_kv")));
+}
+
+TEST(Hooks, EncoderDecoderHasCrossAttentionPointsAndTheMemory) {
+    Rng init(1), data(2);
+    EncoderDecoder model(small_config(), init, nullptr);
+    model.eval();
+    const std::vector<std::string> points = model.hook_points();
+    for (const char* p : {"src_embed", "memory", "tgt_embed", "logits", "enc_ln_f.out", "dec_ln_f.out", "encoder.1.attn.pattern",
+                          "decoder.0.resid_cross", "decoder.0.cross_attn.pattern", "decoder.1.ln_cross.out"})
+        EXPECT_NE(std::find(points.begin(), points.end(), p), points.end()) << p;
+    Hooks hooks;
+    hooks.record("memory").record("decoder.*.cross_attn.in_kv").record("decoder.0.cross_attn.pattern");
+    const Indices src = random_tokens(data, 2, 7, 11), tgt = random_tokens(data, 2, 4, 11);
+    recorded_forward(model, hooks, [&] { return model.forward(src, {7, 5}, tgt); });
+    // cross-attention reads the encoder's output
+    EXPECT_EQ(hooks.last("decoder.1.cross_attn.in_kv").values(), hooks.last("memory").values());
+    EXPECT_EQ(hooks.last("decoder.0.cross_attn.pattern").shape(), (Shape{2, 2, 4, 7}));
+    EXPECT_EQ(hooks.last("decoder.0.cross_attn.pattern").at({1, 0, 2, 5}), 0.0);  // padded source key
+}
+
+TEST(Hooks, RecordingEverythingChangesNoLogitOrGradient) {
+    Rng init(3), data(4);
+    DecoderLM model(small_config(Norm::pre, Positional::learned, 1), init, nullptr);
+    const Indices tokens = random_tokens(data, 2, 6, 11);
+    auto run = [&](Hooks* hooks) {
+        model.zero_grad();
+        Tensor logits = hooks ? recorded_forward(model, *hooks, [&] { return model.forward(tokens, {6, 4}); })
+                              : model.forward(tokens, {6, 4});
+        sum(logits * logits).backward();
+        std::vector<double> out = logits.values();
+        for (const Tensor& p : model.parameters()) {
+            const std::vector<double> g = p.grad().values();
+            out.insert(out.end(), g.begin(), g.end());
+        }
+        return out;
+    };
+    const std::vector<double> plain = run(nullptr);
+    Hooks hooks;
+    hooks.record("*");
+    EXPECT_EQ(run(&hooks), plain);  // bit for bit
+}
+
+// Replacing the pattern (or the scores) by the value it had runs attention as
+// separate ops: the logits and every gradient match the fused op's.
+TEST(Hooks, ReplacingPatternOrScoresByThemselvesReproducesTheFusedOp) {
+    for (size_t kv_heads : {0u, 1u}) {
+        for (const char* point : {"*.attn.pattern", "*.attn.scores"}) {
+            SCOPED_TRACE(std::string(point) + (kv_heads ? ", grouped K/V" : ""));
+            Rng init(5), data(6);
+            DecoderLM model(small_config(Norm::pre, Positional::learned, kv_heads), init, nullptr);
+            model.to(DType::f64);
+            const Indices tokens = random_tokens(data, 2, 6, 11);
+            auto run = [&](Hooks* hooks) {
+                model.zero_grad();
+                Tensor logits = hooks ? recorded_forward(model, *hooks, [&] { return model.forward(tokens, {6, 3}); })
+                                      : model.forward(tokens, {6, 3});
+                sum(logits * logits).backward();
+                std::vector<double> out = logits.values();
+                for (const Tensor& p : model.parameters()) {
+                    const std::vector<double> g = p.grad().values();
+                    out.insert(out.end(), g.begin(), g.end());
+                }
+                return out;
+            };
+            const std::vector<double> fused = run(nullptr);
+            size_t calls = 0;
+            Hooks hooks;
+            hooks.replace(point, [&](const std::string&, const Tensor& t) {
+                ++calls;
+                return t;
+            });
+            const std::vector<double> composed = run(&hooks);
+            EXPECT_EQ(calls, 2u);
+            EXPECT_LT(max_abs_diff(composed, fused), 1e-10);
+        }
+    }
+}
+
+TEST(Hooks, AReplacementFlowsOnAndGradientsFlowThroughIt) {
+    Rng init(7), data(8);
+    DecoderLM model(small_config(), init, nullptr);
+    model.eval();
+    const Indices tokens = random_tokens(data, 1, 5, 11);
+    // zeroing every head's output of the last block leaves the residual stream there unchanged
+    Hooks zero;
+    zero.record("blocks.1.resid_pre").record("blocks.1.resid_mid").record("blocks.1.attn.out");
+    zero.replace("blocks.1.attn.z", [](const std::string&, const Tensor& z) { return z * 0.0; });
+    recorded_forward(model, zero, [&] { return model.forward(tokens); });
+    // out = 0 W^T + b: only the output projection's bias is left
+    const std::vector<double> pre = zero.last("blocks.1.resid_pre").values(), mid = zero.last("blocks.1.resid_mid").values();
+    const std::vector<double> out = zero.last("blocks.1.attn.out").values();
+    for (size_t e = 0; e < pre.size(); ++e) EXPECT_NEAR(mid[e], pre[e] + out[e], 1e-6);
+    for (size_t e = 16; e < out.size(); ++e) EXPECT_EQ(out[e], out[e % 16]);  // the same bias at every position
+    // a scaled replacement scales the gradient reaching the replaced point's inputs
+    Hooks scaled;
+    scaled.replace("blocks.0.ffn.hidden", [](const std::string&, const Tensor& h) { return h * 0.0; });
+    Tensor logits = recorded_forward(model, scaled, [&] { return model.forward(tokens); });
+    model.zero_grad();
+    sum(logits).backward();
+    for (const auto& [name, p] : model.named_parameters())
+        if (name.rfind("blocks.0.ffn.fc1.", 0) == 0) EXPECT_EQ(max_abs_diff(p.grad().values(), std::vector<double>(p.numel(), 0.0)), 0.0) << name;
+}
+
+TEST(Hooks, KVCachedDecodingRecordsOnePerStep) {
+    Rng init(9), data(10);
+    DecoderLM model(small_config(), init, nullptr);
+    model.eval();
+    const Indices tokens = random_tokens(data, 1, 4, 11);
+    Hooks hooks;
+    hooks.record("blocks.0.attn.k").record("blocks.0.attn.pattern");
+    DecoderCache cache;
+    {
+        HookScope scope(model, hooks);
+        for (size_t t = 0; t < 4; ++t) model.forward_cached(token_columns(tokens, t, t + 1), cache);
+    }
+    ASSERT_EQ(hooks.recorded("blocks.0.attn.k").size(), 4u);
+    EXPECT_EQ(hooks.recorded("blocks.0.attn.k")[3].shape(), (Shape{1, 1, 2, 8}));  // the new position's keys
+    EXPECT_EQ(hooks.recorded("blocks.0.attn.pattern")[3].shape(), (Shape{1, 2, 1, 4}));  // over every cached key
+}
+
+TEST(Hooks, BadPatternsAndReplacementsAreRefused) {
+    Rng init(11), data(12);
+    DecoderLM model(small_config(), init, nullptr);
+    Hooks typo;
+    typo.record("blocks.0.atn.pattern");
+    const std::string message = error_message([&] { HookScope scope(model, typo); });
+    EXPECT_TRUE(starts_with(message, "[hooks] no hook point matches \"blocks.0.atn.pattern\" (nearest: blocks.0.")) << message;
+    Hooks misshapen;
+    misshapen.replace("blocks.0.attn.z", [](const std::string&, const Tensor& z) { return sum(z); });
+    const std::string shape_message =
+        error_message([&] { recorded_forward(model, misshapen, [&] { return model.forward(random_tokens(data, 1, 3, 11)); }); });
+    EXPECT_TRUE(starts_with(shape_message, "[hooks] blocks.0.attn.z: a replacement must keep shape (1,3,2,8)")) << shape_message;
+    // the scope detaches even when the forward throws: a plain forward runs untouched
+    EXPECT_NO_THROW(model.forward(random_tokens(data, 1, 3, 11)));
+    EXPECT_THROW(Hooks().recorded("logits"), Error);
+}
+
+TEST(Hooks, ComposedAttentionKeepsTheMaskedRowPolicies) {
+    Rng init(13), data(14);
+    ModelConfig c = small_config();
+    c.block.attention.masked_rows = MaskedRows::zero;
+    DecoderLM model(c, init, nullptr);
+    Hooks hooks;
+    hooks.replace("*.pattern", [](const std::string&, const Tensor& p) { return p; }).record("blocks.0.attn.pattern");
+    Tensor logits = recorded_forward(model, hooks, [&] { return model.forward(random_tokens(data, 2, 4, 11), {4, 0}); });
+    sum(logits).backward();
+    const Tensor& pattern = hooks.last("blocks.0.attn.pattern");
+    for (size_t h = 0; h < 2; ++h)
+        for (size_t i = 0; i < 4; ++i)
+            for (size_t j = 0; j < 4; ++j) EXPECT_EQ(pattern.at({1, h, i, j}), 0.0);  // the empty item: no weight
+    for (const Tensor& p : model.parameters()) EXPECT_TRUE(all_finite(p.grad().values()));
+    DecoderLM strict(small_config(), init, nullptr);
+    const std::string message = error_message([&] {
+        recorded_forward(strict, hooks, [&] { return strict.forward(random_tokens(data, 2, 4, 11), {4, 0}); });
+    });
+    EXPECT_TRUE(starts_with(message, "[attention] batch item 1, query position 0 has no eligible key")) << message;
+}
+
+}  // namespace
+}  // namespace attnlab
