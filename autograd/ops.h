@@ -69,6 +69,8 @@ Tensor masked_fill(const Tensor& x, const Mask& mask, double value);
 Tensor embedding(const Tensor& weight, const Indices& ids);
 // Over the last axis; weight and bias (D) may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// x / sqrt(mean(x^2) + eps) * weight over the last axis; weight (D) may be undefined.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
 // Zeroes each element with probability p and scales the rest by 1/(1-p); identity when !training.
 Tensor dropout(const Tensor& x, double p, bool training, Rng& rng);
 // logits (..., C), targets (...). Mean over positions whose loss_mask is true

@@ -1,5 +1,5 @@
 // Neural-network ops with fused forward and backward: softmax, log_softmax,
-// masked_fill, embedding, layer_norm, dropout, cross_entropy.
+// masked_fill, embedding, layer_norm, rms_norm, dropout, cross_entropy.
 #include <cmath>
 
 #include "autograd/gradcheck.h"
@@ -220,6 +220,69 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     });
 }
 
+// y = x / rms(x) * w, rms(x) = sqrt(mean(x^2) + eps) over the last axis (Zhang & Sennrich 2019):
+// LayerNorm without the mean subtraction and without a bias.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+    constexpr const char* op = "rms_norm";
+    check_defined(op, x, "input");
+    if (x.dim() == 0) fail(op, "input must have at least one axis");
+    const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
+    if (weight.defined()) {
+        check_same_dtype(op, x, weight);
+        if (weight.shape() != Shape{D})
+            fail(op, "weight must be (" + std::to_string(D) + ") for input " + shape_str(x.shape()) + ", got " +
+                         shape_str(weight.shape()));
+    }
+    const size_t grain = std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1));
+    return dispatch(x.dtype(), [&]<class T>() {
+        const T* X = values_of<T>(x).data();
+        const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
+        Array<T> out = make_array<T>(x.shape());
+        Array<T> xhat = make_array<T>(x.shape());  // x / rms(x), kept for backward
+        std::vector<T> rinv(rows);                 // 1 / rms(x) per row
+        parallel_for(rows, [&](size_t r0, size_t r1) {
+            for (size_t r = r0; r < r1; ++r) {
+                const T* xr = X + r * D;
+                T* h = xhat.data() + r * D;
+                T* o = out.data() + r * D;
+                rinv[r] = T(1) / std::sqrt(kernels::dot(xr, xr, D) / static_cast<T>(D) + static_cast<T>(eps));
+                for (size_t d = 0; d < D; ++d) {
+                    h[d] = xr[d] * rinv[r];
+                    o[d] = W ? h[d] * W[d] : h[d];
+                }
+            }
+        }, grain);
+        return record<T>(op, std::move(out), {x, weight},
+                         [x, weight, xhat = std::move(xhat), rinv = std::move(rinv), rows, D, grain](const Array<T>& g, const Array<T>&) {
+            const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
+            const T* H = xhat.data();
+            // dx = (dh - xhat mean(dh xhat)) / rms(x), dh = g w
+            send_grad<T>(x, [&] {
+                Array<T> gx = make_array<T>(x.shape());
+                parallel_for(rows, [&](size_t r0, size_t r1) {
+                    for (size_t r = r0; r < r1; ++r) {
+                        T* dx = gx.data() + r * D;  // dh, then dx in place
+                        const T* gr = g.data() + r * D;
+                        const T* hr = H + r * D;
+                        for (size_t d = 0; d < D; ++d) dx[d] = W ? gr[d] * W[d] : gr[d];
+                        const T mean_dh_h = kernels::dot(dx, hr, D) / static_cast<T>(D);
+                        for (size_t d = 0; d < D; ++d) dx[d] = rinv[r] * (dx[d] - hr[d] * mean_dh_h);
+                    }
+                }, grain);
+                return gx;
+            });
+            // dw = sum over rows of g xhat
+            send_grad<T>(weight, [&] {
+                Array<T> gw = make_array<T>({D});
+                gw.fill(T(0));
+                for (size_t r = 0; r < rows; ++r)
+                    for (size_t d = 0; d < D; ++d) gw.data()[d] += g.data()[r * D + d] * H[r * D + d];
+                return gw;
+            });
+        });
+    });
+}
+
 Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
     constexpr const char* op = "dropout";
     check_defined(op, x, "input");
@@ -311,6 +374,9 @@ void add_nn_cases(std::vector<GradcheckCase>& cases) {
                      [](V t) { return layer_norm(t[0], t[1], t[2]); }});
     cases.push_back({"layer_norm", "(3,5) without affine", {in({3, 5})},
                      [](V t) { return layer_norm(t[0], Tensor(), Tensor()); }});
+    cases.push_back({"rms_norm", "(2,3,4) with weight", {in({2, 3, 4}), in({4}, 0.5, 1.5)},
+                     [](V t) { return rms_norm(t[0], t[1]); }});
+    cases.push_back({"rms_norm", "(3,5) without weight", {in({3, 5})}, [](V t) { return rms_norm(t[0], Tensor()); }});
     cases.push_back({"dropout", "p=0.5, fixed seed, train", {in({4, 4})}, [](V t) {
         Rng r(99);
         return dropout(t[0], 0.5, true, r);

@@ -60,6 +60,24 @@ LayerNorm::LayerNorm(size_t width, double eps_) : eps(eps_) {
     declare_hook_points({"out"});
 }
 
+NormType parse_norm_type(const std::string& name) {
+    if (name == "layernorm") return NormType::layer;
+    if (name == "rmsnorm") return NormType::rms;
+    fail("norm_type", "must be \"layernorm\" or \"rmsnorm\", got \"" + name + "\"");
+}
+
+std::string to_string(NormType type) { return type == NormType::layer ? "layernorm" : "rmsnorm"; }
+
+RMSNorm::RMSNorm(size_t width, double eps_) : eps(eps_) {
+    weight = register_parameter("weight", Tensor::ones({width}));
+    declare_hook_points({"out"});
+}
+
+std::unique_ptr<NormLayer> make_norm(NormType type, size_t width) {
+    if (type == NormType::rms) return std::make_unique<RMSNorm>(width);
+    return std::make_unique<LayerNorm>(width);
+}
+
 Tensor Dropout::forward(const Tensor& x) const {
     if (!is_training() || p == 0.0) return x;
     if (!rng) fail("dropout", "dropout " + std::to_string(p) + " in training needs an Rng");

@@ -2,6 +2,7 @@
 // Dropout, FeedForward. Parameter names and layouts follow PyTorch.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "autograd/ops.h"
@@ -42,14 +43,36 @@ public:
     Tensor weight;  // learned: parameter; sinusoidal: fixed table (not a parameter)
 };
 
-// Over the last axis; weight ones, bias zeros. Hook point: out.
-class LayerNorm : public Module {
+// The normalisations a block or a model's end can use, over the last axis.
+// Hook point: out.
+enum class NormType { layer, rms };
+NormType parse_norm_type(const std::string& name);  // "layernorm" | "rmsnorm"
+std::string to_string(NormType type);
+
+class NormLayer : public Module {
+public:
+    virtual Tensor forward(const Tensor& x) const = 0;  // (..., D) -> (..., D)
+    Tensor weight;                                      // (D), ones
+};
+
+// (x - mean) / sqrt(var + eps) * weight + bias; bias zeros.
+class LayerNorm : public NormLayer {
 public:
     explicit LayerNorm(size_t width, double eps = 1e-5);
-    Tensor forward(const Tensor& x) const { return hook("out", layer_norm(x, weight, bias, eps)); }
-    Tensor weight, bias;
+    Tensor forward(const Tensor& x) const override { return hook("out", layer_norm(x, weight, bias, eps)); }
+    Tensor bias;
     double eps;
 };
+
+// x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019): no centring, no bias.
+class RMSNorm : public NormLayer {
+public:
+    explicit RMSNorm(size_t width, double eps = 1e-5);
+    Tensor forward(const Tensor& x) const override { return hook("out", rms_norm(x, weight, eps)); }
+    double eps;
+};
+
+std::unique_ptr<NormLayer> make_norm(NormType type, size_t width);
 
 // Active only in training mode; draws from the Rng it was given (owned by the model).
 class Dropout : public Module {

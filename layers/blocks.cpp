@@ -11,8 +11,9 @@ Norm parse_norm(const std::string& name) {
 
 std::string to_string(Norm norm) { return norm == Norm::pre ? "pre" : norm == Norm::post ? "post" : "none"; }
 
-Residual::Residual(Norm norm_, size_t width, double dropout, Rng* dropout_rng) : norm(norm_), drop(dropout, dropout_rng) {
-    if (norm != Norm::none) ln.emplace(width);
+Residual::Residual(Norm norm_, NormType norm_type, size_t width, double dropout, Rng* dropout_rng)
+    : norm(norm_), drop(dropout, dropout_rng) {
+    if (norm != Norm::none) ln = make_norm(norm_type, width);
     register_module("drop", drop);  // no parameters; follows train/eval
     // ln is registered by the owning block under its PyTorch-style name (ln1, ln2, ...)
 }
@@ -32,7 +33,7 @@ void add_feed_forward(Module& block, const BlockConfig& c, Rng& init, Rng* dropo
                       std::unique_ptr<Residual>& res2) {
     if (c.ffn == 0) return;
     ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
-    res2 = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
+    res2 = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng);
     block.register_module("ffn", *ffn);
     if (res2->ln) block.register_module("ln2", *res2->ln);  // after its sublayer, as ln1 after attn
     block.register_module("res2", *res2);
@@ -41,7 +42,7 @@ void add_feed_forward(Module& block, const BlockConfig& c, Rng& init, Rng* dropo
 }  // namespace
 
 EncoderBlock::EncoderBlock(const BlockConfig& c, Rng& init, Rng* dropout_rng)
-    : attn(c.attention, init, dropout_rng), res1(c.norm, c.attention.width, c.dropout, dropout_rng) {
+    : attn(c.attention, init, dropout_rng), res1(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng) {
     register_module("attn", attn);
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
@@ -58,13 +59,13 @@ Tensor EncoderBlock::forward(const Tensor& x_in, const AttentionMask& mask) cons
 }
 
 DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init, Rng* dropout_rng)
-    : attn(c.attention, init, dropout_rng), res1(c.norm, c.attention.width, c.dropout, dropout_rng) {
+    : attn(c.attention, init, dropout_rng), res1(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng) {
     register_module("attn", attn);
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
     if (cross_attention) {
         cross_attn = std::make_unique<MultiHeadAttention>(c.attention, init, dropout_rng);
-        res_cross = std::make_unique<Residual>(c.norm, c.attention.width, c.dropout, dropout_rng);
+        res_cross = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng);
         register_module("cross_attn", *cross_attn);
         if (res_cross->ln) register_module("ln_cross", *res_cross->ln);
         register_module("res_cross", *res_cross);

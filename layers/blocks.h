@@ -20,17 +20,18 @@ struct BlockConfig {
     size_t ffn = 0;             // hidden width F; 0 = no feed-forward sublayer
     Activation activation = Activation::gelu;
     Norm norm = Norm::pre;
+    NormType norm_type = NormType::layer;  // LayerNorm or RMSNorm, wherever `norm` puts one
     double dropout = 0.0;       // on each sublayer's output (residual dropout)
 };
 
-// One sublayer with its residual path and optional LayerNorm.
+// One sublayer with its residual path and optional norm.
 class Residual : public Module {
 public:
-    Residual(Norm norm, size_t width, double dropout, Rng* dropout_rng);
+    Residual(Norm norm, NormType norm_type, size_t width, double dropout, Rng* dropout_rng);
     Tensor before(const Tensor& x) const;               // the sublayer's input
     Tensor after(const Tensor& x, const Tensor& y) const;  // combine input and sublayer output
     Norm norm;
-    std::optional<LayerNorm> ln;
+    std::unique_ptr<NormLayer> ln;  // none when norm = none
     Dropout drop;
 };
 

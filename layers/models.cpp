@@ -46,7 +46,7 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
         register_module("blocks." + std::to_string(l), *blocks.back());
     }
     if (c.block.norm == Norm::pre) {  // post-norm blocks already end normalised
-        ln_f.emplace(c.block.attention.width);
+        ln_f = make_norm(c.block.norm_type, c.block.attention.width);
         register_module("ln_f", *ln_f);
     }
     register_module("head", head);
@@ -96,8 +96,8 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
         register_module("decoder." + std::to_string(l), *decoder.back());
     }
     if (c.block.norm == Norm::pre) {
-        enc_ln_f.emplace(c.block.attention.width);
-        dec_ln_f.emplace(c.block.attention.width);
+        enc_ln_f = make_norm(c.block.norm_type, c.block.attention.width);
+        dec_ln_f = make_norm(c.block.norm_type, c.block.attention.width);
         register_module("enc_ln_f", *enc_ln_f);
         register_module("dec_ln_f", *dec_ln_f);
     }

@@ -47,7 +47,7 @@ public:
     PositionalEncoding pos_emb;
     Dropout emb_drop;
     std::vector<std::unique_ptr<DecoderBlock>> blocks;
-    std::optional<LayerNorm> ln_f;
+    std::unique_ptr<NormLayer> ln_f;  // pre-norm only
     Linear head;
 };
 
@@ -75,7 +75,7 @@ public:
     Dropout emb_drop;
     std::vector<std::unique_ptr<EncoderBlock>> encoder;
     std::vector<std::unique_ptr<DecoderBlock>> decoder;
-    std::optional<LayerNorm> enc_ln_f, dec_ln_f;
+    std::unique_ptr<NormLayer> enc_ln_f, dec_ln_f;  // pre-norm only
     Linear head;
 };
 

@@ -9,11 +9,12 @@ The checkpoint's /params/<dotted.name> (float32, PyTorch layout) load with
 load_state_dict(strict=True) into DecoderLM or EncoderDecoder below, whose
 modules carry the same dotted names (README, "Parameter names"). The
 architecture comes from the checkpoint's `config` attribute (TOML): model.kind
-decoder | encoder-decoder, norm pre | post | none, positional learned |
+decoder | encoder-decoder, norm pre | post | none, norm_type layernorm |
+rmsnorm (torch 1.13 has no nn.RMSNorm: RMSNorm below), positional learned |
 sinusoidal | none, ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
 bias on | off, kv_heads (grouped K/V: query head h reads K/V head
 h // (heads / kv_heads), i.e. repeat_interleave), head_width, scale sqrt | none
-| linear | a number. LayerNorm eps is 1e-5. Sequences are right-padded; keys at
+| linear | a number. LayerNorm and RMSNorm eps is 1e-5. Sequences are right-padded; keys at
 positions >= length are ineligible, decoder self-attention is also causal.
 
 --compare OUT.h5 reads the tokens (and lengths) of an `attnlab inspect` file,
@@ -148,6 +149,7 @@ class Arch:
             self.head_width = int(m.get("head_width", 0)) or self.width // self.heads
             self.ffn = int(m["ffn"])
             self.norm = m["norm"]
+            self.norm_type = m.get("norm_type", "layernorm")
             self.positional = m["positional"]
             self.activation = m.get("activation", "gelu")
             self.bias = bool(m.get("bias", True))
@@ -157,6 +159,7 @@ class Arch:
         checks = [
             (self.kind in ("decoder", "encoder-decoder"), f"model.kind '{self.kind}'"),
             (self.norm in ("pre", "post", "none"), f"model.norm '{self.norm}'"),
+            (self.norm_type in ("layernorm", "rmsnorm"), f"model.norm_type '{self.norm_type}'"),
             (self.positional in ("learned", "sinusoidal", "none"), f"model.positional '{self.positional}'"),
             (self.activation in ("gelu", "relu"), f"model.activation '{self.activation}'"),
             (self.heads % self.kv_heads == 0, f"model.kv_heads {self.kv_heads} for {self.heads} heads"),
@@ -278,6 +281,23 @@ class FeedForward(nn.Module):
         return self.fc2(F.gelu(h) if self.activation == "gelu" else F.relu(h))
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (Zhang & Sennrich 2019); no bias."""
+
+    def __init__(self, width, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(a):
+    """The norm model.norm_type names, as attnlab's make_norm."""
+    return RMSNorm(a.width, eps=1e-5) if a.norm_type == "rmsnorm" else nn.LayerNorm(a.width, eps=1e-5)
+
+
 def sublayer(norm, ln, x, f):
     """pre: x + f(LN(x));  post: LN(x + f(x));  none: x + f(x)."""
     if norm == "pre":
@@ -295,11 +315,11 @@ class Block(nn.Module):
         self.norm = a.norm
         with_ln = a.norm != "none"
         self.attn = Attention(a)
-        self.ln1 = nn.LayerNorm(a.width, eps=1e-5) if with_ln else None
+        self.ln1 = make_norm(a) if with_ln else None
         self.cross_attn = Attention(a) if cross else None
-        self.ln_cross = nn.LayerNorm(a.width, eps=1e-5) if cross and with_ln else None
+        self.ln_cross = make_norm(a) if cross and with_ln else None
         self.ffn = FeedForward(a) if a.ffn > 0 else None
-        self.ln2 = nn.LayerNorm(a.width, eps=1e-5) if a.ffn > 0 and with_ln else None
+        self.ln2 = make_norm(a) if a.ffn > 0 and with_ln else None
 
     def forward(self, x, self_eligible, memory=None, cross_eligible=None, weights=None):
         def self_attention(h):
@@ -326,7 +346,7 @@ class DecoderLM(nn.Module):
         self.tok_emb = nn.Embedding(a.vocab, a.width)
         self.pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.blocks = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
-        self.ln_f = nn.LayerNorm(a.width, eps=1e-5) if a.norm == "pre" else None
+        self.ln_f = make_norm(a) if a.norm == "pre" else None
         self.head = nn.Linear(a.width, a.vocab, bias=False)
 
     def forward(self, tokens, lengths):
@@ -351,8 +371,8 @@ class EncoderDecoder(nn.Module):
         self.tgt_pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.encoder = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
         self.decoder = nn.ModuleList(Block(a, cross=True) for _ in range(a.layers))
-        self.enc_ln_f = nn.LayerNorm(a.width, eps=1e-5) if a.norm == "pre" else None
-        self.dec_ln_f = nn.LayerNorm(a.width, eps=1e-5) if a.norm == "pre" else None
+        self.enc_ln_f = make_norm(a) if a.norm == "pre" else None
+        self.dec_ln_f = make_norm(a) if a.norm == "pre" else None
         self.head = nn.Linear(a.width, a.vocab, bias=False)
 
     def forward(self, src, src_lengths, tgt, tgt_lengths):

@@ -64,6 +64,7 @@ struct Config {
         int64_t head_width = 0;        // 0 = width / heads
         int64_t ffn = 256;             // 0 = attention-only blocks
         std::string norm = "pre";      // pre | post | none
+        std::string norm_type = "layernorm";  // layernorm | rmsnorm
         std::string positional = "learned";  // learned | sinusoidal | none
         std::string scale = "sqrt";    // sqrt | none | linear | a positive number ("0.125")
         std::string masked_rows = "error";   // error | zero

@@ -251,6 +251,7 @@ std::vector<Field> make_fields() {
         integer(KEY(model, head_width), at_least(0), "per-head width d_h; 0 = width / heads (which must divide)"),
         integer(KEY(model, ffn), at_least(0), "feed-forward hidden width; 0 = attention-only blocks"),
         choice(KEY(model, norm), {"pre", "post", "none"}, "LayerNorm before each sublayer, after the residual sum, or none"),
+        choice(KEY(model, norm_type), {"layernorm", "rmsnorm"}, "the norm model.norm places: LayerNorm, or RMSNorm (no centring, no bias)"),
         choice(KEY(model, positional), {"learned", "sinusoidal", "none"}, "positional encoding"),
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
         choice(KEY(model, masked_rows), {"error", "zero"}, "a query row with no eligible key: error, or zero context"),

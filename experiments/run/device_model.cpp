@@ -16,6 +16,8 @@ std::string attention_unsupported(const MultiHeadAttention& a) {
 }
 
 std::string residual_unsupported(const Residual* r) {
+    if (r != nullptr && r->ln && dynamic_cast<const LayerNorm*>(r->ln.get()) == nullptr)
+        return "RMSNorm has no device kernel (the device step takes LayerNorm)";
     return r != nullptr && r->drop.p > 0 && r->drop.rng == nullptr ? "residual dropout without an Rng" : "";
 }
 

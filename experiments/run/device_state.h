@@ -105,7 +105,8 @@ struct DeviceTraining::Impl {
         const size_t offset = offset_of.at(&t.impl());
         return {params.floats() + offset, grads.floats() + offset};
     }
-    std::optional<DeviceLayerNorm> layer_norm(const std::optional<LayerNorm>& ln) {
+    std::optional<DeviceLayerNorm> layer_norm(const std::unique_ptr<NormLayer>& norm) {
+        const auto* ln = dynamic_cast<const LayerNorm*>(norm.get());  // device_step_unsupported refuses other norms
         if (!ln) return std::nullopt;
         return DeviceLayerNorm{param(ln->weight), param(ln->bias), float(ln->eps)};
     }

@@ -25,6 +25,7 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.ffn = static_cast<size_t>(c.model.ffn);
     b.activation = c.model.activation == "relu" ? Activation::relu : Activation::gelu;
     b.norm = parse_norm(c.model.norm);
+    b.norm_type = parse_norm_type(c.model.norm_type);
     b.dropout = c.model.dropout;
     return m;
 }

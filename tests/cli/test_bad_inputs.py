@@ -61,6 +61,8 @@ CASES = [
     dict(name="override out of range", args=["train.steps=0"], want=["train.steps", ">= 1"]),
     dict(name="override wrong array length", args=["optim.betas=[0.9]"], want=["optim.betas", "array"]),
     dict(name="override bad enum value", args=["model.norm=middle"], want=["model.norm", "middle"]),
+    dict(name="norm type not a norm", args=["model.norm_type=rms"], want=["model.norm_type", "rms", "rmsnorm"]),
+    dict(name="norm type in file", cfg=("model", ['norm_type = "batchnorm"']), line=2, want=["model.norm_type", "batchnorm"]),
     dict(name="override width not divisible", args=["model.width=15"], want=["model.width", "model.heads"]),
     dict(name="override task/model mismatch", args=["model.kind=encoder-decoder"],
          want=["model.kind", "recall", "decoder"]),

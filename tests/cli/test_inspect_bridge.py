@@ -231,7 +231,16 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder head_width 6, kv_heads 2, scale 0.3", model__heads=4, model__kv_heads=2,
                            model__head_width=6, model__scale="0.3")
 
+    def test_decoder_rmsnorm_pre_and_post(self):
+        self.check_variant("decoder pre/rmsnorm", model__norm_type="rmsnorm")
+        self.check_variant("decoder post/rmsnorm, 2 layers", model__norm_type="rmsnorm", model__norm="post",
+                           model__layers=2)
+
     # Encoder-decoder
+    def test_encoder_decoder_rmsnorm(self):
+        self.check_variant("enc-dec pre/rmsnorm", task__name="translate", model__kind="encoder-decoder",
+                           model__norm_type="rmsnorm")
+
     def test_encoder_decoder_pre_learned(self):
         checkpoint, out = self.check_variant("enc-dec pre/learned/ffn/gelu", task__name="translate",
                                              model__kind="encoder-decoder")

@@ -245,8 +245,9 @@ TEST(ChooseToken, TopKRenormalisesOverTheKLargest) {
 // A head that only scores <SEP> makes every step choose id 1.
 void always_sep(DecoderLM& model) {
     const size_t V = model.config.vocab, D = model.config.block.attention.width;
-    model.ln_f->weight.assign(Tensor::zeros({D}));
-    model.ln_f->bias.assign(Tensor::ones({D}));
+    auto& ln_f = dynamic_cast<LayerNorm&>(*model.ln_f);  // the default norm type
+    ln_f.weight.assign(Tensor::zeros({D}));
+    ln_f.bias.assign(Tensor::ones({D}));
     std::vector<double> w(V * D, 0.0);
     for (size_t d = 0; d < D; ++d) w[kSep * D + d] = 1.0;
     model.head.weight.assign(Tensor::from_values(w, {V, D}));

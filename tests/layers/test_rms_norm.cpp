@@ -1,0 +1,74 @@
+// RMSNorm (model.norm_type = "rmsnorm"): the op against the formula by hand, its
+// place in both model kinds (the same slots as LayerNorm, a weight and no bias),
+// and its hook point.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "layer_test_util.h"
+#include "layers/hooks.h"
+
+namespace attnlab {
+namespace {
+
+using namespace layer_testing;
+
+TEST(RMSNorm, MatchesTheFormulaByHand) {
+    // rows (3, 4) and (1, -1); weight (2, 0.5)
+    const Tensor x = Tensor::from_values({3, 4, 1, -1}, {2, 2}, DType::f64);
+    const Tensor w = Tensor::from_values({2, 0.5}, {2}, DType::f64);
+    const double eps = 1e-5;
+    const double r0 = 1 / std::sqrt((9.0 + 16.0) / 2 + eps), r1 = 1 / std::sqrt((1.0 + 1.0) / 2 + eps);
+    const std::vector<double> y = rms_norm(x, w, eps).values();
+    const std::vector<double> want = {3 * r0 * 2, 4 * r0 * 0.5, 1 * r1 * 2, -1 * r1 * 0.5};
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(y[i], want[i], 1e-12) << i;
+    // unlike LayerNorm it does not centre: a constant row stays at +-1 times the weight
+    EXPECT_NEAR(rms_norm(Tensor::full({1, 3}, 5.0, DType::f64), Tensor(), eps).values()[0], 5 / std::sqrt(25 + eps), 1e-12);
+    EXPECT_THROW(rms_norm(x, Tensor::ones({3}, DType::f64)), Error);
+}
+
+TEST(RMSNorm, TakesEveryNormSlotWithAWeightAndNoBias) {
+    Rng init(1);
+    ModelConfig c = small_config();
+    c.block.norm_type = NormType::rms;
+    DecoderLM decoder(c, init, nullptr);
+    std::vector<std::string> norms;
+    for (const auto& [name, p] : decoder.named_parameters())
+        if (name.find("ln") != std::string::npos) norms.push_back(name);
+    EXPECT_EQ(norms, (std::vector<std::string>{"blocks.0.ln1.weight", "blocks.0.ln2.weight", "blocks.1.ln1.weight",
+                                               "blocks.1.ln2.weight", "ln_f.weight"}));
+    EncoderDecoder enc_dec(c, init, nullptr);
+    size_t rms = 0;
+    for (const auto& [name, p] : enc_dec.named_parameters()) {
+        EXPECT_EQ(name.find("ln") != std::string::npos && name.find(".bias") != std::string::npos, false) << name;
+        rms += name.find("ln") != std::string::npos;
+    }
+    EXPECT_EQ(rms, 2u * 2 + 2u * 3 + 2);  // encoder blocks ln1, ln2; decoder blocks ln1, ln_cross, ln2; the two final norms
+    EXPECT_EQ(parse_norm_type("rmsnorm"), NormType::rms);
+    EXPECT_EQ(to_string(NormType::layer), "layernorm");
+    EXPECT_THROW(parse_norm_type("rms"), Error);
+}
+
+TEST(RMSNorm, ItsOutputIsAHookPointAndFeedsTheSublayer) {
+    Rng init(2), data(3);
+    ModelConfig c = small_config();
+    c.block.norm_type = NormType::rms;
+    DecoderLM model(c, init, nullptr);
+    model.eval();
+    Hooks hooks;
+    hooks.record("blocks.0.ln1.out").record("blocks.0.resid_pre").record("blocks.0.attn.in");
+    recorded_forward(model, hooks, [&] { return model.forward(random_tokens(data, 2, 5, 11)); });
+    const std::vector<double> normed = hooks.last("blocks.0.ln1.out").values();
+    EXPECT_EQ(normed, hooks.last("blocks.0.attn.in").values());  // pre-norm: the attention reads the norm's output
+    const std::vector<double> x = hooks.last("blocks.0.resid_pre").values();
+    for (size_t row = 0; row < 10; ++row) {  // weight ones at initialisation: mean square 1 per row
+        double squares = 0, ratio = 0;
+        for (size_t d = 0; d < 16; ++d) squares += normed[row * 16 + d] * normed[row * 16 + d];
+        EXPECT_NEAR(squares / 16, 1.0, 1e-4) << row;
+        for (size_t d = 0; d < 16; ++d) ratio += normed[row * 16 + d] / x[row * 16 + d];
+        EXPECT_GT(ratio, 0.0);  // a positive rescaling of the row, no shift
+    }
+}
+
+}  // namespace
+}  // namespace attnlab
