@@ -120,6 +120,107 @@ std::vector<double> score_std_of(const std::vector<double>& moments, size_t B, s
     return out;
 }
 
+// One call's operands in their layout: q, k, v read and the context written,
+// each as view() places its heads.
+template <class T>
+struct Operands {
+    HeadView<const T> Q, K, V;
+    HeadView<T> C;  // into `context`, which the path records as the op's value
+};
+
+// The blockwise path: FlashAttention's online softmax over key blocks, no
+// (Tq, Tk) buffer; the per-row log-sum-exp is kept and the backward recomputes
+// each block's probabilities from it. Returns the context, in the graph.
+template <class T>
+Tensor blockwise_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Dims dims, bool packed,
+                           const AttentionMask& mask, const AttentionOptions& options, const Operands<T>& x,
+                           Array<T>&& context, AttentionResult& result) {
+    namespace ak = attention_kernels;
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+    const HeadView<const T> &Q = x.Q, &K = x.K, &V = x.V;
+    const HeadView<T>& C = x.C;
+    const T scale = static_cast<T>(options.scale);
+    Array<T> lse = make_array<T>({B, H, Tq});  // log-sum-exp per query row, kept for the backward
+    ak::blockwise_forward<T>(dims, Q, K, V, mask, scale, C, lse.data());
+    if (options.need_weights) {  // computed beside the graph; the context above is not touched
+        Array<T> weights = make_array<T>({B, H, Tq, Tk});
+        std::vector<double> moments(B * H * 3, 0.0);
+        ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), nullptr, {}, HeadView<T>{nullptr, 0, 0, 0},
+                             moments.data());
+        result.weights = wrap<T>(std::move(weights));
+        result.score_std = score_std_of(moments, B, H);
+    }
+    return record<T>(op, std::move(context), {q, k, v},
+                     [q, k, v, dims, packed, mask, scale, lse = std::move(lse)](const Array<T>& g, const Array<T>& out) {
+        const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+        auto in_view = [&](const Array<T>& a, size_t heads, size_t T_len, size_t width) {
+            return view<const T>(a.data(), heads, T_len, width, packed);
+        };
+        Array<T> gq = make_array<T>(q.shape()), gk = make_array<T>(k.shape()), gv = make_array<T>(v.shape());
+        gq.fill(T(0));
+        gk.fill(T(0));
+        gv.fill(T(0));
+        ak::blockwise_backward<T>(dims, in_view(values_of<T>(q), H, Tq, d), in_view(values_of<T>(k), H_kv, Tk, d),
+                                  in_view(values_of<T>(v), H_kv, Tk, d_v), mask, scale, in_view(out, H, Tq, d_v),
+                                  lse.data(), in_view(g, H, Tq, d_v), view<T>(gq.data(), H, Tq, d, packed),
+                                  view<T>(gk.data(), H_kv, Tk, d, packed),
+                                  view<T>(gv.data(), H_kv, Tk, d_v, packed));
+        send_grad<T>(q, [&] { return std::move(gq); });
+        send_grad<T>(k, [&] { return std::move(gk); });
+        send_grad<T>(v, [&] { return std::move(gv); });
+    });
+}
+
+// The dense path: the scores written once into the (Tq, Tk) weight buffer kept
+// for the backward (and dropout applied to it). Returns the context, in the graph.
+template <class T>
+Tensor dense_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Dims dims, bool packed,
+                       const AttentionMask& mask, const AttentionOptions& options, const Operands<T>& x,
+                       Array<T>&& context, AttentionResult& result) {
+    namespace ak = attention_kernels;
+    const bool use_dropout = options.training && options.dropout > 0.0;
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+    const HeadView<const T> &Q = x.Q, &K = x.K, &V = x.V;
+    const HeadView<T>& C = x.C;
+    const T scale = static_cast<T>(options.scale);
+    Array<T> weights = make_array<T>({B, H, Tq, Tk});  // A, kept for the backward
+    Array<T> dropped;                                   // A after dropout (if any)
+    std::vector<T> keep;                                // 1/(1-p) or 0 per weight
+    if (use_dropout) {
+        dropped = make_array<T>({B, H, Tq, Tk});
+        keep.resize(B * H * Tq * Tk);
+        const T keep_scale = static_cast<T>(1.0 / (1.0 - options.dropout));
+        for (T& e : keep) e = options.rng->bernoulli(options.dropout) ? T(0) : keep_scale;  // drawn in order
+    }
+    std::vector<double> moments(options.need_weights ? B * H * 3 : 0, 0.0);
+    ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), use_dropout ? dropped.data() : nullptr, keep, C,
+                         options.need_weights ? moments.data() : nullptr);
+    if (options.need_weights) {
+        result.weights = wrap<T>(Array<T>(weights));
+        result.score_std = score_std_of(moments, B, H);
+    }
+    return record<T>(op, std::move(context), {q, k, v},
+                     [q, k, v, dims, packed, scale, weights = std::move(weights), dropped = std::move(dropped),
+                      keep = std::move(keep)](const Array<T>& g, const Array<T>&) {
+        const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+        auto in_view = [&](const Array<T>& a, size_t heads, size_t T_len, size_t width) {
+            return view<const T>(a.data(), heads, T_len, width, packed);
+        };
+        Array<T> gq = make_array<T>(q.shape()), gk = make_array<T>(k.shape()), gv = make_array<T>(v.shape());
+        gq.fill(T(0));
+        gk.fill(T(0));  // K/V gradients accumulate over the heads of a group
+        gv.fill(T(0));
+        ak::dense_backward<T>(dims, in_view(values_of<T>(q), H, Tq, d), in_view(values_of<T>(k), H_kv, Tk, d),
+                              in_view(values_of<T>(v), H_kv, Tk, d_v), scale, weights.data(),
+                              keep.empty() ? nullptr : dropped.data(), keep, in_view(g, H, Tq, d_v),
+                              view<T>(gq.data(), H, Tq, d, packed), view<T>(gk.data(), H_kv, Tk, d, packed),
+                              view<T>(gv.data(), H_kv, Tk, d_v, packed));
+        send_grad<T>(q, [&] { return std::move(gq); });
+        send_grad<T>(k, [&] { return std::move(gk); });
+        send_grad<T>(v, [&] { return std::move(gv); });
+    });
+}
+
 // The op behind both layouts. `shape_out` is the context's shape.
 AttentionResult attention_impl(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Dims dims,
                                bool packed, const Shape& shape_out, const AttentionMask& mask,
@@ -141,79 +242,11 @@ AttentionResult attention_impl(const char* op, const Tensor& q, const Tensor& k,
         auto in_view = [&](const Tensor& t, size_t heads, size_t T_len, size_t width) {
             return view<const T>(values_of<T>(t).data(), heads, T_len, width, packed);
         };
-        const HeadView<const T> Q = in_view(q, H, Tq, d), K = in_view(k, H_kv, Tk, d), V = in_view(v, H_kv, Tk, d_v);
-        const T scale = static_cast<T>(options.scale);
         Array<T> context = make_array<T>(shape_out);
-        const HeadView<T> C = view<T>(context.data(), H, Tq, d_v, packed);
-
-        if (blockwise) {
-            Array<T> lse = make_array<T>({B, H, Tq});  // log-sum-exp per query row, kept for the backward
-            ak::blockwise_forward<T>(dims, Q, K, V, mask, scale, C, lse.data());
-            if (options.need_weights) {  // computed beside the graph; the context above is not touched
-                Array<T> weights = make_array<T>({B, H, Tq, Tk});
-                std::vector<double> moments(B * H * 3, 0.0);
-                ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), nullptr, {}, HeadView<T>{nullptr, 0, 0, 0},
-                                     moments.data());
-                result.weights = wrap<T>(std::move(weights));
-                result.score_std = score_std_of(moments, B, H);
-            }
-            return record<T>(op, std::move(context), {q, k, v},
-                             [q, k, v, dims, packed, mask, scale, lse = std::move(lse)](const Array<T>& g, const Array<T>& out) {
-                const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
-                auto in_view = [&](const Array<T>& a, size_t heads, size_t T_len, size_t width) {
-                    return view<const T>(a.data(), heads, T_len, width, packed);
-                };
-                Array<T> gq = make_array<T>(q.shape()), gk = make_array<T>(k.shape()), gv = make_array<T>(v.shape());
-                gq.fill(T(0));
-                gk.fill(T(0));
-                gv.fill(T(0));
-                ak::blockwise_backward<T>(dims, in_view(values_of<T>(q), H, Tq, d), in_view(values_of<T>(k), H_kv, Tk, d),
-                                          in_view(values_of<T>(v), H_kv, Tk, d_v), mask, scale, in_view(out, H, Tq, d_v),
-                                          lse.data(), in_view(g, H, Tq, d_v), view<T>(gq.data(), H, Tq, d, packed),
-                                          view<T>(gk.data(), H_kv, Tk, d, packed),
-                                          view<T>(gv.data(), H_kv, Tk, d_v, packed));
-                send_grad<T>(q, [&] { return std::move(gq); });
-                send_grad<T>(k, [&] { return std::move(gk); });
-                send_grad<T>(v, [&] { return std::move(gv); });
-            });
-        }
-
-        Array<T> weights = make_array<T>({B, H, Tq, Tk});  // A, kept for the backward
-        Array<T> dropped;                                   // A after dropout (if any)
-        std::vector<T> keep;                                // 1/(1-p) or 0 per weight
-        if (use_dropout) {
-            dropped = make_array<T>({B, H, Tq, Tk});
-            keep.resize(B * H * Tq * Tk);
-            const T keep_scale = static_cast<T>(1.0 / (1.0 - options.dropout));
-            for (T& e : keep) e = options.rng->bernoulli(options.dropout) ? T(0) : keep_scale;  // drawn in order
-        }
-        std::vector<double> moments(options.need_weights ? B * H * 3 : 0, 0.0);
-        ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), use_dropout ? dropped.data() : nullptr, keep, C,
-                             options.need_weights ? moments.data() : nullptr);
-        if (options.need_weights) {
-            result.weights = wrap<T>(Array<T>(weights));
-            result.score_std = score_std_of(moments, B, H);
-        }
-        return record<T>(op, std::move(context), {q, k, v},
-                         [q, k, v, dims, packed, scale, weights = std::move(weights), dropped = std::move(dropped),
-                          keep = std::move(keep)](const Array<T>& g, const Array<T>&) {
-            const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
-            auto in_view = [&](const Array<T>& a, size_t heads, size_t T_len, size_t width) {
-                return view<const T>(a.data(), heads, T_len, width, packed);
-            };
-            Array<T> gq = make_array<T>(q.shape()), gk = make_array<T>(k.shape()), gv = make_array<T>(v.shape());
-            gq.fill(T(0));
-            gk.fill(T(0));  // K/V gradients accumulate over the heads of a group
-            gv.fill(T(0));
-            ak::dense_backward<T>(dims, in_view(values_of<T>(q), H, Tq, d), in_view(values_of<T>(k), H_kv, Tk, d),
-                                  in_view(values_of<T>(v), H_kv, Tk, d_v), scale, weights.data(),
-                                  keep.empty() ? nullptr : dropped.data(), keep, in_view(g, H, Tq, d_v),
-                                  view<T>(gq.data(), H, Tq, d, packed), view<T>(gk.data(), H_kv, Tk, d, packed),
-                                  view<T>(gv.data(), H_kv, Tk, d_v, packed));
-            send_grad<T>(q, [&] { return std::move(gq); });
-            send_grad<T>(k, [&] { return std::move(gk); });
-            send_grad<T>(v, [&] { return std::move(gv); });
-        });
+        const Operands<T> x{in_view(q, H, Tq, d), in_view(k, H_kv, Tk, d), in_view(v, H_kv, Tk, d_v),
+                            view<T>(context.data(), H, Tq, d_v, packed)};
+        if (blockwise) return blockwise_attention<T>(op, q, k, v, dims, packed, mask, options, x, std::move(context), result);
+        return dense_attention<T>(op, q, k, v, dims, packed, mask, options, x, std::move(context), result);
     });
     return result;
 }

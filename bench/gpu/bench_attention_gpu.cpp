@@ -90,6 +90,47 @@ std::vector<float> random_values(Rng& rng, size_t count) {
     return values;
 }
 
+// Whether the dense kernel's two (B, H, S, S) float buffers fit in max_dense_gib;
+// if not, says so in a line of its own.
+bool dense_fits(const BenchShape& s, double max_dense_gib) {
+    const double gib = 2.0 * double(s.B * s.H * s.S) * double(s.S) * sizeof(float) / double(1ull << 30);
+    if (gib > max_dense_gib) {
+        std::printf("{\"framework\": \"attnlab\", \"impl\": \"dense\", \"B\": %zu, \"H\": %zu, \"S\": %zu, "
+                    "\"d\": %zu, \"skipped\": \"needs %.1f GiB of (B, H, S, S) buffers > %.1f\"}\n",
+                    s.B, s.H, s.S, s.d, gib, max_dense_gib);
+        return false;
+    }
+    return true;
+}
+
+// The CPU op (attnlab::attention) on the same inputs, for scale; one warm-up, then reps / 2 (at least 1) timed.
+void bench_cpu(const BenchShape& s, const std::vector<float>& q_host, const std::vector<float>& k_host,
+               const std::vector<float>& v_host, const std::vector<float>& dc_host, const AttentionMask& mask,
+               const AttentionOptions& options, int reps, double flops) {
+    const Shape shape{s.B, s.H, s.S, s.d};
+    auto tensor = [&](const std::vector<float>& values) {
+        return Tensor::from_values(std::vector<double>(values.begin(), values.end()), shape, DType::f32, true);
+    };
+    const Tensor qt = tensor(q_host), kt = tensor(k_host), vt = tensor(v_host), seed = tensor(dc_host).detach();
+    auto run = [&](bool with_backward) {
+        AttentionResult r = attention(qt, kt, vt, mask, options);
+        if (with_backward) r.context.backward(seed);
+    };
+    for (bool with_backward : {false, true}) {
+        run(with_backward);
+        const int cpu_reps = std::max(1, reps / 2);
+        std::vector<double> ms;
+        for (int rep = 0; rep < cpu_reps; ++rep) {
+            const auto t0 = std::chrono::steady_clock::now();
+            run(with_backward);
+            ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(ms.begin(), ms.end());
+        print_line("cpu", s, with_backward ? "fwd+bwd" : "fwd", {ms[ms.size() / 2], ms.front()},
+                   with_backward ? 3.5 * flops : flops, cpu_reps, "cpu");
+    }
+}
+
 void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double max_dense_gib, bool cpu,
                  const std::string& device) {
     const AttentionDims dims{s.B, s.H, s.H, s.S, s.S, s.d, s.d};
@@ -116,13 +157,7 @@ void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double m
         cuda::DeviceBuffer weights, scratch, lse, row_dot;
         std::function<void()> forward, backward;
         if (kernel == AttentionKernel::dense) {
-            const double gib = 2.0 * double(s.B * s.H * s.S) * double(s.S) * sizeof(float) / double(1ull << 30);
-            if (gib > max_dense_gib) {
-                std::printf("{\"framework\": \"attnlab\", \"impl\": \"dense\", \"B\": %zu, \"H\": %zu, \"S\": %zu, "
-                            "\"d\": %zu, \"skipped\": \"needs %.1f GiB of (B, H, S, S) buffers > %.1f\"}\n",
-                            s.B, s.H, s.S, s.d, gib, max_dense_gib);
-                continue;
-            }
+            if (!dense_fits(s, max_dense_gib)) continue;
             weights = context.allocate_floats(s.B * s.H * s.S * s.S);
             scratch = context.allocate_floats(s.B * s.H * s.S * s.S);
             forward = [&] {
@@ -167,30 +202,7 @@ void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double m
         }
     }
 
-    if (cpu) {  // the CPU op on the same inputs, for scale; one warm-up, then reps / 2 (at least 1) timed
-        const Shape shape{s.B, s.H, s.S, s.d};
-        auto tensor = [&](const std::vector<float>& values) {
-            return Tensor::from_values(std::vector<double>(values.begin(), values.end()), shape, DType::f32, true);
-        };
-        const Tensor qt = tensor(q_host), kt = tensor(k_host), vt = tensor(v_host), seed = tensor(dc_host).detach();
-        auto run = [&](bool with_backward) {
-            AttentionResult r = attention(qt, kt, vt, mask, options);
-            if (with_backward) r.context.backward(seed);
-        };
-        for (bool with_backward : {false, true}) {
-            run(with_backward);
-            const int cpu_reps = std::max(1, reps / 2);
-            std::vector<double> ms;
-            for (int rep = 0; rep < cpu_reps; ++rep) {
-                const auto t0 = std::chrono::steady_clock::now();
-                run(with_backward);
-                ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-            }
-            std::sort(ms.begin(), ms.end());
-            print_line("cpu", s, with_backward ? "fwd+bwd" : "fwd", {ms[ms.size() / 2], ms.front()},
-                       with_backward ? 3.5 * flops : flops, cpu_reps, "cpu");
-        }
-    }
+    if (cpu) bench_cpu(s, q_host, k_host, v_host, dc_host, mask, options, reps, flops);
 }
 
 }  // namespace

@@ -121,14 +121,8 @@ LiveTest shape_contracts(const TaskModel& model, const Batch& batch, const std::
     });
 }
 
-}  // namespace
-
-AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptions& options) {
-    model.module().eval();
-    AuditRecord rec;
-    const std::vector<AttentionSite> sites = attention_sites(model);
-    const AttentionSite& first = sites.front();
-    const bool enc_dec = model.encoder_decoder();
+// What the model is: its configuration, projection shapes, scale, policies and dtype.
+void describe_model(AuditRecord& rec, const TaskModel& model, const Config& config, const AttentionSite& first) {
     rec.model_kind = config.model.kind;
     rec.task = config.task.name;
     rec.vocab = vocab_of(model);
@@ -151,13 +145,10 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     rec.attn_dropout = config.model.attn_dropout;
     rec.dtype = to_string(model.module().parameters().front().dtype());
     rec.cache_dtype = rec.dtype;
-    rec.seed = options.seed;
-    const std::unique_ptr<BatchSource> source = make_batch_source(config, options.seed, 2);
-    rec.longest = source->max_sequence_length();
-    rec.positional_max_len = model_config(config, rec.longest).max_len;
-    // translate (the encoder-decoder task) has sources of at most task.max_len tokens
-    rec.longest_source = enc_dec ? static_cast<size_t>(config.task.max_len) : 0;
-    rec.threads = threads();
+}
+
+// Each attention kind's mask: causal or not, whose lengths pad the keys, what the axes run over.
+void describe_masks(AuditRecord& rec, bool enc_dec) {
     if (enc_dec) {
         rec.masks = {{"enc_self", false, "source lengths", "source", "source"},
                      {"dec_self", true, "decoder lengths", "decoder input", "decoder input"},
@@ -165,11 +156,12 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     } else {
         rec.masks = {{"self", true, "sequence lengths", "sequence", "sequence"}};
     }
+}
 
-    // data: fresh batches of the `attnlab eval` stream
-    rec.batch_size = static_cast<size_t>(config.train.batch);
+// Fresh batches of the `attnlab eval` stream, and the lengths they hold.
+std::vector<Batch> fresh_data(AuditRecord& rec, BatchSource& source, size_t batches, bool enc_dec) {
     std::vector<Batch> data;
-    for (size_t i = 0; i < std::max<size_t>(options.batches, 1); ++i) data.push_back(source->next(rec.batch_size));
+    for (size_t i = 0; i < std::max<size_t>(batches, 1); ++i) data.push_back(source.next(rec.batch_size));
     rec.batches = data.size();
     Moments lengths, src_lengths;
     for (const Batch& batch : data) {
@@ -185,53 +177,58 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
         rec.max_source_length = static_cast<size_t>(src_lengths.max);
         rec.mean_source_length = src_lengths.mean();
     }
+    return data;
+}
 
-    // score ranges, entropy and masked mass
-    {
-        NoGradGuard no_grad;
-        std::vector<Moments> per_site(sites.size());
-        std::vector<std::vector<Moments>> per_head(sites.size(), std::vector<Moments>(rec.heads));
-        std::vector<HeadStats> stats(sites.size());  // summed over batches, per site (1 layer each)
-        for (const Batch& batch : data) {
-            const AttentionPass pass = attention_pass(model, batch);
-            for (size_t s = 0; s < sites.size(); ++s) {
-                const AttentionKind* kind = &pass.kind_of(sites[s]);
-                const Tensor& scores = pass.at(sites[s], "scores");  // (B, H, Tq, Tk): scale q.k
-                const std::vector<double> score = scores.values();
-                const size_t B = scores.size(0), H = scores.size(1), Tq = scores.size(2), Tk = scores.size(3);
-                for (size_t b = 0; b < B; ++b)
-                    for (size_t h = 0; h < H; ++h)
-                        for (size_t i = 0; i < std::min(length_of(kind->query_lengths, b, Tq), Tq); ++i)
-                            for (size_t j = 0; j < Tk; ++j) {
-                                if (!kind->mask.allows(b, i, j, Tq, Tk)) continue;
-                                per_site[s].add(score[((b * H + h) * Tq + i) * Tk + j]);
-                                per_head[s][h].add(score[((b * H + h) * Tq + i) * Tk + j]);
-                            }
-                const HeadStats hs = attention_stats({pass.at(sites[s], "pattern")}, kind->mask, kind->query_lengths);
-                HeadStats& acc = stats[s];
-                if (acc.entropy.empty()) {
-                    acc = hs;
-                    continue;
-                }
-                for (size_t h = 0; h < hs.heads; ++h) {
-                    acc.entropy[h] += hs.entropy[h];
-                    acc.entropy_norm[h] += hs.entropy_norm[h];
-                    acc.masked_mass[h] += hs.masked_mass[h];
-                    acc.masked_mass_max[h] = std::max(acc.masked_mass_max[h], hs.masked_mass_max[h]);
-                }
+// Score ranges per layer, entropy and masked mass per head, over `data`.
+void measure_attention(AuditRecord& rec, const TaskModel& model, const std::vector<AttentionSite>& sites,
+                       const std::vector<Batch>& data) {
+    NoGradGuard no_grad;
+    std::vector<Moments> per_site(sites.size());
+    std::vector<std::vector<Moments>> per_head(sites.size(), std::vector<Moments>(rec.heads));
+    std::vector<HeadStats> stats(sites.size());  // summed over batches, per site (1 layer each)
+    for (const Batch& batch : data) {
+        const AttentionPass pass = attention_pass(model, batch);
+        for (size_t s = 0; s < sites.size(); ++s) {
+            const AttentionKind* kind = &pass.kind_of(sites[s]);
+            const Tensor& scores = pass.at(sites[s], "scores");  // (B, H, Tq, Tk): scale q.k
+            const std::vector<double> score = scores.values();
+            const size_t B = scores.size(0), H = scores.size(1), Tq = scores.size(2), Tk = scores.size(3);
+            for (size_t b = 0; b < B; ++b)
+                for (size_t h = 0; h < H; ++h)
+                    for (size_t i = 0; i < std::min(length_of(kind->query_lengths, b, Tq), Tq); ++i)
+                        for (size_t j = 0; j < Tk; ++j) {
+                            if (!kind->mask.allows(b, i, j, Tq, Tk)) continue;
+                            per_site[s].add(score[((b * H + h) * Tq + i) * Tk + j]);
+                            per_head[s][h].add(score[((b * H + h) * Tq + i) * Tk + j]);
+                        }
+            const HeadStats hs = attention_stats({pass.at(sites[s], "pattern")}, kind->mask, kind->query_lengths);
+            HeadStats& acc = stats[s];
+            if (acc.entropy.empty()) {
+                acc = hs;
+                continue;
+            }
+            for (size_t h = 0; h < hs.heads; ++h) {
+                acc.entropy[h] += hs.entropy[h];
+                acc.entropy_norm[h] += hs.entropy_norm[h];
+                acc.masked_mass[h] += hs.masked_mass[h];
+                acc.masked_mass_max[h] = std::max(acc.masked_mass_max[h], hs.masked_mass_max[h]);
             }
         }
-        const double n = static_cast<double>(data.size());
-        for (size_t s = 0; s < sites.size(); ++s) {
-            const Moments& m = per_site[s];
-            rec.scores.push_back({sites[s].kind, sites[s].layer, m.min, m.max, m.mean(), m.std(), m.count});
-            for (size_t h = 0; h < rec.heads; ++h)
-                rec.head_stats.push_back({sites[s].kind, sites[s].layer, h, per_head[s][h].std(), stats[s].entropy[h] / n,
-                                          stats[s].entropy_norm[h] / n, stats[s].masked_mass[h] / n, stats[s].masked_mass_max[h]});
-        }
     }
+    const double n = static_cast<double>(data.size());
+    for (size_t s = 0; s < sites.size(); ++s) {
+        const Moments& m = per_site[s];
+        rec.scores.push_back({sites[s].kind, sites[s].layer, m.min, m.max, m.mean(), m.std(), m.count});
+        for (size_t h = 0; h < rec.heads; ++h)
+            rec.head_stats.push_back({sites[s].kind, sites[s].layer, h, per_head[s][h].std(), stats[s].entropy[h] / n,
+                                      stats[s].entropy_norm[h] / n, stats[s].masked_mass[h] / n, stats[s].masked_mass_max[h]});
+    }
+}
 
-    // cache and cost
+// The KV cache: its policy, its bytes by formula, and those of a real cache
+// after decoding one longest sequence (random tokens).
+void measure_cache(AuditRecord& rec, const TaskModel& model, bool enc_dec, uint64_t seed) {
     const size_t element = rec.dtype == "float32" ? 4 : 8;
     rec.kv_bytes_per_token = 2 * rec.layers * rec.kv_heads * rec.head_width * element;
     rec.cross_kv_bytes_per_token = enc_dec ? rec.kv_bytes_per_token : 0;
@@ -243,24 +240,26 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
         : "self-attention: the keys and values of every decoded position, kept per layer as (B, H_kv, T, d_h), "
           "appended each step, never evicted; new queries see every cached key (bottom-right causal mask); "
           "no padding inside the cache (one sequence, or equal lengths)";
-    {
-        NoGradGuard no_grad;
-        Rng rng(options.seed + 101);
-        auto random_tokens = [&](size_t n) {
-            std::vector<int32_t> v(n);
-            for (auto& t : v) t = static_cast<int32_t>(rng.integer(kFirstContent, static_cast<int64_t>(rec.vocab)));
-            return Indices({1, n}, v);
-        };
-        DecoderCache cache;
-        if (const DecoderLM* d = decoder_of(model)) {
-            d->forward_cached(random_tokens(rec.longest), cache);
-        } else {
-            const EncoderDecoder& e = *enc_dec_of(model);
-            const Tensor memory = e.encode(random_tokens(rec.longest_source), {rec.longest_source});
-            e.decode_cached(memory, {rec.longest_source}, random_tokens(rec.longest), cache);
-        }
-        rec.kv_bytes_measured = cache.bytes();
+    NoGradGuard no_grad;
+    Rng rng(seed + 101);
+    auto random_tokens = [&](size_t n) {
+        std::vector<int32_t> v(n);
+        for (auto& t : v) t = static_cast<int32_t>(rng.integer(kFirstContent, static_cast<int64_t>(rec.vocab)));
+        return Indices({1, n}, v);
+    };
+    DecoderCache cache;
+    if (const DecoderLM* d = decoder_of(model)) {
+        d->forward_cached(random_tokens(rec.longest), cache);
+    } else {
+        const EncoderDecoder& e = *enc_dec_of(model);
+        const Tensor memory = e.encode(random_tokens(rec.longest_source), {rec.longest_source});
+        e.decode_cached(memory, {rec.longest_source}, random_tokens(rec.longest), cache);
     }
+    rec.kv_bytes_measured = cache.bytes();
+}
+
+// Score-matrix elements per attention kind at the longest sequences.
+void score_costs(AuditRecord& rec, const TaskModel& model) {
     for (const std::string& kind : model.kinds()) {
         KindCost c;
         c.kind = kind;
@@ -270,72 +269,83 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
         c.score_elements_batch = rec.batch_size * c.score_elements * rec.layers;
         rec.costs.push_back(c);
     }
-    if (options.timing) {
-        NoGradGuard no_grad;
-        size_t tokens = 0;
-        for (const Batch& batch : data)
-            for (size_t n : batch.lengths) tokens += n;
-        model.forward(data.front());  // warm-up
-        rec.rss_before_mb = proc_status_mb("VmRSS");
-        rec.peak_is_process_peak = !reset_peak_rss();
-        std::vector<double> seconds;
-        size_t repeats = 0;
-        const auto start = std::chrono::steady_clock::now();
-        double elapsed = 0;
-        while (repeats < 3 || (elapsed < 0.5 && repeats < 50)) {
-            for (const Batch& batch : data) {
-                const auto t0 = std::chrono::steady_clock::now();
-                model.forward(batch);
-                seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-            }
-            ++repeats;
-            elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        }
-        rec.peak_rss_mb = proc_status_mb("VmHWM");
-        std::sort(seconds.begin(), seconds.end());
-        rec.forward_seconds = seconds[seconds.size() / 2];
-        rec.tokens_per_s = static_cast<double>(tokens * repeats) / elapsed;
-    }
+}
 
-    // live tests, on the first batch
-    const Batch& batch = data.front();
-    Rng rng(options.seed + 202);
-    rec.tests.push_back(shape_contracts(model, batch, config.model.scale));
-    {
-        LiveTest t;
-        t.name = "masked mass (attention on ineligible keys)";
-        t.figure_name = "max over heads and rows of the weight on ineligible keys";
-        for (const HeadRecord& h : rec.head_stats) t.figure = worse(t.figure, h.masked_mass_max);
-        t.tolerance = 0;
-        t.pass = t.figure == 0;
-        t.detail = "every kind, layer and head over " + std::to_string(rec.sequences) + " sequences; a correct mask gives exactly 0";
-        rec.tests.push_back(t);
-    }
-    rec.tests.push_back(causal_perturbation(model, batch, rng));
-    {
-        NoGradGuard no_grad;
-        const AttentionPass pass = attention_pass(model, batch);
-        for (const AttentionKind& kind : pass.kinds) {
-            std::vector<LiveTest> causal, padding, bidi;
-            const std::vector<size_t>& key_lengths = kind.mask.key_lengths;
-            for (size_t s = 0; s < sites.size(); ++s) {
-                if (sites[s].kind != kind.name) continue;
-                const std::string layer = sites[s].name;
-                const Tensor &x_q = pass.at(sites[s], "in"), &x_kv = pass.at(sites[s], "in_kv");
-                if (kind.mask.causal) causal.push_back(causal_perturbation(*sites[s].attn, x_q, kind.query_lengths, kind.mask, rng, layer));
-                if (kind.name == "enc_self") bidi.push_back(bidirectional(*sites[s].attn, x_q, kind.query_lengths, kind.mask, rng, layer));
-                padding.push_back(padding_invariance(*sites[s].attn, x_q, x_kv, kind.query_lengths, key_lengths, kind.mask, rng, layer));
-            }
-            if (!causal.empty()) rec.tests.push_back(worst_of("causal perturbation (" + kind.name + ", each layer)", causal));
-            if (!bidi.empty()) {
-                LiveTest t = worst_of("encoder sees the whole source (" + kind.name + ", each layer)", bidi);
-                t.figure = std::numeric_limits<double>::infinity();
-                for (const LiveTest& p : bidi) t.figure = std::min(t.figure, p.figure);
-                rec.tests.push_back(t);
-            }
-            rec.tests.push_back(worst_of("padding invariance (" + kind.name + ", each layer)", padding));
+// Forward passes over `data` (eval mode, no graph): the median time per batch,
+// valid tokens per second and the peak resident memory.
+void measure_forward(AuditRecord& rec, const TaskModel& model, const std::vector<Batch>& data) {
+    NoGradGuard no_grad;
+    size_t tokens = 0;
+    for (const Batch& batch : data)
+        for (size_t n : batch.lengths) tokens += n;
+    model.forward(data.front());  // warm-up
+    rec.rss_before_mb = proc_status_mb("VmRSS");
+    rec.peak_is_process_peak = !reset_peak_rss();
+    std::vector<double> seconds;
+    size_t repeats = 0;
+    const auto start = std::chrono::steady_clock::now();
+    double elapsed = 0;
+    while (repeats < 3 || (elapsed < 0.5 && repeats < 50)) {
+        for (const Batch& batch : data) {
+            const auto t0 = std::chrono::steady_clock::now();
+            model.forward(batch);
+            seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
+        ++repeats;
+        elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
+    rec.peak_rss_mb = proc_status_mb("VmHWM");
+    std::sort(seconds.begin(), seconds.end());
+    rec.forward_seconds = seconds[seconds.size() / 2];
+    rec.tokens_per_s = static_cast<double>(tokens * repeats) / elapsed;
+}
+
+LiveTest masked_mass_test(const AuditRecord& rec) {
+    LiveTest t;
+    t.name = "masked mass (attention on ineligible keys)";
+    t.figure_name = "max over heads and rows of the weight on ineligible keys";
+    for (const HeadRecord& h : rec.head_stats) t.figure = worse(t.figure, h.masked_mass_max);
+    t.tolerance = 0;
+    t.pass = t.figure == 0;
+    t.detail = "every kind, layer and head over " + std::to_string(rec.sequences) + " sequences; a correct mask gives exactly 0";
+    return t;
+}
+
+// The tests on one module, for each kind over its layers (the worst layer counts).
+void layer_tests(AuditRecord& rec, const TaskModel& model, const std::vector<AttentionSite>& sites, const Batch& batch,
+                 Rng& rng) {
+    NoGradGuard no_grad;
+    const AttentionPass pass = attention_pass(model, batch);
+    for (const AttentionKind& kind : pass.kinds) {
+        std::vector<LiveTest> causal, padding, bidi;
+        const std::vector<size_t>& key_lengths = kind.mask.key_lengths;
+        for (size_t s = 0; s < sites.size(); ++s) {
+            if (sites[s].kind != kind.name) continue;
+            const std::string layer = sites[s].name;
+            const Tensor &x_q = pass.at(sites[s], "in"), &x_kv = pass.at(sites[s], "in_kv");
+            if (kind.mask.causal) causal.push_back(causal_perturbation(*sites[s].attn, x_q, kind.query_lengths, kind.mask, rng, layer));
+            if (kind.name == "enc_self") bidi.push_back(bidirectional(*sites[s].attn, x_q, kind.query_lengths, kind.mask, rng, layer));
+            padding.push_back(padding_invariance(*sites[s].attn, x_q, x_kv, kind.query_lengths, key_lengths, kind.mask, rng, layer));
+        }
+        if (!causal.empty()) rec.tests.push_back(worst_of("causal perturbation (" + kind.name + ", each layer)", causal));
+        if (!bidi.empty()) {
+            LiveTest t = worst_of("encoder sees the whole source (" + kind.name + ", each layer)", bidi);
+            t.figure = std::numeric_limits<double>::infinity();
+            for (const LiveTest& p : bidi) t.figure = std::min(t.figure, p.figure);
+            rec.tests.push_back(t);
+        }
+        rec.tests.push_back(worst_of("padding invariance (" + kind.name + ", each layer)", padding));
+    }
+}
+
+// Every live test, on the first batch.
+void live_tests(AuditRecord& rec, const TaskModel& model, const Config& config, const std::vector<AttentionSite>& sites,
+                const Batch& batch, uint64_t seed) {
+    Rng rng(seed + 202);
+    rec.tests.push_back(shape_contracts(model, batch, config.model.scale));
+    rec.tests.push_back(masked_mass_test(rec));
+    rec.tests.push_back(causal_perturbation(model, batch, rng));
+    layer_tests(rec, model, sites, batch, rng);
     rec.tests.push_back(padding_invariance(model, batch, rng));
     rec.tests.push_back(kv_cache_agreement(model, batch));
     rec.tests.push_back(reference_agreement(model, batch));
@@ -343,6 +353,32 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     rec.tests.push_back(reference_agreement_random(DType::f64));
     rec.tests.push_back(masked_row_policy_op());
     rec.tests.push_back(masked_row_policy(model, batch));
+}
+
+}  // namespace
+
+AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptions& options) {
+    model.module().eval();
+    AuditRecord rec;
+    const std::vector<AttentionSite> sites = attention_sites(model);
+    const bool enc_dec = model.encoder_decoder();
+    describe_model(rec, model, config, sites.front());
+    rec.seed = options.seed;
+    const std::unique_ptr<BatchSource> source = make_batch_source(config, options.seed, 2);
+    rec.longest = source->max_sequence_length();
+    rec.positional_max_len = model_config(config, rec.longest).max_len;
+    // translate (the encoder-decoder task) has sources of at most task.max_len tokens
+    rec.longest_source = enc_dec ? static_cast<size_t>(config.task.max_len) : 0;
+    rec.threads = threads();
+    describe_masks(rec, enc_dec);
+
+    rec.batch_size = static_cast<size_t>(config.train.batch);
+    const std::vector<Batch> data = fresh_data(rec, *source, options.batches, enc_dec);
+    measure_attention(rec, model, sites, data);
+    measure_cache(rec, model, enc_dec, options.seed);
+    score_costs(rec, model);
+    if (options.timing) measure_forward(rec, model, data);
+    live_tests(rec, model, config, sites, data.front(), options.seed);
     return rec;
 }
 

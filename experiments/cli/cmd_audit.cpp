@@ -72,22 +72,24 @@ std::string scale_text(const AuditRecord& r) {
     return num(r.scale);
 }
 
-std::string text(const AuditRecord& r) {
-    std::ostringstream o;
-    auto row = [&](const std::string& key, const std::string& value) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "  %-20s ", key.c_str());
-        o << buf << value << "\n";
-    };
-    o << "audit of " << r.checkpoint << " (step " << r.step << ")\n\nmodel\n";
-    row("kind", r.model_kind + ", " + std::to_string(r.layers) + " layers, " +
-                    (r.ffn ? "feed-forward width " + std::to_string(r.ffn) : std::string("attention-only (ffn 0)")) + ", norm " +
-                    r.norm + ", positions " + r.positional + "; task " + r.task + ", vocab " + std::to_string(r.vocab));
-    row("width D", std::to_string(r.width));
-    row("heads H", std::to_string(r.heads));
-    row("head width d_h", std::to_string(r.head_width) + (r.head_width * r.heads == r.width ? " (D / H)" : " (set explicitly)"));
-    row("K/V heads H_kv", std::to_string(r.kv_heads) + " (" + std::to_string(r.heads / r.kv_heads) + (r.heads / r.kv_heads == 1 ? " query head" : " query heads") + " per K/V head)");
-    row("parameters", std::to_string(r.parameters));
+// One "  key                  value" line of the text record.
+void row(std::ostream& o, const std::string& key, const std::string& value) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "  %-20s ", key.c_str());
+    o << buf << value << "\n";
+}
+
+// What it is: the model's shape, parameters and projections.
+void text_model(std::ostream& o, const AuditRecord& r) {
+    o << "\nmodel\n";
+    row(o, "kind", r.model_kind + ", " + std::to_string(r.layers) + " layers, " +
+                       (r.ffn ? "feed-forward width " + std::to_string(r.ffn) : std::string("attention-only (ffn 0)")) + ", norm " +
+                       r.norm + ", positions " + r.positional + "; task " + r.task + ", vocab " + std::to_string(r.vocab));
+    row(o, "width D", std::to_string(r.width));
+    row(o, "heads H", std::to_string(r.heads));
+    row(o, "head width d_h", std::to_string(r.head_width) + (r.head_width * r.heads == r.width ? " (D / H)" : " (set explicitly)"));
+    row(o, "K/V heads H_kv", std::to_string(r.kv_heads) + " (" + std::to_string(r.heads / r.kv_heads) + (r.heads / r.kv_heads == 1 ? " query head" : " query heads") + " per K/V head)");
+    row(o, "parameters", std::to_string(r.parameters));
     // projections, one line per attention module: q [out, in] + bias [out], ...
     std::map<std::string, std::string> modules;
     std::vector<std::string> order;
@@ -100,32 +102,41 @@ std::string text(const AuditRecord& r) {
         if (part.find(".weight") != std::string::npos) line += (line.empty() ? "" : "   ") + proj + " " + shape_list(p.shape);
         else line += " + bias " + shape_list(p.shape);
     }
-    for (size_t i = 0; i < order.size(); ++i) row(i == 0 ? "projections" : "", order[i] + ":  " + modules[order[i]]);
+    for (size_t i = 0; i < order.size(); ++i) row(o, i == 0 ? "projections" : "", order[i] + ":  " + modules[order[i]]);
+}
 
+// The attention's scale, softmax axis, masks, policies, dropout and dtype.
+void text_attention(std::ostream& o, const AuditRecord& r) {
     o << "\nattention\n";
-    row("scale", scale_text(r));
-    row("softmax axis", r.softmax_axis);
+    row(o, "scale", scale_text(r));
+    row(o, "softmax axis", r.softmax_axis);
     for (size_t i = 0; i < r.masks.size(); ++i) {
         const MaskRecord& m = r.masks[i];
-        row(i == 0 ? "masks" : "", m.kind + ": " + (m.causal ? "causal (key j <= query i + Tk - Tq) AND " : "") + "key padding (" +
-                                       m.key_padding + "); queries over " + m.queries + ", keys over " + m.keys);
+        row(o, i == 0 ? "masks" : "", m.kind + ": " + (m.causal ? "causal (key j <= query i + Tk - Tq) AND " : "") + "key padding (" +
+                                          m.key_padding + "); queries over " + m.queries + ", keys over " + m.keys);
     }
-    row("all-masked rows", "\"" + r.masked_rows + "\"" +
-                               (r.masked_rows == "error" ? " (a row with no eligible key is an error naming item and position)"
-                                                         : " (zero weights, zero context, zero gradient)"));
-    row("dropout", num(r.dropout) + " (residual, embedding), " + num(r.attn_dropout) + " (attention weights); off in eval");
-    row("dtype", r.dtype + " (parameters, activations, KV cache)");
+    row(o, "all-masked rows", "\"" + r.masked_rows + "\"" +
+                                  (r.masked_rows == "error" ? " (a row with no eligible key is an error naming item and position)"
+                                                            : " (zero weights, zero context, zero gradient)"));
+    row(o, "dropout", num(r.dropout) + " (residual, embedding), " + num(r.attn_dropout) + " (attention weights); off in eval");
+    row(o, "dtype", r.dtype + " (parameters, activations, KV cache)");
+}
 
+// The data the statistics and costs were measured on.
+void text_data(std::ostream& o, const AuditRecord& r) {
     o << "\ndata\n";
-    row("eval data", std::to_string(r.batches) + " batches x " + std::to_string(r.batch_size) +
-                         " sequences, fresh stream (seed " + std::to_string(r.seed) + ")");
-    row("sequence lengths", std::to_string(r.min_length) + " .. " + std::to_string(r.max_length) + ", mean " +
-                                num(r.mean_length, 3) + "; longest the task makes " + std::to_string(r.longest) +
-                                "; positions up to " + std::to_string(r.positional_max_len));
+    row(o, "eval data", std::to_string(r.batches) + " batches x " + std::to_string(r.batch_size) +
+                            " sequences, fresh stream (seed " + std::to_string(r.seed) + ")");
+    row(o, "sequence lengths", std::to_string(r.min_length) + " .. " + std::to_string(r.max_length) + ", mean " +
+                                   num(r.mean_length, 3) + "; longest the task makes " + std::to_string(r.longest) +
+                                   "; positions up to " + std::to_string(r.positional_max_len));
     if (r.model_kind == "encoder-decoder")
-        row("source lengths", std::to_string(r.min_source_length) + " .. " + std::to_string(r.max_source_length) + ", mean " +
-                                  num(r.mean_source_length, 3) + "; longest " + std::to_string(r.longest_source));
+        row(o, "source lengths", std::to_string(r.min_source_length) + " .. " + std::to_string(r.max_source_length) + ", mean " +
+                                     num(r.mean_source_length, 3) + "; longest " + std::to_string(r.longest_source));
+}
 
+// What it does: score ranges per layer, entropy and masked mass per head.
+void text_statistics(std::ostream& o, const AuditRecord& r) {
     o << "\nscores: scale * q.k over eligible keys of valid query rows, all heads of a layer\n";
     char buf[256];
     std::snprintf(buf, sizeof buf, "  %-9s %5s %10s %10s %10s %10s %10s\n", "kind", "layer", "min", "max", "mean", "std", "pairs");
@@ -144,34 +155,40 @@ std::string text(const AuditRecord& r) {
                       h.score_std, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max);
         o << buf;
     }
+}
 
+// What it costs: the KV cache, score-matrix elements, time and memory of a forward pass.
+void text_cost(std::ostream& o, const AuditRecord& r) {
     o << "\ncost\n";
-    row("cache policy", r.cache_policy);
+    row(o, "cache policy", r.cache_policy);
     const std::string element = r.dtype == "float32" ? "4" : "8";
-    row("KV cache per token", bytes_str(r.kv_bytes_per_token) + " = 2 (K, V) * " + std::to_string(r.layers) + " layers * " +
-                                  std::to_string(r.kv_heads) + " K/V heads * " + std::to_string(r.head_width) + " * " + element +
-                                  " bytes" + (r.cross_kv_bytes_per_token ? "; cross-attention the same per source token" : ""));
-    row("KV cache, longest", bytes_str(r.kv_bytes_at_longest) + " for one sequence of " + std::to_string(r.longest) + " tokens" +
-                                 (r.longest_source ? " (source " + std::to_string(r.longest_source) + ")" : "") +
-                                 "; measured after decoding one: " + bytes_str(r.kv_bytes_measured) +
-                                 (r.kv_bytes_measured == r.kv_bytes_at_longest ? " (equal)" : " (DIFFERENT)"));
+    row(o, "KV cache per token", bytes_str(r.kv_bytes_per_token) + " = 2 (K, V) * " + std::to_string(r.layers) + " layers * " +
+                                     std::to_string(r.kv_heads) + " K/V heads * " + std::to_string(r.head_width) + " * " + element +
+                                     " bytes" + (r.cross_kv_bytes_per_token ? "; cross-attention the same per source token" : ""));
+    row(o, "KV cache, longest", bytes_str(r.kv_bytes_at_longest) + " for one sequence of " + std::to_string(r.longest) + " tokens" +
+                                    (r.longest_source ? " (source " + std::to_string(r.longest_source) + ")" : "") +
+                                    "; measured after decoding one: " + bytes_str(r.kv_bytes_measured) +
+                                    (r.kv_bytes_measured == r.kv_bytes_at_longest ? " (equal)" : " (DIFFERENT)"));
     for (size_t i = 0; i < r.costs.size(); ++i) {
         const KindCost& c = r.costs[i];
-        row(i == 0 ? "score matrix" : "", c.kind + ": H * Tq * Tk = " + std::to_string(r.heads) + " * " + std::to_string(c.queries) + " * " +
-                                               std::to_string(c.keys) + " = " + std::to_string(c.score_elements) +
-                                               " elements per layer and sequence; a batch of " + std::to_string(r.batch_size) +
-                                               " over " + std::to_string(r.layers) + " layers: " +
-                                               std::to_string(c.score_elements_batch) + " (" +
-                                               bytes_str(c.score_elements_batch * (r.dtype == "float32" ? 4 : 8)) + ")");
+        row(o, i == 0 ? "score matrix" : "", c.kind + ": H * Tq * Tk = " + std::to_string(r.heads) + " * " + std::to_string(c.queries) + " * " +
+                                                  std::to_string(c.keys) + " = " + std::to_string(c.score_elements) +
+                                                  " elements per layer and sequence; a batch of " + std::to_string(r.batch_size) +
+                                                  " over " + std::to_string(r.layers) + " layers: " +
+                                                  std::to_string(c.score_elements_batch) + " (" +
+                                                  bytes_str(c.score_elements_batch * (r.dtype == "float32" ? 4 : 8)) + ")");
     }
     if (r.tokens_per_s > 0) {
-        row("forward pass", num(r.forward_seconds * 1e3, 3) + " ms per batch of " + std::to_string(r.batch_size) +
-                                " (median; eval mode, no graph), " + num(r.tokens_per_s, 4) + " valid tokens/s, " +
-                                std::to_string(r.threads) + (r.threads == 1 ? " thread" : " threads"));
-        row("peak memory", num(r.peak_rss_mb, 4) + " MB resident at most during the forward passes (" + num(r.rss_before_mb, 4) +
-                               " MB before)" + (r.peak_is_process_peak ? " [process peak: could not reset]" : ""));
+        row(o, "forward pass", num(r.forward_seconds * 1e3, 3) + " ms per batch of " + std::to_string(r.batch_size) +
+                                   " (median; eval mode, no graph), " + num(r.tokens_per_s, 4) + " valid tokens/s, " +
+                                   std::to_string(r.threads) + (r.threads == 1 ? " thread" : " threads"));
+        row(o, "peak memory", num(r.peak_rss_mb, 4) + " MB resident at most during the forward passes (" + num(r.rss_before_mb, 4) +
+                                  " MB before)" + (r.peak_is_process_peak ? " [process peak: could not reset]" : ""));
     }
+}
 
+// The live tests, each PASS or FAIL with its figure, then the count.
+void text_tests(std::ostream& o, const AuditRecord& r) {
     o << "\nlive tests\n";
     size_t failed = 0;
     for (const LiveTest& t : r.tests) {
@@ -181,6 +198,17 @@ std::string text(const AuditRecord& r) {
           << "\n";
     }
     o << "audit: " << r.tests.size() - failed << " passed, " << failed << " failed\n";
+}
+
+std::string text(const AuditRecord& r) {
+    std::ostringstream o;
+    o << "audit of " << r.checkpoint << " (step " << r.step << ")\n";
+    text_model(o, r);
+    text_attention(o, r);
+    text_data(o, r);
+    text_statistics(o, r);
+    text_cost(o, r);
+    text_tests(o, r);
     return o.str();
 }
 

@@ -226,22 +226,12 @@ std::string cell_name(size_t index, size_t count, const std::vector<std::string>
     return name.substr(0, keep) + tail;
 }
 
-SweepTable run_sweep(const Config& config, const SweepOptions& options) {
-    if (config.sweep.empty()) throw Error("[sweep] the config has no [sweep] table");
-    check_grid(config, options);
-    const auto cells = sweep_cells(config);
-    if (cells.size() > options.max_cells && !options.force)
-        throw Error("[sweep] the grid has " + std::to_string(cells.size()) + " cells, more than the limit of " +
-                    std::to_string(options.max_cells) + "; pass --force to run it");
-    const size_t jobs = std::max<size_t>(1, options.jobs);
-    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    const int64_t threads = std::max<int64_t>(1, cores / static_cast<long>(jobs));
+namespace {
 
-    // Every cell's config is built and checked before anything is written.
-    if (config.run.name.size() > kMaxFolderName)
-        throw Error("[sweep] run.name is " + std::to_string(config.run.name.size()) + " bytes long, more than " +
-                    std::to_string(kMaxFolderName) + "; choose a shorter one");
-    const fs::path sweep_dir = fs::path(config.run.out_dir) / config.run.name;
+// Every cell's config, built and checked before anything is written: the grid's
+// assignments on the base config, `threads` each, named and placed in sweep_dir.
+std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::vector<std::string>>& cells, int64_t threads,
+                                 const fs::path& sweep_dir) {
     std::vector<CellPlan> plan;
     for (size_t i = 0; i < cells.size(); ++i) {
         Config cell = config;
@@ -258,8 +248,11 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
                         " bytes; choose a shorter run.out_dir");
         plan.push_back({cell.run.name, cell});
     }
-    inspect_sweep_folder(sweep_dir, config, plan);
-    // What `attnlab train` would refuse (a missing token file, ...) is refused now.
+    return plan;
+}
+
+// What `attnlab train` would refuse (a missing token file, ...) is refused now.
+void check_cells_runnable(const std::vector<CellPlan>& plan) {
     for (const CellPlan& cell : plan) {
         if (cell.action == Action::skip) continue;
         try {
@@ -268,19 +261,23 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
             throw Error("[sweep] cell " + cell.name + ": " + e.what());
         }
     }
+}
 
-    // From here on the sweep writes, holding the folder's lock; the folder is
-    // looked at again under it (another sweep may have got there first).
-    fs::create_directories(sweep_dir);
-    const RunLock lock(sweep_dir, "[sweep]");
-    inspect_sweep_folder(sweep_dir, config, plan);
-    if (!fs::exists(sweep_dir / "sweep.toml")) write_text_atomically(sweep_dir / "sweep.toml", to_toml(config), "[sweep]");
-    fs::create_directories(sweep_dir / "cells");
-    fs::create_directories(sweep_dir / "logs");
-
-    std::map<std::string, std::string> outcome;
-    CellProcesses processes;
+// How the cells ended: each one's status ("ok", "interrupted", "failed (exit
+// N)"), those an interrupt stopped, and how many never started.
+struct CellOutcomes {
+    std::map<std::string, std::string> status;
     std::vector<std::string> stopped;
+    size_t not_started = 0;
+};
+
+// The cells to run (skipping the finished ones), at most `jobs` at a time, until
+// all have ended or an interrupt stops the rest.
+CellOutcomes run_cells(const std::vector<CellPlan>& plan, const fs::path& sweep_dir, const std::string& executable,
+                       size_t jobs, CellProcesses& processes) {
+    CellOutcomes outcomes;
+    std::map<std::string, std::string>& outcome = outcomes.status;
+    std::vector<std::string>& stopped = outcomes.stopped;
     auto report = [&](const CellProcesses::Ended& ended) {
         const bool stopped_now = processes.interrupted() && (ended.code == 130 || ended.code > 128);
         if (stopped_now) stopped.push_back(ended.name);
@@ -292,7 +289,6 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
     auto wait_one = [&] {
         if (const auto ended = processes.wait()) report(*ended);
     };
-    size_t not_started = 0;
     for (size_t i = 0; i < plan.size(); ++i) {
         const CellPlan& cell = plan[i];
         const fs::path dir = sweep_dir / cell.name;
@@ -303,10 +299,10 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
         while (processes.running() >= jobs && !processes.interrupted()) wait_one();
         processes.check_interrupt();
         if (processes.interrupted()) {
-            ++not_started;
+            ++outcomes.not_started;
             continue;
         }
-        std::vector<std::string> args{options.executable, "train"};
+        std::vector<std::string> args{executable, "train"};
         if (cell.action == Action::resume) {
             args.insert(args.end(), {"--resume", dir.string()});
         } else {
@@ -319,17 +315,61 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options) {
         processes.start(cell.name, args, sweep_dir / "logs" / (cell.name + ".log"));
     }
     while (processes.running() > 0) wait_one();
+    return outcomes;
+}
 
+// The table of every cell (each run's summary, the status of those that did not
+// finish here), the seed aggregates, written as summary.csv and summary.h5.
+SweepTable tabulate(const Config& config, const fs::path& sweep_dir, const CellOutcomes& outcomes,
+                    const CellProcesses& processes) {
     SweepTable table = collect_sweep(config, sweep_dir.string());
-    for (CellResult& c : table.cells)
-        if (outcome.count(c.name) && outcome[c.name] != "ok") c.status = outcome[c.name];
+    for (CellResult& c : table.cells) {
+        const auto status = outcomes.status.find(c.name);
+        if (status != outcomes.status.end() && status->second != "ok") c.status = status->second;
+    }
     table.aggregated = aggregate_over_seeds(table);
     table.interrupted = processes.interrupted();
-    table.stopped = stopped;
-    table.not_started = not_started;
+    table.stopped = outcomes.stopped;
+    table.not_started = outcomes.not_started;
     write_summary_csv(table, (sweep_dir / "summary.csv").string());
     write_summary_h5(table, (sweep_dir / "summary.h5").string());
     return table;
+}
+
+}  // namespace
+
+SweepTable run_sweep(const Config& config, const SweepOptions& options) {
+    if (config.sweep.empty()) throw Error("[sweep] the config has no [sweep] table");
+    check_grid(config, options);
+    const auto cells = sweep_cells(config);
+    if (cells.size() > options.max_cells && !options.force)
+        throw Error("[sweep] the grid has " + std::to_string(cells.size()) + " cells, more than the limit of " +
+                    std::to_string(options.max_cells) + "; pass --force to run it");
+    const size_t jobs = std::max<size_t>(1, options.jobs);
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    const int64_t threads = std::max<int64_t>(1, cores / static_cast<long>(jobs));
+
+    // Every cell's config is built and checked before anything is written.
+    if (config.run.name.size() > kMaxFolderName)
+        throw Error("[sweep] run.name is " + std::to_string(config.run.name.size()) + " bytes long, more than " +
+                    std::to_string(kMaxFolderName) + "; choose a shorter one");
+    const fs::path sweep_dir = fs::path(config.run.out_dir) / config.run.name;
+    std::vector<CellPlan> plan = plan_cells(config, cells, threads, sweep_dir);
+    inspect_sweep_folder(sweep_dir, config, plan);
+    check_cells_runnable(plan);
+
+    // From here on the sweep writes, holding the folder's lock; the folder is
+    // looked at again under it (another sweep may have got there first).
+    fs::create_directories(sweep_dir);
+    const RunLock lock(sweep_dir, "[sweep]");
+    inspect_sweep_folder(sweep_dir, config, plan);
+    if (!fs::exists(sweep_dir / "sweep.toml")) write_text_atomically(sweep_dir / "sweep.toml", to_toml(config), "[sweep]");
+    fs::create_directories(sweep_dir / "cells");
+    fs::create_directories(sweep_dir / "logs");
+
+    CellProcesses processes;  // catches SIGINT and SIGTERM from here until the tables are written
+    const CellOutcomes outcomes = run_cells(plan, sweep_dir, options.executable, jobs, processes);
+    return tabulate(config, sweep_dir, outcomes, processes);
 }
 
 std::string interruption_line(const SweepTable& table, const std::string& command) {

@@ -1,10 +1,12 @@
 // train.device = "cuda", the whole step (experiments/run/device_training.h):
 // DeviceTraining's loss, gradients, clipping and Adam/AdamW update against the
 // autograd model and optimiser on the CPU, for every architecture option the
-// device step takes; a loss curve; download and a fresh upload continuing the
-// same run. Compiled into test_cuda (the CUDA kernels; skipped without a GPU)
-// and, in the CPU build, into test_device_host, where tests/device_host/
-// carries out the device interface on the host (the composition, not the kernels).
+// device step takes; the metrics' trace; dropout against central differences.
+// Several steps (SGD's velocity, a loss curve, download and a fresh upload
+// continuing the same run) are in test_device_step_runs.cpp. Compiled into
+// test_cuda (the CUDA kernels; skipped without a GPU) and, in the CPU build,
+// into test_device_host, where tests/device_host/ carries out the device
+// interface on the host (the composition, not the kernels).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,19 +17,15 @@
 
 #include "autograd/ops.h"
 #include "autograd/rng.h"
-#include "cuda/context.h"
-#include "device_context_test.h"
-#include "data/tasks.h"
-#include "experiments/run/device_training.h"
+#include "device_step_test.h"
 #include "experiments/run/attention_metrics.h"
+#include "experiments/run/device_training.h"
 #include "layers/hooks.h"
 #include "layers/models.h"
 #include "optim/optimizer.h"
 
 namespace attnlab::device_step_test {
 namespace {
-
-constexpr double no_clip = std::numeric_limits<double>::infinity();
 
 // The CPU model's record of a forward pass in the device trace's form, from its
 // hook points: per module (prefixes "<stack>.<l>.<module>") the pattern, each
@@ -44,26 +42,6 @@ AttentionTrace cpu_trace(const Hooks& hooks, const std::string& stack, const std
     }
     return t;
 }
-
-using DeviceStep = cuda_test::DeviceTest;
-
-ModelConfig tiny() {
-    ModelConfig c;
-    c.vocab = 13;
-    c.layers = 2;
-    c.max_len = 12;
-    c.block.attention.width = 16;
-    c.block.attention.heads = 4;
-    c.block.ffn = 32;
-    return c;
-}
-
-struct Variant {
-    std::string name;
-    ModelConfig config;
-    std::string optimizer = "adamw";  // | "adam" (L2 in the gradient) | "sgd" (momentum, Nesterov) | "sgd_plain"
-};
-void PrintTo(const Variant& v, std::ostream* out) { *out << v.name; }
 
 std::vector<Variant> variants() {
     std::vector<Variant> v;
@@ -103,88 +81,6 @@ std::vector<Variant> variants() {
     v.push_back({"sgd_nesterov", tiny(), "sgd"});
     v.push_back({"sgd_plain", tiny(), "sgd_plain"});
     return v;
-}
-
-// Random tokens and targets, ragged lengths, a loss mask over the valid positions
-// with a few more left out. Row 1 also counts its padded positions: under a
-// causal mask only padded queries can see padded keys, so without them in the
-// loss the key-padding mask would change nothing the test sees.
-Batch random_batch(Rng& data, size_t B, size_t T, size_t V) {
-    Batch b;
-    std::vector<int32_t> tokens(B * T), targets(B * T);
-    for (int32_t& t : tokens) t = static_cast<int32_t>(data.integer(0, V));
-    for (int32_t& t : targets) t = static_cast<int32_t>(data.integer(0, V));
-    b.inputs = Indices({B, T}, tokens);
-    b.targets = Indices({B, T}, targets);
-    std::vector<uint8_t> counted(B * T, 0);
-    for (size_t i = 0; i < B; ++i) {
-        const size_t length = T - (i * 3) % (T - 1);
-        b.lengths.push_back(length);
-        for (size_t t = 0; t < T; ++t) counted[i * T + t] = (t < length || i == 1) && (i + t) % 5 != 0;
-    }
-    b.loss_mask = Mask({B, T}, counted);
-    return b;
-}
-
-// The batch with a source (B, 7) of ragged lengths, for an encoder-decoder.
-Batch with_source(Batch batch, Rng& data) {
-    const size_t B = batch.inputs.shape[0], S = 7;
-    std::vector<int32_t> src(B * S);
-    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, tiny().vocab));
-    batch.src = Indices({B, S}, src);
-    for (size_t b = 0; b < B; ++b) batch.src_lengths.push_back(S - (b * 3) % S);
-    return batch;
-}
-
-// eps 1e-2 makes the update lr g / (|g| + eps) smooth in g: two implementations'
-// float-level gradient differences then stay float-level in the parameters (at
-// eps 1e-8 a near-zero gradient's sign alone moves a parameter by lr).
-std::unique_ptr<Optimizer> optimizer_for(const Variant& v, Module& model, double eps = 1e-2) {
-    if (v.optimizer == "adam") return std::make_unique<Adam>(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1, false);
-    if (v.optimizer == "sgd") return std::make_unique<SGD>(model.named_parameters(), 0.1, 0.9, true, 0.01);
-    if (v.optimizer == "sgd_plain") return std::make_unique<SGD>(model.named_parameters(), 0.1);
-    return make_adamw(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1);
-}
-
-// The same model twice (same seed): one for the CPU, one for the device.
-template <class Model>
-struct Pair {
-    Model cpu, gpu;
-    explicit Pair(const ModelConfig& c) : cpu(make(c)), gpu(make(c)) {}
-    static Model make(const ModelConfig& c) {
-        Rng init(5);
-        return Model(c, init, nullptr);
-    }
-};
-
-Tensor cpu_logits(const DecoderLM& model, const Batch& b) { return model.forward(b.inputs, b.lengths); }
-Tensor cpu_logits(const EncoderDecoder& model, const Batch& b) {
-    return model.forward(b.src, b.src_lengths, b.inputs, b.lengths);
-}
-
-// One CPU step as the trainer takes it; returns {loss, grad norm} and leaves the gradients.
-template <class Model>
-std::pair<double, double> cpu_step(Model& model, const Batch& b, double max_norm) {
-    Tensor loss = cross_entropy(cpu_logits(model, b), b.targets, b.loss_mask);
-    const double value = loss.item();
-    loss.backward();
-    const double norm = clip_grad_norm(model.named_parameters(), max_norm);
-    return {value, norm};
-}
-
-void expect_close(const Tensor& actual, const Tensor& expected, double atol, double rtol, const std::string& what) {
-    ASSERT_EQ(actual.shape(), expected.shape()) << what;
-    const std::vector<double> a = actual.values(), e = expected.values();
-    double worst = 0;
-    size_t where = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        const double excess = std::abs(a[i] - e[i]) - (atol + rtol * std::abs(e[i]));
-        if (!(excess <= worst)) {
-            worst = std::isnan(excess) ? std::numeric_limits<double>::infinity() : excess;
-            where = i;
-        }
-    }
-    EXPECT_LE(worst, 0.0) << what << ": element " << where << " is " << a[where] << ", expected " << e[where];
 }
 
 class DeviceStepAgreement : public DeviceStep, public ::testing::WithParamInterface<Variant> {};
@@ -296,32 +192,6 @@ TEST_F(DeviceStep, TraceAndLogitsAreTheCpuForwards) {
     expect_close(enc_dec.logits(batch), cpu_logits(enc_decs.gpu, batch), 1e-5, 1e-4, "encoder-decoder logits after a step");
 }
 
-// SGD's second step reads the velocity of the first (torch: the first sets v = d).
-TEST_F(DeviceStep, SgdWithMomentumOverThreeStepsAndADownload) {
-    const Variant v{"sgd", tiny(), "sgd"};
-    Pair<DecoderLM> models(v.config);
-    auto cpu_opt = optimizer_for(v, models.cpu);
-    auto gpu_opt = optimizer_for(v, models.gpu);
-    Rng data(15);
-    std::vector<Batch> batches;
-    for (int i = 0; i < 3; ++i) batches.push_back(random_batch(data, 3, 8, v.config.vocab));
-    auto device = std::make_unique<DeviceTraining>(*context, models.gpu, *gpu_opt);
-    for (int i = 0; i < 3; ++i) {
-        cpu_step(models.cpu, batches[i], 1.0);
-        cpu_opt->step();
-        cpu_opt->zero_grad();
-        device->step(batches[i], 0.1, 1.0);
-        if (i == 0) {  // the velocity and "started" go to the host and back
-            device->download();
-            device = std::make_unique<DeviceTraining>(*context, models.gpu, *gpu_opt);
-        }
-    }
-    device->download();
-    const NamedTensors cpu_params = models.cpu.named_parameters(), gpu_params = models.gpu.named_parameters();
-    for (size_t i = 0; i < gpu_params.size(); ++i)
-        expect_close(gpu_params[i].second, cpu_params[i].second, 1e-5, 1e-3, "after 3 SGD steps: " + gpu_params[i].first);
-}
-
 // With embedding, residual and attention dropout the masks are the device's own, so the
 // CPU model is no reference; the gradients are checked against central
 // differences of the device loss along a random direction instead (the same
@@ -399,54 +269,6 @@ TEST_F(DeviceStep, ClipsByTheGlobalNormAsTheCpu) {
     const NamedTensors cpu_params = models.cpu.named_parameters(), gpu_params = models.gpu.named_parameters();
     for (size_t i = 0; i < gpu_params.size(); ++i)
         expect_close(gpu_params[i].second, cpu_params[i].second, 1e-5, 1e-3, "clipped update of " + gpu_params[i].first);
-}
-
-// 30 AdamW steps at torch's eps on fixed random batches: the device curve
-// follows the CPU's within 1e-3 per step, and the model learns.
-TEST_F(DeviceStep, FollowsTheCpuLossCurve) {
-    const Variant v{"curve", tiny()};
-    Pair<DecoderLM> models(v.config);
-    auto cpu_opt = optimizer_for(v, models.cpu, 1e-8);
-    auto gpu_opt = optimizer_for(v, models.gpu, 1e-8);
-    DeviceTraining device(*context, models.gpu, *gpu_opt);
-    Rng data(11);
-    std::vector<Batch> batches;
-    for (int i = 0; i < 4; ++i) batches.push_back(random_batch(data, 4, 10, v.config.vocab));
-    std::vector<double> cpu, gpu;
-    for (int step = 0; step < 30; ++step) {
-        const Batch& b = batches[step % batches.size()];
-        cpu.push_back(cpu_step(models.cpu, b, 1.0).first);
-        cpu_opt->step();
-        cpu_opt->zero_grad();
-        gpu.push_back(device.step(b, 1e-2, 1.0).loss);
-    }
-    for (size_t s = 0; s < cpu.size(); ++s) EXPECT_NEAR(gpu[s], cpu[s], 1e-3) << "step " << s;
-    EXPECT_LT(cpu.back(), cpu.front() - 0.5) << "the model did not learn: the comparison would be vacuous";
-}
-
-// What a checkpoint and a resume do: download after 3 steps, a new DeviceTraining
-// from the host model and optimiser, 2 more steps: the losses of one run of 5.
-TEST_F(DeviceStep, DownloadAndAFreshUploadContinueTheRun) {
-    const Variant v{"resume", tiny()};
-    Pair<DecoderLM> models(v.config);
-    auto straight_opt = optimizer_for(v, models.cpu, 1e-8);
-    auto split_opt = optimizer_for(v, models.gpu, 1e-8);
-    Rng data(12);
-    std::vector<Batch> batches;
-    for (int i = 0; i < 5; ++i) batches.push_back(random_batch(data, 3, 9, v.config.vocab));
-    std::vector<double> straight, split;
-    {
-        DeviceTraining device(*context, models.cpu, *straight_opt);
-        for (const Batch& b : batches) straight.push_back(device.step(b, 1e-2, no_clip).loss);
-    }
-    {
-        DeviceTraining first(*context, models.gpu, *split_opt);
-        for (int i = 0; i < 3; ++i) split.push_back(first.step(batches[i], 1e-2, no_clip).loss);
-        first.download();
-    }
-    DeviceTraining second(*context, models.gpu, *split_opt);
-    for (int i = 3; i < 5; ++i) split.push_back(second.step(batches[i], 1e-2, no_clip).loss);
-    for (size_t s = 0; s < straight.size(); ++s) EXPECT_NEAR(split[s], straight[s], 1e-6) << "step " << s;
 }
 
 // A NaN loss leaves every parameter as it was (the trainer stops on that step).

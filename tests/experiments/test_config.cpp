@@ -1,76 +1,17 @@
 // Configs: defaults validate, a full file lands in the right fields, to_toml
-// reads back equal, overrides of every type, and bad input of every kind gives
-// exactly one line naming the key and, for a file, path:line:column.
+// reads back equal, overrides of every type. Bad input of every kind (one line
+// naming the key and, for a file, path:line:column) is in test_config_errors.cpp.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
+#include <array>
+#include <string>
+#include <vector>
 
-#include <filesystem>
-#include <fstream>
-
+#include "config_files_test.h"
 #include "experiments/config/config.h"
 
-namespace attnlab {
+namespace attnlab::config_test {
 namespace {
-
-namespace fs = std::filesystem;
-
-// A temporary folder per test for the TOML files it writes.
-class ConfigFiles : public ::testing::Test {
-protected:
-    void SetUp() override {
-        dir_ = fs::temp_directory_path() /
-               ("attnlab_test_config_" + std::to_string(getpid()) + "_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        fs::create_directories(dir_);
-        path_ = (dir_ / "bad.toml").string();
-    }
-    void TearDown() override { fs::remove_all(dir_); }
-
-    std::string write(const std::string& name, const std::string& text) const {
-        const std::string path = (dir_ / name).string();
-        std::ofstream(path) << text;
-        return path;
-    }
-
-    // The message of the ConfigError that loading `text` throws ("" and a failure if none).
-    std::string load_error(const std::string& text, const std::vector<std::string>& overrides = {}) {
-        write("bad.toml", text);
-        try {
-            load_config(path_, overrides);
-        } catch (const ConfigError& e) {
-            return e.what();
-        }
-        ADD_FAILURE() << "no ConfigError for:\n" << text;
-        return "";
-    }
-
-    fs::path dir_;
-    std::string path_;  // load_error's file
-};
-
-std::string override_error(const std::string& assignment) {
-    Config config;
-    try {
-        apply_override(config, assignment);
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no ConfigError for override " << assignment;
-    return "";
-}
-
-std::string validate_error(const Config& config) {
-    try {
-        validate(config);
-    } catch (const ConfigError& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no ConfigError from validate";
-    return "";
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 const char* full_toml = R"([run]
 name = "recall-big"
@@ -237,45 +178,6 @@ TEST_F(ConfigFiles, ToTomlReadsBackEqual) {
     EXPECT_NE(text.find("clip = 1.0\n"), std::string::npos) << text;
 }
 
-TEST(Config, StringsRefuseControlCharacters) {
-    // A NUL or a newline would name another file than the one shown (a NUL once
-    // made the free-name loop spin forever).
-    for (const std::string section_key : {"run]\nname", "run]\nout_dir", "task]\npath", "model]\nnorm"}) {
-        for (const std::string escaped : {"\\u0000", "\\n", "\\u007f", "\\t"}) {
-            const std::string text = "[" + section_key + " = \"a" + escaped + "b\"\n";
-            try {
-                parse_config(text, "x.toml");
-                ADD_FAILURE() << "accepted " << text;
-            } catch (const ConfigError& e) {
-                EXPECT_NE(std::string(e.what()).find(": must not hold control characters, got U+00"), std::string::npos) << e.what();
-            }
-        }
-    }
-}
-
-TEST(Config, FloatsMustSurviveFloat32) {
-    Config c;
-    EXPECT_THROW(apply_override(c, "optim.eps=1e-320"), ConfigError);   // 0 in float32
-    EXPECT_THROW(apply_override(c, "model.scale=1e300"), ConfigError);  // inf in float32
-    EXPECT_THROW(apply_override(c, "optim.lr=1e-39"), ConfigError);     // subnormal
-    apply_override(c, "optim.eps=1.2e-38");                              // the smallest normal float32 magnitude
-    apply_override(c, "optim.weight_decay=0");
-    EXPECT_EQ(c.optim.eps, 1.2e-38);
-}
-
-TEST(Config, SweepListsRefuseRepeatsAndKeysSweptTwice) {
-    EXPECT_THROW(parse_config("[sweep]\n\"model.heads\" = [2, 4, 2]\n", "x.toml"), ConfigError);
-    EXPECT_THROW(parse_config("[sweep]\n\"model.scale\" = [\"sqrt\", \"sqrt\"]\n", "x.toml"), ConfigError);
-    EXPECT_THROW(parse_config("[sweep]\n\"optim.lr\" = [0.5, 5e-1]\n", "x.toml"), ConfigError);  // one value, two spellings
-    EXPECT_THROW(parse_config("[sweep]\n\"model.heads\" = [1, 2]\nmodel.heads = [4]\n", "x.toml"), ConfigError);
-    try {
-        parse_config("[sweep]\n\"model.heads\" = [2, 4, 2]\n", "x.toml");
-    } catch (const ConfigError& e) {
-        EXPECT_EQ(std::string(e.what()), "x.toml:2:24: sweep.\"model.heads\"[2]: 2 repeats element 0 (each cell would run twice)");
-    }
-    EXPECT_EQ(parse_config("[sweep]\n\"model.heads\" = [1, 2]\n", "x.toml").sweep.size(), 1u);
-}
-
 TEST(Config, DifferingKeysNameOldAndNewValues) {
     Config a, b;
     EXPECT_TRUE(differing_keys(a, b).empty());
@@ -337,134 +239,5 @@ TEST(Config, DescribeKeysListsEveryKey) {
     EXPECT_NE(help.find("integer >= 1"), std::string::npos) << help;
 }
 
-// Bad files: one line each, path:line:column, the key.
-
-TEST_F(ConfigFiles, SyntaxErrorGivesPosition) {
-    const std::string e = load_error("[model]\nheads = \n");
-    EXPECT_TRUE(starts_with(e, path_ + ":2:9: TOML syntax error: ")) << e;
-    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-}
-
-TEST_F(ConfigFiles, UnknownKeysSuggestTheNearest) {
-    EXPECT_EQ(load_error("[model]\nwidth = 64\nhead = 4\n"), path_ + ":3:1: unknown key model.head (did you mean model.heads?)");
-    EXPECT_EQ(load_error("[modle]\nheads = 4\n"), path_ + ":2:1: unknown key modle.heads (did you mean model.heads?)");
-    EXPECT_EQ(load_error("[model]\nsteps = 10\n"), path_ + ":2:1: unknown key model.steps (did you mean train.steps?)");
-    EXPECT_EQ(load_error("steps = 10\n"), path_ + ":1:1: unknown key steps (did you mean train.steps?)");
-    EXPECT_EQ(load_error("[trian]\n"), path_ + ":1:2: unknown section trian (did you mean train?)");
-    EXPECT_EQ(load_error("[model]\nxyzzy = 1\n"),
-              path_ + ":2:1: unknown key model.xyzzy (model keys: kind, layers, width, heads, kv_heads, head_width, ffn, norm, "
-                      "positional, scale, masked_rows, dropout, attn_dropout, bias, activation, max_len)");
-    // the first error in file order, not in toml++'s sorted order
-    EXPECT_EQ(load_error("[run]\nzzz = 1\naaa = 2\n"), path_ + ":2:1: unknown key run.zzz (run keys: name, seed, out_dir)");
-}
-
-TEST_F(ConfigFiles, WrongTypes) {
-    EXPECT_EQ(load_error("[model]\nheads = \"four\"\n"), path_ + ":2:9: model.heads: expected an integer, got a string");
-    EXPECT_EQ(load_error("[model]\nheads = 4.0\n"), path_ + ":2:9: model.heads: expected an integer, got a float");
-    EXPECT_EQ(load_error("[model]\nbias = 1\n"), path_ + ":2:8: model.bias: expected a boolean, got an integer");
-    EXPECT_EQ(load_error("[optim]\nlr = \"fast\"\n"), path_ + ":2:6: optim.lr: expected a float, got a string");
-    EXPECT_EQ(load_error("[optim]\nbetas = [0.9, 0.98, 0.999]\n"), path_ + ":2:9: optim.betas: expected an array of 2 floats, got an array of 3");
-    EXPECT_EQ(load_error("[optim]\nbetas = [0.9, \"x\"]\n"), path_ + ":2:9: optim.betas: expected an array of 2 floats, got a string at index 1");
-    EXPECT_EQ(load_error("[optim]\nbetas = 0.9\n"), path_ + ":2:9: optim.betas: expected an array of 2 floats, got a float");
-    EXPECT_EQ(load_error("model = 3\n"), path_ + ":1:1: model: expected a table, got an integer");
-}
-
-TEST_F(ConfigFiles, OutOfRangeValues) {
-    EXPECT_EQ(load_error("[train]\nsteps = 0\n"), path_ + ":2:9: train.steps: must be >= 1, got 0");
-    EXPECT_EQ(load_error("[train]\nbatch = -4\n"), path_ + ":2:9: train.batch: must be >= 1, got -4");
-    EXPECT_EQ(load_error("[train]\nlog_every = 0\n"), path_ + ":2:13: train.log_every: must be >= 1, got 0");
-    EXPECT_EQ(load_error("[model]\nwidth = 0\n"), path_ + ":2:9: model.width: must be >= 1, got 0");
-    EXPECT_EQ(load_error("[model]\ndropout = 1.0\n"), path_ + ":2:11: model.dropout: must be in [0, 1), got 1");
-    EXPECT_EQ(load_error("[optim]\nlr = -0.001\n"), path_ + ":2:6: optim.lr: must be > 0, got -0.001");
-    EXPECT_EQ(load_error("[optim]\nbetas = [0.9, 1.0]\n"), path_ + ":2:9: optim.betas: element 1 must be in [0, 1), got 1");
-    EXPECT_EQ(load_error("[task]\nvocab = 4\n"), path_ + ":2:9: task.vocab: must be in [5, 16777216], got 4");
-    EXPECT_EQ(load_error("[model]\nnorm = \"middle\"\n"),
-              path_ + ":2:8: model.norm: must be one of \"pre\", \"post\", \"none\", got \"middle\"");
-    EXPECT_EQ(load_error("[model]\nscale = -2\n"),
-              path_ + ":2:9: model.scale: must be \"sqrt\", \"none\", \"linear\" or a positive number, got \"-2\"");
-    EXPECT_EQ(load_error("[run]\nname = \"a/b\"\n"), path_ + ":2:8: run.name: must be a folder name (not empty, no '/'), got \"a/b\"");
-}
-
-TEST_F(ConfigFiles, CrossFieldRules) {
-    EXPECT_EQ(load_error("[task]\nname = \"copy\"\nmin_len = 9\nmax_len = 8\n"),
-              path_ + ":3:11: task.min_len: 9 is greater than task.max_len = 8");
-    EXPECT_EQ(load_error("[model]\nwidth = 66\nheads = 4\n"),
-              path_ + ":2:9: model.width: 66 is not divisible by model.heads = 4 (change one, or set model.head_width)");
-    // width left at its default: the position is that of the key the file does set
-    EXPECT_EQ(load_error("[model]\nheads = 3\n"),
-              path_ + ":2:9: model.width: 64 is not divisible by model.heads = 3 (change one, or set model.head_width)");
-    EXPECT_EQ(load_error("[model]\nheads = 4\nkv_heads = 3\n"), path_ + ":3:12: model.kv_heads: 3 does not divide model.heads = 4");
-    EXPECT_EQ(load_error("[task]\nname = \"translate\"\n"),
-              path_ + ":2:8: model.kind: task.name = \"translate\" needs \"encoder-decoder\", got \"decoder\"");
-    EXPECT_EQ(load_error("[task]\nname = \"copy\"\n[model]\nkind = \"encoder-decoder\"\n"),
-              path_ + ":4:8: model.kind: task.name = \"copy\" needs \"decoder\", got \"encoder-decoder\"");
-    EXPECT_EQ(load_error("[task]\nname = \"file\"\n"), path_ + ":2:8: task.path: required when task.name = \"file\"");
-    EXPECT_EQ(load_error("[task]\npath = \"x.h5\"\n"), path_ + ":2:8: task.path: only used when task.name = \"file\" (task.name = \"recall\")");
-    // recall: 20 tokens = 6 pairs, SEP, 4 queries with answers, minus the last
-    EXPECT_EQ(load_error("[model]\nmax_len = 16\n"),
-              path_ + ":2:11: model.max_len: 16 is shorter than the longest sequence of task \"recall\" (20 tokens; 0 derives it)");
-    // the task generator's own check, rethrown with the task keys
-    EXPECT_EQ(load_error("[task]\nvocab = 14\n"),
-              path_ + ":1:1: task.vocab = 14, task.min_len = 3, task.max_len = 6, task.queries = 4: "
-                      "recall needs distinct keys: max_len 6 pairs but only 5 key tokens in vocab 14");
-    EXPECT_EQ(load_error("[optim]\nnesterov = true\n"),
-              path_ + ":2:12: optim.nesterov: needs optim.name = \"sgd\" and optim.momentum > 0 (got \"adamw\", 0.9)");
-}
-
-TEST_F(ConfigFiles, BadSweeps) {
-    EXPECT_EQ(load_error("[sweep]\n\"model.head\" = [1, 2]\n"), path_ + ":2:1: unknown sweep key model.head (did you mean model.heads?)");
-    EXPECT_EQ(load_error("[sweep]\n\"model.heads\" = [1, \"two\"]\n"),
-              path_ + ":2:21: sweep.\"model.heads\"[1]: expected an integer, got a string");
-    EXPECT_EQ(load_error("[sweep]\n\"model.heads\" = []\n"),
-              path_ + ":2:17: sweep.\"model.heads\": expected a non-empty array of values, got an empty array");
-    EXPECT_EQ(load_error("[sweep]\n\"optim.betas\" = [0.9, 0.95]\n"),
-              path_ + ":2:18: sweep.\"optim.betas\"[0]: expected an array of 2 floats, got a float");
-    // every cell is validated before anything runs
-    EXPECT_EQ(load_error("[sweep]\n\"model.heads\" = [4, 3]\n"),
-              path_ + ":1:1: sweep cell model.heads=3: model.width: 64 is not divisible by model.heads = 3 "
-                      "(change one, or set model.head_width)");
-}
-
-TEST_F(ConfigFiles, MissingFile) {
-    const std::string path = (dir_ / "nope.toml").string();
-    try {
-        load_config(path);
-        ADD_FAILURE() << "no error";
-    } catch (const ConfigError& e) {
-        EXPECT_EQ(std::string(e.what()), path + ": no such config file");
-    }
-}
-
-TEST(Config, BadOverrides) {
-    EXPECT_EQ(override_error("model.heads=abc"), "override model.heads=abc: expected an integer, got a string");
-    EXPECT_EQ(override_error("model.head=8"), "override model.head=8: unknown key model.head (did you mean model.heads?)");
-    EXPECT_EQ(override_error("model.heads"), "override model.heads: expected key=value (e.g. model.heads=8)");
-    EXPECT_EQ(override_error("model.norm=mid"), "override model.norm=mid: must be one of \"pre\", \"post\", \"none\", got \"mid\"");
-    EXPECT_EQ(override_error("train.steps=0"), "override train.steps=0: must be >= 1, got 0");
-    EXPECT_EQ(override_error("model.scale=-1"),
-              "override model.scale=-1: must be \"sqrt\", \"none\", \"linear\" or a positive number, got \"-1\"");
-    EXPECT_EQ(override_error("optim.betas=[0.9]"), "override optim.betas=[0.9]: expected an array of 2 floats, got an array of 1");
-    EXPECT_TRUE(starts_with(override_error("optim.betas=[0.9,"), "override optim.betas=[0.9,: TOML syntax error: "));
-}
-
-TEST(Config, ValidateNamesTheKey) {
-    Config c;
-    c.model.heads = 0;
-    EXPECT_EQ(validate_error(c), "model.heads: must be >= 1, got 0");
-    c = Config{};
-    c.model.head_width = 16;  // an explicit d_h lifts the divisibility rule
-    c.model.width = 66;
-    EXPECT_NO_THROW(validate(c));
-    c = Config{};
-    c.sweep = {{"model.hedas", {"1"}}};
-    EXPECT_EQ(validate_error(c), "sweep: unknown key model.hedas (did you mean model.heads?)");
-    c.sweep = {{"model.heads", {}}};
-    EXPECT_EQ(validate_error(c), "sweep.\"model.heads\": needs at least one value");
-    c = Config{};
-    c.task.name = "file";
-    c.task.path = "tokens.h5";
-    EXPECT_NO_THROW(validate(c));  // the file's lengths are checked when it is read
-}
-
 }  // namespace
-}  // namespace attnlab
+}  // namespace attnlab::config_test

@@ -1,0 +1,180 @@
+// Building a run: its state from a config (everything that can fail on the
+// config fails before the run folder is created), a new run's folder and logs,
+// and a resume from the newest checkpoint. The loop itself is in trainer.cpp.
+#include "experiments/run/trainer.h"
+#include "experiments/run/trainer_state.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "cuda/backend.h"
+#include "experiments/config/memory_estimate.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+
+namespace {
+
+std::unique_ptr<Optimizer> make_optimizer(const Config& c, NamedTensors params) {
+    const auto& o = c.optim;
+    if (o.name == "sgd") return std::make_unique<SGD>(std::move(params), o.lr, o.momentum, o.nesterov, o.weight_decay);
+    if (o.name == "adam")
+        return std::make_unique<Adam>(std::move(params), o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay, false);
+    return make_adamw(std::move(params), o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay);
+}
+
+// Keys that may differ between a run's config.toml and its checkpoint on
+// --resume: they change how long the run goes and what it logs, keeps and uses
+// to compute, never the model, the data or the optimiser. (run.* names where the
+// folder was; a moved folder is still the same run.)
+const std::vector<std::string> kResumableKeys = {"train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every",
+                                                 "train.keep_checkpoints", "train.threads", "train.device",
+                                                 "train.target_accuracy", "train.tensorboard", "run.name", "run.out_dir"};
+
+bool resumable(const std::string& change) {  // "train.steps (80, was 40)"
+    const std::string key = change.substr(0, change.find(' '));
+    return std::find(kResumableKeys.begin(), kResumableKeys.end(), key) != kResumableKeys.end();
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+    return out;
+}
+
+}  // namespace
+
+Trainer::State::State(const Config& c)
+    : config(c), init_rng(static_cast<uint64_t>(c.run.seed), 10), dropout_rng(static_cast<uint64_t>(c.run.seed), 11) {
+    const auto seed = static_cast<uint64_t>(config.run.seed);
+    train_data = make_batch_source(config, seed, 0);
+    // held out: a stream of its own, the same batches at every evaluation
+    const std::unique_ptr<BatchSource> eval_data = make_batch_source(config, seed, 1);
+    for (int64_t i = 0; i < config.train.eval_batches; ++i)
+        eval_batches.push_back(eval_data->next(static_cast<size_t>(config.train.batch)));
+    const size_t longest = train_data->max_sequence_length();
+    check_fits_in_memory(config, static_cast<double>(longest));  // a token file's lengths are known only now
+    if (config.model.max_len > 0 && static_cast<size_t>(config.model.max_len) < longest)
+        throw ConfigError("model.max_len", "model.max_len: " + std::to_string(config.model.max_len) +
+                                               " is shorter than the longest sequence of " + config.task.path + " (" +
+                                               std::to_string(longest) + " inputs)");
+    // The resolved config names the positional table it built, so a checkpoint
+    // describes its model without the task's data (a moved token file).
+    if (config.model.max_len == 0) config.model.max_len = static_cast<int64_t>(longest);
+    model = std::make_unique<TaskModel>(config, longest, init_rng, &dropout_rng);
+    optimizer = make_optimizer(config, model->module().named_parameters());
+    if (config.train.device == "cuda") {
+        cuda_context = std::make_unique<cuda::Context>();  // "[cuda] Context: <reason>" without a device
+        model->set_attention_device(cuda_context.get());
+    }
+}
+
+Trainer::Trainer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Trainer::~Trainer() = default;
+const std::string& Trainer::run_dir() const { return state_->dir.native(); }
+const RunSummary& Trainer::summary() const { return state_->summary; }
+
+// Everything that can fail on the config fails here, before anything is written.
+std::unique_ptr<Trainer::State> Trainer::build_state(const Config& config) {
+    validate(config);
+    if (config.train.device == "cuda") cuda::require_device("train.device");
+    return std::make_unique<State>(config);
+}
+
+void Trainer::check_runnable(const Config& config) { build_state(config); }
+
+std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir) {
+    std::unique_ptr<State> state = build_state(config);
+    fs::path dir;
+    if (run_dir.empty()) {
+        dir = claim_new_folder(config.run.out_dir, config.run.name, "[train]");
+    } else {  // exactly there, as a sweep's cell: the folder must be new (mkdir is exclusive)
+        dir = run_dir;
+        if (!dir.parent_path().empty()) fs::create_directories(dir.parent_path());
+        std::error_code ec;
+        if (!fs::create_directory(dir, ec) || ec)
+            throw Error("[train] --run-dir " + run_dir + (fs::exists(dir) ? " already exists (resume it with --resume)"
+                                                                         : ": cannot create it (" + ec.message() + ")"));
+    }
+    state->dir = dir;
+    state->lock.emplace(dir, "[train]");
+    fs::create_directories(dir / "checkpoints");
+    write_text_atomically(dir / "config.toml", to_toml(state->config), "[train]");
+    state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(state->config), state->model->layers(),
+                                          state->model->heads(), state->model->kinds()));
+    state->open_tensorboard();
+    state->log_initial_attention();
+    return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
+    const fs::path dir(run_dir);
+    const std::string where = "[train] --resume " + run_dir + ": ";
+    if (!fs::exists(dir / "config.toml")) throw Error(where + "not a run directory (no config.toml)");
+    RunLock lock(dir, "[train]");  // before anything is read: a second writer is refused here
+    const Config config = load_config((dir / "config.toml").string());
+    const std::vector<std::string> saved = list_checkpoints((dir / "checkpoints").string());
+    if (saved.empty()) throw Error(where + "no checkpoint in " + (dir / "checkpoints").string());
+    const std::string& newest = saved.back();
+    const CheckpointData data = read_checkpoint(newest);
+    // The metrics are cut back to the checkpoint's step: a step that is not the one
+    // its name says would truncate or rewrite logged rows.
+    if (fs::path(newest).filename().string() != checkpoint_name(data.step))
+        throw Error("[train] " + newest + ": its step attribute says " + std::to_string(data.step) +
+                    ", its file name another step; refusing to resume from it");
+    // config.toml must describe the checkpoint's model and run; only the keys of
+    // kResumableKeys may have been edited.
+    const Config saved_config = parse_config(data.config_toml, newest + " (config attribute)");
+    std::vector<std::string> changed = differing_keys(saved_config, config), refused;
+    std::copy_if(changed.begin(), changed.end(), std::back_inserter(refused), [](const std::string& c) { return !resumable(c); });
+    if (!refused.empty())
+        throw Error(where + (dir / "config.toml").string() + " differs from its checkpoint " + fs::path(newest).filename().string() +
+                    " in " + joined(refused) + "; only " + joined(kResumableKeys) + " may change on resume");
+    // A finished run is left as it is; one whose summary.json was lost only gets it written again.
+    if (data.step >= config.train.steps && fs::exists(dir / "summary.json"))
+        throw Error(where + "the run is finished (step " + std::to_string(data.step) + " of train.steps = " +
+                    std::to_string(config.train.steps) + "); raise train.steps in " + (dir / "config.toml").string() +
+                    " to train further");
+    auto state = std::make_unique<State>(config);
+    state->dir = dir;
+    state->lock.emplace(std::move(lock));
+    try {
+        state->model->module().load_state_dict(data.params);
+        state->optimizer->load_state(data.optimizer);
+    } catch (const Error& e) {
+        throw Error("[train] " + newest + ": " + e.what());
+    }
+    for (const auto& [name, words] : data.rng) {
+        if (words.size() != 4) throw Error("[train] " + saved.back() + ": rng/" + name + " must hold 4 words");
+        const Rng::State s{words[0], words[1], words[2], words[3]};
+        if (name == "train_data") state->train_data->rng().set_state(s);
+        if (name == "dropout") state->dropout_rng.set_state(s);
+    }
+    for (const auto& [name, values] : data.data) {
+        if (name == "first_step_at_target" && !values.empty() && values[0] >= 0) state->summary.first_step_at_target = values[0];
+        if (name == "wall_ms" && !values.empty()) state->wall_before = static_cast<double>(values[0]) / 1000.0;
+        if (name == "tokens" && !values.empty()) state->tokens_before = values[0];
+    }
+    state->step = data.step;
+    state->log.emplace(MetricsLog::resume((dir / "metrics.h5").string(), data.step));
+    state->open_tensorboard();
+    // Everything could be read: the edited keys are recorded beside the run, and said.
+    changed.erase(std::remove_if(changed.begin(), changed.end(), [](const std::string& c) {
+                      return c.rfind("run.", 0) == 0;  // where the folder is now, not a change to the run
+                  }), changed.end());
+    if (!changed.empty()) {
+        std::ofstream(dir / "resumes.log", std::ios::app)
+            << "step " << data.step << ": resumed with " << joined(changed) << "\n";
+        std::fprintf(stderr, "attnlab train: resuming at step %lld with %s (config.toml edited; recorded in resumes.log)\n",
+                     static_cast<long long>(data.step), joined(changed).c_str());
+    }
+    std::fprintf(stderr, "attnlab train: resuming %s from step %lld (%s)\n", run_dir.c_str(), static_cast<long long>(data.step),
+                 fs::path(newest).filename().c_str());
+    return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
+}
+
+}  // namespace attnlab

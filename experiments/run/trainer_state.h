@@ -1,0 +1,175 @@
+// Trainer::State: what a run holds between steps (the config, the data, the
+// model and optimiser, the logs, the counters), shared by trainer_setup.cpp
+// (building it, for start and resume) and trainer.cpp (the loop). Internal to
+// experiments/run/.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cuda/context.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/files/run_files.h"
+#include "experiments/run/attention_metrics.h"
+#include "experiments/run/device_training.h"
+#include "experiments/run/evaluate.h"
+#include "experiments/run/metrics_log.h"
+#include "experiments/run/model_factory.h"
+#include "experiments/run/tensorboard.h"
+#include "experiments/run/trainer.h"
+#include "optim/optimizer.h"
+
+namespace attnlab {
+
+struct Trainer::State {
+    using Clock = std::chrono::steady_clock;
+
+    Config config;
+    std::filesystem::path dir;
+    std::optional<RunLock> lock;  // held while this process writes into dir
+    std::unique_ptr<BatchSource> train_data;
+    std::vector<Batch> eval_batches;
+    Rng init_rng, dropout_rng;
+    std::unique_ptr<cuda::Context> cuda_context;  // train.device = "cuda"
+    std::unique_ptr<TaskModel> model;
+    std::unique_ptr<Optimizer> optimizer;
+    // train.device = "cuda" and a model the device step supports: the whole step
+    // runs there, and the host model and optimiser are brought up to date
+    // (sync_host) only when something reads them. Otherwise only the attention
+    // core runs on the device (set_attention_device).
+    std::unique_ptr<DeviceTraining> device_step;
+    bool host_current = true;  // the host model holds the device's parameters
+    std::optional<MetricsLog> log;
+    std::optional<TensorBoardWriter> tensorboard;  // train.tensorboard: the same scalars, for TensorBoard
+    int64_t step = 0;
+    double wall_before = 0;  // seconds spent by earlier processes of this run (resume)
+    int64_t tokens_before = 0;  // valid tokens they trained on
+    size_t tokens_total = 0;    // valid tokens this process trained on
+    RunSummary summary;
+
+    // The data streams, the model and optimiser, the device (trainer_setup.cpp).
+    explicit State(const Config& c);
+
+    // On the device when the whole step runs there (in eval mode, as on the CPU: no dropout).
+    Score evaluate_now() {
+        if (!device_step) return evaluate(*model, eval_batches);
+        return evaluate(eval_batches, [&](const Batch& batch) { return device_step->logits(batch); });
+    }
+
+    void sync_host() {
+        if (device_step && !host_current) device_step->download();
+        host_current = true;
+    }
+
+    void checkpoint() {
+        sync_host();
+        flush_logs();
+        CheckpointData data;
+        data.step = step;
+        data.config_toml = to_toml(config);
+        data.params = model->module().named_parameters();
+        data.optimizer = optimizer->state();
+        const auto rng_words = [](const Rng& r) { const Rng::State s = r.state(); return std::vector<uint64_t>(s.begin(), s.end()); };
+        data.rng = {{"train_data", rng_words(train_data->rng())}, {"dropout", rng_words(dropout_rng)}};
+        data.data = {{"first_step_at_target", {summary.first_step_at_target.value_or(-1)}},
+                     {"wall_ms", {static_cast<int64_t>(std::llround(elapsed() * 1000.0))}},
+                     {"tokens", {tokens_before + static_cast<int64_t>(tokens_total)}}};
+        const std::filesystem::path folder = dir / "checkpoints";
+        write_checkpoint((folder / checkpoint_name(step)).string(), data);
+        if (config.train.keep_checkpoints > 0) prune_checkpoints(folder.string(), static_cast<size_t>(config.train.keep_checkpoints));
+    }
+
+    // The hook points the attention metrics read: every module's pattern and scores.
+    static Hooks metrics_hooks() {
+        Hooks hooks;
+        hooks.record("*attn.pattern").record("*attn.scores");
+        return hooks;
+    }
+
+    // One row per attention kind: what every head does on `batch`, at the current
+    // step, from a forward pass with metrics_hooks() (or the device's trace).
+    void log_attention(const Batch& batch, const Hooks* hooks, const AttentionMaps* device_maps) {
+        for (const AttentionKind& kind : model->kinds_for(batch)) {
+            std::vector<Tensor> weights;
+            std::vector<double> score_std_flat;  // [layer][head]
+            if (hooks) {
+                weights = recorded_per_layer(*hooks, kind, "pattern");
+                score_std_flat = score_std(recorded_per_layer(*hooks, kind, "scores"), kind.mask);
+            } else {
+                const AttentionTrace& trace = kind.name == "enc_self" ? device_maps->enc_self
+                                              : kind.name == "cross"  ? device_maps->cross
+                                                                      : device_maps->self;
+                weights = trace.weights;
+                for (const std::vector<double>& layer : trace.score_std)
+                    score_std_flat.insert(score_std_flat.end(), layer.begin(), layer.end());
+            }
+            const HeadStats h = attention_stats(weights, kind.mask, kind.query_lengths);
+            log->append_attention(kind.name, step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max, score_std_flat);
+            if (tensorboard) {
+                std::vector<std::pair<std::string, double>> per_head;  // "attention/self/entropy/L0.H1"
+                const size_t heads = model->heads();
+                for (size_t i = 0; i < h.entropy.size(); ++i) {
+                    const std::string head = "L" + std::to_string(i / heads) + ".H" + std::to_string(i % heads);
+                    per_head.emplace_back("attention/" + kind.name + "/entropy/" + head, h.entropy[i]);
+                    per_head.emplace_back("attention/" + kind.name + "/masked_mass/" + head, h.masked_mass[i]);
+                }
+                tensorboard->scalars(step, per_head);
+            }
+        }
+    }
+
+    // The rows of metrics.h5 reach the disk (and TensorBoard's file the OS) at each log interval.
+    void flush_logs() {
+        log->flush();
+        if (tensorboard) tensorboard->flush();
+    }
+
+    void open_tensorboard() {
+        if (config.train.tensorboard) tensorboard.emplace((dir / "tb").string());
+    }
+
+    // Step 0: the model at initialisation, on the first held-out batch (so the
+    // training stream is untouched), in eval mode and without a graph.
+    void log_initial_attention() {
+        NoGradGuard no_grad;
+        model->module().eval();
+        Hooks hooks = metrics_hooks();
+        model->forward(eval_batches.front(), hooks);
+        log_attention(eval_batches.front(), &hooks, nullptr);
+        flush_logs();
+        model->module().train();
+    }
+
+    // ---- the loop's parts (trainer.cpp) ----
+
+    // train.device = "cuda": the whole step on the device when the model allows it.
+    void start_device_step();
+    // One step's forward and backward (on the device: the whole step, update
+    // included); `hooks` record the metrics' points at log steps, as does
+    // `device_maps` on the device.
+    struct StepValues {
+        Tensor logits;  // on the device only at log steps (the metrics' forward)
+        double loss = 0, grad_norm = 0;
+    };
+    StepValues forward_backward(const Batch& batch, double lr, double clip, const NamedTensors& params, bool log_now,
+                                Hooks& hooks, AttentionMaps& device_maps);
+    // A NaN or infinite loss or gradient norm at step `next`: the logs flushed, the reason said; returns 1.
+    int stop_on_non_finite(int64_t next, double loss, double grad_norm, bool tty);
+    // The train row of metrics.h5 (and TensorBoard) and the attention metrics; returns the batch's token accuracy.
+    double log_train_step(const Batch& batch, const StepValues& values, double lr, double tokens_per_s,
+                          const Hooks& hooks, const AttentionMaps& device_maps);
+    // The held-out evaluation, logged; `last_eval` becomes its part of the progress line.
+    void evaluate_and_log(std::string& last_eval);
+    // The final evaluation, summary.json and the one-line report.
+    void finish();
+
+    Clock::time_point started = Clock::now();
+    double elapsed() const { return wall_before + std::chrono::duration<double>(Clock::now() - started).count(); }
+};
+
+}  // namespace attnlab

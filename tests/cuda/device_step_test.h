@@ -1,0 +1,132 @@
+// What the device step's tests share (test_device_step.cpp: one step against
+// the CPU; test_device_step_runs.cpp: several steps, resumes): the tiny model and
+// its variants' optimisers, random ragged batches, the CPU step as the trainer
+// takes it, and the tolerance check. Compiled into test_cuda and test_device_host.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "cuda/context.h"
+#include "device_context_test.h"
+#include "data/tasks.h"
+#include "experiments/run/device_training.h"
+#include "experiments/run/attention_metrics.h"
+#include "layers/hooks.h"
+#include "layers/models.h"
+#include "optim/optimizer.h"
+
+namespace attnlab::device_step_test {
+
+inline constexpr double no_clip = std::numeric_limits<double>::infinity();
+
+using DeviceStep = cuda_test::DeviceTest;
+
+inline ModelConfig tiny() {
+    ModelConfig c;
+    c.vocab = 13;
+    c.layers = 2;
+    c.max_len = 12;
+    c.block.attention.width = 16;
+    c.block.attention.heads = 4;
+    c.block.ffn = 32;
+    return c;
+}
+
+struct Variant {
+    std::string name;
+    ModelConfig config;
+    std::string optimizer = "adamw";  // | "adam" (L2 in the gradient) | "sgd" (momentum, Nesterov) | "sgd_plain"
+};
+inline void PrintTo(const Variant& v, std::ostream* out) { *out << v.name; }
+
+// Random tokens and targets, ragged lengths, a loss mask over the valid positions
+// with a few more left out. Row 1 also counts its padded positions: under a
+// causal mask only padded queries can see padded keys, so without them in the
+// loss the key-padding mask would change nothing the test sees.
+inline Batch random_batch(Rng& data, size_t B, size_t T, size_t V) {
+    Batch b;
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(data.integer(0, V));
+    for (int32_t& t : targets) t = static_cast<int32_t>(data.integer(0, V));
+    b.inputs = Indices({B, T}, tokens);
+    b.targets = Indices({B, T}, targets);
+    std::vector<uint8_t> counted(B * T, 0);
+    for (size_t i = 0; i < B; ++i) {
+        const size_t length = T - (i * 3) % (T - 1);
+        b.lengths.push_back(length);
+        for (size_t t = 0; t < T; ++t) counted[i * T + t] = (t < length || i == 1) && (i + t) % 5 != 0;
+    }
+    b.loss_mask = Mask({B, T}, counted);
+    return b;
+}
+
+// The batch with a source (B, 7) of ragged lengths, for an encoder-decoder.
+inline Batch with_source(Batch batch, Rng& data) {
+    const size_t B = batch.inputs.shape[0], S = 7;
+    std::vector<int32_t> src(B * S);
+    for (int32_t& t : src) t = static_cast<int32_t>(data.integer(0, tiny().vocab));
+    batch.src = Indices({B, S}, src);
+    for (size_t b = 0; b < B; ++b) batch.src_lengths.push_back(S - (b * 3) % S);
+    return batch;
+}
+
+// eps 1e-2 makes the update lr g / (|g| + eps) smooth in g: two implementations'
+// float-level gradient differences then stay float-level in the parameters (at
+// eps 1e-8 a near-zero gradient's sign alone moves a parameter by lr).
+inline std::unique_ptr<Optimizer> optimizer_for(const Variant& v, Module& model, double eps = 1e-2) {
+    if (v.optimizer == "adam") return std::make_unique<Adam>(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1, false);
+    if (v.optimizer == "sgd") return std::make_unique<SGD>(model.named_parameters(), 0.1, 0.9, true, 0.01);
+    if (v.optimizer == "sgd_plain") return std::make_unique<SGD>(model.named_parameters(), 0.1);
+    return make_adamw(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1);
+}
+
+// The same model twice (same seed): one for the CPU, one for the device.
+template <class Model>
+struct Pair {
+    Model cpu, gpu;
+    explicit Pair(const ModelConfig& c) : cpu(make(c)), gpu(make(c)) {}
+    static Model make(const ModelConfig& c) {
+        Rng init(5);
+        return Model(c, init, nullptr);
+    }
+};
+
+inline Tensor cpu_logits(const DecoderLM& model, const Batch& b) { return model.forward(b.inputs, b.lengths); }
+inline Tensor cpu_logits(const EncoderDecoder& model, const Batch& b) {
+    return model.forward(b.src, b.src_lengths, b.inputs, b.lengths);
+}
+
+// One CPU step as the trainer takes it; returns {loss, grad norm} and leaves the gradients.
+template <class Model>
+std::pair<double, double> cpu_step(Model& model, const Batch& b, double max_norm) {
+    Tensor loss = cross_entropy(cpu_logits(model, b), b.targets, b.loss_mask);
+    const double value = loss.item();
+    loss.backward();
+    const double norm = clip_grad_norm(model.named_parameters(), max_norm);
+    return {value, norm};
+}
+
+inline void expect_close(const Tensor& actual, const Tensor& expected, double atol, double rtol, const std::string& what) {
+    ASSERT_EQ(actual.shape(), expected.shape()) << what;
+    const std::vector<double> a = actual.values(), e = expected.values();
+    double worst = 0;
+    size_t where = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double excess = std::abs(a[i] - e[i]) - (atol + rtol * std::abs(e[i]));
+        if (!(excess <= worst)) {
+            worst = std::isnan(excess) ? std::numeric_limits<double>::infinity() : excess;
+            where = i;
+        }
+    }
+    EXPECT_LE(worst, 0.0) << what << ": element " << where << " is " << a[where] << ", expected " << e[where];
+}
+
+}  // namespace attnlab::device_step_test

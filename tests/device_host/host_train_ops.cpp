@@ -1,0 +1,213 @@
+// The training ops of cuda/train_ops.h carried out on the host with plain loops,
+// for test_device_host (see host_device.cpp, which holds the device, its memory,
+// attention and the ops that share attention's helpers: dropout, score moments).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cuda/context.h"
+#include "cuda/train_ops.h"
+
+namespace attnlab::cuda {
+
+// ---- the training ops ----
+
+void embedding_forward(Context&, size_t B, size_t T, size_t D, const int32_t* tokens, const float* E, const float* P,
+                       float* x) {
+    for (size_t row = 0; row < B * T; ++row)
+        for (size_t c = 0; c < D; ++c)
+            x[row * D + c] = E[size_t(tokens[row]) * D + c] + (P != nullptr ? P[(row % T) * D + c] : 0.0f);
+}
+void embedding_backward(Context& context, size_t B, size_t T, size_t D, const int32_t* tokens, const float* dx,
+                        float* dE, float* dP) {
+    for (size_t row = 0; row < B * T; ++row)
+        for (size_t c = 0; c < D; ++c) dE[size_t(tokens[row]) * D + c] += dx[row * D + c];
+    if (dP != nullptr) column_sums(context, B, T * D, dx, dP, true);
+}
+
+void layer_norm_forward(Context&, size_t rows, size_t D, const float* x, const float* gamma, const float* beta,
+                        float eps, float* y, float* mean, float* rstd) {
+    for (size_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * D;
+        float mu = 0.0f, var = 0.0f;
+        for (size_t c = 0; c < D; ++c) mu += xr[c];
+        mu /= float(D);
+        for (size_t c = 0; c < D; ++c) var += (xr[c] - mu) * (xr[c] - mu);
+        const float inv = 1.0f / std::sqrt(var / float(D) + eps);
+        for (size_t c = 0; c < D; ++c) y[r * D + c] = (xr[c] - mu) * inv * gamma[c] + beta[c];
+        mean[r] = mu;
+        rstd[r] = inv;
+    }
+}
+void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
+                         float* dgamma, float* dbeta, float* scratch) {
+    for (size_t r = 0; r < rows; ++r) {
+        float a = 0.0f, b = 0.0f;
+        for (size_t c = 0; c < D; ++c) {
+            const float xhat = (x[r * D + c] - mean[r]) * rstd[r], dxhat = dy[r * D + c] * gamma[c];
+            a += dxhat;
+            b += dxhat * xhat;
+        }
+        a /= float(D);
+        b /= float(D);
+        for (size_t c = 0; c < D; ++c) {
+            const float xhat = (x[r * D + c] - mean[r]) * rstd[r], dxhat = dy[r * D + c] * gamma[c];
+            const float g = rstd[r] * (dxhat - a - xhat * b);
+            dx[r * D + c] = accumulate ? dx[r * D + c] + g : g;
+            scratch[r * D + c] = dy[r * D + c] * xhat;
+        }
+    }
+    column_sums(context, rows, D, scratch, dgamma, true);
+    column_sums(context, rows, D, dy, dbeta, true);
+}
+
+void activation_forward(Context&, DeviceActivation activation, size_t n, const float* x, float* y) {
+    for (size_t e = 0; e < n; ++e)
+        y[e] = activation == DeviceActivation::gelu ? x[e] * 0.5f * (1.0f + std::erf(x[e] / std::sqrt(2.0f)))
+                                                     : std::max(x[e], 0.0f);
+}
+void activation_backward(Context&, DeviceActivation activation, size_t n, const float* x, const float* dy, float* dx) {
+    for (size_t e = 0; e < n; ++e) {
+        const float v = x[e];
+        const float slope = activation == DeviceActivation::gelu
+                                ? 0.5f * (1.0f + std::erf(v / std::sqrt(2.0f))) +
+                                      v * std::exp(-0.5f * v * v) / std::sqrt(2.0f * 3.14159265358979f)
+                                : (v > 0.0f ? 1.0f : 0.0f);
+        dx[e] = dy[e] * slope;
+    }
+}
+
+void add_into(Context&, size_t n, const float* a, float* out) {
+    for (size_t e = 0; e < n; ++e) out[e] += a[e];
+}
+void column_sums(Context&, size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
+    for (size_t c = 0; c < cols; ++c) {
+        float sum = 0.0f;
+        for (size_t r = 0; r < rows; ++r) sum += x[r * cols + c];
+        out[c] = accumulate ? out[c] + sum : sum;
+    }
+}
+
+void split_qkv(Context&, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* qkv, float* q, float* k,
+               float* v) {
+    const size_t W = (H + 2 * H_kv) * d;
+    for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; t < T; ++t)
+            for (size_t i = 0; i < d; ++i) {
+                const float* row = qkv + (b * T + t) * W;
+                for (size_t h = 0; h < H; ++h) q[((b * H + h) * T + t) * d + i] = row[h * d + i];
+                for (size_t h = 0; h < H_kv; ++h) {
+                    k[((b * H_kv + h) * T + t) * d + i] = row[(H + h) * d + i];
+                    v[((b * H_kv + h) * T + t) * d + i] = row[(H + H_kv + h) * d + i];
+                }
+            }
+}
+void merge_qkv(Context&, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* dq, const float* dk,
+               const float* dv, float* dqkv) {
+    const size_t W = (H + 2 * H_kv) * d;
+    for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; t < T; ++t)
+            for (size_t i = 0; i < d; ++i) {
+                float* row = dqkv + (b * T + t) * W;
+                for (size_t h = 0; h < H; ++h) row[h * d + i] = dq[((b * H + h) * T + t) * d + i];
+                for (size_t h = 0; h < H_kv; ++h) {
+                    row[(H + h) * d + i] = dk[((b * H_kv + h) * T + t) * d + i];
+                    row[(H + H_kv + h) * d + i] = dv[((b * H_kv + h) * T + t) * d + i];
+                }
+            }
+}
+void merge_heads(Context&, size_t B, size_t H, size_t T, size_t d, const float* heads, float* merged) {
+    for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h)
+            for (size_t t = 0; t < T; ++t)
+                for (size_t i = 0; i < d; ++i) merged[(b * T + t) * H * d + h * d + i] = heads[((b * H + h) * T + t) * d + i];
+}
+void split_heads(Context&, size_t B, size_t H, size_t T, size_t d, const float* dmerged, float* dheads) {
+    for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < H; ++h)
+            for (size_t t = 0; t < T; ++t)
+                for (size_t i = 0; i < d; ++i) dheads[((b * H + h) * T + t) * d + i] = dmerged[(b * T + t) * H * d + h * d + i];
+}
+
+void cross_entropy_forward_backward(Context&, size_t M, size_t V, const float* logits, const int32_t* targets,
+                                    const float* weight, float* loss_rows, float* dlogits) {
+    for (size_t r = 0; r < M; ++r) {
+        const float* z = logits + r * V;
+        float top = z[0];
+        for (size_t j = 1; j < V; ++j) top = std::max(top, z[j]);
+        float total = 0.0f;
+        for (size_t j = 0; j < V; ++j) total += std::exp(z[j] - top);
+        const float lse = top + std::log(total);
+        for (size_t j = 0; j < V; ++j)
+            dlogits[r * V + j] = weight[r] * (std::exp(z[j] - lse) - (int32_t(j) == targets[r] ? 1.0f : 0.0f));
+        loss_rows[r] = weight[r] * (lse - z[targets[r]]);
+    }
+}
+
+void sum_to_double(Context&, size_t n, const float* x, bool squares, double* out, double*) {
+    double total = 0.0;
+    for (size_t e = 0; e < n; ++e) total += squares ? double(x[e]) * double(x[e]) : double(x[e]);
+    *out = total;
+}
+
+void linear_forward(Context&, size_t M, size_t N, size_t K, const float* x, const float* W, const float* b, float* y) {
+    for (size_t m = 0; m < M; ++m)
+        for (size_t n = 0; n < N; ++n) {
+            float sum = b != nullptr ? b[n] : 0.0f;
+            for (size_t k = 0; k < K; ++k) sum += x[m * K + k] * W[n * K + k];
+            y[m * N + n] = sum;
+        }
+}
+void linear_backward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* dy,
+                     float* dx, bool accumulate, float* dW, float* db) {
+    if (dx != nullptr)
+        for (size_t m = 0; m < M; ++m)
+            for (size_t k = 0; k < K; ++k) {
+                float sum = 0.0f;
+                for (size_t n = 0; n < N; ++n) sum += dy[m * N + n] * W[n * K + k];
+                dx[m * K + k] = accumulate ? dx[m * K + k] + sum : sum;
+            }
+    for (size_t n = 0; n < N; ++n)
+        for (size_t k = 0; k < K; ++k) {
+            float sum = 0.0f;
+            for (size_t m = 0; m < M; ++m) sum += dy[m * N + n] * x[m * K + k];
+            dW[n * K + k] += sum;
+        }
+    if (db != nullptr) column_sums(context, M, N, dy, db, true);
+}
+
+void adam_update(Context&, size_t n, size_t n_decay, float* P, const float* G, float* M, float* V,
+                 const AdamScalars& s, const double* stats) {
+    if (!std::isfinite(stats[0]) || !std::isfinite(stats[1])) return;
+    const double factor = s.max_norm / (std::sqrt(stats[1]) + 1e-6);
+    for (size_t e = 0; e < n; ++e) {
+        float g = factor < 1.0 ? G[e] * float(factor) : G[e];
+        float p = P[e];
+        if (s.decoupled && e < n_decay) p *= s.shrink;
+        if (!s.decoupled && e < n_decay) g = g + s.weight_decay * p;
+        M[e] = s.beta1 * M[e] + s.one_minus_beta1 * g;
+        V[e] = s.beta2 * V[e] + s.one_minus_beta2 * g * g;
+        P[e] = p - s.step_size * M[e] / (std::sqrt(V[e]) / s.sqrt_c2 + s.eps);
+    }
+}
+
+void sgd_update(Context&, size_t n, float* P, const float* G, float* velocity, const SgdScalars& s,
+                const double* stats) {
+    if (!std::isfinite(stats[0]) || !std::isfinite(stats[1])) return;
+    const double factor = s.max_norm / (std::sqrt(stats[1]) + 1e-6);
+    for (size_t e = 0; e < n; ++e) {
+        float d = (factor < 1.0 ? G[e] * float(factor) : G[e]) + s.weight_decay * P[e];
+        if (s.momentum != 0.0f) {
+            velocity[e] = s.started ? s.momentum * velocity[e] + d : d;
+            d = s.nesterov ? d + s.momentum * velocity[e] : velocity[e];
+        }
+        P[e] -= s.lr * d;
+    }
+}
+
+void fill_zero(Context&, void* data, size_t bytes) { std::memset(data, 0, bytes); }
+
+}  // namespace attnlab::cuda
