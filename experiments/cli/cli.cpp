@@ -25,6 +25,11 @@ constexpr const char* usage =
     "  audit CHECKPOINT [--json]        the seed's audit record, its live tests PASS/FAIL (exit 1 on a FAIL)\n"
     "  ablate CHECKPOINT [--out F.h5]   zero- and mean-ablate every head: change in eval loss and accuracy\n"
     "  report PATH... --out REPORT.html an interactive HTML report of a run, runs, a sweep or a checkpoint\n"
+    "  patch CHECKPOINT --clean \"...\" --corrupt \"...\"   activation patching per hook, layer and head\n"
+    "  path-patch CHECKPOINT ... --sender L.H --receiver L.H:q   the effect of one edge\n"
+    "  lens CHECKPOINT --tokens \"...\"  logit lens per layer and direct logit attribution per head\n"
+    "  cache CHECKPOINT --hooks ... --out F.h5   named activations over batches of the task's data\n"
+    "  example                          the seed chapter's worked example, every number\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
     "CHECKPOINT is a checkpoint file, or a run folder (its newest checkpoint).\n"
@@ -97,6 +102,11 @@ int run_cli(int argc, char** argv) {
         if (command == "audit") return cmd_audit(args);
         if (command == "ablate") return cmd_ablate(args);
         if (command == "report") return cmd_report(args);
+        if (command == "patch") return cmd_patch(args);
+        if (command == "path-patch") return cmd_path_patch(args);
+        if (command == "lens") return cmd_lens(args);
+        if (command == "cache") return cmd_cache(args);
+        if (command == "example") return cmd_example(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
     }, std::cerr);
 }

@@ -43,34 +43,7 @@ larger of the two loss increases.
   /attention/<kind>/layer_<l> [B,H,Tq,Tk]) for tools/plot_heads.py.
 )";
 
-std::vector<std::string> split(const std::string& text, char separator) {
-    std::vector<std::string> parts;
-    size_t start = 0;
-    while (true) {
-        const size_t end = text.find(separator, start);
-        parts.push_back(text.substr(start, end - start));
-        if (end == std::string::npos) return parts;
-        start = end + 1;
-    }
-}
-
-std::string default_out(const std::string& checkpoint) {
-    const std::string stem = checkpoint.size() > 3 && checkpoint.ends_with(".h5") ? checkpoint.substr(0, checkpoint.size() - 3) : checkpoint;
-    return stem + ".ablation.h5";
-}
-
-// An output path must name a file in an existing directory, and not the checkpoint itself.
-void check_output(const std::string& option, const std::string& path, const std::string& checkpoint) {
-    namespace fs = std::filesystem;
-    if (path.empty()) throw UsageError(option + " is empty");
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) throw UsageError(option + " " + path + " is a directory");
-    const fs::path parent = fs::path(path).parent_path();
-    if (!parent.empty() && !fs::is_directory(parent, ec))
-        throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
-    if (fs::exists(path, ec) && fs::exists(checkpoint, ec) && fs::equivalent(path, checkpoint, ec))
-        throw UsageError(option + " " + path + " is the checkpoint itself");
-}
+std::string default_out(const std::string& checkpoint) { return beside_checkpoint(checkpoint, ".ablation.h5"); }
 
 }  // namespace
 

@@ -1,32 +1,11 @@
-// attnlab inspect CHECKPOINT (--tokens "3 7 5" [--target "2 9"] | --input FILE.h5) --out OUT.h5 [--png DIR]
+// attnlab inspect CHECKPOINT (--tokens "3 7 5" [--target "2 9"] | --input FILE.h5) --out OUT.h5
+//   [--png DIR] [--hooks NAME,...]
 //
-// One forward pass of a checkpoint (eval mode, no graph) over given tokens,
-// writing everything it computes that the analysis tools and the PyTorch bridge
-// (tools/torch_bridge.py) read. OUT.h5, format_version 1, all arrays float32
-// unless said otherwise:
-//
-//   /    attrs: format = "attnlab-inspect", format_version = 1, checkpoint (the path
-//               as given), step, config (the checkpoint's TOML text),
-//               kind ("decoder" | "encoder-decoder"), layers, heads
-//   decoder:          /tokens [B,T] int32, /lengths [B] int64
-//   encoder-decoder:  /src [B,S] int32, /src_lengths [B] int64     encoder input
-//                     /tgt [B,T] int32, /tgt_lengths [B] int64     decoder input (starts with <BOS>)
-//   (right-padded with <PAD> = 0; an OUT.h5 is itself a valid --input file)
-//   /logits [B,T,V]                      every position (padded ones are computed, not meaningful)
-//   /attention/<kind>/layer_<l> [B,H,Tq,Tk]   softmax weights of blocks.<l> (encoder.<l>, decoder.<l>)
-//   /attention/<kind>/score_std [L,H]    per head: std of scale * q.k over eligible pairs
-//        <kind>: self (decoder); enc_self, dec_self, cross (encoder-decoder)
-//        group attrs: queries, keys (the token dataset of each axis: tokens | src | tgt),
-//                     causal (1 or 0). Key j is eligible for query i of item b iff
-//                     j < length of the keys' dataset for b and, when causal, j <= i;
-//                     ineligible keys weigh exactly 0.
-//   /hidden/decoder/layer_<l> [B,T,D]    layer_0 = embeddings + positions; layer_<l> = output of
-//                                        block l-1 (l = 1..L), before any final LayerNorm
-//   /hidden/encoder/layer_<l> [B,S,D]    the same for the encoder (encoder-decoder)
-//
+// One forward pass of a checkpoint (eval mode, no graph) over given tokens, written
+// as the analysis tools and the PyTorch bridge (tools/torch_bridge.py) read it:
+// logits, every head's weights and score std, the residual stream, and any hook
+// point asked for. The layout is in kHelpTail below (`attnlab inspect --help`).
 // The file is written to OUT.h5.tmp and renamed, so a failure leaves no OUT.h5.
-// --png DIR then runs tools/plot_attention.py with Debian's /usr/bin/python3
-// (matplotlib) on OUT.h5: one heatmap per kind, layer, head and sequence.
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +46,8 @@ OUT.h5 (format "attnlab-inspect", format_version 1; float32 unless said):
   /attention/<kind>/score_std [L,H]         attrs: queries, keys (token datasets), causal
   /hidden/decoder/layer_<l> [B,T,D]         layer_0 = embeddings + positions,
   /hidden/encoder/layer_<l> [B,S,D]         layer_<l> = output of block l-1
+  /hooks/<point>                            with --hooks: each named activation
+                                            (README, "Hook points": names and shapes)
 Weights of ineligible keys (padding, future positions) are exactly 0.
 
 --png DIR runs tools/plot_attention.py OUT.h5 --out-dir DIR with Debian's
@@ -170,6 +151,7 @@ struct Inspection {
     const Batch* batch;
     Tensor logits;
     const Hooks* hooks;  // every attention module's pattern and scores, the residual stream
+    std::vector<std::string> extra;  // the points --hooks asked for, in the model's order
 };
 
 void write_inspection(const std::string& path, const Inspection& in) {
@@ -213,6 +195,13 @@ void write_inspection(const std::string& path, const Inspection& in) {
     };
     write_hidden(hidden, "decoder", states(false));
     if (model.encoder_decoder()) write_hidden(hidden, "encoder", states(true));
+    if (!in.extra.empty()) {
+        const h5::Group named = out.create_group("hooks");
+        for (const std::string& point : in.extra) {
+            const Tensor& value = in.hooks->last(point);
+            named.write<float>(point, value.shape(), floats(value).data());
+        }
+    }
     out.close();
 }
 
@@ -299,6 +288,20 @@ Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& mo
     return batch;
 }
 
+// --hooks: each name recorded in `hooks` too, all checked against the model's
+// points before the forward ("[hooks] no hook point matches ...").
+Hooks requested_hooks(const cxxopts::ParseResult& parsed, const TaskModel& model, Hooks& hooks) {
+    Hooks asked;
+    if (parsed.count("hooks"))
+        for (const std::string& name : split(parsed["hooks"].as<std::string>(), ','))
+            if (!name.empty()) {
+                asked.record(name);
+                hooks.record(name);
+            }
+    { HookScope check(model.module(), asked); }
+    return asked;
+}
+
 }  // namespace
 
 int cmd_inspect(const std::vector<std::string>& args) {
@@ -313,6 +316,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
                          ("out", "the HDF5 file to write", cxxopts::value<std::string>())
                          ("png", "also write heatmaps to DIR (runs /usr/bin/python3 with matplotlib)",
                           cxxopts::value<std::string>())
+                         ("hooks", "also write these hook points: names or globs, comma-separated "
+                                   "(\"blocks.*.attn.z,blocks.1.resid_post\")", cxxopts::value<std::string>())
                          ("h,help", "this help")
                          // a plain string, not a vector: cxxopts splits vector values at commas
                          ("checkpoint", "checkpoint file", cxxopts::value<std::string>());
@@ -355,12 +360,20 @@ int cmd_inspect(const std::vector<std::string>& args) {
     for (const std::string& point : model.hidden_points(false)) hooks.record(point);
     if (model.encoder_decoder())
         for (const std::string& point : model.hidden_points(true)) hooks.record(point);
+    const Hooks asked = requested_hooks(parsed, model, hooks);
     Tensor logits;
     {
         NoGradGuard no_graph;
         logits = model.forward(batch, hooks);  // (B, T, V)
     }
-    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks};
+    std::vector<std::string> extra;  // the points --hooks named, in the model's order
+    for (const std::string& point : model.module().hook_points())
+        for (const std::string& pattern : asked.patterns())
+            if (hook_pattern_matches(pattern, point) && hooks.has_recorded(point)) {
+                extra.push_back(point);
+                break;
+            }
+    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks, extra};
     write_atomically(out_path, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
     print_summary(inspection, out_path);
     if (!png_dir.empty()) run_plot(python, plot_script, out_path, png_dir);  // prints what it wrote

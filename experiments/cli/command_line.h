@@ -9,6 +9,7 @@
 #include <cxxopts.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
@@ -143,6 +144,37 @@ inline std::vector<Batch> fresh_batches(const CheckpointInput& in) {
     std::vector<Batch> data;
     for (int i = 0; i < in.batches; ++i) data.push_back(source->next(static_cast<size_t>(in.config.train.batch)));
     return data;
+}
+
+// "a,b,,c" -> {"a", "b", "", "c"}
+inline std::vector<std::string> split(const std::string& text, char separator) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    while (true) {
+        const size_t end = text.find(separator, start);
+        parts.push_back(text.substr(start, end - start));
+        if (end == std::string::npos) return parts;
+        start = end + 1;
+    }
+}
+
+// CHECKPOINT with its .h5 replaced by `suffix` ("step_0001500.patch.h5").
+inline std::string beside_checkpoint(const std::string& checkpoint, const std::string& suffix) {
+    const std::string stem = checkpoint.size() > 3 && checkpoint.ends_with(".h5") ? checkpoint.substr(0, checkpoint.size() - 3) : checkpoint;
+    return stem + suffix;
+}
+
+// An output path must name a file in an existing directory, and not the checkpoint itself.
+inline void check_output(const std::string& option, const std::string& path, const std::string& checkpoint) {
+    namespace fs = std::filesystem;
+    if (path.empty()) throw UsageError(option + " is empty");
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) throw UsageError(option + " " + path + " is a directory");
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+        throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
+    if (fs::exists(path, ec) && fs::exists(checkpoint, ec) && fs::equivalent(path, checkpoint, ec))
+        throw UsageError(option + " " + path + " is the checkpoint itself");
 }
 
 }  // namespace attnlab

@@ -36,5 +36,10 @@ int cmd_generate(const std::vector<std::string>& args);
 int cmd_audit(const std::vector<std::string>& args);
 int cmd_ablate(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
+int cmd_patch(const std::vector<std::string>& args);
+int cmd_path_patch(const std::vector<std::string>& args);
+int cmd_lens(const std::vector<std::string>& args);
+int cmd_cache(const std::vector<std::string>& args);
+int cmd_example(const std::vector<std::string>& args);
 
 }  // namespace attnlab

@@ -1,0 +1,100 @@
+// Activation patching and path patching on the hook points (layers/hooks.h),
+// the interventions of the seed chapter's exercise 15: vary one activation or
+// one edge between a clean and a corrupted prompt, hold the rest of the model
+// fixed, and measure how much of the clean behaviour comes back.
+//
+//   denoising (the default): run the corrupted prompt with one clean activation
+//       patched in; 1 = the clean behaviour restored, 0 = still corrupted.
+//   noising: run the clean prompt with one corrupted activation patched in;
+//       1 = unaffected, 0 = as corrupted.
+//
+// The metric is read at answer positions, each with a clean and a corrupted
+// answer token (by default the last position and each run's own prediction):
+//   logit_diff       mean over positions of logit[clean answer] - logit[corrupted answer]
+//   norm_logit_diff  (LD(patched) - LD(corrupted)) / (LD(clean) - LD(corrupted))
+//   prob             mean probability of the clean answer
+//   loss             mean -log p(clean answer)
+// Decoder LMs only (an encoder-decoder is refused).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace attnlab {
+
+class TaskModel;
+
+enum class PatchMetric { norm_logit_diff, logit_diff, prob, loss };
+PatchMetric parse_patch_metric(const std::string& name);  // Error naming the choices
+std::string to_string(PatchMetric metric);
+
+// Prompt pairs of one length T, one row each.
+struct PromptPairs {
+    std::vector<std::vector<int32_t>> clean, corrupt;
+    // per row: the answer positions and, per position, the clean and corrupted answer
+    // token; empty: the last position, each run's argmax there
+    std::vector<std::vector<size_t>> positions;
+    std::vector<std::vector<int32_t>> clean_answers, corrupt_answers;
+};
+
+// Checks the pairs against the model (lengths, token range, answers) and fills in
+// default positions and answers from the clean and corrupted runs. Error naming
+// the row and what is wrong; both runs predicting the same answer is an error.
+void resolve_answers(const TaskModel& model, PromptPairs& pairs);
+
+// A block-relative hook given to --hooks: "z" (= attn.z), "q", "k", "v", "pattern",
+// "scores", "attn.out", "ffn.out", "resid_pre", "resid_mid", "resid_post", ...;
+// per_head for q, k, v, z, pattern and scores.
+struct PatchHook {
+    std::string name;   // as given
+    std::string point;  // block-relative: "attn.z"
+    bool per_head = false;
+};
+// Error listing the choices for a name that is no point of this model's blocks.
+PatchHook parse_patch_hook(const TaskModel& model, const std::string& name);
+
+struct PatchGrid {
+    std::string hook;                // "z"
+    std::vector<std::string> axes;   // "layer", "head", "position"
+    Shape shape;
+    std::vector<double> values;      // row-major over the axes
+};
+
+struct PatchOptions {
+    std::vector<PatchHook> hooks;
+    PatchMetric metric = PatchMetric::norm_logit_diff;
+    bool noising = false;       // corrupted into clean instead of clean into corrupted
+    bool per_position = false;  // one cell per position too
+};
+
+struct PatchResult {
+    double clean = 0, corrupt = 0;  // the metric of the unpatched runs
+    std::vector<PatchGrid> grids;   // one per hook
+};
+
+PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs, const PatchOptions& options);
+
+// One edge: the sender heads' outputs (clean) reaching the receiver head's query,
+// key or value input only, every other component frozen at its value on the
+// corrupted prompt (Wang et al. 2022). Senders are "L.H" heads, "mlp L" feed-
+// forward outputs, "embed", or "all" (every component upstream of the receiver,
+// which makes the result that of patching the receiver's input itself).
+struct PathPatch {
+    std::vector<std::string> senders;  // as given
+    size_t receiver_layer = 0, receiver_head = 0;
+    std::string receiver_input;  // "q" | "k" | "v"
+};
+// The patched metric and the unpatched ones.
+struct PathPatchResult {
+    double clean = 0, corrupt = 0, patched = 0;
+};
+PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, const PathPatch& edge, PatchMetric metric);
+
+// The metric of logits (B, T, V) against the pairs' answers, and its normalisation.
+double patch_metric(const Tensor& logits, const PromptPairs& pairs, PatchMetric metric);
+double normalised(double value, double clean, double corrupt, PatchMetric metric);
+
+}  // namespace attnlab

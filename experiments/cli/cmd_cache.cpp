@@ -1,0 +1,142 @@
+// attnlab cache CHECKPOINT --hooks NAME,... --out F.h5 [--batches N] [--seed S]
+// Named activations (hook points, layers/hooks.h) over N batches of the task's
+// fresh data (the `attnlab eval` stream), streamed batch by batch into chunked,
+// growing HDF5 datasets: memory holds one batch's activations at a time.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "data/h5file.h"
+#include "experiments/cli/command_line.h"
+#include "experiments/config/config.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/files/run_files.h"
+#include "experiments/run/model_factory.h"
+
+namespace attnlab {
+
+namespace {
+
+constexpr const char* kCacheHelp = R"(
+--hooks: hook point names or globs (README, "Hook points"), e.g.
+"blocks.*.attn.z,blocks.1.resid_post". Each batch is padded to the task's longest
+sequence so that every row has one shape; /lengths says which positions are real.
+
+--out F.h5: attrs format = "attnlab-cache", format_version, checkpoint, step, config,
+seed, batches; /tokens [N, T] (int32), /lengths [N] (int64), for an encoder-decoder
+/src [N, S] and /src_lengths [N]; /hooks/<point> [N, ...] float32, one row per
+sequence, chunked by batch.
+)";
+
+// `tokens` (B, T) right-padded with <PAD> to `width` columns.
+Indices padded(const Indices& tokens, size_t width) {
+    const size_t B = tokens.shape[0], T = tokens.shape[1];
+    std::vector<int32_t> v(B * width, 0);
+    for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; t < T && t < width; ++t) v[b * width + t] = tokens.values[b * T + t];
+    return Indices({B, width}, v);
+}
+
+// Every batch's activations appended to `out` as it comes; returns the sequences written.
+size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& hooks) {
+    const std::unique_ptr<BatchSource> source = make_batch_source(in.config, in.seed, 2);
+    const size_t T = source->max_sequence_length(), S = static_cast<size_t>(in.config.task.max_len);
+    const size_t batch_size = static_cast<size_t>(in.config.train.batch);
+    size_t rows = 0;
+    const TaskModel& model = *in.loaded.model;
+    write_atomically(std::filesystem::path(out), "[cache]", [&](const std::string& tmp) {
+        h5::File f = h5::File::create(tmp, "cache");
+        f.write_attr_string("format", "attnlab-cache");
+        f.write_attr_int("format_version", 1);
+        f.write_attr_string("checkpoint", in.path);
+        f.write_attr_int("step", in.checkpoint.step);
+        f.write_attr_string("config", in.checkpoint.config_toml);
+        f.write_attr_int("seed", static_cast<int64_t>(in.seed));
+        f.write_attr_int("batches", in.batches);
+        h5::Dataset tokens = f.create_extendible<int32_t>("tokens", {T}, batch_size);
+        h5::Dataset lengths = f.create_extendible<int64_t>("lengths", {}, batch_size);
+        h5::Dataset src, src_lengths;
+        if (model.encoder_decoder()) {
+            src = f.create_extendible<int32_t>("src", {S}, batch_size);
+            src_lengths = f.create_extendible<int64_t>("src_lengths", {}, batch_size);
+        }
+        const h5::Group group = f.create_group("hooks");
+        std::map<std::string, h5::Dataset> datasets;
+        for (int i = 0; i < in.batches; ++i) {
+            Batch batch = source->next(batch_size);
+            batch.inputs = padded(batch.inputs, T);
+            if (model.encoder_decoder()) batch.src = padded(batch.src, S);
+            hooks.clear_recorded();
+            {
+                NoGradGuard no_grad;
+                model.module().eval();
+                model.forward(batch, hooks);
+            }
+            const size_t B = batch.inputs.shape[0];
+            tokens.append(batch.inputs.values.data(), B);
+            const std::vector<int64_t> n(batch.lengths.begin(), batch.lengths.end());
+            lengths.append(n.data(), B);
+            if (model.encoder_decoder()) {
+                src.append(batch.src.values.data(), B);
+                const std::vector<int64_t> m(batch.src_lengths.begin(), batch.src_lengths.end());
+                src_lengths.append(m.data(), B);
+            }
+            for (const std::string& point : model.module().hook_points()) {
+                if (!hooks.has_recorded(point)) continue;
+                const Tensor& value = hooks.last(point);
+                if (!datasets.count(point)) {
+                    const Shape row(value.shape().begin() + 1, value.shape().end());
+                    datasets[point] = group.create_extendible<float>(point, row, B);
+                }
+                const std::vector<double> v = value.values();
+                const std::vector<float> values(v.begin(), v.end());
+                datasets[point].append(values.data(), B);
+            }
+            rows += B;
+        }
+        for (auto& [point, d] : datasets) d.close();
+        for (h5::Dataset* d : {&tokens, &lengths, &src, &src_lengths})
+            if (model.encoder_decoder() || d == &tokens || d == &lengths) d->close();
+        f.close();
+    });
+    return rows;
+}
+
+}  // namespace
+
+int cmd_cache(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab cache", "Named activations over batches of the task's data, streamed to HDF5.");
+    add_checkpoint_options(options, "4");
+    options.add_options()("hooks", "hook point names or globs, comma-separated", cxxopts::value<std::string>())
+                         ("out", "HDF5 file to write", cxxopts::value<std::string>())
+                         ("h,help", "this help");
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
+    if (parsed.count("help")) {
+        std::printf("%s%s", options.help().c_str(), kCacheHelp);
+        return 0;
+    }
+    const std::string path = checkpoint_argument(parsed);
+    checkpoint_batches(parsed);
+    if (!parsed.count("hooks")) throw UsageError("--hooks is required (e.g. --hooks \"blocks.*.attn.z\")");
+    if (!parsed.count("out")) throw UsageError("--out is required (the HDF5 file to write)");
+    const std::string out = parsed["out"].as<std::string>();
+    check_output("--out", out, path);
+    const CheckpointInput in = load_checkpoint_input(parsed);
+    const TaskModel& model = *in.loaded.model;
+    Hooks hooks;
+    for (const std::string& name : split(parsed["hooks"].as<std::string>(), ','))
+        if (!name.empty()) hooks.record(name);
+    if (hooks.patterns().empty()) throw UsageError("--hooks: no hook point named");
+    { HookScope check(model.module(), hooks); }  // an unknown name fails before anything is written
+
+    const size_t rows = stream_cache(out, in, hooks);
+    std::printf("cache %s (step %lld): %zu sequences, %zu hook points -> %s\n", in.path.c_str(),
+                static_cast<long long>(in.checkpoint.step), rows, [&] {
+                    size_t n = 0;
+                    for (const std::string& p : model.module().hook_points()) n += hooks.has_recorded(p);
+                    return n;
+                }(), out.c_str());
+    return 0;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,137 @@
+// attnlab lens CHECKPOINT --tokens "3 7 5 1" [--target "..."] [--out F.h5] [--png DIR]
+// The logit lens per layer and direct logit attribution per head and layer
+// (experiments/analysis/lens.h), to HDF5 and, with --png, heatmaps.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "data/h5file.h"
+#include "experiments/analysis/generate.h"
+#include "experiments/analysis/lens.h"
+#include "experiments/cli/command_line.h"
+#include "experiments/cli/tools_path.h"
+#include "experiments/config/config.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/files/run_files.h"
+#include "experiments/run/model_factory.h"
+
+namespace attnlab {
+
+namespace {
+
+constexpr const char* kLensHelp = R"(
+--tokens: one sequence of token ids (a decoder model). --target: the token whose
+logit each position is read at (one per position; default: the model's own
+prediction there).
+
+--out (default: CHECKPOINT with .lens.h5): attrs format = "attnlab-lens",
+format_version, checkpoint, step, attribution (1, or 0 for post-norm with a note);
+/tokens [1, T]; /targets [1, T]; /streams (names: embed, blocks.<l>.resid_post);
+/lens/logits [L+1, 1, T, V], /lens/target_logprob [L+1, 1, T], /lens/top_token [L+1, 1, T];
+/dla/head [L, H, 1, T], /dla/layer [L+1, 1, T] (embeddings, then each block),
+/dla/norm_bias [1, T], /dla/target_logit [1, T]: the parts sum to the target logit.
+--png DIR: the lens (log p(target) per layer and position) and the heads'
+attributions at the last position (tools/plot_lens.py, matplotlib).
+)";
+
+std::vector<int64_t> wide(const std::vector<int32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
+
+void write_lens_file(const std::string& out, const std::string& path, const CheckpointData& checkpoint,
+                     const std::vector<int32_t>& tokens, const LensResult& r) {
+    const size_t L = r.layers, H = r.heads, T = r.positions;
+    write_atomically(std::filesystem::path(out), "[lens]", [&](const std::string& tmp) {
+        h5::File f = h5::File::create(tmp, "lens");
+        f.write_attr_string("format", "attnlab-lens");
+        f.write_attr_int("format_version", 1);
+        f.write_attr_string("checkpoint", path);
+        f.write_attr_int("step", checkpoint.step);
+        f.write_attr_int("attribution", r.attribution ? 1 : 0);
+        if (!r.note.empty()) f.write_attr_string("note", r.note);
+        f.write<int64_t>("tokens", Shape{1, T}, wide(tokens).data());
+        f.write<int64_t>("targets", Shape{1, T}, wide(r.targets).data());
+        f.write_strings("streams", r.streams);
+        const h5::Group lens = f.create_group("lens");
+        const std::vector<double> logits = r.lens_logits.values();
+        lens.write<double>("logits", r.lens_logits.shape(), logits.data());
+        lens.write<double>("target_logprob", Shape{L + 1, 1, T}, r.target_logprob.data());
+        lens.write<int64_t>("top_token", Shape{L + 1, 1, T}, wide(r.top_token).data());
+        if (r.attribution) {
+            const h5::Group dla = f.create_group("dla");
+            dla.write<double>("head", Shape{L, H, 1, T}, r.head_logit.data());
+            dla.write<double>("layer", Shape{L + 1, 1, T}, r.layer_logit.data());
+            dla.write<double>("norm_bias", Shape{1, T}, r.norm_bias_logit.data());
+            dla.write<double>("target_logit", Shape{1, T}, r.target_logit.data());
+        }
+        f.close();
+    });
+}
+
+}  // namespace
+
+int cmd_lens(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab lens", "The logit lens per layer and direct logit attribution per head.");
+    options.add_options()("tokens", "token ids of one sequence", cxxopts::value<std::string>())
+                         ("target", "the token to read at each position (default: the prediction)", cxxopts::value<std::string>())
+                         ("out", "HDF5 file (default: CHECKPOINT with .lens.h5)", cxxopts::value<std::string>())
+                         ("png", "also draw heatmaps into DIR", cxxopts::value<std::string>())
+                         ("h,help", "this help")
+                         ("checkpoint", "checkpoint file or run folder", cxxopts::value<std::vector<std::string>>());
+    options.parse_positional({"checkpoint"});
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
+    if (parsed.count("help")) {
+        std::printf("%s%s", options.help().c_str(), kLensHelp);
+        return 0;
+    }
+    const std::string path = checkpoint_argument(parsed);
+    if (!parsed.count("tokens")) throw UsageError("--tokens is required (token ids, e.g. --tokens \"3 7 5 1\")");
+    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".lens.h5");
+    check_output("--out", out, path);
+    std::string png_dir, python, plot_script;
+    if (parsed.count("png")) {
+        png_dir = parsed["png"].as<std::string>();
+        if (png_dir.empty()) throw UsageError("--png: empty directory name");
+        python = python_interpreter("--png", "matplotlib");
+        plot_script = find_tool("plot_lens.py", "--png").string();
+    }
+    const CheckpointData checkpoint = read_checkpoint(path);
+    const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
+    const size_t vocab = static_cast<size_t>(config.task.vocab);
+    const std::vector<int32_t> tokens = parse_token_ids(parsed["tokens"].as<std::string>(), vocab, "--tokens");
+    const std::vector<int32_t> target = parsed.count("target") ? parse_token_ids(parsed["target"].as<std::string>(), vocab, "--target")
+                                                               : std::vector<int32_t>();
+    if (!target.empty() && target.size() != tokens.size())
+        throw UsageError("--target has " + std::to_string(target.size()) + " tokens for " + std::to_string(tokens.size()) + " positions");
+    const LoadedModel loaded = load_model(config, checkpoint, path);
+    const size_t max_len = model_config(config, loaded.max_len).max_len;
+    if (tokens.size() > max_len)
+        throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(max_len) + " positions");
+    const LensResult r = logit_lens(*loaded.model, Indices({1, tokens.size()}, tokens), target);
+
+    write_lens_file(out, path, checkpoint, tokens, r);
+    const size_t L = r.layers, H = r.heads, T = r.positions;
+    std::printf("lens %s (step %lld): %zu tokens, %zu layers; at the last position (target %d):\n", path.c_str(),
+                static_cast<long long>(checkpoint.step), T, L, r.targets[T - 1]);
+    for (size_t s = 0; s <= L; ++s)
+        std::printf("  %-22s top token %4d  log p(target) %8.4f\n", r.streams[s].c_str(), r.top_token[s * T + T - 1],
+                    r.target_logprob[s * T + T - 1]);
+    if (r.attribution) {
+        std::vector<std::pair<double, std::string>> heads;
+        for (size_t l = 0; l < L; ++l)
+            for (size_t h = 0; h < H; ++h)
+                heads.emplace_back(r.head_logit[(l * H + h) * T + T - 1], "L" + std::to_string(l) + ".H" + std::to_string(h));
+        std::stable_sort(heads.begin(), heads.end(), [](const auto& a, const auto& b) { return std::abs(a.first) > std::abs(b.first); });
+        std::printf("direct logit attribution at the last position (target logit %.4f):\n", r.target_logit[T - 1]);
+        for (size_t i = 0; i < std::min<size_t>(5, heads.size()); ++i)
+            std::printf("  head %-8s %+9.4f\n", heads[i].second.c_str(), heads[i].first);
+    } else {
+        std::printf("no direct logit attribution: %s\n", r.note.c_str());
+    }
+    std::printf("wrote %s\n", out.c_str());
+    if (!png_dir.empty()) {
+        const int status = run_program({python, plot_script, out, "--out-dir", png_dir});
+        if (status != 0) fail("lens", "--png: " + plot_script + " failed (" + out + " is written)");
+    }
+    return 0;
+}
+
+}  // namespace attnlab
