@@ -28,7 +28,8 @@ def text(value):
 
 def draw(values, axes, hook, metric, direction, path):
     norm = metric == "norm_logit_diff"
-    lim = dict(vmin=-1.0, vmax=1.0) if norm else {}
+    # one colour scale for every panel
+    lim = dict(vmin=-1.0, vmax=1.0) if norm else dict(vmin=float(np.min(values)), vmax=float(np.max(values)))
     if axes == ["layer"]:
         fig, ax = plt.subplots(figsize=(5, 3))
         ax.bar(np.arange(len(values)), values, color="#2b8cbe")

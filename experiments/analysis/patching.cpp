@@ -83,7 +83,7 @@ std::string to_string(PatchMetric metric) {
     }
 }
 
-void resolve_answers(const TaskModel& model, PromptPairs& p) {
+void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric) {
     const DecoderLM& lm = decoder_of(model, "patch");
     const size_t vocab = lm.config.vocab;
     if (p.clean.empty() || p.clean.size() != p.corrupt.size()) fail("patch", "give as many clean as corrupted prompts, at least one");
@@ -130,7 +130,8 @@ void resolve_answers(const TaskModel& model, PromptPairs& p) {
             for (int32_t id : {p.clean_answers[r][i], p.corrupt_answers[r][i]})
                 if (id < 0 || static_cast<size_t>(id) >= vocab)
                     fail("patch", row + "answer " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-            if (p.clean_answers[r][i] == p.corrupt_answers[r][i])
+            const bool two_answers = metric == PatchMetric::norm_logit_diff || metric == PatchMetric::logit_diff;
+            if (two_answers && p.clean_answers[r][i] == p.corrupt_answers[r][i])
                 fail("patch", row + "the clean and corrupted answers at position " + std::to_string(p.positions[r][i]) + " are both token " +
                                   std::to_string(p.clean_answers[r][i]) +
                                   ": the logit difference needs two answers (give them with --answers CLEAN:CORRUPT)");

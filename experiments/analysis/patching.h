@@ -42,8 +42,9 @@ struct PromptPairs {
 
 // Checks the pairs against the model (lengths, token range, answers) and fills in
 // default positions and answers from the clean and corrupted runs. Error naming
-// the row and what is wrong; both runs predicting the same answer is an error.
-void resolve_answers(const TaskModel& model, PromptPairs& pairs);
+// the row and what is wrong; for the logit differences, both runs' answers being
+// the same token is an error (prob and loss read the clean answer only).
+void resolve_answers(const TaskModel& model, PromptPairs& pairs, PatchMetric metric = PatchMetric::norm_logit_diff);
 
 // A block-relative hook given to --hooks: "z" (= attn.z), "q", "k", "v", "pattern",
 // "scores", "attn.out", "ffn.out", "resid_pre", "resid_mid", "resid_post", ...;

@@ -241,7 +241,7 @@ int cmd_patch(const std::vector<std::string>& args) {
     PromptPairs pairs = prompts_from(parsed, static_cast<size_t>(l.config.task.vocab));
     for (const std::string& name : split(parsed["hooks"].as<std::string>(), ','))
         o.hooks.push_back(parse_patch_hook(*l.model.model, name));
-    resolve_answers(*l.model.model, pairs);
+    resolve_answers(*l.model.model, pairs, o.metric);
     const PatchResult r = activation_patching(*l.model.model, pairs, o);
     write_patch_file(out, l, pairs, o, r);
     std::printf("patch %s (step %lld): %zu pair(s) of %zu tokens, %s, %s: clean %.4f, corrupted %.4f\n", l.path.c_str(),
@@ -286,7 +286,7 @@ int cmd_path_patch(const std::vector<std::string>& args) {
 
     const Loaded l = load(parsed);
     PromptPairs pairs = prompts_from(parsed, static_cast<size_t>(l.config.task.vocab));
-    resolve_answers(*l.model.model, pairs);
+    resolve_answers(*l.model.model, pairs, metric);
     const PathPatchResult r = path_patching(*l.model.model, pairs, edge, metric);
     std::printf("path-patch %s (step %lld): %s -> %s, %s: clean %.4f, corrupted %.4f, patched %.4f\n", l.path.c_str(),
                 static_cast<long long>(l.checkpoint.step), parsed["sender"].as<std::string>().c_str(), receiver.c_str(),

@@ -217,6 +217,8 @@ TEST(Patching, BadInputsAreRefused) {
     PromptPairs same_answer = majority_pairs();
     same_answer.corrupt_answers = {{5}};
     EXPECT_THROW(resolve_answers(*m.model, same_answer), Error);
+    PromptPairs prob_only = same_answer;  // prob and loss read the clean answer only
+    EXPECT_NO_THROW(resolve_answers(*m.model, prob_only, PatchMetric::prob));
     EXPECT_THROW(parse_patch_hook(*m.model, "zz"), Error);
     EXPECT_THROW(parse_patch_metric("kl"), Error);
 }
