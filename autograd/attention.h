@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,27 @@ struct AttentionMask {
         return true;
     }
 };
+
+// The sizes of one attention call, on either device: q (B, H, Tq, d), k (B, H_kv,
+// Tk, d), v (B, H_kv, Tk, d_v) (or the packed layout of the same sizes).
+struct AttentionDims {
+    size_t B = 0, H = 0, H_kv = 0, Tq = 0, Tk = 0, d = 0, d_v = 0;
+    size_t group() const { return H / H_kv; }  // query heads per K/V head
+};
+
+// The mask against a call's sizes: one key length per batch item, none above Tk;
+// an explicit mask (Tq, Tk) or (B, Tq, Tk) holding as many values. Throws "[op] ...";
+// the CPU op and the device path both run it, so their messages are the same.
+void check_attention_mask(const char* op, const AttentionDims& dims, const AttentionMask& mask);
+
+// The population standard deviation of a statistic from its count, sum and sum of
+// squares (0 when nothing was counted): the score std of the op, the metrics and the audit.
+inline double std_from_moments(double count, double sum, double squares) {
+    if (!(count > 0)) return 0.0;
+    const double mean = sum / count;
+    const double variance = squares / count - mean * mean;
+    return variance > 0 ? std::sqrt(variance) : 0.0;
+}
 
 // With policy "error", throws "[attention] batch item b, query position i has no
 // eligible key ..." for the first such row in order; does nothing for "zero".

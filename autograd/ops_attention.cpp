@@ -19,6 +19,25 @@ MaskedRows parse_masked_rows(const std::string& name) {
 
 std::string to_string(MaskedRows policy) { return policy == MaskedRows::error ? "error" : "zero"; }
 
+void check_attention_mask(const char* op, const AttentionDims& d, const AttentionMask& mask) {
+    if (!mask.key_lengths.empty()) {
+        if (mask.key_lengths.size() != d.B)
+            fail(op, std::to_string(mask.key_lengths.size()) + " key lengths for batch " + std::to_string(d.B));
+        for (size_t b = 0; b < d.B; ++b)
+            if (mask.key_lengths[b] > d.Tk)
+                fail(op, "key length " + std::to_string(mask.key_lengths[b]) + " of batch item " + std::to_string(b) +
+                             " exceeds key count " + std::to_string(d.Tk));
+    }
+    if (mask.has_explicit()) {
+        const Shape& s = mask.eligible.shape;
+        if (s != Shape{d.Tq, d.Tk} && s != Shape{d.B, d.Tq, d.Tk})
+            fail(op, "mask " + shape_str(s) + " must be (Tq, Tk) = " + shape_str({d.Tq, d.Tk}) + " or (B, Tq, Tk) = " +
+                         shape_str({d.B, d.Tq, d.Tk}));
+        if (mask.eligible.values.size() != numel_of(s))
+            fail(op, "mask " + shape_str(s) + " holds " + std::to_string(mask.eligible.values.size()) + " values");
+    }
+}
+
 void check_masked_rows(const AttentionMask& mask, MaskedRows policy, size_t B, size_t Tq, size_t Tk) {
     AttentionOptions options;
     options.masked_rows = policy;
@@ -38,20 +57,7 @@ void check_common(const char* op, const Tensor& q, const Tensor& k, const Tensor
     if (k.size(0) != d.B || v.size(0) != d.B) fail(op, shapes + ": batch sizes differ");
     if (d.H_kv == 0 || d.H % d.H_kv != 0)
         fail(op, shapes + ": K/V heads (" + std::to_string(d.H_kv) + ") must divide query heads (" + std::to_string(d.H) + ")");
-    if (!mask.key_lengths.empty()) {
-        if (mask.key_lengths.size() != d.B)
-            fail(op, std::to_string(mask.key_lengths.size()) + " key lengths for batch " + std::to_string(d.B));
-        for (size_t b = 0; b < d.B; ++b)
-            if (mask.key_lengths[b] > d.Tk)
-                fail(op, "key length " + std::to_string(mask.key_lengths[b]) + " of batch item " + std::to_string(b) +
-                             " exceeds key count " + std::to_string(d.Tk));
-    }
-    if (!mask.eligible.values.empty()) {
-        const Shape& s = mask.eligible.shape;
-        if (s != Shape{d.Tq, d.Tk} && s != Shape{d.B, d.Tq, d.Tk})
-            fail(op, "mask " + shape_str(s) + " must be (Tq, Tk) = " + shape_str({d.Tq, d.Tk}) + " or (B, Tq, Tk) = " +
-                         shape_str({d.B, d.Tq, d.Tk}));
-    }
+    check_attention_mask(op, d, mask);
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         fail(op, "dropout " + std::to_string(options.dropout) + " is outside [0, 1)");
     const bool use_dropout = options.training && options.dropout > 0.0;
@@ -114,8 +120,7 @@ std::vector<double> score_std_of(const std::vector<double>& moments, size_t B, s
             sum += m[1];
             sumsq += m[2];
         }
-        const double n = std::max(count, 1.0), mean = sum / n;
-        out.push_back(std::sqrt(std::max(0.0, sumsq / n - mean * mean)));
+        out.push_back(std_from_moments(count, sum, sumsq));
     }
     return out;
 }

@@ -34,9 +34,8 @@ enum class AttentionKernel { dense, flash };
 std::string to_string(AttentionKernel kernel);    // "dense" | "flash"
 AttentionKernel parse_attention_kernel(const std::string& name);
 
-struct AttentionDims {
-    size_t B = 0, H = 0, H_kv = 0, Tq = 0, Tk = 0, d = 0, d_v = 0;
-};
+// The call's sizes (B, H, H_kv, Tq, Tk, d, d_v): autograd/attention.h's, shared with the CPU op.
+using attnlab::AttentionDims;
 
 // The flash kernel keeps tiles of width up to this in shared memory.
 constexpr size_t flash_max_head_width = 128;

@@ -69,22 +69,7 @@ void check_attention(const AttentionDims& dims, const AttentionMask& mask, const
         if (n == 0 || n > size_t(INT_MAX)) fail(op, dims_text + ": the CUDA path needs every size in [1, 2^31)");
     if (H % H_kv != 0) fail(op, dims_text + ": K/V heads must divide query heads");
     check_launch_limits(dims, kernel, dims_text);
-    if (!mask.key_lengths.empty()) {
-        if (mask.key_lengths.size() != B)
-            fail(op, std::to_string(mask.key_lengths.size()) + " key lengths for batch " + std::to_string(B));
-        for (size_t b = 0; b < B; ++b)
-            if (mask.key_lengths[b] > Tk)
-                fail(op, "key length " + std::to_string(mask.key_lengths[b]) + " of batch item " + std::to_string(b) +
-                             " exceeds key count " + std::to_string(Tk));
-    }
-    if (mask.has_explicit()) {
-        const Shape& s = mask.eligible.shape;
-        if (s != Shape{Tq, Tk} && s != Shape{B, Tq, Tk})
-            fail(op, "mask " + shape_str(s) + " must be (Tq, Tk) = " + shape_str({Tq, Tk}) + " or (B, Tq, Tk) = " +
-                         shape_str({B, Tq, Tk}));
-        if (mask.eligible.values.size() != numel_of(s))
-            fail(op, "mask " + shape_str(s) + " holds " + std::to_string(mask.eligible.values.size()) + " values");
-    }
+    check_attention_mask(op, dims, mask);
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         fail(op, "dropout " + std::to_string(options.dropout) + " is outside [0, 1)");
     if (options.training && options.dropout > 0.0)
@@ -97,17 +82,7 @@ void check_attention(const AttentionDims& dims, const AttentionMask& mask, const
         if (options.need_weights)
             fail(op, "the flash kernel keeps no (Tq, Tk) weights; use the dense kernel for need_weights");
     }
-    if (options.masked_rows == MaskedRows::error)
-        for (size_t b = 0; b < B; ++b)
-            for (size_t i = 0; i < Tq; ++i) {
-                const size_t end = mask.key_end(b, i, Tq, Tk);
-                bool any_eligible = !mask.has_explicit() && end > 0;
-                for (size_t j = 0; mask.has_explicit() && j < end && !any_eligible; ++j)
-                    any_eligible = mask.allows(b, i, j, Tq, Tk);
-                if (!any_eligible)
-                    fail(op, "batch item " + std::to_string(b) + ", query position " + std::to_string(i) +
-                                 " has no eligible key (masked_rows = \"error\"; use \"zero\" to allow it)");
-            }
+    check_masked_rows(mask, options.masked_rows, B, Tq, Tk);
 }
 
 }  // namespace attnlab::cuda

@@ -24,6 +24,28 @@ ModelConfig checked(const ModelConfig& c) {
     return c;
 }
 
+// Token embedding + positions (offset .. offset + T - 1), then embedding dropout: (B, T, D).
+Tensor embed(const Embedding& tokens_table, const PositionalEncoding& positions, const Dropout& drop, const Indices& tokens,
+             size_t offset) {
+    return drop.forward(positions.forward(tokens_table.forward(tokens), offset));
+}
+
+// The decoder stack both model kinds end with: x (B, T, D) through causal blocks
+// (cross-attending to `memory` (B, S, D) when it is defined, keys beyond
+// src_lengths ineligible), then the final norm. With `cache`, x holds only the
+// next positions: the causal mask is bottom-right aligned over every cached key.
+Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, const NormLayer* final_norm, Tensor x,
+                     const std::vector<size_t>& lengths, const Tensor& memory, const std::vector<size_t>& src_lengths,
+                     DecoderCache* cache) {
+    const AttentionMask self_mask = padding_mask(cache ? std::vector<size_t>() : lengths, true);
+    const AttentionMask cross_mask = padding_mask(src_lengths, false);
+    if (cache && cache->layers.empty()) cache->layers.resize(blocks.size());
+    for (size_t l = 0; l < blocks.size(); ++l)
+        x = blocks[l]->forward(x, self_mask, memory, cross_mask, cache ? &cache->layers[l] : nullptr);
+    if (cache) cache->position += x.size(1);
+    return final_norm ? final_norm->forward(x) : x;
+}
+
 }  // namespace
 
 size_t DecoderCache::bytes() const {
@@ -55,23 +77,14 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
 
 Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
-    Tensor x = hook("embed", emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens))));  // (B, T, D)
-    const AttentionMask mask = padding_mask(lengths, true);
-    for (const auto& block : blocks) x = block->forward(x, mask, Tensor(), {});
-    if (ln_f) x = ln_f->forward(x);
-    return hook("logits", head.forward(x));  // (B, T, V)
+    const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));  // (B, T, D)
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr)));  // (B, T, V)
 }
 
 Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache) const {
     check_tokens("decoder", tokens, {});
-    if (cache.layers.empty()) cache.layers.resize(blocks.size());
-    Tensor x = hook("embed", emb_drop.forward(pos_emb.forward(tok_emb.forward(tokens), cache.position)));
-    AttentionMask mask;
-    mask.causal = true;  // bottom-right aligned: the new queries see every cached key
-    for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l]->forward(x, mask, Tensor(), {}, &cache.layers[l]);
-    cache.position += tokens.shape[1];
-    if (ln_f) x = ln_f->forward(x);
-    return hook("logits", head.forward(x));
+    const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, cache.position));
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache)));
 }
 
 EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng)
@@ -107,7 +120,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
 
 Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths) const {
     check_tokens("encoder", src, src_lengths);
-    Tensor x = hook("src_embed", emb_drop.forward(src_pos_emb.forward(src_emb.forward(src))));  // (B, S, D)
+    Tensor x = hook("src_embed", embed(src_emb, src_pos_emb, emb_drop, src, 0));  // (B, S, D)
     const AttentionMask mask = padding_mask(src_lengths, false);
     for (const auto& block : encoder) x = block->forward(x, mask);
     return hook("memory", enc_ln_f ? enc_ln_f->forward(x) : x);
@@ -116,12 +129,8 @@ Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src
 Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
                               const std::vector<size_t>& tgt_lengths) const {
     check_tokens("decoder", tgt_in, tgt_lengths);
-    Tensor x = hook("tgt_embed", emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_in))));  // (B, T, D)
-    const AttentionMask self_mask = padding_mask(tgt_lengths, true);
-    const AttentionMask cross_mask = padding_mask(src_lengths, false);
-    for (const auto& block : decoder) x = block->forward(x, self_mask, memory, cross_mask);
-    if (dec_ln_f) x = dec_ln_f->forward(x);
-    return hook("logits", head.forward(x));  // (B, T, V)
+    const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_in, 0));  // (B, T, D)
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr)));
 }
 
 Tensor EncoderDecoder::forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
@@ -132,15 +141,8 @@ Tensor EncoderDecoder::forward(const Indices& src, const std::vector<size_t>& sr
 Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_new,
                                      DecoderCache& cache) const {
     check_tokens("decoder", tgt_new, {});
-    if (cache.layers.empty()) cache.layers.resize(decoder.size());
-    Tensor x = hook("tgt_embed", emb_drop.forward(tgt_pos_emb.forward(tgt_emb.forward(tgt_new), cache.position)));
-    AttentionMask self_mask;
-    self_mask.causal = true;
-    const AttentionMask cross_mask = padding_mask(src_lengths, false);
-    for (size_t l = 0; l < decoder.size(); ++l) x = decoder[l]->forward(x, self_mask, memory, cross_mask, &cache.layers[l]);
-    cache.position += tgt_new.shape[1];
-    if (dec_ln_f) x = dec_ln_f->forward(x);
-    return hook("logits", head.forward(x));
+    const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_new, cache.position));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache)));
 }
 
 void DecoderLM::set_attention_device(cuda::Context* context) {

@@ -33,10 +33,7 @@ struct HeadView {
     T* at(size_t b, size_t h) const { return data + b * batch + h * head; }
 };
 
-struct Dims {
-    size_t B, H, H_kv, Tq, Tk, d, d_v;
-    size_t group() const { return H / H_kv; }  // query heads per K/V head
-};
+using Dims = AttentionDims;  // autograd/attention.h
 
 // Throws the masked-row error for the first (batch item, query) in order with
 // no eligible key, so that the message never depends on thread timing.

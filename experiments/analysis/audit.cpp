@@ -65,7 +65,7 @@ struct Moments {
         ++count;
     }
     double mean() const { return count ? sum / static_cast<double>(count) : 0; }
-    double std() const { return count ? std::sqrt(std::max(0.0, sumsq / static_cast<double>(count) - mean() * mean())) : 0; }
+    double std() const { return std_from_moments(static_cast<double>(count), sum, sumsq); }
 };
 
 // Shapes of every projection and traced tensor, softmax over keys (rows sum to 1),

@@ -78,8 +78,7 @@ std::vector<double> score_std(const std::vector<Tensor>& scores, const Attention
                         sum += x;
                         squares += x * x;
                     }
-            const double mean = count > 0 ? sum / count : 0.0;
-            out.push_back(count > 0 ? std::sqrt(std::max(0.0, squares / count - mean * mean)) : 0.0);
+            out.push_back(std_from_moments(count, sum, squares));
         }
     }
     return out;

@@ -320,10 +320,8 @@ Tensor DeviceTraining::trace(const Batch& batch, AttentionMaps& maps) const {
         std::vector<double> m(H * 3);
         to_host(ctx, moments, m.data(), m.size() * sizeof(double));
         std::vector<double> score_std;
-        for (size_t h = 0; h < H; ++h) {  // as the CPU op: population std over the eligible pairs
-            const double n = std::max(m[h * 3], 1.0), mean = m[h * 3 + 1] / n;
-            score_std.push_back(std::sqrt(std::max(0.0, m[h * 3 + 2] / n - mean * mean)));
-        }
+        for (size_t h = 0; h < H; ++h)  // as the CPU op: population std over the eligible pairs
+            score_std.push_back(std_from_moments(m[h * 3], m[h * 3 + 1], m[h * 3 + 2]));
         trace.score_std.push_back(score_std);
     };
     if (s.encoder)
