@@ -221,7 +221,7 @@ Id string_type(bool variable, size_t size, const Where& where) {
 }  // namespace
 
 Dataset Group::write_strings(const std::string& name, const std::vector<std::string>& values) const {
-    const Where where = attribute(where_, name);
+    const Where where = child(where_, name);  // a dataset, named as one in errors
     Id type = string_type(true, 0, where);
     std::vector<const char*> pointers;
     for (const std::string& v : values) pointers.push_back(v.c_str());
