@@ -34,7 +34,6 @@
 #include "autograd/rng.h"
 #include "autograd/cpu/threads.h"
 #include "bench/bench_common.h"
-#include "cuda/attention_op.h"
 #include "cuda/backend.h"
 #include "cuda/context.h"
 #include "data/tasks.h"

@@ -40,6 +40,10 @@ using attnlab::AttentionDims;
 // The flash kernel keeps tiles of width up to this in shared memory.
 constexpr size_t flash_max_head_width = 128;
 
+// The kernel a model's attention uses: flash (no Tq x Tk buffer) when the head
+// width fits its tiles (flash_max_head_width), else dense.
+AttentionKernel kernel_for_head_width(size_t head_width);
+
 // Shapes of host tensors, checked as the CPU op checks them ("[attention] ..."),
 // and float32 only.
 AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v);

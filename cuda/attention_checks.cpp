@@ -41,6 +41,10 @@ AttentionKernel parse_attention_kernel(const std::string& name) {
     fail("cuda", "attention kernel must be \"dense\" or \"flash\", got \"" + name + "\"");
 }
 
+AttentionKernel kernel_for_head_width(size_t head_width) {
+    return head_width <= flash_max_head_width ? AttentionKernel::flash : AttentionKernel::dense;
+}
+
 AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v) {
     constexpr const char* op = "attention";
     if (!q.defined() || !k.defined() || !v.defined()) fail(op, "q, k and v must be defined tensors");

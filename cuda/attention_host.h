@@ -29,8 +29,8 @@ HostAttentionGrads attention_backward_host(Context& context, AttentionKernel ker
                                            const Tensor& dcontext);
 
 // One forward on the device whose buffers (Q, K, V, the mask, the context and
-// the weights or log-sum-exp) stay there for its backward: what the autograd op
-// of attention_op.h keeps between the two passes. Must not outlive `context`.
+// the weights or log-sum-exp) stay there for its backward (the kernel tests and
+// benchmarks run both passes through it). Must not outlive `context`.
 class DeviceAttentionPass {
 public:
     DeviceAttentionPass(Context& context, AttentionKernel kernel, const Tensor& q, const Tensor& k, const Tensor& v,

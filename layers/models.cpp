@@ -145,18 +145,6 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
     return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache)));
 }
 
-void DecoderLM::set_attention_device(cuda::Context* context) {
-    for (auto& block : blocks) block->attn.set_device(context);
-}
-
-void EncoderDecoder::set_attention_device(cuda::Context* context) {
-    for (auto& block : encoder) block->attn.set_device(context);
-    for (auto& block : decoder) {
-        block->attn.set_device(context);
-        if (block->cross_attn) block->cross_attn->set_device(context);
-    }
-}
-
 Indices shift_right(const Indices& target, int32_t bos) {
     if (target.shape.size() != 2) fail("shift_right", "target must be (B, T), got " + shape_str(target.shape));
     const size_t B = target.shape[0], T = target.shape[1];

@@ -39,8 +39,6 @@ public:
     Tensor forward(const Indices& tokens, const std::vector<size_t>& lengths = {}) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
     Tensor forward_cached(const Indices& tokens, DecoderCache& cache) const;
-    // Every attention layer's core on `context` (null: the CPU).
-    void set_attention_device(cuda::Context* context);
 
     ModelConfig config;
     Embedding tok_emb;
@@ -66,8 +64,6 @@ public:
     // Incremental decoding of the next target positions against a fixed memory.
     Tensor decode_cached(const Tensor& memory, const std::vector<size_t>& src_lengths, const Indices& tgt_new,
                          DecoderCache& cache) const;
-    // Every attention layer's core (encoder, decoder, cross) on `context` (null: the CPU).
-    void set_attention_device(cuda::Context* context);
 
     ModelConfig config;
     Embedding src_emb, tgt_emb;

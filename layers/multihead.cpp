@@ -86,7 +86,7 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     if (hook_replaces("scores") || hook_replaces("pattern")) {
         r = attend_composed(q, k, v, mask, options);
     } else {
-        r = attend_core(q, k, v, mask, options);
+        r = attention_packed(q, k, v, heads, kv_heads, mask, options);
         if (hooked("scores")) {
             NoGradGuard no_grad;
             hook("scores", scores_of(q, k, mask));  // recorded only
@@ -159,24 +159,6 @@ AttentionResult MultiHeadAttention::attend_composed(const Tensor& q, const Tenso
     AttentionResult r;
     r.context = reshape(permute(z, {0, 2, 1, 3}), {B, Tq, heads * head_width});
     if (options.need_weights) r.weights = pattern.detach();
-    return r;
-}
-
-// The attention core on the CPU (packed layout) or on the device, whose kernels
-// take (B, H, T, d_h): heads are split before and merged after, as copies.
-AttentionResult MultiHeadAttention::attend_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                                               const AttentionMask& mask, const AttentionOptions& options) const {
-    const bool dropout_active = options.training && options.dropout > 0.0;
-    if (!device.on_device() || options.need_weights || dropout_active)
-        return attention_packed(q, k, v, heads, kv_heads, mask, options);
-    const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
-    auto heads_first = [&](const Tensor& t, size_t T, size_t n) {  // (B, T, n d_h) -> (B, n, T, d_h)
-        return permute(reshape(t, {B, T, n, head_width}), {0, 2, 1, 3});
-    };
-    const Tensor context = cuda::attention_on_device(device, heads_first(q, Tq, heads), heads_first(k, Tk, kv_heads),
-                                                     heads_first(v, Tk, kv_heads), mask, options);  // (B, H, Tq, d_h)
-    AttentionResult r;
-    r.context = reshape(permute(context, {0, 2, 1, 3}), {B, Tq, heads * head_width});  // (B, Tq, H d_h)
     return r;
 }
 

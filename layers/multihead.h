@@ -9,7 +9,6 @@
 #include <string>
 
 #include "autograd/attention.h"
-#include "cuda/attention_op.h"
 #include "layers/basic.h"
 
 namespace attnlab {
@@ -72,19 +71,11 @@ public:
     double dropout;
     MaskedRows masked_rows;
     Rng* dropout_rng;
-    // Where the attention core runs (train.device): the CPU op by default; on the
-    // device (cuda/attention_op.h) when set, except for calls that need the
-    // weights or dropout on them, which the device kernels do not give.
-    cuda::AttentionDevice device;
-    // The core on `context` (null: the CPU) with the kernel this head width suits.
-    void set_device(cuda::Context* context) { device = {context, cuda::kernel_for_head_width(head_width)}; }
     Linear q_proj, k_proj, v_proj, out_proj;
 
 private:
     // t (B, T, n d_h) through hook point `point` as (B, T, n, d_h)
     Tensor hook_heads(const char* point, const Tensor& t, size_t n) const;
-    AttentionResult attend_core(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-                                const AttentionOptions& options) const;
     // Attention as separate ops, for hooks that replace scores or the pattern.
     AttentionResult attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     const AttentionOptions& options) const;

@@ -12,8 +12,8 @@
 # BUILD_DIR is configured as a CPU build (Release) with -DATTNLAB_CUEMU=ON, or
 # reconfigured with it (its other objects stay valid: nothing is rebuilt). The
 # subset, chosen to keep this near 4 minutes on two cores with a built
-# libattnlab: every test of tests/cuda/ except the trainer (DeviceTrainer.*,
-# DeviceTest.TinyDecoderTrainedOnTheDeviceFollowsTheCpuLossCurve), the 30-step
+# libattnlab: every test of tests/cuda/ except the trainer (DeviceTrainer.*),
+# the 30-step
 # loss curve (DeviceStep.FollowsTheCpuLossCurve) and the two long shapes
 # (Shapes/*long_*): those take about 20 minutes on the emulation and are left
 # to the GPU check. CUEMU_FILTER overrides the subset ('*' for everything).
@@ -25,7 +25,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 build="${1:-build-cuemu}"
 jobs="${JOBS:-$(nproc)}"
-filter="${CUEMU_FILTER:--DeviceTrainer.*:DeviceTest.TinyDecoderTrainedOnTheDeviceFollowsTheCpuLossCurve:DeviceStep.FollowsTheCpuLossCurve:Shapes/*long_*}"
+filter="${CUEMU_FILTER:--DeviceTrainer.*:DeviceStep.FollowsTheCpuLossCurve:Shapes/*long_*}"
 start=$SECONDS
 
 if grep -qsx 'ATTNLAB_CUDA:BOOL=ON' "$build/CMakeCache.txt"; then

@@ -94,11 +94,6 @@ Module& TaskModel::module() const {
     return *decoder_;
 }
 
-void TaskModel::set_attention_device(cuda::Context* context) {
-    if (enc_dec_) enc_dec_->set_attention_device(context);
-    else decoder_->set_attention_device(context);
-}
-
 size_t TaskModel::layers() const { return enc_dec_ ? enc_dec_->config.layers : decoder_->config.layers; }
 
 size_t TaskModel::heads() const {

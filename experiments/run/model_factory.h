@@ -38,7 +38,6 @@ public:
     // the encoder's): the embeddings, then each block's output.
     std::vector<std::string> hidden_points(bool encoder = false) const;
     Module& module() const;
-    void set_attention_device(cuda::Context* context);  // null: the CPU
     // The model itself: exactly one of these is non-null.
     DecoderLM* decoder_lm() const { return decoder_.get(); }
     EncoderDecoder* enc_dec() const { return enc_dec_.get(); }

@@ -68,8 +68,13 @@ Trainer::State::State(const Config& c)
     model = std::make_unique<TaskModel>(config, longest, init_rng, &dropout_rng);
     optimizer = make_optimizer(config, model->module().named_parameters());
     if (config.train.device == "cuda") {
+        // The device step takes the whole step or nothing: refused here, before anything is written.
+        const std::string unsupported = model->decoder_lm() ? device_step_unsupported(*model->decoder_lm(), *optimizer)
+                                                            : device_step_unsupported(*model->enc_dec(), *optimizer);
+        if (!unsupported.empty())
+            throw ConfigError("train.device", "train.device = \"cuda\": the device step does not take this model: " +
+                                                  unsupported + " (train it with train.device = \"cpu\")");
         cuda_context = std::make_unique<cuda::Context>();  // "[cuda] Context: <reason>" without a device
-        model->set_attention_device(cuda_context.get());
     }
 }
 

@@ -38,10 +38,9 @@ struct Trainer::State {
     std::unique_ptr<cuda::Context> cuda_context;  // train.device = "cuda"
     std::unique_ptr<TaskModel> model;
     std::unique_ptr<Optimizer> optimizer;
-    // train.device = "cuda" and a model the device step supports: the whole step
-    // runs there, and the host model and optimiser are brought up to date
-    // (sync_host) only when something reads them. Otherwise only the attention
-    // core runs on the device (set_attention_device).
+    // train.device = "cuda" (only for a model the device step takes: the State
+    // refuses the others): the whole step runs there, and the host model and
+    // optimiser are brought up to date (sync_host) only when something reads them.
     std::unique_ptr<DeviceTraining> device_step;
     bool host_current = true;  // the host model holds the device's parameters
     std::optional<MetricsLog> log;

@@ -137,5 +137,21 @@ TEST_F(DeviceTrainer, WithDropoutTrainsOnTheDeviceRepeatably) {
     EXPECT_NEAR(first.summary.eval_loss, cpu.summary.eval_loss, 0.02);  // measured on the host: 3.3e-3
 }
 
+// A model the device step does not take is refused before anything is written,
+// naming why (there is no half-on-the-device fallback).
+TEST_F(DeviceTrainer, RefusesAModelTheDeviceStepDoesNotTake) {
+    Config config = default_config();
+    for (const char* o : {"train.device=cuda", "model.norm_type=rmsnorm", "train.steps=2"}) apply_override(config, o);
+    validate(config);
+    try {
+        Trainer::check_runnable(config);
+        FAIL() << "no error";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "train.device = \"cuda\": the device step does not take this model: RMSNorm has no device kernel "
+                  "(the device step takes LayerNorm) (train it with train.device = \"cpu\")");
+    }
+}
+
 }  // namespace
 }  // namespace attnlab::device_trainer_test
