@@ -147,6 +147,16 @@ Tensor embedding(const Tensor& weight, const Indices& ids) {
     });
 }
 
+// The gradient of a norm's weight (D): the sum over rows of g * xhat, both (rows, D).
+template <class T>
+Array<T> norm_weight_grad(const Array<T>& g, const T* xhat, size_t rows, size_t D) {
+    Array<T> gw = make_array<T>({D});
+    gw.fill(T(0));
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t d = 0; d < D; ++d) gw.data()[d] += g.data()[r * D + d] * xhat[r * D + d];
+    return gw;
+}
+
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
     constexpr const char* op = "layer_norm";
     check_defined(op, x, "input");
@@ -202,13 +212,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 return gx;
             });
             // dw = sum over rows of g xhat; db = sum over rows of g
-            send_grad<T>(weight, [&] {
-                Array<T> gw = make_array<T>({D});
-                gw.fill(T(0));
-                for (size_t r = 0; r < rows; ++r)
-                    for (size_t d = 0; d < D; ++d) gw.data()[d] += g.data()[r * D + d] * H[r * D + d];
-                return gw;
-            });
+            send_grad<T>(weight, [&] { return norm_weight_grad<T>(g, H, rows, D); });
             send_grad<T>(bias, [&] {
                 Array<T> gb = make_array<T>({D});
                 gb.fill(T(0));
@@ -272,13 +276,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                 return gx;
             });
             // dw = sum over rows of g xhat
-            send_grad<T>(weight, [&] {
-                Array<T> gw = make_array<T>({D});
-                gw.fill(T(0));
-                for (size_t r = 0; r < rows; ++r)
-                    for (size_t d = 0; d < D; ++d) gw.data()[d] += g.data()[r * D + d] * H[r * D + d];
-                return gw;
-            });
+            send_grad<T>(weight, [&] { return norm_weight_grad<T>(g, H, rows, D); });
         });
     });
 }

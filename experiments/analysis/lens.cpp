@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/ops.h"
+#include "experiments/analysis/log_prob.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -18,14 +19,6 @@ Tensor parameter(const TaskModel& model, const std::string& name) {
 }
 
 std::string block(size_t layer) { return "blocks." + std::to_string(layer) + "."; }
-
-// log softmax of one row of V logits, at `target`
-double log_prob(const double* row, size_t V, int32_t target) {
-    const double top = *std::max_element(row, row + V);
-    double sum = 0;
-    for (size_t v = 0; v < V; ++v) sum += std::exp(row[v] - top);
-    return row[target] - top - std::log(sum);
-}
 
 // Direct logit attribution of r.targets (the header's formula) from one pass's
 // recorded embeddings, head outputs and feed-forward outputs.
@@ -117,8 +110,7 @@ LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::
     batch.lengths.assign(B, T);
 
     // the streams, every head's output and every feed-forward output of one pass
-    const std::vector<std::string> points = model.module().hook_points();
-    const bool has_ffn = std::find(points.begin(), points.end(), "blocks.0.ffn.out") != points.end();
+    const bool has_ffn = has_hook_point(model, "blocks.0.ffn.out");
     Hooks pass;
     pass.record("embed").record("blocks.*.resid_post").record("blocks.*.attn.z").record("logits");
     if (has_ffn) pass.record("blocks.*.ffn.out");
@@ -149,7 +141,7 @@ LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::
     for (size_t s = 0; s <= L; ++s)
         for (size_t i = 0; i < B * T; ++i) {
             const double* row = lv.data() + (s * B * T + i) * V;
-            r.target_logprob.push_back(log_prob(row, V, r.targets[i]));
+            r.target_logprob.push_back(log_prob_at(row, V, r.targets[i]));
             r.top_token.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
         }
 

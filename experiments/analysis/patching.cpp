@@ -5,6 +5,7 @@
 #include <map>
 
 #include "autograd/ops.h"
+#include "experiments/analysis/log_prob.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -148,10 +149,7 @@ double patch_metric(const Tensor& logits, const PromptPairs& p, PatchMetric metr
         for (size_t i = 0; i < p.positions[r].size(); ++i) {
             const double* row = l.data() + (r * T + p.positions[r][i]) * V;
             const double good = row[p.clean_answers[r][i]], bad = row[p.corrupt_answers[r][i]];
-            const double top = *std::max_element(row, row + V);
-            double sum = 0;
-            for (size_t v = 0; v < V; ++v) sum += std::exp(row[v] - top);
-            const double log_prob = good - top - std::log(sum);
+            const double log_prob = log_prob_at(row, V, p.clean_answers[r][i]);
             total += metric == PatchMetric::prob ? std::exp(log_prob) : metric == PatchMetric::loss ? -log_prob : good - bad;
             ++count;
         }
@@ -262,8 +260,7 @@ Sender parse_sender(const std::string& text, const PathPatch& edge, size_t heads
 PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, const PathPatch& edge, PatchMetric metric) {
     decoder_of(model, "path-patch");
     const size_t L = model.layers(), H = model.heads();
-    const std::vector<std::string> points = model.module().hook_points();
-    const bool has_ffn = std::find(points.begin(), points.end(), "blocks.0.ffn.out") != points.end();
+    const bool has_ffn = has_hook_point(model, "blocks.0.ffn.out");
     if (edge.receiver_layer >= L)
         fail("path-patch", "--receiver layer " + std::to_string(edge.receiver_layer) + ": the model has " + std::to_string(L) + " layers");
     if (edge.receiver_input != "q" && edge.receiver_input != "k" && edge.receiver_input != "v")

@@ -1,5 +1,7 @@
 #include "experiments/run/model_factory.h"
 
+#include <algorithm>
+
 #include "data/file_task.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"
@@ -81,6 +83,11 @@ std::vector<std::string> TaskModel::hidden_points(bool encoder) const {
     std::vector<std::string> out{enc_dec_ ? (encoder ? "src_embed" : "tgt_embed") : "embed"};
     for (size_t l = 0; l < layers(); ++l) out.push_back(stack + "." + std::to_string(l) + ".resid_post");
     return out;
+}
+
+bool has_hook_point(const TaskModel& model, const std::string& point) {
+    const std::vector<std::string> points = model.module().hook_points();
+    return std::find(points.begin(), points.end(), point) != points.end();
 }
 
 std::vector<Tensor> recorded_per_layer(const Hooks& hooks, const AttentionKind& kind, const std::string& point) {

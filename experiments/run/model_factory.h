@@ -50,6 +50,9 @@ private:
     std::unique_ptr<EncoderDecoder> enc_dec_;
 };
 
+// Whether the model has this hook point ("blocks.0.ffn.out": attention-only blocks have none).
+bool has_hook_point(const TaskModel& model, const std::string& point);
+
 // hooks.last("<layer>.<point>") for each layer of `kind`, e.g. every layer's pattern.
 std::vector<Tensor> recorded_per_layer(const Hooks& hooks, const AttentionKind& kind, const std::string& point);
 

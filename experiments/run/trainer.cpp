@@ -163,6 +163,7 @@ int Trainer::run() {
     const int64_t first_step = s.step;
     Clock::time_point last_log = Clock::now();
     const Clock::time_point run_start = Clock::now();
+    Hooks hooks = State::metrics_hooks();  // the metrics' points: recording never changes the result
     while (s.step < c.train.steps) {
         if (stop_signal) {
             s.checkpoint();
@@ -176,7 +177,7 @@ int Trainer::run() {
         const int64_t next = s.step + 1;
         const bool log_now = next % c.train.log_every == 0 || next == c.train.steps;
         AttentionMaps device_maps;  // the device's trace at log steps
-        Hooks hooks = State::metrics_hooks();  // the host's: recording never changes the result
+        hooks.clear_recorded();  // the host's record of this step, when it logs
         const State::StepValues values = s.forward_backward(batch, lr, clip, params, log_now, hooks, device_maps);
         if (!std::isfinite(values.loss) || !std::isfinite(values.grad_norm))
             return s.stop_on_non_finite(next, values.loss, values.grad_norm, tty);

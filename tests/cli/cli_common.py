@@ -173,6 +173,30 @@ def run_refused(test, args, cwd, runs, wants, before):
     return line, shown
 
 
+class Trained:
+    """Tiny runs trained once per test file, by label: checkpoint(label, config)
+    trains `config` (overrides as cli_common.overrides takes) the first time and
+    returns the path of its last checkpoint (at train.steps). remove() deletes them."""
+    root = None
+    checkpoints = {}
+
+    @classmethod
+    def checkpoint(cls, label, config):
+        if label not in cls.checkpoints:
+            if cls.root is None:
+                cls.root = tempfile.mkdtemp(prefix="attnlab_trained_")
+            out = os.path.join(cls.root, label)
+            r = attnlab(["train"] + overrides(config, **{"run.out_dir": out}), cls.root, timeout=120)
+            assert r.returncode == 0, r.stderr
+            cls.checkpoints[label] = checkpoint_path(os.path.join(out, "default"), int(config["train.steps"]))
+        return cls.checkpoints[label]
+
+    @classmethod
+    def remove(cls):
+        if cls.root:
+            shutil.rmtree(cls.root, ignore_errors=True)
+
+
 class TempDirTest(unittest.TestCase):
     """Each test method runs in a fresh temporary directory, self.tmp."""
 

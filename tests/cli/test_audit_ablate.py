@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import unittest
 
 import h5py
@@ -25,27 +24,11 @@ CONFIG = dict(cc.TINY, **{"model.layers": "2", "model.kv_heads": "1"})
 ENC_DEC = dict(CONFIG, **{"task.name": "translate", "model.kind": "encoder-decoder"})
 
 
-class Trained:
-    """A tiny run per model kind, trained once for the whole file."""
-    root = None
-    checkpoints = {}
-
-    @classmethod
-    def checkpoint(cls, label, config):
-        if label not in cls.checkpoints:
-            if cls.root is None:
-                cls.root = tempfile.mkdtemp(prefix="attnlab_audit_cli_")
-            out = os.path.join(cls.root, label)
-            r = cc.attnlab(["train"] + cc.overrides(config, **{"run.out_dir": out}), cls.root, timeout=120)
-            assert r.returncode == 0, r.stderr
-            run_dir = os.path.join(out, "default")
-            cls.checkpoints[label] = cc.checkpoint_path(run_dir, int(config["train.steps"]))
-        return cls.checkpoints[label]
+Trained = cc.Trained  # the tiny runs, trained once for the whole file
 
 
 def tearDownModule():
-    if Trained.root:
-        shutil.rmtree(Trained.root, ignore_errors=True)
+    Trained.remove()
 
 
 class Audit(cc.TempDirTest):

@@ -10,7 +10,6 @@ encoder-decoder, bad --pairs files) exits 2 with one line and writes nothing.
 import os
 import shutil
 import tempfile
-import unittest
 
 import h5py
 import numpy as np
@@ -24,20 +23,11 @@ CORRUPT = "3 8 4 11 5 1 5 12 4"
 ANSWERS = ["--answers", "9:8"]
 
 
-class Trained:
-    root = None
-    checkpoints = {}
+Trained = cc.Trained  # the tiny runs, trained once for the whole file
 
-    @classmethod
-    def checkpoint(cls, label, config):
-        if label not in cls.checkpoints:
-            if cls.root is None:
-                cls.root = tempfile.mkdtemp(prefix="attnlab_interventions_")
-            out = os.path.join(cls.root, label)
-            r = cc.attnlab(["train"] + cc.overrides(config, **{"run.out_dir": out}), cls.root, timeout=120)
-            assert r.returncode == 0, r.stderr
-            cls.checkpoints[label] = cc.checkpoint_path(os.path.join(out, "default"), 40)
-        return cls.checkpoints[label]
+
+def tearDownModule():
+    Trained.remove()
 
 
 def decoder():

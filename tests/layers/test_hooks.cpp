@@ -20,6 +20,22 @@ const std::vector<std::string> kDecoderBlockPoints = {
     "attn.v",       "attn.scores", "attn.pattern", "attn.z",      "attn.out",   "ln1.out", "ffn.hidden",
     "ffn.out",      "ln2.out"};
 
+// The logits of a forward (with `hooks` attached when given), then every
+// parameter's gradient of sum(logits^2), as one row of values.
+std::vector<double> logits_and_gradients(DecoderLM& model, const Indices& tokens, const std::vector<size_t>& lengths,
+                                         Hooks* hooks) {
+    model.zero_grad();
+    Tensor logits = hooks ? recorded_forward(model, *hooks, [&] { return model.forward(tokens, lengths); })
+                          : model.forward(tokens, lengths);
+    sum(logits * logits).backward();
+    std::vector<double> out = logits.values();
+    for (const Tensor& p : model.parameters()) {
+        const std::vector<double> g = p.grad().values();
+        out.insert(out.end(), g.begin(), g.end());
+    }
+    return out;
+}
+
 TEST(Hooks, DecoderLMDeclaresEveryPointAndAForwardReachesEachOnce) {
     Rng init(1), data(2);
     DecoderLM model(small_config(), init, nullptr);
@@ -72,18 +88,7 @@ TEST(Hooks, RecordingEverythingChangesNoLogitOrGradient) {
     Rng init(3), data(4);
     DecoderLM model(small_config(Norm::pre, Positional::learned, 1), init, nullptr);
     const Indices tokens = random_tokens(data, 2, 6, 11);
-    auto run = [&](Hooks* hooks) {
-        model.zero_grad();
-        Tensor logits = hooks ? recorded_forward(model, *hooks, [&] { return model.forward(tokens, {6, 4}); })
-                              : model.forward(tokens, {6, 4});
-        sum(logits * logits).backward();
-        std::vector<double> out = logits.values();
-        for (const Tensor& p : model.parameters()) {
-            const std::vector<double> g = p.grad().values();
-            out.insert(out.end(), g.begin(), g.end());
-        }
-        return out;
-    };
+    auto run = [&](Hooks* hooks) { return logits_and_gradients(model, tokens, {6, 4}, hooks); };
     const std::vector<double> plain = run(nullptr);
     Hooks hooks;
     hooks.record("*");
@@ -100,18 +105,7 @@ TEST(Hooks, ReplacingPatternOrScoresByThemselvesReproducesTheFusedOp) {
             DecoderLM model(small_config(Norm::pre, Positional::learned, kv_heads), init, nullptr);
             model.to(DType::f64);
             const Indices tokens = random_tokens(data, 2, 6, 11);
-            auto run = [&](Hooks* hooks) {
-                model.zero_grad();
-                Tensor logits = hooks ? recorded_forward(model, *hooks, [&] { return model.forward(tokens, {6, 3}); })
-                                      : model.forward(tokens, {6, 3});
-                sum(logits * logits).backward();
-                std::vector<double> out = logits.values();
-                for (const Tensor& p : model.parameters()) {
-                    const std::vector<double> g = p.grad().values();
-                    out.insert(out.end(), g.begin(), g.end());
-                }
-                return out;
-            };
+            auto run = [&](Hooks* hooks) { return logits_and_gradients(model, tokens, {6, 3}, hooks); };
             const std::vector<double> fused = run(nullptr);
             size_t calls = 0;
             Hooks hooks;
