@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,17 @@ struct AttentionMask {
         return end;
     }
     bool has_explicit() const { return !eligible.values.empty(); }
+
+    // The mask as the device kernels read it, uploaded by the first device
+    // attention call that uses it and shared by the later ones
+    // (autograd/device/ops_attention.cpp). A copy of the mask starts without one.
+    struct DeviceCopy {
+        std::shared_ptr<void> data;
+        DeviceCopy() = default;
+        DeviceCopy(const DeviceCopy&) {}
+        DeviceCopy& operator=(const DeviceCopy&) { data.reset(); return *this; }
+    };
+    mutable DeviceCopy device_copy;
 
     bool allows(size_t b, size_t i, size_t j, size_t Tq, size_t Tk) const {
         if (causal && j + Tq > i + Tk) return false;  // j > i + (Tk - Tq), without going negative
@@ -119,5 +131,18 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 // split or merge copies; the weights are (B, H, Tq, Tk) as above.
 AttentionResult attention_packed(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads,
                                  const AttentionMask& mask, const AttentionOptions& options);
+
+// scale Q K^T per head, (B, H, Tq, Tk), from the packed layout q (B, Tq, H d),
+// k (B, Tk, H_kv d): -inf at ineligible keys, except in a row with no eligible
+// key, which keeps its scores. What the hook point "scores" shows. On the CPU
+// composed of ops (differentiable: attention written out, for hooks that replace
+// the scores or the pattern); on the device one kernel, without a gradient.
+Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t kv_heads, const AttentionMask& mask,
+                        double scale);
+// (B, T, n d) -> (B, H, T, d), each of the n heads repeated for H / n query heads (grouped K/V).
+Tensor heads_first(const Tensor& t, size_t n, size_t d, size_t H);
+// true where key j is ineligible for query i of item b, (B, 1, Tq, Tk), except in
+// rows with no eligible key, which `empty_rows` (B, 1, Tq, 1) marks instead.
+Mask ineligible_keys(const AttentionMask& mask, size_t B, size_t Tq, size_t Tk, Mask& empty_rows);
 
 }  // namespace attnlab

@@ -4,6 +4,7 @@
 
 #include "autograd/attention.h"
 #include "autograd/cpu/attention_kernels.h"
+#include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -269,6 +270,8 @@ AttentionResult attention_packed(const Tensor& q, const Tensor& k, const Tensor&
                                  const AttentionMask& mask, const AttentionOptions& options) {
     constexpr const char* op = "attention_packed";
     const Dims dims = check_packed(q, k, v, heads, kv_heads, mask, options);
+    check_same_device(op, {&q, &k, &v});
+    if (on_device(q)) return attention_packed_device(q, k, v, dims, mask, options);
     return attention_impl(op, q, k, v, dims, true, {dims.B, dims.Tq, dims.H * dims.d_v}, mask, options);
 }
 
@@ -323,6 +326,9 @@ void add_attention_cases(std::vector<GradcheckCase>& cases) {
                          o.rng = &r;
                          return attention(t[0], t[1], t[2], {}, o).context;
                      }});
+    // the scores written out of ops (packed layout, grouped K/V), through a softmax: -inf never reaches the check
+    cases.push_back({"attention_scores", "causal, grouped K/V, (2,3,2 x 2) with (2,4,1 x 2), through softmax",
+                     {in({2, 3, 4}), in({2, 4, 2})}, [causal](V t) { return softmax(attention_scores(t[0], t[1], 2, 1, causal, 0.5), -1); }});
 }
 
 }  // namespace attnlab

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <numbers>
 
+#include <string_view>
+
+#include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/cpu/kernels.h"
 #include "autograd/ops.h"
@@ -55,6 +58,11 @@ Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Forward forwa
     check_defined(op, b, "second operand");
     check_same_dtype(op, a, b);
     broadcast_shapes(op, a.shape(), b.shape());  // throws with both shapes when they do not broadcast
+    check_same_device(op, {&a, &b});
+    if (on_device(a)) {
+        if (std::string_view(op) != "add") no_device_kernel(op, "this op");
+        return add_device(a, b);
+    }
     return dispatch(a.dtype(), [&]<class T>() {
         const Array<T>& A = values_of<T>(a);
         const Array<T>& B = values_of<T>(b);
@@ -72,6 +80,11 @@ Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Forward forwa
 template <class Forward, class Grad>
 Tensor unary_op(const char* op, const Tensor& x, Forward forward, Grad grad) {
     check_defined(op, x, "input");
+    if (on_device(x)) {  // gelu and relu have their own kernels
+        const std::string_view name(op);
+        if (name != "gelu" && name != "relu") no_device_kernel(op, "this op");
+        return activation_device(op, name == "gelu" ? cuda::DeviceActivation::gelu : cuda::DeviceActivation::relu, x);
+    }
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = forward(values_of<T>(x));
         return record<T>(op, std::move(out), {x}, [x, grad](const Array<T>& g, const Array<T>& y) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "autograd/cpu/blas.h"
+#include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -90,6 +91,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     }
     Shape out_shape = sx;
     out_shape.back() = out_features;
+    check_same_device(op, {&x, &weight, &bias});
+    if (on_device(x)) return linear_device(x, weight, bias, out_shape);
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = make_array<T>(out_shape);  // (rows, out) = X (rows, in) W^T (in, out) + b
         // With a bias, every row starts as b and the GEMM adds to it (beta = 1): one

@@ -2,6 +2,7 @@
 // masked_fill, embedding, layer_norm, rms_norm, dropout, cross_entropy.
 #include <cmath>
 
+#include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/cpu/kernels.h"
 #include "autograd/ops.h"
@@ -126,6 +127,7 @@ Tensor embedding(const Tensor& weight, const Indices& ids) {
                          " out of range for weight " + shape_str(weight.shape()));
     Shape out_shape = ids.shape;
     out_shape.push_back(D);
+    if (on_device(weight)) return embedding_device(weight, ids, out_shape);
     return dispatch(weight.dtype(), [&]<class T>() {
         const T* W = values_of<T>(weight).data();
         Array<T> out = make_array<T>(out_shape);  // (..., D)
@@ -169,6 +171,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 fail(op, "weight and bias must be (" + std::to_string(D) + ") for input " + shape_str(x.shape()) +
                              ", got " + shape_str(p->shape()));
         }
+    check_same_device(op, {&x, &weight, &bias});
+    if (on_device(x)) return layer_norm_device(x, weight, bias, eps);
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
         const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
@@ -237,6 +241,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
             fail(op, "weight must be (" + std::to_string(D) + ") for input " + shape_str(x.shape()) + ", got " +
                          shape_str(weight.shape()));
     }
+    check_same_device(op, {&x, &weight});
+    if (on_device(x)) return rms_norm_device(x, weight, eps);
     const size_t grain = std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1));
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
@@ -286,6 +292,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
     check_defined(op, x, "input");
     if (!(p >= 0.0 && p <= 1.0)) fail(op, "probability " + std::to_string(p) + " is outside [0, 1]");
     if (!training || p == 0.0) return x;
+    if (on_device(x)) return dropout_device(x, p, rng);
     return dispatch(x.dtype(), [&]<class T>() {
         // keep_scale is 1/(1-p) where kept, 0 where dropped (all dropped when p = 1)
         Array<T> keep_scale = make_array<T>(x.shape());
@@ -318,6 +325,7 @@ Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& l
                          " out of range for " + std::to_string(C) + " classes");
         ++counted;
     }
+    if (on_device(logits)) return cross_entropy_device(logits, targets, loss_mask, counted);
     return dispatch(logits.dtype(), [&]<class T>() {
         const T* Z = values_of<T>(logits).data();
         // probs (positions, C): softmax of each counted row, kept for the backward

@@ -2,6 +2,7 @@
 // see strides; a transposed tensor is simply a permuted copy.
 #include <algorithm>
 
+#include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -14,6 +15,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
     check_defined(op, x, "input");
     if (numel_of(shape) != x.numel())
         fail(op, shape_str(x.shape()) + " -> " + shape_str(shape) + ": element counts differ");
+    if (on_device(x)) return reshape_device(x, shape);
     const Shape in_shape = x.shape();
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = values_of<T>(x);
@@ -104,6 +106,10 @@ Tensor slice(const Tensor& x, int axis_in, size_t start, size_t stop) {
     const size_t width = stop - start;
     Shape out_shape = in_shape;
     out_shape[axis] = width;
+    if (on_device(x)) {
+        if (axis != 0) no_device_kernel(op, "a slice along axis " + std::to_string(axis));
+        return slice_rows_device(x, start, stop, out_shape);
+    }
     return dispatch(x.dtype(), [&]<class T>() {
         // Each outer index owns one contiguous block of `width * inner` values.
         const Array<T>& X = values_of<T>(x);

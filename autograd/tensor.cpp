@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "autograd/device_ops.h"
 #include "autograd/tensor_impl.h"
 
 namespace attnlab {
@@ -126,11 +127,13 @@ Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(
 void Tensor::zero_grad() { impl().grad.reset(); }
 
 std::vector<double> Tensor::values() const {
+    if (device() == Device::cuda) return device_values(impl());
     return std::visit([](const auto& a) { return std::vector<double>(a.begin(), a.end()); }, impl().data);
 }
 
 double Tensor::item() const {
     if (numel() != 1) fail("item", "tensor of shape " + shape_str(shape()) + " has " + std::to_string(numel()) + " elements, not 1");
+    if (device() == Device::cuda) return values()[0];
     return std::visit([](const auto& a) { return static_cast<double>(*a.begin()); }, impl().data);
 }
 
@@ -144,10 +147,12 @@ double Tensor::at(std::initializer_list<size_t> index) const {
         flat = flat * s[k] + i;
         ++k;
     }
+    if (device() == Device::cuda) return values()[flat];
     return std::visit([flat](const auto& a) { return static_cast<double>(a.data()[flat]); }, impl().data);
 }
 
 Tensor Tensor::clone() const {
+    if (device() == Device::cuda) return device_clone(impl());
     return std::visit([](const auto& a) {
         using A = std::decay_t<decltype(a)>;
         return wrap<typename A::value_type>(A(a));
@@ -157,6 +162,10 @@ Tensor Tensor::clone() const {
 Tensor Tensor::detach() const { return clone(); }
 
 Tensor Tensor::to(DType dtype) const {
+    if (device() == Device::cuda) {
+        if (dtype != DType::f32) fail("to", "tensors on the cuda device are float32 only");
+        return clone();
+    }
     return dispatch(dtype, [&]<class T>() {
         return std::visit([](const auto& a) { return wrap<T>(Array<T>(xt::cast<T>(a))); }, impl().data);
     });
@@ -165,6 +174,7 @@ Tensor Tensor::to(DType dtype) const {
 void Tensor::assign(const Tensor& src) {
     if (src.shape() != shape())
         fail("assign", "source " + shape_str(src.shape()) + " does not match destination " + shape_str(shape()));
+    if (device() == Device::cuda) return device_assign(impl(), src);
     std::visit([&](auto& dst) {
         using T = typename std::decay_t<decltype(dst)>::value_type;
         std::visit([&](const auto& s) { std::transform(s.begin(), s.end(), dst.begin(), [](auto v) { return static_cast<T>(v); }); },
@@ -175,6 +185,7 @@ void Tensor::assign(const Tensor& src) {
 void Tensor::convert_(DType dtype) {
     if (!is_leaf()) fail("convert_", "only leaf tensors can change dtype in place");
     if (dtype == this->dtype()) return;
+    if (device() == Device::cuda) fail("convert_", "tensors on the cuda device are float32 only");
     impl().data = to(dtype).impl().data;
     impl().grad.reset();
 }
@@ -222,7 +233,11 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
             fail("backward", "seed gradient " + shape_str(seed.shape()) + " for tensor " + shape_str(root.shape));
         check_same_dtype("backward", seed, *this);
     }
-    dispatch(root.dtype(), [&]<class T>() {
+    if (root.device == Device::cuda) {
+        // the seed to the device as it is, or ones
+        const Tensor g = seed.defined() ? seed.to(Device::cuda).clone() : Tensor::ones(root.shape).to(Device::cuda);
+        root.grad = g.impl_ptr();
+    } else dispatch(root.dtype(), [&]<class T>() {
         Array<T> g = seed.defined() ? Array<T>(seed.impl().array<T>()) : Array<T>(make_array<T>(root.shape));
         if (!seed.defined()) g.fill(T(1));
         accumulate_grad<T>(*this, std::move(g));

@@ -31,6 +31,13 @@ struct Error : std::runtime_error {
 [[noreturn]] void fail(const std::string& op, const std::string& message);
 
 struct TensorImpl;
+class Tensor;
+
+// Moves leaves (a model's parameters) to `device` in place, every handle seeing
+// it; their gradients are dropped. To the cuda device they go as one flat block
+// of values and one of gradients, matrices first, so that an optimiser updates
+// them all with one kernel (optim/optimizer.h). float32 only.
+void move_to(const std::vector<Tensor>& leaves, Device device);
 
 class Tensor {
 public:
@@ -71,6 +78,9 @@ public:
     Tensor detach() const;                  // same values, no graph, no grad
     Tensor clone() const;                   // a copy of the values, no graph
     Tensor to(DType dtype) const;           // a converted copy, no graph
+    // A copy on `device`, no graph (only float32 goes to the cuda device); this
+    // tensor itself when it is there already.
+    Tensor to(Device device) const;
     // Overwrites this tensor's values with src's (same shape; dtype converted), in
     // place: every handle to this tensor sees them. Not recorded in the graph.
     void assign(const Tensor& src);

@@ -5,18 +5,27 @@
 #include <functional>
 #include <variant>
 
+#include "autograd/device/context.h"
 #include "autograd/tensor.h"
 #include "autograd/xt.h"
 
 namespace attnlab {
 
 struct TensorImpl {
-    std::variant<Array<float>, Array<double>> data;
+    std::variant<Array<float>, Array<double>> data;  // on the CPU
     Shape shape;  // mirrors data's shape as size_t (xtensor's shape type differs)
     Device device = Device::cpu;
+    // On the device (Device::cuda; float32 only): the values at device_data,
+    // inside device_block, which views share (a reshape, a slice of rows, the
+    // parameters of a model moved as one flat block: Module::to). `data` is then empty.
+    std::shared_ptr<cuda::DeviceBuffer> device_block;
+    float* device_data = nullptr;
     bool requires_grad = false;
 
-    std::shared_ptr<TensorImpl> grad;  // same dtype and shape; no graph of its own
+    std::shared_ptr<TensorImpl> grad;  // same dtype, shape and device; no graph of its own
+    // A parameter on the device: the view of the model's flat gradient block
+    // that its gradient lives in (Module::to, Optimizer::zero_grad).
+    std::shared_ptr<TensorImpl> grad_home;
 
     // Graph: set only on tensors produced by an op while grad mode is on.
     const char* op = nullptr;
@@ -30,8 +39,16 @@ struct TensorImpl {
     ~TensorImpl();  // unlinks the graph iteratively: a deep chain must not recurse
 
     DType dtype() const { return data.index() == 0 ? DType::f32 : DType::f64; }
-    template <class T> Array<T>& array() { return std::get<Array<T>>(data); }
-    template <class T> const Array<T>& array() const { return std::get<Array<T>>(data); }
+    // The CPU values. A CPU op reaching a tensor on the device stops here.
+    template <class T> Array<T>& array() {
+        if (device_data != nullptr) refuse_device_values();
+        return std::get<Array<T>>(data);
+    }
+    template <class T> const Array<T>& array() const {
+        if (device_data != nullptr) refuse_device_values();
+        return std::get<Array<T>>(data);
+    }
+    [[noreturn]] void refuse_device_values() const;
 };
 
 template <class T> constexpr DType dtype_of();

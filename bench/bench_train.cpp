@@ -35,7 +35,7 @@
 #include "autograd/cpu/threads.h"
 #include "bench/bench_common.h"
 #include "cuda/backend.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 #include "data/tasks.h"
 #include "experiments/run/device_training.h"
 #include "layers/models.h"

@@ -3,7 +3,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 
 namespace attnlab::cuda {
 

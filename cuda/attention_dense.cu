@@ -13,11 +13,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 #include "cuda/check.cuh"
 #include "cuda/gemm.cuh"
 #include "cuda/mask.cuh"
-#include "cuda/train_ops.h"
+#include "autograd/device/kernels.h"
 #include "cuda/warp.cuh"
 
 namespace attnlab::cuda {
@@ -56,6 +56,21 @@ __global__ void masked_softmax_kernel(float* scores, long long rows, int H, int 
         const bool eligible = j < end && (!per_key || mask_allows(mask, b, i, j, Tq, Tk));
         s[j] = eligible ? expf(s[j] - row_max) * inverse : 0.0f;
     }
+}
+
+// In place over each row of scores (B, H, Tq, Tk): -inf at ineligible keys,
+// unless the row has no eligible key (then it keeps its raw scores).
+__global__ void mask_scores_kernel(float* scores, long long rows, int H, int Tq, int Tk, MaskView mask) {
+    const long long row = (long long)blockIdx.x * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const int i = int(row % Tq), b = int(row / ((long long)H * Tq));
+    float* s = scores + row * Tk;
+    bool any = false;
+    for (int j = lane; j < Tk; j += 32) any = any || mask_allows(mask, b, i, j, Tq, Tk);
+    if (warp_sum(any ? 1.0f : 0.0f) == 0.0f) return;  // no eligible key in the row
+    for (int j = lane; j < Tk; j += 32)
+        if (!mask_allows(mask, b, i, j, Tq, Tk)) s[j] = -INFINITY;
 }
 
 // In place over each row of dA (B, H, Tq, Tk): dS_j = scale A_j (dA_j - sum_k dA_k A_k).
@@ -145,6 +160,19 @@ void dense_attention_forward(Context& context, const AttentionDims& dims, const 
         gemm_batched(context, Tq, d_v, Tk, 1.0f, {A + (size_t)g * Tq * Tk, Tk, st.scores}, {v_live, d_v, st.kv_v},
                      0.0f, out_context + (size_t)g * Tq * d_v, d_v, st.out, st.batch, "dense_attention_forward: A V");
     }
+}
+
+void attention_scores(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                      const MaskView& mask, float scale, float* scores) {
+    const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d);
+    const Strides st = strides_of(dims);
+    for (int g = 0; g < st.group; ++g)
+        gemm_batched(context, Tq, Tk, d, scale, {q + (size_t)g * Tq * d, d, st.q}, {k, d, st.kv_k, true}, 0.0f,
+                     scores + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, "attention_scores: Q K^T");
+    const size_t rows = dims.B * dims.H * dims.Tq;
+    mask_scores_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(scores, (long long)rows,
+                                                                                   int(dims.H), Tq, Tk, mask);
+    check_launch("attention_scores: mask_scores_kernel");
 }
 
 void dense_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,

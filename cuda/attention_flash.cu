@@ -21,7 +21,7 @@
 // Head widths d, d_v <= 128; the tiles are padded with zeros to D = 64 or 128.
 #include <cmath>
 
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 #include "cuda/check.cuh"
 #include "cuda/mask.cuh"
 #include "cuda/tile.cuh"

@@ -1,10 +1,10 @@
 // Device attention on host Tensors: copy in, run, copy out. For tests and
-// benchmarks; real use keeps its tensors on the device (cuda/attention.h).
+// benchmarks; real use keeps its tensors on the device (autograd/device/attention.h).
 #pragma once
 
 #include <memory>
 
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 
 namespace attnlab::cuda {
 

@@ -1,7 +1,7 @@
 // Compiled in place of attention_dense.cu and attention_flash.cu without CUDA.
 // Unreachable in practice (no Context can be made), but every entry point still
 // refuses, saying why.
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 #include "cuda/backend.h"
 
 namespace attnlab::cuda {
@@ -10,6 +10,9 @@ namespace {
 [[noreturn]] void refuse(const std::string& where) { fail("cuda", where + ": " + probe().reason); }
 }  // namespace
 
+void attention_scores(Context&, const AttentionDims&, const float*, const float*, const MaskView&, float, float*) {
+    refuse("attention_scores");
+}
 void dense_attention_forward(Context&, const AttentionDims&, const float*, const float*, const float*, const MaskView&,
                              float, float*, float*, const WeightDropout&) {
     refuse("dense_attention_forward");

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "autograd/tensor.h"
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 
 namespace attnlab::cuda {
 
@@ -27,7 +27,7 @@ inline void check_cublas(cublasStatus_t status, const std::string& where) {
 // threads) is reported here; faults inside the kernel surface at the next sync.
 inline void check_launch(const std::string& where) { check_cuda(cudaGetLastError(), where); }
 
-// The resources of one kernel (KernelResources, cuda/attention.h), at a launch
+// The resources of one kernel (KernelResources, autograd/device/attention.h), at a launch
 // of `threads` per block with `dynamic_shared_bytes` (raised first where above 48 KiB).
 template <class Kernel>
 KernelResources resources_of(const char* name, Kernel* kernel, int threads, size_t dynamic_shared_bytes) {

@@ -1,5 +1,5 @@
 // The real Context and allocator (nvcc, -DATTNLAB_CUDA=ON).
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 
 #include "cuda/backend.h"
 #include "cuda/check.cuh"
@@ -106,6 +106,23 @@ void to_host(Context& context, const DeviceBuffer& buffer, void* values, size_t 
     if (bytes == 0) return;
     check_cuda(cudaMemcpyAsync(values, buffer.data(), bytes, cudaMemcpyDeviceToHost, context.stream()), "to_host");
     context.synchronize("to_host");
+}
+
+void copy_to_device(Context& context, const void* host, void* device, size_t bytes) {
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, context.stream()), "copy_to_device");
+    context.synchronize("copy_to_device");
+}
+
+void copy_to_host(Context& context, const void* device, void* host, size_t bytes) {
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, context.stream()), "copy_to_host");
+    context.synchronize("copy_to_host");
+}
+
+void copy_device(Context& context, const void* from, void* to, size_t bytes) {
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, context.stream()), "copy_device");
 }
 
 std::vector<float> to_host_floats(Context& context, const DeviceBuffer& buffer, size_t count) {

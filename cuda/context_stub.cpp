@@ -1,7 +1,7 @@
 // Compiled in place of context.cu without CUDA: no Context can be made, so no
 // buffer is ever allocated; the other definitions exist only to link.
 #include "cuda/backend.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 #include "autograd/tensor.h"
 
 namespace attnlab::cuda {
@@ -26,5 +26,8 @@ DeviceBuffer to_device(Context&, const void*, size_t) { refuse("to_device"); }
 DeviceBuffer to_device(Context&, const std::vector<float>&) { refuse("to_device"); }
 void to_host(Context&, const DeviceBuffer&, void*, size_t) { refuse("to_host"); }
 std::vector<float> to_host_floats(Context&, const DeviceBuffer&, size_t) { refuse("to_host"); }
+void copy_to_device(Context&, const void*, void*, size_t) { refuse("copy_to_device"); }
+void copy_to_host(Context&, const void*, void*, size_t) { refuse("copy_to_host"); }
+void copy_device(Context&, const void*, void*, size_t) { refuse("copy_device"); }
 
 }  // namespace attnlab::cuda

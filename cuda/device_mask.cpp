@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 
 namespace attnlab::cuda {
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "cuda/check.cuh"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 
 namespace attnlab::cuda {
 

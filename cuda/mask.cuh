@@ -2,7 +2,7 @@
 // and key_end in autograd/attention.h, on a MaskView of device pointers.
 #pragma once
 
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 
 namespace attnlab::cuda {
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "autograd/tensor.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 
 namespace attnlab::cuda {
 

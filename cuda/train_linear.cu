@@ -1,11 +1,11 @@
-// Linear layers on cuBLAS (cuda/train_ops.h): y = x W^T + b and its backward,
+// Linear layers on cuBLAS (autograd/device/kernels.h): y = x W^T + b and its backward,
 // each one GEMM (gemm.cuh turns the row-major products into cuBLAS's
 // column-major ones). The bias starts y and the GEMM adds onto it, as the CPU op.
 #include <algorithm>
 
 #include "cuda/check.cuh"
 #include "cuda/gemm.cuh"
-#include "cuda/train_ops.h"
+#include "autograd/device/kernels.h"
 
 namespace attnlab::cuda {
 

@@ -1,12 +1,12 @@
 // Embedding, layer norm, activations, layout and the loss on the device,
-// forward beside backward (cuda/train_ops.h). Elementwise kernels run a
+// forward beside backward (autograd/device/kernels.h). Elementwise kernels run a
 // grid-stride loop; row kernels give each row one warp.
 #include <algorithm>
 #include <cmath>
 
 #include "cuda/check.cuh"
 #include "cuda/mask.cuh"
-#include "cuda/train_ops.h"
+#include "autograd/device/kernels.h"
 #include "cuda/warp.cuh"
 
 namespace attnlab::cuda {
@@ -103,6 +103,42 @@ __global__ void layer_norm_backward_kernel(size_t rows, int D, const float* x, c
     }
 }
 
+// ---- RMS norm: one warp per row ----
+
+__global__ void rms_norm_forward_kernel(size_t rows, int D, const float* x, const float* w, float eps, float* y,
+                                        float* rstd_out) {
+    const size_t row = size_t(blockIdx.x) * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const float* xr = x + row * D;
+    float squares = 0.0f;
+    for (int c = lane; c < D; c += 32) squares += xr[c] * xr[c];
+    const float rstd = 1.0f / sqrtf(warp_sum(squares) / float(D) + eps);
+    float* yr = y + row * D;
+    for (int c = lane; c < D; c += 32) yr[c] = xr[c] * rstd * w[c];
+    if (lane == 0) rstd_out[row] = rstd;
+}
+
+__global__ void rms_norm_backward_kernel(size_t rows, int D, const float* x, const float* w, const float* rstd,
+                                         const float* dy, float* dx, bool accumulate, float* dy_xhat) {
+    const size_t row = size_t(blockIdx.x) * rows_per_block + threadIdx.x / 32;
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    const float r = rstd[row];
+    const float *xr = x + row * D, *dyr = dy + row * D;
+    float dxhat_xhat_sum = 0.0f;
+    for (int c = lane; c < D; c += 32) dxhat_xhat_sum += dyr[c] * w[c] * xr[c] * r;
+    const float mean_dxhat_xhat = warp_sum(dxhat_xhat_sum) / float(D);
+    float* dxr = dx + row * D;
+    float* sr = dy_xhat + row * D;
+    for (int c = lane; c < D; c += 32) {
+        const float xhat = xr[c] * r;
+        const float g = r * (dyr[c] * w[c] - xhat * mean_dxhat_xhat);
+        dxr[c] = accumulate ? dxr[c] + g : g;
+        sr[c] = dyr[c] * xhat;
+    }
+}
+
 // ---- activations ----
 
 __device__ __forceinline__ float normal_cdf(float x) { return 0.5f * (1.0f + erff(x * 0.70710678118654752f)); }
@@ -148,6 +184,16 @@ __global__ void dropout_kernel(size_t n, const float* x, float p, float scale, u
 
 __global__ void add_into_kernel(size_t n, const float* a, float* out) {
     FOR_EACH_INDEX(e, n) out[e] += a[e];
+}
+
+__global__ void add_broadcast_kernel(size_t n, size_t period, const float* a, const float* b, float* out) {
+    FOR_EACH_INDEX(e, n) out[e] = a[e] + b[e % period];
+}
+
+__global__ void scale_kernel(size_t n, const float* x, float factor, const float* device_factor, float* out,
+                             bool accumulate) {
+    const float f = device_factor != nullptr ? factor * *device_factor : factor;
+    FOR_EACH_INDEX(e, n) out[e] = accumulate ? out[e] + x[e] * f : x[e] * f;
 }
 
 // ---- layout: packed rows <-> heads; `to_heads` picks the direction ----
@@ -277,6 +323,21 @@ void layer_norm_forward(Context& context, size_t rows, size_t D, const float* x,
     check_launch("layer_norm_forward");
 }
 
+void rms_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* w, float eps, float* y,
+                      float* rstd) {
+    rms_norm_forward_kernel<<<row_grid(rows), rows_per_block * 32, 0, context.stream()>>>(rows, int(D), x, w, eps, y,
+                                                                                          rstd);
+    check_launch("rms_norm_forward");
+}
+
+void rms_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* w, const float* rstd,
+                       const float* dy, float* dx, bool accumulate, float* dw, float* scratch) {
+    rms_norm_backward_kernel<<<row_grid(rows), rows_per_block * 32, 0, context.stream()>>>(
+        rows, int(D), x, w, rstd, dy, dx, accumulate, scratch);
+    check_launch("rms_norm_backward");
+    column_sums(context, rows, D, scratch, dw, true);  // sum of dy xhat
+}
+
 void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
                          float* dgamma, float* dbeta, float* scratch) {
@@ -311,6 +372,19 @@ void dropout_backward(Context& context, size_t n, const float* dy, float p, uint
 void add_into(Context& context, size_t n, const float* a, float* out) {
     add_into_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, a, out);
     check_launch("add_into");
+}
+
+void add_broadcast(Context& context, size_t n, size_t period, const float* a, const float* b, float* out) {
+    if (n == 0) return;
+    add_broadcast_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, period, a, b, out);
+    check_launch("add_broadcast");
+}
+
+void scale(Context& context, size_t n, const float* x, float factor, const float* device_factor, float* out,
+           bool accumulate) {
+    if (n == 0) return;
+    scale_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, x, factor, device_factor, out, accumulate);
+    check_launch("scale");
 }
 
 void split_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* qkv, float* q,

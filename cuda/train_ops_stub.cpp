@@ -3,7 +3,7 @@
 // point still refuses, saying why.
 #include "autograd/tensor.h"
 #include "cuda/backend.h"
-#include "cuda/train_ops.h"
+#include "autograd/device/kernels.h"
 
 namespace attnlab::cuda {
 
@@ -25,6 +25,13 @@ void layer_norm_backward(Context&, size_t, size_t, const float*, const float*, c
                          const float*, float*, bool, float*, float*, float*) {
     refuse("layer_norm_backward");
 }
+void rms_norm_forward(Context&, size_t, size_t, const float*, const float*, float, float*, float*) {
+    refuse("rms_norm_forward");
+}
+void rms_norm_backward(Context&, size_t, size_t, const float*, const float*, const float*, const float*, float*, bool,
+                       float*, float*) {
+    refuse("rms_norm_backward");
+}
 void activation_forward(Context&, DeviceActivation, size_t, const float*, float*) { refuse("activation_forward"); }
 void activation_backward(Context&, DeviceActivation, size_t, const float*, const float*, float*) {
     refuse("activation_backward");
@@ -32,6 +39,8 @@ void activation_backward(Context&, DeviceActivation, size_t, const float*, const
 void dropout_forward(Context&, size_t, const float*, float, uint64_t, float*) { refuse("dropout_forward"); }
 void dropout_backward(Context&, size_t, const float*, float, uint64_t, float*) { refuse("dropout_backward"); }
 void add_into(Context&, size_t, const float*, float*) { refuse("add_into"); }
+void add_broadcast(Context&, size_t, size_t, const float*, const float*, float*) { refuse("add_broadcast"); }
+void scale(Context&, size_t, const float*, float, const float*, float*, bool) { refuse("scale"); }
 void column_sums(Context&, size_t, size_t, const float*, float*, bool) { refuse("column_sums"); }
 void split_qkv(Context&, size_t, size_t, size_t, size_t, size_t, const float*, float*, float*, float*) {
     refuse("split_qkv");

@@ -1,9 +1,9 @@
-// Reductions and the Adam/AdamW and SGD updates on the device (cuda/train_ops.h).
+// Reductions and the Adam/AdamW and SGD updates on the device (autograd/device/kernels.h).
 #include <algorithm>
 #include <cmath>
 
 #include "cuda/check.cuh"
-#include "cuda/train_ops.h"
+#include "autograd/device/kernels.h"
 
 namespace attnlab::cuda {
 

@@ -40,7 +40,7 @@ PositionalEncoding::PositionalEncoding(Positional kind_, size_t max_len_, size_t
                 const double angle = static_cast<double>(p) / std::pow(10000.0, static_cast<double>(i - i % 2) / static_cast<double>(width));
                 table[p * width + i] = i % 2 == 0 ? std::sin(angle) : std::cos(angle);
             }
-        weight = Tensor::from_values(table, {max_len, width});
+        weight = register_buffer(Tensor::from_values(table, {max_len, width}));
     }
 }
 

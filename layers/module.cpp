@@ -70,6 +70,23 @@ void Module::to(DType dtype) {
     for (auto [name, p] : named_parameters()) p.convert_(dtype);
 }
 
+void Module::to(Device device) {
+    move_to(parameters(), device);
+    std::vector<Tensor> buffers;  // a block of their own: the parameters' stays one run for the optimiser
+    collect_buffers(buffers);
+    move_to(buffers, device);
+}
+
+void Module::collect_buffers(std::vector<Tensor>& out) const {
+    out.insert(out.end(), buffers_.begin(), buffers_.end());
+    for (const auto& [name, child] : children_) child->collect_buffers(out);
+}
+
+Tensor Module::register_buffer(Tensor value) {
+    buffers_.push_back(value);
+    return value;
+}
+
 void Module::train(bool training) {
     training_ = training;
     for (auto& [name, child] : children_) child->train(training);

@@ -30,6 +30,10 @@ public:
 
     // Converts every parameter in place (float64 for gradient checks, float32 to train).
     void to(DType dtype);
+    // Moves every parameter (and buffer) to `device` in place: to the cuda device as
+    // one flat block of values and one of gradients (autograd/tensor.h, move_to).
+    // Make the optimiser after the move. float32 only.
+    void to(Device device);
 
     void train(bool training = true);       // this module and every child
     void eval() { train(false); }
@@ -66,15 +70,20 @@ protected:
 
     // Marks `value` as requiring grad and registers it; returns the same handle.
     Tensor register_parameter(const std::string& name, Tensor value);
+    // A tensor that is not a parameter but moves with the module (a fixed table);
+    // not in state_dict. Returns the same handle.
+    Tensor register_buffer(Tensor value);
 
 private:
     void collect(const std::string& prefix, NamedTensors& out) const;
+    void collect_buffers(std::vector<Tensor>& out) const;
     void attach(Hooks* hooks, const std::string& path) const;
     Tensor hook_slow(const char* point, const Tensor& value) const;
     bool hooked_slow(const char* point, bool replace) const;
 
     std::vector<std::pair<std::string, Tensor>> parameters_;
     std::vector<std::pair<std::string, Module*>> children_;
+    std::vector<Tensor> buffers_;
     bool training_ = true;
     std::vector<const char*> hook_points_;
     mutable Hooks* hooks_ = nullptr;  // attached for analysis; null in plain training

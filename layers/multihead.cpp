@@ -97,48 +97,10 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     return {hook("out", out_proj.forward(z)), need_weights ? r.weights : Tensor()};
 }
 
-namespace {
-
-// (B, T, n d) -> (B, H, T, d), each of the n heads repeated for H / n query heads (grouped K/V)
-Tensor heads_first(const Tensor& t, size_t n, size_t d, size_t H) {
-    const size_t B = t.size(0), T = t.size(1);
-    Tensor split = permute(reshape(t, {B, T, n, d}), {0, 2, 1, 3});  // (B, n, T, d)
-    if (n == H) return split;
-    const Tensor one = reshape(split, {B, n, 1, T, d});
-    return reshape(concat(std::vector<Tensor>(H / n, one), 2), {B, H, T, d});
-}
-
-// true where key j is ineligible for query i of item b, (B, 1, Tq, Tk), except in
-// rows with no eligible key, which `empty_rows` (B, 1, Tq, 1) marks instead.
-Mask ineligible_keys(const AttentionMask& mask, size_t B, size_t Tq, size_t Tk, Mask& empty_rows) {
-    Mask out({B, 1, Tq, Tk}, std::vector<uint8_t>(B * Tq * Tk, 0));
-    empty_rows = Mask({B, 1, Tq, 1}, std::vector<uint8_t>(B * Tq, 0));
-    for (size_t b = 0; b < B; ++b)
-        for (size_t i = 0; i < Tq; ++i) {
-            uint8_t* row = out.values.data() + (b * Tq + i) * Tk;
-            bool any = false;
-            for (size_t j = 0; j < Tk; ++j) {
-                row[j] = !mask.allows(b, i, j, Tq, Tk);
-                any = any || !row[j];
-            }
-            if (!any) {
-                std::fill(row, row + Tk, uint8_t(0));
-                empty_rows.values[b * Tq + i] = 1;
-            }
-        }
-    return out;
-}
-
-}  // namespace
-
 // scale Q K^T per head (B, H, Tq, Tk), -inf at ineligible keys
 Tensor MultiHeadAttention::scores_of(const Tensor& q, const Tensor& k, const AttentionMask& mask) const {
-    const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
-    check_masked_rows(mask, masked_rows, B, Tq, Tk);
-    const Tensor q_h = heads_first(q, heads, head_width, heads), k_h = heads_first(k, kv_heads, head_width, heads);
-    Mask empty_rows;
-    const Mask ineligible = ineligible_keys(mask, B, Tq, Tk, empty_rows);
-    return masked_fill(matmul(q_h, transpose(k_h, 2, 3)) * scale, ineligible, -INFINITY);
+    check_masked_rows(mask, masked_rows, q.size(0), q.size(1), k.size(1));
+    return attention_scores(q, k, heads, kv_heads, mask, scale);
 }
 
 // A = softmax(scores), C = dropout(A) V, as separate ops (the fused op's maths)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autograd/tensor_impl.h"
+#include "optim/device_update.h"
 #include "autograd/cpu/threads.h"
 
 namespace attnlab {
@@ -28,6 +29,7 @@ Tensor zeros_like(const Tensor& p) { return Tensor::zeros(p.shape(), p.dtype());
 }  // namespace
 
 void Optimizer::zero_grad() {
+    if (on_device(params_)) return device_zero_grad(params_);
     for (auto& [name, p] : params_) {
         Tensor handle = p;
         handle.zero_grad();
@@ -36,11 +38,14 @@ void Optimizer::zero_grad() {
 
 SGD::SGD(NamedTensors params, double lr_, double momentum_, bool nesterov_, double weight_decay_)
     : Optimizer(std::move(params), lr_), momentum(momentum_), weight_decay(weight_decay_), nesterov(nesterov_) {
-    for (auto& [name, p] : params_) velocity_.push_back(zeros_like(p));
+    if (on_device(params_)) velocity_ = device_zeros_like(params_);
+    else
+        for (auto& [name, p] : params_) velocity_.push_back(zeros_like(p));
     started_.assign(params_.size(), false);
 }
 
 void SGD::step() {
+    if (on_device(params_)) return step_on_device();
     for_each_with_grad(params_, [&]<class T>(Array<T>& p, const Array<T>& g, size_t i) {
         Array<T> d = g + static_cast<T>(weight_decay) * p;  // gradient with L2 term
         if (momentum != 0.0) {
@@ -88,9 +93,16 @@ void SGD::load_state(const NamedTensors& state) {
 
 Adam::Adam(NamedTensors params, double lr_, double beta1_, double beta2_, double eps_, double weight_decay_, bool decoupled_)
     : Optimizer(std::move(params), lr_), beta1(beta1_), beta2(beta2_), eps(eps_), weight_decay(weight_decay_), decoupled(decoupled_) {
+    const bool device = on_device(params_);
+    if (device) {
+        m_ = device_zeros_like(params_);
+        v_ = device_zeros_like(params_);
+    }
     for (auto& [name, p] : params_) {
-        m_.push_back(zeros_like(p));
-        v_.push_back(zeros_like(p));
+        if (!device) {
+            m_.push_back(zeros_like(p));
+            v_.push_back(zeros_like(p));
+        }
         decay.push_back(true);
     }
     steps_.assign(params_.size(), 0);
@@ -103,6 +115,7 @@ std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1, d
 }
 
 void Adam::step() {
+    if (on_device(params_)) return step_on_device();
     // Each parameter's update as a loop over a range of its elements, placed at an
     // offset in one flat range over all parameters, which the pool splits evenly:
     // a model of many small tensors still gets every thread.
@@ -179,6 +192,7 @@ void Adam::load_state(const NamedTensors& state) {
 }
 
 double clip_grad_norm(const NamedTensors& params, double max_norm) {
+    if (on_device(params)) return device_clip_grad_norm(params, max_norm);
     double total = 0.0;
     for_each_with_grad(params, [&]<class T>(Array<T>&, const Array<T>& g, size_t) {
         for (T x : g) total += static_cast<double>(x) * static_cast<double>(x);

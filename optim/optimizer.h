@@ -14,8 +14,12 @@ class Optimizer {
 public:
     explicit Optimizer(NamedTensors params, double lr) : params_(std::move(params)), lr(lr) {}
     virtual ~Optimizer() = default;
-    // One update from the parameters' current .grad (parameters without a grad are skipped).
+    // One update from the parameters' current .grad (parameters without a grad are
+    // skipped). On the device (a model moved with Module::to, before the optimiser
+    // is made): the state lives there too, and a step is one kernel per run of
+    // parameters that lie together in memory (optim/device_update.cpp).
     virtual void step() = 0;
+    // On the device the gradients become zeros in the flat gradient block rather than undefined.
     void zero_grad();
     const NamedTensors& params() const { return params_; }
     // Everything an exact resume needs, as named tensors (moments, step counts).
@@ -40,6 +44,7 @@ public:
     bool nesterov;
 
 private:
+    void step_on_device();  // device_update.cpp
     std::vector<Tensor> velocity_;
     std::vector<bool> started_;
 };
@@ -60,6 +65,7 @@ public:
     std::vector<bool> decay;
 
 private:
+    void step_on_device();  // device_update.cpp
     std::vector<Tensor> m_, v_;
     std::vector<long long> steps_;  // per parameter, counting only steps that had its gradient (as torch)
 };

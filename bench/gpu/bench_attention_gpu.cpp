@@ -28,7 +28,7 @@
 
 #include "autograd/attention.h"
 #include "autograd/rng.h"
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 #include "cuda/backend.h"
 
 namespace {

@@ -54,7 +54,8 @@ void write_named(const h5::Group& section, const std::string& name, Write&& writ
 
 void write_tensor(const h5::Group& section, const std::string& name, const Tensor& tensor, DType stored) {
     if (!tensor.defined()) section.where().fail("tensor '" + name + "' is undefined", false);
-    const Tensor converted = tensor.dtype() == stored ? tensor : tensor.to(stored);
+    const Tensor on_cpu = tensor.to(Device::cpu);  // a model trained on the device is saved from a copy
+    const Tensor converted = on_cpu.dtype() == stored ? on_cpu : on_cpu.to(stored);
     write_named(section, name, [&](const h5::Group& parent, const std::string& leaf) {
         if (stored == DType::f32)
             parent.write<float>(leaf, converted.shape(), converted.impl().array<float>().data());

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "cuda/backend.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 
 namespace attnlab::cuda_test {
 

@@ -14,7 +14,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/rng.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 #include "device_context_test.h"
 #include "data/tasks.h"
 #include "experiments/run/device_training.h"
@@ -86,6 +86,47 @@ inline std::unique_ptr<Optimizer> optimizer_for(const Variant& v, Module& model,
     if (v.optimizer == "sgd") return std::make_unique<SGD>(model.named_parameters(), 0.1, 0.9, true, 0.01);
     if (v.optimizer == "sgd_plain") return std::make_unique<SGD>(model.named_parameters(), 0.1);
     return make_adamw(model.named_parameters(), 1e-2, 0.9, 0.999, eps, 0.1);
+}
+
+// Every architecture and optimiser option the device step takes.
+inline std::vector<Variant> variants() {
+    std::vector<Variant> v;
+    v.push_back({"pre_learned_gelu", tiny()});
+    ModelConfig c = tiny();
+    c.block.norm = Norm::post;
+    v.push_back({"post_norm", c});
+    c = tiny();
+    c.block.norm = Norm::none;
+    v.push_back({"no_norm", c});
+    c = tiny();
+    c.positional = Positional::sinusoidal;
+    v.push_back({"sinusoidal", c});
+    c = tiny();
+    c.positional = Positional::none;
+    v.push_back({"no_positions", c});
+    c = tiny();
+    c.block.ffn = 0;
+    v.push_back({"attention_only", c});
+    c = tiny();
+    c.block.activation = Activation::relu;
+    v.push_back({"relu", c});
+    c = tiny();
+    c.block.attention.kv_heads = 2;
+    v.push_back({"grouped_kv", c});
+    c = tiny();
+    c.block.attention.bias = false;
+    v.push_back({"no_bias", c});
+    c = tiny();
+    c.block.attention.heads = 1;
+    c.block.attention.head_width = 136;  // above the flash kernel's tiles: the dense kernel
+    v.push_back({"dense_kernel", c});
+    c = tiny();
+    c.block.attention.scale = "none";
+    v.push_back({"unscaled", c});
+    v.push_back({"adam_l2", tiny(), "adam"});
+    v.push_back({"sgd_nesterov", tiny(), "sgd"});
+    v.push_back({"sgd_plain", tiny(), "sgd_plain"});
+    return v;
 }
 
 // The same model twice (same seed): one for the CPU, one for the device.

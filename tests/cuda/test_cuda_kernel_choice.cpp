@@ -3,7 +3,7 @@
 // test_device_trainer.cpp; the attention-only hybrid op it replaced is gone.)
 #include <gtest/gtest.h>
 
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 
 namespace attnlab::cuda_test {
 namespace {

@@ -1,4 +1,4 @@
-// Each device op of cuda/train_ops.h against its CPU reference, the autograd op
+// Each device op of autograd/device/kernels.h against its CPU reference, the autograd op
 // (forward, and the gradients backward() gives for a random upstream gradient),
 // so that a failing whole-step test on a GPU points at one kernel. Tolerance:
 // 1e-5 + 1e-4 |cpu| (float32 in another order). Compiled into test_cuda (the
@@ -13,9 +13,9 @@
 
 #include "autograd/ops.h"
 #include "autograd/rng.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 #include "cuda/tensor_copy.h"
-#include "cuda/train_ops.h"
+#include "autograd/device/kernels.h"
 #include "device_context_test.h"
 #include "optim/optimizer.h"
 

@@ -43,46 +43,6 @@ AttentionTrace cpu_trace(const Hooks& hooks, const std::string& stack, const std
     return t;
 }
 
-std::vector<Variant> variants() {
-    std::vector<Variant> v;
-    v.push_back({"pre_learned_gelu", tiny()});
-    ModelConfig c = tiny();
-    c.block.norm = Norm::post;
-    v.push_back({"post_norm", c});
-    c = tiny();
-    c.block.norm = Norm::none;
-    v.push_back({"no_norm", c});
-    c = tiny();
-    c.positional = Positional::sinusoidal;
-    v.push_back({"sinusoidal", c});
-    c = tiny();
-    c.positional = Positional::none;
-    v.push_back({"no_positions", c});
-    c = tiny();
-    c.block.ffn = 0;
-    v.push_back({"attention_only", c});
-    c = tiny();
-    c.block.activation = Activation::relu;
-    v.push_back({"relu", c});
-    c = tiny();
-    c.block.attention.kv_heads = 2;
-    v.push_back({"grouped_kv", c});
-    c = tiny();
-    c.block.attention.bias = false;
-    v.push_back({"no_bias", c});
-    c = tiny();
-    c.block.attention.heads = 1;
-    c.block.attention.head_width = 136;  // above the flash kernel's tiles: the dense kernel
-    v.push_back({"dense_kernel", c});
-    c = tiny();
-    c.block.attention.scale = "none";
-    v.push_back({"unscaled", c});
-    v.push_back({"adam_l2", tiny(), "adam"});
-    v.push_back({"sgd_nesterov", tiny(), "sgd"});
-    v.push_back({"sgd_plain", tiny(), "sgd_plain"});
-    return v;
-}
-
 class DeviceStepAgreement : public DeviceStep, public ::testing::WithParamInterface<Variant> {};
 
 // Tolerances: loss 1e-5, gradient norm 1e-5 relative, gradients and updated

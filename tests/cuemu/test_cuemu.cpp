@@ -12,7 +12,7 @@
 
 #include "attention_reference.h"
 #include "cuda_runtime.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 
 namespace attnlab::cuemu_test {
 namespace {

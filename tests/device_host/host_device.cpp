@@ -1,4 +1,4 @@
-// The device interface (cuda/context.h, cuda/attention.h, cuda/train_ops.h)
+// The device interface (autograd/device/context.h, autograd/device/attention.h, autograd/device/kernels.h)
 // carried out on the host with plain loops, linked in place of the CPU build's
 // stubs into test_device_host: the device step's composition (the flat buffers,
 // the stacked projections, every block's wiring, the loss weights, the Adam
@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "autograd/tensor.h"
-#include "cuda/attention.h"
+#include "autograd/device/attention.h"
 #include "cuda/backend.h"
-#include "cuda/context.h"
-#include "cuda/train_ops.h"
+#include "autograd/device/context.h"
+#include "autograd/device/kernels.h"
 
 namespace attnlab::cuda {
 
@@ -75,6 +75,15 @@ DeviceBuffer to_device(Context& context, const std::vector<float>& values) {
 void to_host(Context&, const DeviceBuffer& buffer, void* values, size_t bytes) {
     if (bytes > 0) std::memcpy(values, buffer.data(), bytes);
 }
+void copy_to_device(Context&, const void* host, void* device, size_t bytes) {
+    if (bytes > 0) std::memcpy(device, host, bytes);
+}
+void copy_to_host(Context&, const void* device, void* host, size_t bytes) {
+    if (bytes > 0) std::memcpy(host, device, bytes);
+}
+void copy_device(Context&, const void* from, void* to, size_t bytes) {
+    if (bytes > 0) std::memmove(to, from, bytes);
+}
 std::vector<float> to_host_floats(Context& context, const DeviceBuffer& buffer, size_t count) {
     std::vector<float> values(count);
     to_host(context, buffer, values.data(), count * sizeof(float));
@@ -126,7 +135,7 @@ float row_weights(const AttentionDims& s, const Row& r, const MaskView& mask, fl
     return top + std::log(total);
 }
 
-// The keep scale of element e of a dropout call (cuda/train_ops.h's dropout_forward).
+// The keep scale of element e of a dropout call (autograd/device/kernels.h's dropout_forward).
 float keep_scale(uint64_t seed, size_t e, float p) {
     const float u = float(mix_seed(seed, e) >> 40) * (1.0f / 16777216.0f);
     return u < p ? 0.0f : (p < 1.0f ? 1.0f / (1.0f - p) : 0.0f);
@@ -192,6 +201,22 @@ void attention_backward(const AttentionDims& s, const float* q, const float* k, 
 
 }  // namespace
 
+void attention_scores(Context&, const AttentionDims& s, const float* q, const float* k, const MaskView& mask, float scale,
+                      float* scores) {
+    for (size_t n = 0; n < s.B * s.H * s.Tq; ++n) {
+        const Row r = row_of(s, q, k, k, n);
+        float* row = scores + n * s.Tk;
+        bool any = false;
+        for (size_t j = 0; j < s.Tk; ++j) {
+            float dot = 0.0f;
+            for (size_t c = 0; c < s.d; ++c) dot += r.q[c] * r.k[j * s.d + c];
+            row[j] = scale * dot;
+            any = any || allows(mask, r.b, r.i, j, s.Tq, s.Tk);
+        }
+        for (size_t j = 0; j < s.Tk && any; ++j)
+            if (!allows(mask, r.b, r.i, j, s.Tq, s.Tk)) row[j] = -std::numeric_limits<float>::infinity();
+    }
+}
 void dense_attention_forward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
                              const MaskView& mask, float scale, float* out_context, float* weights,
                              const WeightDropout& dropout) {

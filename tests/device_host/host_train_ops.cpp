@@ -1,4 +1,4 @@
-// The training ops of cuda/train_ops.h carried out on the host with plain loops,
+// The training ops of autograd/device/kernels.h carried out on the host with plain loops,
 // for test_device_host (see host_device.cpp, which holds the device, its memory,
 // attention and the ops that share attention's helpers: dropout, score moments).
 #include <algorithm>
@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/context.h"
-#include "cuda/train_ops.h"
+#include "autograd/device/context.h"
+#include "autograd/device/kernels.h"
 
 namespace attnlab::cuda {
 
@@ -64,6 +64,30 @@ void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x
     column_sums(context, rows, D, dy, dbeta, true);
 }
 
+void rms_norm_forward(Context&, size_t rows, size_t D, const float* x, const float* w, float eps, float* y,
+                      float* rstd) {
+    for (size_t r = 0; r < rows; ++r) {
+        float squares = 0.0f;
+        for (size_t c = 0; c < D; ++c) squares += x[r * D + c] * x[r * D + c];
+        rstd[r] = 1.0f / std::sqrt(squares / float(D) + eps);
+        for (size_t c = 0; c < D; ++c) y[r * D + c] = x[r * D + c] * rstd[r] * w[c];
+    }
+}
+void rms_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* w, const float* rstd,
+                       const float* dy, float* dx, bool accumulate, float* dw, float* scratch) {
+    for (size_t r = 0; r < rows; ++r) {
+        float b = 0.0f;
+        for (size_t c = 0; c < D; ++c) b += dy[r * D + c] * w[c] * x[r * D + c] * rstd[r];
+        b /= float(D);
+        for (size_t c = 0; c < D; ++c) {
+            const float xhat = x[r * D + c] * rstd[r];
+            const float g = rstd[r] * (dy[r * D + c] * w[c] - xhat * b);
+            dx[r * D + c] = accumulate ? dx[r * D + c] + g : g;
+            scratch[r * D + c] = dy[r * D + c] * xhat;
+        }
+    }
+    column_sums(context, rows, D, scratch, dw, true);
+}
 void activation_forward(Context&, DeviceActivation activation, size_t n, const float* x, float* y) {
     for (size_t e = 0; e < n; ++e)
         y[e] = activation == DeviceActivation::gelu ? x[e] * 0.5f * (1.0f + std::erf(x[e] / std::sqrt(2.0f)))
@@ -82,6 +106,13 @@ void activation_backward(Context&, DeviceActivation activation, size_t n, const 
 
 void add_into(Context&, size_t n, const float* a, float* out) {
     for (size_t e = 0; e < n; ++e) out[e] += a[e];
+}
+void add_broadcast(Context&, size_t n, size_t period, const float* a, const float* b, float* out) {
+    for (size_t e = 0; e < n; ++e) out[e] = a[e] + b[e % period];
+}
+void scale(Context&, size_t n, const float* x, float factor, const float* device_factor, float* out, bool accumulate) {
+    const float f = device_factor != nullptr ? factor * *device_factor : factor;
+    for (size_t e = 0; e < n; ++e) out[e] = accumulate ? out[e] + x[e] * f : x[e] * f;
 }
 void column_sums(Context&, size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
     for (size_t c = 0; c < cols; ++c) {

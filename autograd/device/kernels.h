@@ -1,7 +1,7 @@
 // The ops of a decoder's training step on the device, float32, each forward
 // beside its backward, on pointers into DeviceBuffers of one Context: every
 // call only queues work on the context's stream. Together with the attention
-// kernels of cuda/attention.h they are what experiments/run/device_training.cpp
+// kernels of autograd/device/attention.h they are what experiments/run/device_training.cpp
 // composes into a step that moves only the batch in and the loss out.
 //
 // The CPU reference of each is the autograd op of the same name (embedding,
@@ -21,8 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/attention.h"
-#include "cuda/context.h"
+#include "autograd/device/attention.h"
+#include "autograd/device/context.h"
 
 namespace attnlab::cuda {
 
@@ -45,6 +45,16 @@ void layer_norm_forward(Context& context, size_t rows, size_t D, const float* x,
 void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
                          float* dgamma, float* dbeta, float* scratch);
+
+// ---- RMS norm over the last axis (train_nn.cu) -------------------------------
+
+// y = x rstd w per row, rstd = 1 / sqrt(mean(x^2) + eps) (rows) kept for the backward.
+void rms_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* w, float eps, float* y,
+                      float* rstd);
+// dx (+)= rstd (dxhat - xhat mean(dxhat xhat)), xhat = x rstd, dxhat = dy w;
+// dw += sum over rows of dy xhat. scratch (rows, D).
+void rms_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* w, const float* rstd,
+                       const float* dy, float* dx, bool accumulate, float* dw, float* scratch);
 
 // ---- activations (train_nn.cu) ----------------------------------------------
 
@@ -75,6 +85,13 @@ inline uint64_t mix_seed(uint64_t seed, uint64_t site) {
 // ---- elementwise and layout (train_nn.cu) ------------------------------------
 
 void add_into(Context& context, size_t n, const float* a, float* out);             // out += a
+// out[e] = a[e] + b[e % period] (b repeats along a: a residual when period = n, a
+// table of rows broadcast over the batch otherwise); out may alias a.
+void add_broadcast(Context& context, size_t n, size_t period, const float* a, const float* b, float* out);
+// out[e] (+)= x[e] factor (*device_factor when not null): a gradient times the
+// incoming scalar gradient, a clipping scale. out may alias x.
+void scale(Context& context, size_t n, const float* x, float factor, const float* device_factor, float* out,
+           bool accumulate);
 // out[c] (+)= sum over r of x[r, c], x (rows, cols)
 void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate);
 

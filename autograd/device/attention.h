@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "autograd/attention.h"
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 
 namespace attnlab::cuda {
 
@@ -79,7 +79,7 @@ private:
 // ---- dense -----------------------------------------------------------------
 
 // Dropout on the weights in training (p > 0): element e of the (B, H, Tq, Tk)
-// weights is dropped as cuda/train_ops.h's dropout_forward drops element e of a
+// weights is dropped as autograd/device/kernels.h's dropout_forward drops element e of a
 // call with `seed`. `dropped` (B, H, Tq, Tk) receives the weights after dropout,
 // from which the forward computes the context and the backward dV.
 struct WeightDropout {
@@ -104,6 +104,12 @@ void dense_attention_backward(Context& context, const AttentionDims& dims, const
                               const float* v, const float* weights, const float* dcontext, float scale, float* dq,
                               float* dk, float* dv, float* scratch, const WeightDropout& dropout = {},
                               const MaskView& mask = {});
+
+// The scaled scores the metrics and the hook point "scores" read: scores (B, H,
+// Tq, Tk) = scale q_i . k_j, -inf at ineligible keys except in a row with no
+// eligible key, which keeps its raw scores (as the CPU op attention_scores).
+void attention_scores(Context& context, const AttentionDims& dims, const float* q, const float* k,
+                      const MaskView& mask, float scale, float* scores);
 
 // ---- flash -----------------------------------------------------------------
 

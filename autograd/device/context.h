@@ -148,5 +148,10 @@ DeviceBuffer to_device(Context& context, const void* values, size_t bytes);
 DeviceBuffer to_device(Context& context, const std::vector<float>& values);
 void to_host(Context& context, const DeviceBuffer& buffer, void* values, size_t bytes);
 std::vector<float> to_host_floats(Context& context, const DeviceBuffer& buffer, size_t count);
+// The same between raw pointers (views inside a buffer): host to device and
+// device to host return as above; device to device is only queued.
+void copy_to_device(Context& context, const void* host, void* device, size_t bytes);
+void copy_to_host(Context& context, const void* device, void* host, size_t bytes);
+void copy_device(Context& context, const void* from, void* to, size_t bytes);
 
 }  // namespace attnlab::cuda

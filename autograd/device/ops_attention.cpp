@@ -1,0 +1,119 @@
+// The device branch of attention_packed (autograd/attention.h has the contract;
+// the op validates shapes and the mask first). The kernels (autograd/device/
+// attention.h) take heads first, so q, k and v are laid out (B, H, T, d) on the
+// way in and the context back to (B, T, H d) on the way out, with the reverse
+// moves in the backward.
+//
+// Kernel: flash (no Tq x Tk buffer) unless the weights are asked for, dropout
+// on them is on (training), or the head width is over the flash tiles; then dense.
+#include <cmath>
+
+#include "autograd/device/attention.h"
+#include "autograd/device_ops.h"
+#include "autograd/rng.h"
+
+namespace attnlab {
+
+namespace {
+
+// The mask on the device, uploaded once per AttentionMask and sizes: every
+// layer of a forward shares its stack's mask.
+struct MaskOnDevice {
+    size_t B = 0, Tq = 0, Tk = 0;
+    cuda::DeviceMask mask;
+};
+
+std::shared_ptr<MaskOnDevice> mask_on_device(const AttentionMask& mask, const AttentionDims& dims) {
+    auto cached = std::static_pointer_cast<MaskOnDevice>(mask.device_copy.data);
+    if (cached && cached->B == dims.B && cached->Tq == dims.Tq && cached->Tk == dims.Tk) return cached;
+    cached = std::make_shared<MaskOnDevice>(MaskOnDevice{dims.B, dims.Tq, dims.Tk, cuda::DeviceMask(device_context(), mask, dims)});
+    mask.device_copy.data = cached;
+    return cached;
+}
+
+// Per query head, the std of the scaled scores over eligible pairs (the weights' companion).
+std::vector<double> score_std_on_device(const AttentionDims& dims, const Tensor& q, const Tensor& k,
+                                        const cuda::MaskView& mask, float scale) {
+    cuda::Context& context = device_context();
+    const cuda::DeviceBuffer moments = context.allocate(dims.H * 3 * sizeof(double));
+    cuda::fill_zero(context, moments.data(), moments.bytes());
+    cuda::score_moments(context, dims, device_in(q), device_in(k), mask, scale, static_cast<double*>(moments.data()));
+    std::vector<double> m(dims.H * 3), out(dims.H);
+    cuda::copy_to_host(context, moments.data(), m.data(), moments.bytes());
+    for (size_t h = 0; h < dims.H; ++h) out[h] = std_from_moments(m[h * 3], m[h * 3 + 1], m[h * 3 + 2]);
+    return out;
+}
+
+}  // namespace
+
+AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& dims,
+                                        const AttentionMask& mask, const AttentionOptions& options) {
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+    const bool use_dropout = options.training && options.dropout > 0.0;
+    const bool dense = options.need_weights || use_dropout || cuda::kernel_for_head_width(std::max(d, d_v)) == cuda::AttentionKernel::dense;
+    AttentionOptions checked = options;
+    checked.dropout = 0.0;  // the dense kernel takes dropout on the weights
+    cuda::check_attention(dims, mask, checked, dense ? cuda::AttentionKernel::dense : cuda::AttentionKernel::flash);
+    const std::shared_ptr<MaskOnDevice> on_device = mask_on_device(mask, dims);
+    cuda::Context& context = device_context();
+    const float scale = float(options.scale);
+
+    // (B, T, n w) -> (B, n, T, w)
+    const Tensor qh = device_tensor({B, H, Tq, d}), kh = device_tensor({B, H_kv, Tk, d}), vh = device_tensor({B, H_kv, Tk, d_v});
+    cuda::split_heads(context, B, H, Tq, d, device_in(q), device_out(qh));
+    cuda::split_heads(context, B, H_kv, Tk, d, device_in(k), device_out(kh));
+    cuda::split_heads(context, B, H_kv, Tk, d_v, device_in(v), device_out(vh));
+    const Tensor context_h = device_tensor({B, H, Tq, d_v});
+    Tensor saved;  // dense: the weights (B, H, Tq, Tk); flash: the log-sum-exp (B, H, Tq)
+    Tensor dropped;
+    cuda::WeightDropout drop;
+    if (dense) {
+        saved = device_tensor({B, H, Tq, Tk});
+        if (use_dropout) {
+            if (options.rng == nullptr) fail("attention", "dropout in training needs an Rng");
+            dropped = device_tensor({B, H, Tq, Tk});
+            drop = {float(options.dropout), options.rng->next_u64(), device_out(dropped)};
+        }
+        cuda::dense_attention_forward(context, dims, device_in(qh), device_in(kh), device_in(vh), on_device->mask.view(),
+                                      scale, device_out(context_h), device_out(saved), drop);
+    } else {
+        saved = device_tensor({B, H, Tq});
+        cuda::flash_attention_forward(context, dims, device_in(qh), device_in(kh), device_in(vh), on_device->mask.view(),
+                                      scale, device_out(context_h), device_out(saved));
+    }
+    Tensor out = device_tensor({B, Tq, H * d_v});
+    cuda::merge_heads(context, B, H, Tq, d_v, device_in(context_h), device_out(out));
+
+    AttentionResult result;
+    if (options.need_weights) {
+        result.weights = saved.clone();
+        result.score_std = score_std_on_device(dims, qh, kh, on_device->mask.view(), scale);
+    }
+    result.context = record_device("attention_packed", out, {q, k, v},
+        [q, k, v, qh, kh, vh, context_h, saved, dropped, drop, dense, dims, on_device, scale](const Tensor& g, const float*) {
+            const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+            cuda::Context& context = device_context();
+            const Tensor dcontext = device_tensor({B, H, Tq, d_v});
+            cuda::split_heads(context, B, H, Tq, d_v, device_in(g), device_out(dcontext));
+            const Tensor dq = device_tensor(qh.shape()), dk = device_tensor(kh.shape()), dv = device_tensor(vh.shape());
+            if (dense) {
+                const Tensor scratch = device_tensor({B, H, Tq, Tk});
+                cuda::dense_attention_backward(context, dims, device_in(qh), device_in(kh), device_in(vh), device_in(saved),
+                                               device_in(dcontext), scale, device_out(dq), device_out(dk), device_out(dv),
+                                               device_out(scratch), drop, on_device->mask.view());
+            } else {
+                const Tensor row_dot = device_tensor({B, H, Tq});
+                cuda::flash_attention_backward(context, dims, device_in(qh), device_in(kh), device_in(vh),
+                                               device_in(context_h), device_in(saved), device_in(dcontext),
+                                               on_device->mask.view(), scale, device_out(dq), device_out(dk),
+                                               device_out(dv), device_out(row_dot));
+            }
+            // (B, n, T, w) -> (B, T, n w)
+            write_device_grad(q, [&](float* to) { cuda::merge_heads(context, B, H, Tq, d, device_in(dq), to); });
+            write_device_grad(k, [&](float* to) { cuda::merge_heads(context, B, H_kv, Tk, d, device_in(dk), to); });
+            write_device_grad(v, [&](float* to) { cuda::merge_heads(context, B, H_kv, Tk, d_v, device_in(dv), to); });
+        });
+    return result;
+}
+
+}  // namespace attnlab

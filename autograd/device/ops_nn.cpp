@@ -1,0 +1,121 @@
+// The device branches of embedding, layer_norm, rms_norm, dropout and
+// cross_entropy (autograd/ops.h has each op's contract; the op validates its
+// inputs first). Forward beside backward.
+#include <memory>
+
+#include "autograd/device_ops.h"
+#include "autograd/rng.h"
+
+namespace attnlab {
+
+namespace {
+
+std::shared_ptr<cuda::DeviceBuffer> upload_shared(const void* values, size_t bytes) {
+    return std::make_shared<cuda::DeviceBuffer>(upload(values, bytes));
+}
+
+// A gradient buffer an add-only kernel may write when the input wants none.
+float* grad_or_scratch(const Tensor& input, Tensor& scratch) {
+    if (input.requires_grad()) return grad_to_add(input);
+    scratch = device_tensor(input.shape());
+    return device_out(scratch);
+}
+
+}  // namespace
+
+// out (..., D) = weight[ids]; the backward scatter-adds into the rows used.
+Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& out_shape) {
+    const size_t n = ids.values.size(), D = weight.size(1);
+    const auto tokens = upload_shared(ids.values.data(), n * sizeof(int32_t));
+    Tensor out = device_tensor(out_shape);
+    cuda::embedding_forward(device_context(), 1, n, D, static_cast<const int32_t*>(tokens->data()), device_in(weight),
+                            nullptr, device_out(out));
+    return record_device("embedding", out, {weight}, [weight, tokens, n, D](const Tensor& g, const float*) {
+        float* gw = grad_to_add(weight);
+        if (gw != nullptr)
+            cuda::embedding_backward(device_context(), 1, n, D, static_cast<const int32_t*>(tokens->data()),
+                                     device_in(g), gw, nullptr);
+    });
+}
+
+// Over the last axis: (x - mean) rstd weight + bias; the kernel keeps mean and rstd per row.
+Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+    if (!weight.defined() || !bias.defined()) no_device_kernel("layer_norm", "a layer norm without weight and bias");
+    const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
+    Tensor out = device_tensor(x.shape()), mean = device_tensor({rows}), rstd = device_tensor({rows});
+    cuda::layer_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), device_in(bias), float(eps),
+                             device_out(out), device_out(mean), device_out(rstd));
+    return record_device("layer_norm", out, {x, weight, bias}, [x, weight, bias, mean, rstd, rows, D](const Tensor& g, const float*) {
+        Tensor unwanted_w, unwanted_b;
+        float* gw = grad_or_scratch(weight, unwanted_w);
+        float* gb = grad_or_scratch(bias, unwanted_b);
+        const Tensor scratch = device_tensor(x.shape());
+        const GradTarget gx = grad_target(x);
+        const Tensor unwanted_x = gx ? Tensor() : device_tensor(x.shape());
+        cuda::layer_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(mean),
+                                  device_in(rstd), device_in(g), gx ? gx.data : device_out(unwanted_x), gx.accumulate,
+                                  gw, gb, device_out(scratch));
+    });
+}
+
+// Over the last axis: x rstd weight, rstd = 1 / sqrt(mean(x^2) + eps) kept per row.
+Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps) {
+    if (!weight.defined()) no_device_kernel("rms_norm", "an RMS norm without weight");
+    const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
+    Tensor out = device_tensor(x.shape()), rstd = device_tensor({rows});
+    cuda::rms_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), float(eps), device_out(out),
+                           device_out(rstd));
+    return record_device("rms_norm", out, {x, weight}, [x, weight, rstd, rows, D](const Tensor& g, const float*) {
+        Tensor unwanted_w;
+        float* gw = grad_or_scratch(weight, unwanted_w);
+        const Tensor scratch = device_tensor(x.shape());
+        const GradTarget gx = grad_target(x);
+        const Tensor unwanted_x = gx ? Tensor() : device_tensor(x.shape());
+        cuda::rms_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(rstd), device_in(g),
+                                gx ? gx.data : device_out(unwanted_x), gx.accumulate, gw, device_out(scratch));
+    });
+}
+
+// Element e is dropped when a counter-based hash of (seed, e) falls below p
+// (autograd/device/kernels.h): one draw of the Rng per call gives the seed, and
+// the backward recomputes the same mask from it. The masks are not the CPU
+// op's, as torch's CUDA masks are not its CPU ones.
+Tensor dropout_device(const Tensor& x, double p, Rng& rng) {
+    const uint64_t seed = rng.next_u64();
+    Tensor out = device_tensor(x.shape());
+    cuda::dropout_forward(device_context(), x.numel(), device_in(x), float(p), seed, device_out(out));
+    return record_device("dropout", out, {x}, [x, p, seed](const Tensor& g, const float*) {
+        write_device_grad(x, [&](float* dx) { cuda::dropout_backward(device_context(), x.numel(), device_in(g), float(p), seed, dx); });
+    });
+}
+
+// Mean over the counted positions of logsumexp(z) - z_target. One kernel gives
+// every row's weighted loss and the gradient of the mean (kept for the backward,
+// which scales it by the incoming gradient); the loss is their column sum.
+Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const Mask& loss_mask, size_t counted) {
+    const size_t C = logits.shape().back(), M = targets.values.size();
+    const bool masked = !loss_mask.values.empty();
+    std::vector<int32_t> ids(M, 0);  // positions left out read class 0 with weight 0
+    std::vector<float> weight(M, 0.0f);
+    for (size_t k = 0; k < M; ++k)
+        if (!masked || loss_mask(k)) {
+            ids[k] = targets.values[k];
+            weight[k] = 1.0f / float(counted);
+        }
+    const cuda::DeviceBuffer ids_on_device = upload(ids.data(), M * sizeof(int32_t));
+    const cuda::DeviceBuffer weight_on_device = upload(weight.data(), M * sizeof(float));
+    const Tensor rows = device_tensor({M}), dlogits = device_tensor({M, C});
+    Tensor loss = device_tensor({});
+    cuda::Context& context = device_context();
+    cuda::cross_entropy_forward_backward(context, M, C, device_in(logits), static_cast<const int32_t*>(ids_on_device.data()),
+                                         weight_on_device.floats(), device_out(rows), device_out(dlogits));
+    if (M == 0) cuda::fill_zero(context, device_out(loss), sizeof(float));
+    else cuda::column_sums(context, M, 1, device_in(rows), device_out(loss), false);
+    return record_device("cross_entropy", loss, {logits}, [logits, dlogits](const Tensor& g, const float*) {
+        const GradTarget target = grad_target(logits);  // d logits = g (softmax - onehot) weight
+        if (target)
+            cuda::scale(device_context(), logits.numel(), device_in(dlogits), 1.0f, device_in(g), target.data, target.accumulate);
+    });
+}
+
+}  // namespace attnlab

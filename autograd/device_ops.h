@@ -1,0 +1,111 @@
+// What an op's device branch needs: the process's device, tensors on it, and the
+// device twins of record / send_grad (tensor_impl.h). Included only by op
+// implementations. The kernels themselves are the device seam,
+// autograd/device/kernels.h and autograd/device/attention.h.
+//
+// An op handles both devices in one function: its CPU branch as before, and
+// when its inputs are on the device a branch whose forward and backward sit
+// side by side, as on the CPU, calling the seam's kernels. Device tensors are
+// float32 and contiguous; every kernel is queued on the one stream of the
+// process's Context, so nothing here waits for the device.
+#pragma once
+
+#include <utility>
+
+#include "autograd/attention.h"
+#include "autograd/device/kernels.h"
+#include "autograd/tensor_impl.h"
+
+namespace attnlab {
+
+class Rng;
+
+// The process's device (device 0), made on first use; throws "[cuda] ..." when
+// there is none (a CPU build, no GPU). Never destroyed: tensors may outlive main.
+cuda::Context& device_context();
+
+inline bool on_device(const Tensor& t) { return t.defined() && t.impl().device == Device::cuda; }
+
+// Throws "[op] tensors are on different devices: cpu and cuda" unless every
+// defined one is on the device of the first.
+void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
+// Throws "[op] <what> has no device kernel; move the tensors to the cpu (Tensor::to)".
+[[noreturn]] void no_device_kernel(const char* op, const std::string& what);
+
+// An uninitialised float32 tensor on the device, no graph.
+Tensor device_tensor(const Shape& shape);
+// A float32 tensor over `count` values of `block` from `data` on (a view), no graph.
+Tensor device_view(const std::shared_ptr<cuda::DeviceBuffer>& block, float* data, const Shape& shape);
+inline const float* device_in(const Tensor& t) { return t.defined() ? t.impl().device_data : nullptr; }
+inline float* device_out(const Tensor& t) { return t.defined() ? t.impl().device_data : nullptr; }
+// Host values to a new device buffer (token ids, targets, weights: one copy each).
+cuda::DeviceBuffer upload(const void* values, size_t bytes);
+
+// Tensor's methods on the device (tensor.cpp calls them for a device tensor).
+std::vector<double> device_values(const TensorImpl& impl);  // a copy to the host
+Tensor device_clone(const TensorImpl& impl);
+void device_assign(TensorImpl& dst, const Tensor& src);     // src on either device
+
+// The device output of an op: joins the graph as record() does; backward(grad_out,
+// out) receives the output's gradient (a device tensor) and its values.
+template <class Backward>
+Tensor record_device(const char* op, Tensor out, std::vector<Tensor> inputs, Backward&& backward) {
+    bool needs_grad = false;
+    for (const Tensor& in : inputs) needs_grad = needs_grad || (in.defined() && in.requires_grad());
+    if (!needs_grad || !grad_enabled()) return out;
+    TensorImpl& impl = out.impl();
+    impl.requires_grad = true;
+    impl.op = op;
+    impl.parents = std::move(inputs);
+    impl.backward = [backward = std::forward<Backward>(backward)](TensorImpl& self) {
+        backward(Tensor(self.grad), static_cast<const float*>(self.device_data));
+    };
+    return out;
+}
+
+// The gradient buffer of `input` to write into, and whether to add to it: its
+// existing gradient (add), else its grad_home (a parameter's slot in the flat
+// gradient block, zeroed by Optimizer::zero_grad: add), else a fresh buffer
+// (overwrite). Null when the input wants no gradient.
+struct GradTarget {
+    float* data = nullptr;
+    bool accumulate = false;
+    explicit operator bool() const { return data != nullptr; }
+};
+GradTarget grad_target(const Tensor& input);
+// For kernels that can only add: a fresh buffer is zeroed first.
+float* grad_to_add(const Tensor& input);
+// Sends `grad` (the input's shape, on the device) to `input`: taken over when it
+// is an unshared intermediate and the input has no gradient yet (no copy), else
+// added or copied.
+void send_device_grad(const Tensor& input, const Tensor& grad);
+// For kernels that can only overwrite: write(dx) fills the input's gradient, or a
+// scratch buffer that is then added to the gradient it already has.
+template <class Write>
+void write_device_grad(const Tensor& input, Write&& write) {
+    const GradTarget target = grad_target(input);
+    if (!target) return;
+    if (!target.accumulate) return write(target.data);
+    const Tensor scratch = device_tensor(input.shape());
+    write(scratch.impl().device_data);
+    cuda::add_into(device_context(), input.numel(), scratch.impl().device_data, target.data);
+}
+
+// ---- the device branches of the ops (autograd/device/ops_*.cpp) ----
+// Each op of ops.h validates its inputs, then calls its branch here when they are
+// on the device; the branch keeps the op's maths and error messages.
+Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, const Shape& out_shape);
+Tensor add_device(const Tensor& a, const Tensor& b);
+Tensor activation_device(const char* op, cuda::DeviceActivation activation, const Tensor& x);
+Tensor reshape_device(const Tensor& x, const Shape& shape);
+Tensor slice_rows_device(const Tensor& x, size_t start, size_t stop, const Shape& out_shape);
+Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& out_shape);
+Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps);
+Tensor dropout_device(const Tensor& x, double p, Rng& rng);
+// counted: the positions the loss mask keeps (each target checked already)
+Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const Mask& loss_mask, size_t counted);
+AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& dims,
+                                        const AttentionMask& mask, const AttentionOptions& options);
+
+}  // namespace attnlab

@@ -1,0 +1,188 @@
+// Tensors on the device: the process's Context, device storage and views, moving
+// tensors between the devices, and the gradient plumbing of device_ops.h.
+#include <algorithm>
+#include <cstring>
+
+#include "autograd/device_ops.h"
+
+namespace attnlab {
+
+cuda::Context& device_context() {
+    static cuda::Context* context = new cuda::Context(0);  // leaked on purpose: see device_ops.h
+    return *context;
+}
+
+void TensorImpl::refuse_device_values() const {
+    fail("device", "a tensor of shape " + shape_str(shape) +
+                       " is on the cuda device, and this op has no device kernel; move the tensors to the cpu (Tensor::to)");
+}
+
+void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+    const Tensor* first = nullptr;
+    for (const Tensor* t : tensors) {
+        if (!t->defined()) continue;
+        if (first == nullptr) first = t;
+        else if (t->device() != first->device())
+            fail(op, "tensors are on different devices: " + to_string(first->device()) + " and " + to_string(t->device()));
+    }
+}
+
+void no_device_kernel(const char* op, const std::string& what) {
+    fail(op, what + " has no device kernel; move the tensors to the cpu (Tensor::to)");
+}
+
+Tensor device_view(const std::shared_ptr<cuda::DeviceBuffer>& block, float* data, const Shape& shape) {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->shape = shape;
+    impl->device = Device::cuda;
+    impl->device_block = block;
+    impl->device_data = data;
+    return Tensor(std::move(impl));
+}
+
+Tensor device_tensor(const Shape& shape) {
+    auto block = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(std::max<size_t>(numel_of(shape), 1)));
+    return device_view(block, block->floats(), shape);
+}
+
+cuda::DeviceBuffer upload(const void* values, size_t bytes) { return cuda::to_device(device_context(), values, bytes); }
+
+// ---- gradients ----
+
+GradTarget grad_target(const Tensor& input) {
+    if (!input.defined() || !input.requires_grad()) return {};
+    TensorImpl& impl = input.impl();
+    if (impl.grad) return {impl.grad->device_data, true};
+    impl.grad = impl.grad_home ? impl.grad_home : device_tensor(impl.shape).impl_ptr();
+    return {impl.grad->device_data, false};
+}
+
+float* grad_to_add(const Tensor& input) {
+    const GradTarget target = grad_target(input);
+    if (target && !target.accumulate) cuda::fill_zero(device_context(), target.data, input.numel() * sizeof(float));
+    return target.data;
+}
+
+void send_device_grad(const Tensor& input, const Tensor& grad) {
+    if (!input.defined() || !input.requires_grad()) return;
+    TensorImpl& impl = input.impl();
+    const size_t n = input.numel();
+    if (!impl.grad && !impl.grad_home && grad.impl_ptr().use_count() <= 2) {
+        impl.grad = grad.impl_ptr();  // the node's gradient, freed after its backward: no copy
+        return;
+    }
+    const GradTarget target = grad_target(input);
+    if (target.accumulate) cuda::add_into(device_context(), n, device_in(grad), target.data);
+    else cuda::copy_device(device_context(), device_in(grad), target.data, n * sizeof(float));
+}
+
+// ---- Tensor on the device ----
+
+namespace {
+
+std::vector<float> host_floats(const TensorImpl& impl) {
+    std::vector<float> values(numel_of(impl.shape));
+    if (!values.empty())
+        cuda::copy_to_host(device_context(), impl.device_data, values.data(), values.size() * sizeof(float));
+    return values;
+}
+
+}  // namespace
+
+std::vector<double> device_values(const TensorImpl& impl) {
+    const std::vector<float> values = host_floats(impl);
+    return std::vector<double>(values.begin(), values.end());
+}
+
+Tensor Tensor::to(Device device) const {
+    const TensorImpl& self = impl();
+    if (device == self.device) return *this;
+    if (device == Device::cpu) {
+        std::vector<float> values = host_floats(self);
+        Array<float> a = make_array<float>(self.shape);
+        std::copy(values.begin(), values.end(), a.begin());
+        return wrap<float>(std::move(a));
+    }
+    if (self.dtype() != DType::f32) fail("to", "only float32 tensors go to the cuda device, this one is " + to_string(self.dtype()));
+    Tensor out = device_tensor(self.shape);
+    const Array<float>& a = self.array<float>();
+    if (a.size() > 0) cuda::copy_to_device(device_context(), a.data(), out.impl().device_data, a.size() * sizeof(float));
+    return out;
+}
+
+Tensor device_clone(const TensorImpl& impl) {
+    Tensor out = device_tensor(impl.shape);
+    const size_t n = numel_of(impl.shape);
+    if (n > 0) cuda::copy_device(device_context(), impl.device_data, out.impl().device_data, n * sizeof(float));
+    return out;
+}
+
+void device_assign(TensorImpl& dst, const Tensor& src) {
+    const size_t n = numel_of(dst.shape);
+    if (n == 0) return;
+    if (on_device(src)) {
+        cuda::copy_device(device_context(), src.impl().device_data, dst.device_data, n * sizeof(float));
+        return;
+    }
+    const std::vector<double> values = src.values();
+    const std::vector<float> floats(values.begin(), values.end());
+    cuda::copy_to_device(device_context(), floats.data(), dst.device_data, n * sizeof(float));
+}
+
+namespace {
+
+void move_to_device(const std::vector<Tensor>& leaves) {
+    // Matrices first, then vectors: a decaying group then a non-decaying one for
+    // AdamW, so that one update kernel covers the whole block (Optimizer::step).
+    std::vector<size_t> order;
+    size_t total = 0;
+    for (int pass = 0; pass < 2; ++pass)
+        for (size_t i = 0; i < leaves.size(); ++i) {
+            const Tensor& t = leaves[i];
+            if (t.device() == Device::cuda || (t.dim() >= 2) != (pass == 0)) continue;
+            if (!t.is_leaf()) fail("to", "only leaf tensors move to the device in place");
+            if (t.dtype() != DType::f32) fail("to", "only float32 tensors go to the cuda device, this one is " + to_string(t.dtype()));
+            order.push_back(i);
+            total += t.numel();
+        }
+    if (order.empty()) return;
+    auto values = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(total));
+    auto grads = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(total));
+    size_t offset = 0;
+    for (size_t i : order) {
+        TensorImpl& impl = leaves[i].impl();
+        const Tensor on_device = leaves[i].to(Device::cuda);
+        cuda::copy_device(device_context(), on_device.impl().device_data, values->floats() + offset,
+                          leaves[i].numel() * sizeof(float));
+        impl.data = Array<float>();
+        impl.device = Device::cuda;
+        impl.device_block = values;
+        impl.device_data = values->floats() + offset;
+        impl.grad.reset();
+        impl.grad_home = device_view(grads, grads->floats() + offset, impl.shape).impl_ptr();
+        offset += leaves[i].numel();
+    }
+}
+
+void move_to_cpu(const std::vector<Tensor>& leaves) {
+    for (const Tensor& t : leaves) {
+        if (t.device() == Device::cpu) continue;
+        if (!t.is_leaf()) fail("to", "only leaf tensors move to the cpu in place");
+        TensorImpl& impl = t.impl();
+        impl.data = t.to(Device::cpu).impl().array<float>();
+        impl.device = Device::cpu;
+        impl.device_block.reset();
+        impl.device_data = nullptr;
+        impl.grad.reset();
+        impl.grad_home.reset();
+    }
+}
+
+}  // namespace
+
+void move_to(const std::vector<Tensor>& leaves, Device device) {
+    if (device == Device::cuda) move_to_device(leaves);
+    else move_to_cpu(leaves);
+}
+
+}  // namespace attnlab

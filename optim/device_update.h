@@ -1,0 +1,20 @@
+// The optimisers' device side (device_update.cpp), called by optimizer.cpp
+// when the parameters are on the device. Internal to optim/.
+#pragma once
+
+#include <vector>
+
+#include "layers/module.h"
+
+namespace attnlab {
+
+// Whether the parameters are on the device; throws when only some are.
+bool on_device(const NamedTensors& params);
+// Zeros for the optimiser's state, one flat block laid out as the parameters' values.
+std::vector<Tensor> device_zeros_like(const NamedTensors& params);
+// Every gradient becomes its parameter's slot in the flat gradient block, zeroed
+// (one launch per contiguous run; torch's zero_grad(set_to_none=False)).
+void device_zero_grad(const NamedTensors& params);
+double device_clip_grad_norm(const NamedTensors& params, double max_norm);
+
+}  // namespace attnlab

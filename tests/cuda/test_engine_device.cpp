@@ -1,0 +1,268 @@
+// Tensors on the device (autograd/device_ops.h): every op a training step uses,
+// forward and input gradients against the same op on the CPU; then the one
+// model moved with Module::to, one step (loss, gradients, clipping, the
+// optimiser's update and state) against the same model on the CPU, for every
+// architecture and optimiser variant of the device step's tests. Compiled into
+// test_cuda (the CUDA kernels; skipped without a GPU) and test_device_host (the
+// device seam carried out on the host, its memory filled with NaN: a kernel
+// that reads what nothing wrote fails the comparison).
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "autograd/attention.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+#include "device_step_test.h"
+#include "layers/models.h"
+#include "optim/optimizer.h"
+
+namespace attnlab::device_step_test {
+namespace {
+
+using EngineDevice = cuda_test::DeviceTest;
+using Inputs = std::vector<Tensor>;
+
+Tensor random(Rng& rng, const Shape& shape) { return rng.normal(shape, 0.0, 1.0).set_requires_grad(true); }
+
+Inputs copies_on_device(const Inputs& inputs) {
+    Inputs out;
+    for (const Tensor& t : inputs) out.push_back(t.defined() ? t.to(Device::cuda).set_requires_grad(t.requires_grad()) : Tensor());
+    return out;
+}
+
+// f on the CPU inputs and on copies on the device: the outputs, and the
+// gradients of sum(output * seed) for a random seed, within 1e-5 + 1e-4 |cpu|.
+void expect_same_on_both(const std::string& what, const Inputs& cpu, const std::function<Tensor(const Inputs&)>& f) {
+    const Inputs gpu = copies_on_device(cpu);
+    const Tensor y_cpu = f(cpu), y_gpu = f(gpu);
+    ASSERT_EQ(y_gpu.device(), Device::cuda) << what;
+    expect_close(y_gpu.to(Device::cpu), y_cpu, 1e-5, 1e-4, what + ": output");
+    Rng rng(3);
+    const Tensor seed = rng.normal(y_cpu.shape(), 0.0, 1.0);
+    y_cpu.backward(y_cpu.dim() == 0 ? Tensor() : seed);
+    y_gpu.backward(y_gpu.dim() == 0 ? Tensor() : seed.to(Device::cuda));
+    for (size_t i = 0; i < cpu.size(); ++i) {
+        if (!cpu[i].defined() || !cpu[i].requires_grad()) continue;
+        ASSERT_TRUE(gpu[i].grad().defined()) << what << ": input " << i << " got no gradient";
+        EXPECT_EQ(gpu[i].grad().device(), Device::cuda);
+        expect_close(gpu[i].grad().to(Device::cpu), cpu[i].grad(), 1e-5, 1e-4, what + ": gradient of input " + std::to_string(i));
+    }
+}
+
+TEST_F(EngineDevice, TensorsMoveThereAndBack) {
+    const Tensor x = Tensor::from_values({1, -2, 3.5, 4, 5, 6}, {2, 3});
+    const Tensor d = x.to(Device::cuda);
+    EXPECT_EQ(d.device(), Device::cuda);
+    EXPECT_EQ(d.shape(), x.shape());
+    EXPECT_EQ(d.values(), x.values());
+    EXPECT_EQ(d.at({1, 2}), 6.0);
+    EXPECT_EQ(d.to(Device::cpu).values(), x.values());
+    EXPECT_EQ(d.clone().values(), x.values());
+    EXPECT_THROW(x.to(DType::f64).to(Device::cuda), Error);
+}
+
+TEST_F(EngineDevice, AnOpWithoutADeviceKernelSaysSo) {
+    const Tensor d = Tensor::ones({2, 3}).to(Device::cuda);
+    try {
+        (void)softmax(d, -1);
+        FAIL() << "softmax took a device tensor";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cuda device"), std::string::npos) << e.what();
+    }
+    try {
+        (void)(d * d);
+        FAIL() << "mul took a device tensor";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("[mul] this op has no device kernel"), std::string::npos) << e.what();
+    }
+    try {
+        (void)(d + Tensor::ones({2, 3}));
+        FAIL() << "add mixed the devices";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("different devices"), std::string::npos) << e.what();
+    }
+}
+
+TEST_F(EngineDevice, ElementwiseShapeAndLinearOpsMatchTheCpu) {
+    Rng rng(1);
+    expect_same_on_both("linear", {random(rng, {2, 5, 8}), random(rng, {6, 8}), random(rng, {6})},
+                        [](const Inputs& t) { return linear(t[0], t[1], t[2]); });
+    expect_same_on_both("linear without bias", {random(rng, {7, 8}), random(rng, {3, 8})},
+                        [](const Inputs& t) { return linear(t[0], t[1], Tensor()); });
+    expect_same_on_both("add", {random(rng, {2, 5, 8}), random(rng, {2, 5, 8})}, [](const Inputs& t) { return t[0] + t[1]; });
+    expect_same_on_both("add of rows", {random(rng, {2, 5, 8}), random(rng, {5, 8})}, [](const Inputs& t) { return t[0] + t[1]; });
+    expect_same_on_both("x + x", {random(rng, {4, 8})}, [](const Inputs& t) { return t[0] + t[0]; });
+    expect_same_on_both("gelu", {random(rng, {3, 9})}, [](const Inputs& t) { return gelu(t[0]); });
+    expect_same_on_both("relu", {random(rng, {3, 9})}, [](const Inputs& t) { return relu(t[0]); });
+    expect_same_on_both("reshape", {random(rng, {2, 6})}, [](const Inputs& t) { return reshape(t[0], {3, 4}); });
+    expect_same_on_both("slice of rows", {random(rng, {6, 4})}, [](const Inputs& t) { return slice(t[0], 0, 1, 4); });
+    // a gradient reaching one tensor by two paths adds
+    expect_same_on_both("two uses", {random(rng, {4, 8}), random(rng, {8, 8})},
+                        [](const Inputs& t) { return linear(t[0], t[1], Tensor()) + gelu(t[0]); });
+}
+
+TEST_F(EngineDevice, NetworkOpsMatchTheCpu) {
+    Rng rng(2);
+    Indices ids({2, 5}, {0, 3, 3, 6, 1, 2, 6, 0, 0, 4});
+    expect_same_on_both("embedding", {random(rng, {7, 8})}, [&](const Inputs& t) { return embedding(t[0], ids); });
+    expect_same_on_both("layer_norm", {random(rng, {2, 5, 8}), random(rng, {8}), random(rng, {8})},
+                        [](const Inputs& t) { return layer_norm(t[0], t[1], t[2]); });
+    expect_same_on_both("rms_norm", {random(rng, {2, 5, 8}), random(rng, {8})},
+                        [](const Inputs& t) { return rms_norm(t[0], t[1]); });
+    Indices targets({2, 5}, {1, 2, 3, 4, 0, 6, 5, 4, 9, 9});  // 9: out of range, but left out by the mask
+    const Mask keep({2, 5}, {1, 1, 0, 1, 1, 1, 1, 0, 0, 0});
+    expect_same_on_both("cross_entropy with a loss mask", {random(rng, {2, 5, 7})},
+                        [&](const Inputs& t) { return cross_entropy(t[0], targets, keep); });
+    expect_same_on_both("cross_entropy, nothing counted", {random(rng, {2, 5, 7})},
+                        [&](const Inputs& t) { return cross_entropy(t[0], targets, Mask::filled({2, 5}, false)); });
+}
+
+// attention_packed as MultiHeadAttention calls it: the flash kernel, the dense
+// one (asked for the weights, or heads too wide for flash), grouped K/V, padding.
+TEST_F(EngineDevice, AttentionMatchesTheCpu) {
+    Rng rng(4);
+    struct Case {
+        std::string name;
+        size_t H, H_kv, d;
+        bool need_weights;
+    };
+    for (const Case& c : {Case{"flash", 4, 4, 8, false}, Case{"dense, weights asked", 4, 4, 8, true},
+                          Case{"grouped K/V", 4, 2, 8, false}, Case{"wide heads: dense", 1, 1, 136, false}}) {
+        AttentionMask mask;
+        mask.causal = true;
+        mask.key_lengths = {6, 4};
+        AttentionOptions options;
+        options.scale = 0.3;
+        options.need_weights = c.need_weights;
+        options.masked_rows = MaskedRows::zero;
+        const size_t B = 2, T = 6;
+        AttentionResult cpu_result;
+        expect_same_on_both("attention, " + c.name,
+                            {random(rng, {B, T, c.H * c.d}), random(rng, {B, T, c.H_kv * c.d}), random(rng, {B, T, c.H_kv * c.d})},
+                            [&](const Inputs& t) {
+                                const AttentionResult r = attention_packed(t[0], t[1], t[2], c.H, c.H_kv, mask, options);
+                                const bool there = t[0].device() == Device::cuda;
+                                if (!there && c.need_weights) cpu_result = r;
+                                if (there && c.need_weights) {
+                                    expect_close(r.weights.to(Device::cpu), cpu_result.weights, 1e-6, 1e-4, "weights");
+                                    for (size_t h = 0; h < c.H; ++h)
+                                        EXPECT_NEAR(r.score_std[h], cpu_result.score_std[h], 1e-5) << "head " << h;
+                                }
+                                return r.context;
+                            });
+    }
+}
+
+// The hook point "scores" on the device: the kernel against the CPU's composition,
+// -inf at ineligible keys, a row with no eligible key keeping its scores.
+TEST_F(EngineDevice, AttentionScoresMatchTheCpu) {
+    Rng rng(5);
+    AttentionMask mask;
+    mask.causal = true;
+    mask.key_lengths = {5, 0};  // item 1: no eligible key anywhere
+    const Tensor q = rng.normal({2, 5, 4 * 3}, 0.0, 1.0), k = rng.normal({2, 5, 2 * 3}, 0.0, 1.0);
+    NoGradGuard no_grad;
+    const Tensor cpu = attention_scores(q, k, 4, 2, mask, 0.7);
+    const Tensor gpu = attention_scores(q.to(Device::cuda), k.to(Device::cuda), 4, 2, mask, 0.7);
+    const std::vector<double> a = gpu.values(), e = cpu.values();
+    ASSERT_EQ(a.size(), e.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (std::isinf(e[i])) EXPECT_EQ(a[i], e[i]) << i;
+        else EXPECT_NEAR(a[i], e[i], 1e-5) << i;
+    }
+}
+
+// Dropout's masks differ from the CPU's (as torch's do), so the check is its
+// own: every element is dropped (0) or scaled by 1/(1-p), and the gradient
+// passes exactly where the element was kept, with the same scale.
+TEST_F(EngineDevice, DropoutKeepsOrDropsAndItsGradientFollows) {
+    Rng rng(6), drops(7);
+    const Tensor x = rng.normal({64, 32}, 1.0, 0.1).to(Device::cuda).set_requires_grad(true);
+    const Tensor y = dropout(x, 0.25, true, drops);
+    y.backward(Tensor::ones({64, 32}).to(Device::cuda));
+    const std::vector<double> xv = x.values(), yv = y.values(), gv = x.grad().values();
+    size_t dropped = 0;
+    for (size_t i = 0; i < xv.size(); ++i) {
+        if (yv[i] == 0.0) {
+            ++dropped;
+            EXPECT_EQ(gv[i], 0.0);
+        } else {
+            EXPECT_NEAR(yv[i], xv[i] / 0.75, 1e-5);
+            EXPECT_NEAR(gv[i], 1 / 0.75, 1e-6);
+        }
+    }
+    EXPECT_NEAR(double(dropped) / double(xv.size()), 0.25, 0.03);
+}
+
+TEST_F(EngineDevice, ModuleToMovesEveryParameterIntoOneBlock) {
+    Rng init(5);
+    DecoderLM model(tiny(), init, nullptr);
+    const NamedTensors before = model.named_parameters();
+    std::vector<std::vector<double>> values;
+    for (const auto& [name, p] : before) values.push_back(p.values());
+    model.to(Device::cuda);
+    const NamedTensors after = model.named_parameters();
+    for (size_t i = 0; i < after.size(); ++i) {
+        EXPECT_EQ(after[i].second.device(), Device::cuda) << after[i].first;
+        EXPECT_TRUE(after[i].second.same(before[i].second)) << after[i].first << ": moved in place";
+        EXPECT_EQ(after[i].second.values(), values[i]) << after[i].first;
+    }
+    model.to(Device::cpu);
+    for (size_t i = 0; i < after.size(); ++i) {
+        EXPECT_EQ(after[i].second.device(), Device::cpu);
+        EXPECT_EQ(after[i].second.values(), values[i]) << after[i].first;
+    }
+}
+
+// One training step of the one model on the device against the same model on
+// the CPU, with the device step's tolerances (test_device_step.cpp).
+template <class Model>
+void expect_one_model_step_agrees(const Variant& v, const Batch& batch, double max_norm) {
+    Pair<Model> models(v.config);
+    models.gpu.to(Device::cuda);
+    auto cpu_opt = optimizer_for(v, models.cpu);
+    auto gpu_opt = optimizer_for(v, models.gpu);
+    gpu_opt->zero_grad();
+    const auto [loss, norm] = cpu_step(models.cpu, batch, max_norm);
+    const auto [gpu_loss, gpu_norm] = cpu_step(models.gpu, batch, max_norm);
+    EXPECT_NEAR(gpu_loss, loss, 1e-5);
+    EXPECT_NEAR(gpu_norm, norm, 1e-5 * norm);
+    const NamedTensors cpu_params = models.cpu.named_parameters(), gpu_params = models.gpu.named_parameters();
+    ASSERT_EQ(gpu_params.size(), cpu_params.size());
+    for (size_t i = 0; i < gpu_params.size(); ++i)
+        expect_close(gpu_params[i].second.grad().to(Device::cpu), cpu_params[i].second.grad(), 1e-5, 1e-3,
+                     "gradient of " + gpu_params[i].first);
+    cpu_opt->step();
+    gpu_opt->step();
+    for (size_t i = 0; i < gpu_params.size(); ++i)
+        expect_close(gpu_params[i].second.to(Device::cpu), cpu_params[i].second, 1e-5, 1e-3, "updated " + gpu_params[i].first);
+    const NamedTensors state = gpu_opt->state(), cpu_state = cpu_opt->state();
+    ASSERT_EQ(state.size(), cpu_state.size());
+    for (size_t i = 0; i < state.size(); ++i)
+        expect_close(state[i].second.to(Device::cpu), cpu_state[i].second, 1e-7, 1e-3, "optimiser state " + state[i].first);
+}
+
+class OneModelOnTheDevice : public EngineDevice, public ::testing::WithParamInterface<Variant> {};
+
+TEST_P(OneModelOnTheDevice, OneStepGivesTheCpuLossGradientsAndUpdate) {
+    Rng data(9);
+    expect_one_model_step_agrees<DecoderLM>(GetParam(), random_batch(data, 3, 10, GetParam().config.vocab), no_clip);
+}
+
+TEST_P(OneModelOnTheDevice, EncoderDecoderStepGivesTheCpuLossGradientsAndUpdate) {
+    Rng data(10);
+    expect_one_model_step_agrees<EncoderDecoder>(GetParam(), with_source(random_batch(data, 3, 10, GetParam().config.vocab), data),
+                                                 no_clip);
+}
+
+TEST_P(OneModelOnTheDevice, ClipsByTheGlobalNormAsTheCpu) {
+    Rng data(11);
+    expect_one_model_step_agrees<DecoderLM>(GetParam(), random_batch(data, 3, 10, GetParam().config.vocab), 0.05);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, OneModelOnTheDevice, ::testing::ValuesIn(variants()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace attnlab::device_step_test
