@@ -1,6 +1,6 @@
 // Encoder and decoder blocks' forward and backward on the device: the layers of
-// layers/blocks.h written over the device ops (cuda/train_ops.h) and the
-// attention kernels (cuda/attention.h). Used by device_training.cpp only.
+// layers/blocks.h written over the device ops (autograd/device/kernels.h) and the
+// attention kernels (autograd/device/attention.h). Used by device_training.cpp only.
 //
 // A block is a chain of residual sublayers f, each as Residual in blocks.h:
 //   norm = pre:   y = x + drop(f(LN(x)))   norm = post:  y = LN(x + drop(f(x)))   norm = none:  y = x + drop(f(x))
@@ -15,8 +15,8 @@
 
 #include <optional>
 
-#include "cuda/attention.h"
-#include "cuda/train_ops.h"
+#include "autograd/device/attention.h"
+#include "autograd/device/kernels.h"
 #include "layers/blocks.h"
 
 namespace attnlab::device {

@@ -4,7 +4,7 @@
 // velocity) stay on the device, in one flat buffer each; a step moves the batch in (tokens, targets, loss weights,
 // lengths) and two numbers out (the loss and the gradient norm). The forward
 // and backward are the model's layers written once more over the device ops of
-// cuda/train_ops.h and the attention kernels of cuda/attention.h: the blocks in
+// autograd/device/kernels.h and the attention kernels of autograd/device/attention.h: the blocks in
 // device_block.cpp; embeddings, final norms, the head, the loss and the update
 // in device_training.cpp; the buffers and the model described on them in
 // device_model.cpp.
@@ -35,7 +35,7 @@ class Context;
 // Why this model and optimiser cannot run the device step, or "" when they
 // can: float32 parameters, no dropout on the attention weights,
 // Adam, AdamW or SGD. (Embedding and residual dropout run on the device with
-// masks of their own: cuda/train_ops.h.)
+// masks of their own: autograd/device/kernels.h.)
 // (Everything else runs the attention core on the device and the rest on the CPU.)
 std::string device_step_unsupported(const DecoderLM& model, const Optimizer& optimizer);
 std::string device_step_unsupported(const EncoderDecoder& model, const Optimizer& optimizer);

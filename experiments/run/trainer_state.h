@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/context.h"
+#include "autograd/device/context.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/files/run_files.h"
 #include "experiments/run/attention_metrics.h"
