@@ -175,10 +175,11 @@ void Tensor::assign(const Tensor& src) {
     if (src.shape() != shape())
         fail("assign", "source " + shape_str(src.shape()) + " does not match destination " + shape_str(shape()));
     if (device() == Device::cuda) return device_assign(impl(), src);
+    const Tensor from = src.to(Device::cpu);
     std::visit([&](auto& dst) {
         using T = typename std::decay_t<decltype(dst)>::value_type;
         std::visit([&](const auto& s) { std::transform(s.begin(), s.end(), dst.begin(), [](auto v) { return static_cast<T>(v); }); },
-                   src.impl().data);
+                   from.impl().data);
     }, impl().data);
 }
 

@@ -37,7 +37,6 @@
 #include "cuda/backend.h"
 #include "autograd/device/context.h"
 #include "data/tasks.h"
-#include "experiments/run/device_training.h"
 #include "layers/models.h"
 #include "optim/optimizer.h"
 
@@ -154,8 +153,8 @@ ModelSize model_size(const std::string& name) {
 
 constexpr size_t kVocab = 32;
 
-// device: null for the CPU; else the whole step runs there (DeviceTraining, as train.device = "cuda").
-Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context* device) {
+// on_device: the model moved to the device, where the whole step runs (as train.device = "cuda").
+Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device) {
     ModelConfig config;
     config.vocab = kVocab;
     config.layers = m.L;
@@ -169,9 +168,8 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context*
     Rng init(1), data(2);
     DecoderLM model(config, init, nullptr);
     model.train();
+    if (on_device) model.to(Device::cuda);
     auto optimizer = make_adamw(model.named_parameters(), 1e-3);
-    std::unique_ptr<DeviceTraining> on_device;
-    if (device != nullptr) on_device = std::make_unique<DeviceTraining>(*device, model, *optimizer);
 
     // A few fixed batches of random tokens and targets, used in turn.
     std::vector<std::pair<Indices, Indices>> batches;
@@ -184,25 +182,13 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, cuda::Context*
         batches.emplace_back(random_ids(), random_ids());
     }
     size_t next = 0;
-    std::vector<Batch> device_batches;  // the same batches as the device step takes them: every position counts
-    for (const auto& [tokens, targets] : batches) {
-        Batch b;
-        b.inputs = tokens;
-        b.targets = targets;
-        b.lengths.assign(m.B, m.S);
-        device_batches.push_back(std::move(b));
-    }
     auto step = [&] {
-        if (on_device) {  // returns once the loss and gradient norm are on the host: the step is done
-            on_device->step(device_batches[next++ % device_batches.size()], 1e-3,
-                            std::numeric_limits<double>::infinity());
-            return;
-        }
         const auto& [tokens, targets] = batches[next++ % batches.size()];
         Tensor loss = cross_entropy(model.forward(tokens), targets);  // logits (B, S, V)
         loss.backward();
         optimizer->step();
         optimizer->zero_grad();
+        if (on_device) (void)loss.item();  // waits for the device: the step is done
     };
     const double per_token = m.L * (24.0 * m.D * m.D + 4.0 * m.S * m.D) + 2.0 * m.D * kVocab;
     return {"train_" + m.name,
@@ -241,11 +227,7 @@ int run(int argc, char** argv) {
     label = args["label"].as<std::string>();
     const std::string device = args["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw Error("[bench_train] --device must be cpu or cuda, got \"" + device + "\"");
-    std::unique_ptr<cuda::Context> context;  // --device cuda: refused here, before any output, without a GPU
-    if (device == "cuda") {
-        cuda::require_device("bench_train --device");
-        context = std::make_unique<cuda::Context>();
-    }
+    if (device == "cuda") cuda::require_device("bench_train --device");  // refused here, before any output, without a GPU
 
     std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
               << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename()) << "}" << std::endl;
@@ -266,7 +248,7 @@ int run(int argc, char** argv) {
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,H,S,d for attention");
         print_result(bench_attention(s[0], s[1], s[2], s[3], args["path"].as<std::string>(), timing), threads);
     } else if (workload == "train") {
-        Result result = bench_train_step(model_size(args["size"].as<std::string>()), timing, context.get());
+        Result result = bench_train_step(model_size(args["size"].as<std::string>()), timing, device == "cuda");
         result.device = device;
         print_result(result, threads);
     } else {

@@ -55,33 +55,14 @@ void print_progress(int64_t step, int64_t steps, double loss, double train_acc, 
 
 }  // namespace
 
-void Trainer::State::start_device_step() {
-    if (!cuda_context || device_step) return;
-    DecoderLM* decoder = model->decoder_lm();
-    EncoderDecoder* enc_dec = model->enc_dec();
-    // the State refused every model the device step does not take
-    device_step = decoder ? std::make_unique<DeviceTraining>(*cuda_context, *decoder, *optimizer)
-                          : std::make_unique<DeviceTraining>(*cuda_context, *enc_dec, *optimizer);
-    std::fprintf(stderr, "attnlab train: train.device = \"cuda\": the whole training step runs on the GPU\n");
-}
-
-Trainer::State::StepValues Trainer::State::forward_backward(const Batch& batch, double lr, double clip,
-                                                            const NamedTensors& params, bool log_now, Hooks& hooks,
-                                                            AttentionMaps& device_maps) {
+Trainer::State::StepValues Trainer::State::forward_backward(const Batch& batch, double clip, const NamedTensors& params,
+                                                            bool log_now, Hooks& hooks) {
     StepValues v;
-    if (device_step) {
-        if (log_now) v.logits = device_step->trace(batch, device_maps);  // the metrics' forward, before the update
-        const DeviceTraining::StepResult r = device_step->step(batch, lr, clip);
-        host_current = false;
-        v.loss = r.loss;
-        v.grad_norm = r.grad_norm;
-    } else {
-        v.logits = log_now ? model->forward(batch, hooks) : model->forward(batch);
-        Tensor loss = cross_entropy(v.logits, batch.targets, batch.loss_mask);
-        v.loss = loss.item();
-        loss.backward();
-        v.grad_norm = clip_grad_norm(params, clip);
-    }
+    v.logits = log_now ? model->forward(batch, hooks) : model->forward(batch);
+    Tensor loss = cross_entropy(v.logits, batch.targets, batch.loss_mask);
+    v.loss = loss.item();
+    loss.backward();
+    v.grad_norm = clip_grad_norm(params, clip);
     return v;
 }
 
@@ -96,13 +77,13 @@ int Trainer::State::stop_on_non_finite(int64_t next, double loss, double grad_no
 }
 
 double Trainer::State::log_train_step(const Batch& batch, const StepValues& values, double lr, double tokens_per_s,
-                                      const Hooks& hooks, const AttentionMaps& device_maps) {
+                                      const Hooks& hooks) {
     const Score train_score = accuracy(values.logits, batch);
     log->append_train(step, values.loss, lr, values.grad_norm, tokens_per_s, elapsed());
     if (tensorboard)
         tensorboard->scalars(step, {{"train/loss", values.loss}, {"train/lr", lr}, {"train/grad_norm", values.grad_norm},
                                     {"train/tokens_per_s", tokens_per_s}, {"train/token_acc", train_score.token_acc}});
-    log_attention(batch, device_step ? nullptr : &hooks, &device_maps);
+    log_attention(batch, hooks);
     flush_logs();
     return train_score.token_acc;
 }
@@ -120,7 +101,6 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
 }
 
 void Trainer::State::finish() {
-    sync_host();  // the host model is the run's result
     const Score final_score = evaluate_now();
     RunSummary& r = summary;
     r.steps = step;
@@ -156,7 +136,8 @@ int Trainer::run() {
     const double clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
     const NamedTensors params = s.model->module().named_parameters();
     s.model->module().train();
-    s.start_device_step();
+    if (c.train.device == "cuda")
+        std::fprintf(stderr, "attnlab train: train.device = \"cuda\": the whole training step runs on the GPU\n");
 
     size_t tokens_since_log = 0;
     std::string last_eval;  // "  held-out acc 0.990 (step 250)" once there was an evaluation
@@ -176,15 +157,12 @@ int Trainer::run() {
         s.optimizer->lr = lr;
         const int64_t next = s.step + 1;
         const bool log_now = next % c.train.log_every == 0 || next == c.train.steps;
-        AttentionMaps device_maps;  // the device's trace at log steps
-        hooks.clear_recorded();  // the host's record of this step, when it logs
-        const State::StepValues values = s.forward_backward(batch, lr, clip, params, log_now, hooks, device_maps);
+        hooks.clear_recorded();  // this step's record, when it logs
+        const State::StepValues values = s.forward_backward(batch, clip, params, log_now, hooks);
         if (!std::isfinite(values.loss) || !std::isfinite(values.grad_norm))
             return s.stop_on_non_finite(next, values.loss, values.grad_norm, tty);
-        if (!s.device_step) {  // the device step has updated its parameters already
-            s.optimizer->step();
-            s.optimizer->zero_grad();
-        }
+        s.optimizer->step();
+        s.optimizer->zero_grad();
         s.step = next;
         size_t tokens = 0;
         for (size_t length : batch.lengths) tokens += length;
@@ -196,7 +174,7 @@ int Trainer::run() {
             const double tokens_per_s = static_cast<double>(tokens_since_log) / std::max(since, 1e-9);
             last_log = Clock::now();
             tokens_since_log = 0;
-            const double train_acc = s.log_train_step(batch, values, lr, tokens_per_s, hooks, device_maps);
+            const double train_acc = s.log_train_step(batch, values, lr, tokens_per_s, hooks);
             const double rate = static_cast<double>(s.step - first_step) /
                                 std::max(std::chrono::duration<double>(Clock::now() - run_start).count(), 1e-9);
             print_progress(s.step, c.train.steps, values.loss, train_acc, last_eval, tokens_per_s, rate, tty);

@@ -66,16 +66,9 @@ Trainer::State::State(const Config& c)
     // describes its model without the task's data (a moved token file).
     if (config.model.max_len == 0) config.model.max_len = static_cast<int64_t>(longest);
     model = std::make_unique<TaskModel>(config, longest, init_rng, &dropout_rng);
+    // train.device = "cuda": the same model, moved; the optimiser made after it keeps its state there too
+    if (config.train.device == "cuda") model->module().to(Device::cuda);  // "[cuda] Context: <reason>" without a device
     optimizer = make_optimizer(config, model->module().named_parameters());
-    if (config.train.device == "cuda") {
-        // The device step takes the whole step or nothing: refused here, before anything is written.
-        const std::string unsupported = model->decoder_lm() ? device_step_unsupported(*model->decoder_lm(), *optimizer)
-                                                            : device_step_unsupported(*model->enc_dec(), *optimizer);
-        if (!unsupported.empty())
-            throw ConfigError("train.device", "train.device = \"cuda\": the device step does not take this model: " +
-                                                  unsupported + " (train it with train.device = \"cpu\")");
-        cuda_context = std::make_unique<cuda::Context>();  // "[cuda] Context: <reason>" without a device
-    }
 }
 
 Trainer::Trainer(std::unique_ptr<State> state) : state_(std::move(state)) {}

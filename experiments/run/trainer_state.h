@@ -12,11 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "autograd/device/context.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/files/run_files.h"
 #include "experiments/run/attention_metrics.h"
-#include "experiments/run/device_training.h"
 #include "experiments/run/evaluate.h"
 #include "experiments/run/metrics_log.h"
 #include "experiments/run/model_factory.h"
@@ -35,14 +33,11 @@ struct Trainer::State {
     std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
     Rng init_rng, dropout_rng;
-    std::unique_ptr<cuda::Context> cuda_context;  // train.device = "cuda"
+    // On train.device: with "cuda" the parameters, their gradients and the
+    // optimiser's state live on the device, and a step moves the batch in and
+    // the loss and gradient norm out (the logits too at log steps, for the metrics).
     std::unique_ptr<TaskModel> model;
     std::unique_ptr<Optimizer> optimizer;
-    // train.device = "cuda" (only for a model the device step takes: the State
-    // refuses the others): the whole step runs there, and the host model and
-    // optimiser are brought up to date (sync_host) only when something reads them.
-    std::unique_ptr<DeviceTraining> device_step;
-    bool host_current = true;  // the host model holds the device's parameters
     std::optional<MetricsLog> log;
     std::optional<TensorBoardWriter> tensorboard;  // train.tensorboard: the same scalars, for TensorBoard
     int64_t step = 0;
@@ -54,19 +49,9 @@ struct Trainer::State {
     // The data streams, the model and optimiser, the device (trainer_setup.cpp).
     explicit State(const Config& c);
 
-    // On the device when the whole step runs there (in eval mode, as on the CPU: no dropout).
-    Score evaluate_now() {
-        if (!device_step) return evaluate(*model, eval_batches);
-        return evaluate(eval_batches, [&](const Batch& batch) { return device_step->logits(batch); });
-    }
-
-    void sync_host() {
-        if (device_step && !host_current) device_step->download();
-        host_current = true;
-    }
+    Score evaluate_now() { return evaluate(*model, eval_batches); }  // on the model's device
 
     void checkpoint() {
-        sync_host();
         flush_logs();
         CheckpointData data;
         data.step = step;
@@ -91,22 +76,11 @@ struct Trainer::State {
     }
 
     // One row per attention kind: what every head does on `batch`, at the current
-    // step, from a forward pass with metrics_hooks() (or the device's trace).
-    void log_attention(const Batch& batch, const Hooks* hooks, const AttentionMaps* device_maps) {
+    // step, from a forward pass with metrics_hooks() (on either device).
+    void log_attention(const Batch& batch, const Hooks& hooks) {
         for (const AttentionKind& kind : model->kinds_for(batch)) {
-            std::vector<Tensor> weights;
-            std::vector<double> score_std_flat;  // [layer][head]
-            if (hooks) {
-                weights = recorded_per_layer(*hooks, kind, "pattern");
-                score_std_flat = score_std(recorded_per_layer(*hooks, kind, "scores"), kind.mask);
-            } else {
-                const AttentionTrace& trace = kind.name == "enc_self" ? device_maps->enc_self
-                                              : kind.name == "cross"  ? device_maps->cross
-                                                                      : device_maps->self;
-                weights = trace.weights;
-                for (const std::vector<double>& layer : trace.score_std)
-                    score_std_flat.insert(score_std_flat.end(), layer.begin(), layer.end());
-            }
+            const std::vector<Tensor> weights = recorded_per_layer(hooks, kind, "pattern");
+            const std::vector<double> score_std_flat = score_std(recorded_per_layer(hooks, kind, "scores"), kind.mask);  // [layer][head]
             const HeadStats h = attention_stats(weights, kind.mask, kind.query_lengths);
             log->append_attention(kind.name, step, h.entropy, h.entropy_norm, h.masked_mass, h.masked_mass_max, score_std_flat);
             if (tensorboard) {
@@ -139,29 +113,24 @@ struct Trainer::State {
         model->module().eval();
         Hooks hooks = metrics_hooks();
         model->forward(eval_batches.front(), hooks);
-        log_attention(eval_batches.front(), &hooks, nullptr);
+        log_attention(eval_batches.front(), hooks);
         flush_logs();
         model->module().train();
     }
 
     // ---- the loop's parts (trainer.cpp) ----
 
-    // train.device = "cuda": the whole step on the device when the model allows it.
-    void start_device_step();
-    // One step's forward and backward (on the device: the whole step, update
-    // included); `hooks` record the metrics' points at log steps, as does
-    // `device_maps` on the device.
+    // One step's forward and backward, the gradients clipped; `hooks` record the
+    // metrics' points at log steps.
     struct StepValues {
-        Tensor logits;  // on the device only at log steps (the metrics' forward)
+        Tensor logits;
         double loss = 0, grad_norm = 0;
     };
-    StepValues forward_backward(const Batch& batch, double lr, double clip, const NamedTensors& params, bool log_now,
-                                Hooks& hooks, AttentionMaps& device_maps);
+    StepValues forward_backward(const Batch& batch, double clip, const NamedTensors& params, bool log_now, Hooks& hooks);
     // A NaN or infinite loss or gradient norm at step `next`: the logs flushed, the reason said; returns 1.
     int stop_on_non_finite(int64_t next, double loss, double grad_norm, bool tty);
     // The train row of metrics.h5 (and TensorBoard) and the attention metrics; returns the batch's token accuracy.
-    double log_train_step(const Batch& batch, const StepValues& values, double lr, double tokens_per_s,
-                          const Hooks& hooks, const AttentionMaps& device_maps);
+    double log_train_step(const Batch& batch, const StepValues& values, double lr, double tokens_per_s, const Hooks& hooks);
     // The held-out evaluation, logged; `last_eval` becomes its part of the progress line.
     void evaluate_and_log(std::string& last_eval);
     // The final evaluation, summary.json and the one-line report.

@@ -17,7 +17,6 @@
 #include "autograd/device/context.h"
 #include "device_context_test.h"
 #include "data/tasks.h"
-#include "experiments/run/device_training.h"
 #include "experiments/run/attention_metrics.h"
 #include "layers/hooks.h"
 #include "layers/models.h"

@@ -1,8 +1,6 @@
 // Tensors on the device (autograd/device_ops.h): every op a training step uses,
-// forward and input gradients against the same op on the CPU; then the one
-// model moved with Module::to, one step (loss, gradients, clipping, the
-// optimiser's update and state) against the same model on the CPU, for every
-// architecture and optimiser variant of the device step's tests. Compiled into
+// forward and input gradients against the same op on the CPU, and Module::to.
+// Whole training steps are in test_device_step.cpp. Compiled into
 // test_cuda (the CUDA kernels; skipped without a GPU) and test_device_host (the
 // device seam carried out on the host, its memory filled with NaN: a kernel
 // that reads what nothing wrote fails the comparison).
@@ -214,55 +212,6 @@ TEST_F(EngineDevice, ModuleToMovesEveryParameterIntoOneBlock) {
         EXPECT_EQ(after[i].second.values(), values[i]) << after[i].first;
     }
 }
-
-// One training step of the one model on the device against the same model on
-// the CPU, with the device step's tolerances (test_device_step.cpp).
-template <class Model>
-void expect_one_model_step_agrees(const Variant& v, const Batch& batch, double max_norm) {
-    Pair<Model> models(v.config);
-    models.gpu.to(Device::cuda);
-    auto cpu_opt = optimizer_for(v, models.cpu);
-    auto gpu_opt = optimizer_for(v, models.gpu);
-    gpu_opt->zero_grad();
-    const auto [loss, norm] = cpu_step(models.cpu, batch, max_norm);
-    const auto [gpu_loss, gpu_norm] = cpu_step(models.gpu, batch, max_norm);
-    EXPECT_NEAR(gpu_loss, loss, 1e-5);
-    EXPECT_NEAR(gpu_norm, norm, 1e-5 * norm);
-    const NamedTensors cpu_params = models.cpu.named_parameters(), gpu_params = models.gpu.named_parameters();
-    ASSERT_EQ(gpu_params.size(), cpu_params.size());
-    for (size_t i = 0; i < gpu_params.size(); ++i)
-        expect_close(gpu_params[i].second.grad().to(Device::cpu), cpu_params[i].second.grad(), 1e-5, 1e-3,
-                     "gradient of " + gpu_params[i].first);
-    cpu_opt->step();
-    gpu_opt->step();
-    for (size_t i = 0; i < gpu_params.size(); ++i)
-        expect_close(gpu_params[i].second.to(Device::cpu), cpu_params[i].second, 1e-5, 1e-3, "updated " + gpu_params[i].first);
-    const NamedTensors state = gpu_opt->state(), cpu_state = cpu_opt->state();
-    ASSERT_EQ(state.size(), cpu_state.size());
-    for (size_t i = 0; i < state.size(); ++i)
-        expect_close(state[i].second.to(Device::cpu), cpu_state[i].second, 1e-7, 1e-3, "optimiser state " + state[i].first);
-}
-
-class OneModelOnTheDevice : public EngineDevice, public ::testing::WithParamInterface<Variant> {};
-
-TEST_P(OneModelOnTheDevice, OneStepGivesTheCpuLossGradientsAndUpdate) {
-    Rng data(9);
-    expect_one_model_step_agrees<DecoderLM>(GetParam(), random_batch(data, 3, 10, GetParam().config.vocab), no_clip);
-}
-
-TEST_P(OneModelOnTheDevice, EncoderDecoderStepGivesTheCpuLossGradientsAndUpdate) {
-    Rng data(10);
-    expect_one_model_step_agrees<EncoderDecoder>(GetParam(), with_source(random_batch(data, 3, 10, GetParam().config.vocab), data),
-                                                 no_clip);
-}
-
-TEST_P(OneModelOnTheDevice, ClipsByTheGlobalNormAsTheCpu) {
-    Rng data(11);
-    expect_one_model_step_agrees<DecoderLM>(GetParam(), random_batch(data, 3, 10, GetParam().config.vocab), 0.05);
-}
-
-INSTANTIATE_TEST_SUITE_P(Architectures, OneModelOnTheDevice, ::testing::ValuesIn(variants()),
-                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace attnlab::device_step_test
