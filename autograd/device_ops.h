@@ -73,11 +73,13 @@ struct GradTarget {
     explicit operator bool() const { return data != nullptr; }
 };
 GradTarget grad_target(const Tensor& input);
+// The tensor's own gradient to change in place (a shared one copied first), or null.
+float* writable_grad(const Tensor& t);
 // For kernels that can only add: a fresh buffer is zeroed first.
 float* grad_to_add(const Tensor& input);
-// Sends `grad` (the input's shape, on the device) to `input`: taken over when it
-// is an unshared intermediate and the input has no gradient yet (no copy), else
-// added or copied.
+// Sends `grad` (the input's shape, on the device) to `input`: shared when the
+// input has no gradient yet (no copy; a shared gradient is copied by the first
+// write to it, grad_target), else added, or copied into a parameter's slot.
 void send_device_grad(const Tensor& input, const Tensor& grad);
 // For kernels that can only overwrite: write(dx) fills the input's gradient, or a
 // scratch buffer that is then added to the gradient it already has.

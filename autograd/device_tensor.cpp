@@ -49,10 +49,34 @@ cuda::DeviceBuffer upload(const void* values, size_t bytes) { return cuda::to_de
 
 // ---- gradients ----
 
+namespace {
+
+// A gradient is written in place only where no other tensor sees its memory:
+// a buffer handed to several inputs (add's backward) or viewed by another
+// (reshape's) is copied first, by whichever of them adds to it first. A
+// parameter's slot in the flat gradient block is its own.
+void make_writable(TensorImpl& impl) {
+    const bool shared = impl.grad.use_count() > 1 || impl.grad->device_block.use_count() > 1;
+    if (impl.grad == impl.grad_home || !shared) return;
+    impl.grad = device_clone(*impl.grad).impl_ptr();
+}
+
+}  // namespace
+
+float* writable_grad(const Tensor& t) {
+    TensorImpl& impl = t.impl();
+    if (!impl.grad) return nullptr;
+    make_writable(impl);
+    return impl.grad->device_data;
+}
+
 GradTarget grad_target(const Tensor& input) {
     if (!input.defined() || !input.requires_grad()) return {};
     TensorImpl& impl = input.impl();
-    if (impl.grad) return {impl.grad->device_data, true};
+    if (impl.grad) {
+        make_writable(impl);
+        return {impl.grad->device_data, true};
+    }
     impl.grad = impl.grad_home ? impl.grad_home : device_tensor(impl.shape).impl_ptr();
     return {impl.grad->device_data, false};
 }
@@ -67,8 +91,8 @@ void send_device_grad(const Tensor& input, const Tensor& grad) {
     if (!input.defined() || !input.requires_grad()) return;
     TensorImpl& impl = input.impl();
     const size_t n = input.numel();
-    if (!impl.grad && !impl.grad_home && grad.impl_ptr().use_count() <= 2) {
-        impl.grad = grad.impl_ptr();  // the node's gradient, freed after its backward: no copy
+    if (!impl.grad && !impl.grad_home) {
+        impl.grad = grad.impl_ptr();  // shared, no copy: the first to add to it copies it (make_writable)
         return;
     }
     const GradTarget target = grad_target(input);

@@ -31,13 +31,29 @@ namespace attnlab::cuda {
 
 namespace {
 
+// Where row t of head h of batch item b starts in a (B, heads, T, width) tensor:
+// b batch + h head + t row elements in (heads first: batch = heads T width,
+// head = T width, row = width; packed (B, T, heads width): batch = T heads width,
+// head = width, row = heads width).
+struct Layout {
+    long long batch, head, row;
+    __device__ long long at(int b, int h, int t) const { return b * batch + h * head + t * row; }
+};
+
+Layout layout_of(AttentionLayout layout, size_t heads, size_t T, size_t width) {
+    const long long n = (long long)heads, t = (long long)T, w = (long long)width;
+    if (layout == AttentionLayout::packed) return {t * n * w, w, n * w};
+    return {n * t * w, t * w, w};
+}
+
 struct FlashParams {
-    const float* q;  // (B, H, Tq, d)
-    const float* k;  // (B, H_kv, Tk, d)
-    const float* v;  // (B, H_kv, Tk, d_v)
+    const float* q;  // (B, H, Tq, d) or packed, as ql says
+    const float* k;  // (B, H_kv, Tk, d), kl
+    const float* v;  // (B, H_kv, Tk, d_v), vl
     MaskView mask;
     int H, H_kv, Tq, Tk, d, d_v;
     float scale;
+    Layout ql, kl, vl, ol;  // ol: the context and its gradient (B, H, Tq, d_v); dq, dk, dv as q, k, v
 };
 
 // ---- forward ----------------------------------------------------------------
@@ -59,10 +75,10 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * tile_rows;  // the longest causal rows start first
     const int h = blockIdx.y, b = blockIdx.z, kv = h / (p.H / p.H_kv);
-    const size_t head = (size_t)b * p.H + h, kv_head = (size_t)b * p.H_kv + kv;
+    const size_t head = (size_t)b * p.H + h;  // of lse and row_dot (B, H, Tq)
     const int row0 = tile_row0(), col0 = tile_col0();
 
-    load_tile<D>(Qs, p.q + head * p.Tq * p.d, q0, p.Tq, p.d);
+    load_tile<D>(Qs, p.q + p.ql.at(b, h, 0), q0, p.Tq, p.d, p.ql.row);
     float out[4][M] = {};  // unnormalised context rows
     float row_max[4], row_sum[4];
 #pragma unroll
@@ -74,8 +90,8 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
     const int key_stop = mask_key_end(p.mask, b, min(q0 + tile_rows, p.Tq) - 1, p.Tq, p.Tk);
     for (int k0 = 0; k0 < key_stop; k0 += tile_rows) {
         __syncthreads();  // the previous step has finished reading Ks, Vs, Ps
-        load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, key_stop, p.d);
-        load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, key_stop, p.d_v);
+        load_tile<D>(Ks, p.k + p.kl.at(b, kv, 0), k0, key_stop, p.d, p.kl.row);
+        load_tile<D>(Vs, p.v + p.vl.at(b, kv, 0), k0, key_stop, p.d_v, p.vl.row);
         __syncthreads();
         float s[4][8] = {};  // q_i . k_j for i = q0 + row0 + r, j = k0 + col0 + 8 m
         tile_mma_nt<D, 8>(s, Qs, ld, Ks, ld);
@@ -114,7 +130,7 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
         if (i >= p.Tq) continue;
         const bool any_eligible = row_sum[r] != 0.0f;  // NaN (a NaN score) is eligible: NaN out
         const float inverse = any_eligible ? 1.0f / row_sum[r] : 0.0f;
-        float* row = out_context + (head * p.Tq + i) * p.d_v;
+        float* row = out_context + p.ol.at(b, h, i);
 #pragma unroll
         for (int m = 0; m < M; ++m)
             if (col0 + 8 * m < p.d_v) row[col0 + 8 * m] = out[r][m] * inverse;
@@ -124,13 +140,15 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
 
 // ---- backward ---------------------------------------------------------------
 
-// row_dot (B, H, Tq): D_i = sum_c dO_ic O_ic, one warp per row.
-__global__ void row_dot_kernel(const float* dcontext, const float* context, float* row_dot, long long rows, int d_v) {
+// row_dot (B, H, Tq): D_i = sum_c dO_ic O_ic, one warp per row; dO and O as ol says.
+__global__ void row_dot_kernel(const float* dcontext, const float* context, float* row_dot, long long rows, int d_v,
+                               int H, int Tq, Layout ol) {
     const long long row = (long long)blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= rows) return;
     const int lane = threadIdx.x % 32;
+    const long long at = ol.at(int(row / ((long long)H * Tq)), int(row / Tq % H), int(row % Tq));
     float dot = 0.0f;
-    for (int c = lane; c < d_v; c += 32) dot += dcontext[row * d_v + c] * context[row * d_v + c];
+    for (int c = lane; c < d_v; c += 32) dot += dcontext[at + c] * context[at + c];
     dot = warp_sum(dot);
     if (lane == 0) row_dot[row] = dot;
 }
@@ -158,22 +176,22 @@ __global__ void __launch_bounds__(tile_threads)
 
     const int k0 = blockIdx.x * tile_rows;
     const int kv = blockIdx.y, b = blockIdx.z, group = p.H / p.H_kv;
-    const size_t kv_head = (size_t)b * p.H_kv + kv;
     const int row0 = tile_row0(), col0 = tile_col0();
 
     const int key_limit = p.mask.key_lengths != nullptr ? p.mask.key_lengths[b] : p.Tk;
-    load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, key_limit, p.d);  // padding keys never read
-    load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, key_limit, p.d_v);
+    load_tile<D>(Ks, p.k + p.kl.at(b, kv, 0), k0, key_limit, p.d, p.kl.row);  // padding keys never read
+    load_tile<D>(Vs, p.v + p.vl.at(b, kv, 0), k0, key_limit, p.d_v, p.vl.row);
     float dk_acc[4][M] = {}, dv_acc[4][M] = {};
     if (k0 < key_limit) {  // a tile of padding keys only gets zero gradients
         // causal: query i sees key k0 only from i = k0 - (Tk - Tq) on
         const int first_query = p.mask.causal ? max(0, k0 - (p.Tk - p.Tq)) : 0;
         for (int g = 0; g < group; ++g) {
-            const size_t head = (size_t)b * p.H + (size_t)kv * group + g;
+            const int h = kv * group + g;
+            const size_t head = (size_t)b * p.H + h;
             for (int q0 = first_query / tile_rows * tile_rows; q0 < p.Tq; q0 += tile_rows) {
                 __syncthreads();  // the previous step has finished reading Qs, dOs, Ps
-                load_tile<D>(Qs, p.q + head * p.Tq * p.d, q0, p.Tq, p.d);
-                load_tile<D>(dOs, dcontext + head * p.Tq * p.d_v, q0, p.Tq, p.d_v);
+                load_tile<D>(Qs, p.q + p.ql.at(b, h, 0), q0, p.Tq, p.d, p.ql.row);
+                load_tile<D>(dOs, dcontext + p.ol.at(b, h, 0), q0, p.Tq, p.d_v, p.ol.row);
                 if (threadIdx.x < tile_rows) {
                     const int i = q0 + threadIdx.x;
                     lse_s[threadIdx.x] = i < p.Tq ? lse[head * p.Tq + i] : -INFINITY;
@@ -214,8 +232,8 @@ __global__ void __launch_bounds__(tile_threads)
 #pragma unroll
         for (int m = 0; m < M; ++m) {
             const int c = col0 + 8 * m;
-            if (c < p.d) dk[(kv_head * p.Tk + j) * p.d + c] = dk_acc[r][m] * p.scale;
-            if (c < p.d_v) dv[(kv_head * p.Tk + j) * p.d_v + c] = dv_acc[r][m];
+            if (c < p.d) dk[p.kl.at(b, kv, j) + c] = dk_acc[r][m] * p.scale;
+            if (c < p.d_v) dv[p.vl.at(b, kv, j) + c] = dv_acc[r][m];
         }
     }
 }
@@ -234,11 +252,11 @@ __global__ void __launch_bounds__(tile_threads)
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * tile_rows;
     const int h = blockIdx.y, b = blockIdx.z, kv = h / (p.H / p.H_kv);
-    const size_t head = (size_t)b * p.H + h, kv_head = (size_t)b * p.H_kv + kv;
+    const size_t head = (size_t)b * p.H + h;  // of lse and row_dot (B, H, Tq)
     const int row0 = tile_row0(), col0 = tile_col0();
 
-    load_tile<D>(Qs, p.q + head * p.Tq * p.d, q0, p.Tq, p.d);
-    load_tile<D>(dOs, dcontext + head * p.Tq * p.d_v, q0, p.Tq, p.d_v);
+    load_tile<D>(Qs, p.q + p.ql.at(b, h, 0), q0, p.Tq, p.d, p.ql.row);
+    load_tile<D>(dOs, dcontext + p.ol.at(b, h, 0), q0, p.Tq, p.d_v, p.ol.row);
     float row_lse[4], dot[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -250,8 +268,8 @@ __global__ void __launch_bounds__(tile_threads)
     const int key_stop = mask_key_end(p.mask, b, min(q0 + tile_rows, p.Tq) - 1, p.Tq, p.Tk);
     for (int k0 = 0; k0 < key_stop; k0 += tile_rows) {
         __syncthreads();
-        load_tile<D>(Ks, p.k + kv_head * p.Tk * p.d, k0, key_stop, p.d);  // keys past key_stop never read
-        load_tile<D>(Vs, p.v + kv_head * p.Tk * p.d_v, k0, key_stop, p.d_v);
+        load_tile<D>(Ks, p.k + p.kl.at(b, kv, 0), k0, key_stop, p.d, p.kl.row);  // keys past key_stop never read
+        load_tile<D>(Vs, p.v + p.vl.at(b, kv, 0), k0, key_stop, p.d_v, p.vl.row);
         __syncthreads();
         float s[4][8] = {}, dp[4][8] = {};
         tile_mma_nt<D, 8>(s, Qs, ld, Ks, ld);    // q_i . k_j, bitwise as in the forward
@@ -275,16 +293,29 @@ __global__ void __launch_bounds__(tile_threads)
         if (i >= p.Tq) continue;
 #pragma unroll
         for (int m = 0; m < M; ++m)
-            if (col0 + 8 * m < p.d) dq[(head * p.Tq + i) * p.d + col0 + 8 * m] = dq_acc[r][m] * p.scale;
+            if (col0 + 8 * m < p.d) dq[p.ql.at(b, h, i) + col0 + 8 * m] = dq_acc[r][m] * p.scale;
     }
 }
 
 // ---- launching ----------------------------------------------------------------
 
 FlashParams params_of(const AttentionDims& dims, const float* q, const float* k, const float* v, const MaskView& mask,
-                      float scale) {
-    return {q,           k,        v,           mask,          int(dims.H), int(dims.H_kv), int(dims.Tq),
-            int(dims.Tk), int(dims.d), int(dims.d_v), scale};
+                      float scale, AttentionLayout layout) {
+    return {q,
+            k,
+            v,
+            mask,
+            int(dims.H),
+            int(dims.H_kv),
+            int(dims.Tq),
+            int(dims.Tk),
+            int(dims.d),
+            int(dims.d_v),
+            scale,
+            layout_of(layout, dims.H, dims.Tq, dims.d),
+            layout_of(layout, dims.H_kv, dims.Tk, dims.d),
+            layout_of(layout, dims.H_kv, dims.Tk, dims.d_v),
+            layout_of(layout, dims.H, dims.Tq, dims.d_v)};
 }
 
 unsigned tiles_of(size_t n) { return unsigned((n + tile_rows - 1) / tile_rows); }
@@ -345,9 +376,10 @@ std::vector<KernelResources> flash_kernel_resources(Context&) {
 }
 
 void flash_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
-                             const float* v, const MaskView& mask, float scale, float* out_context, float* lse) {
+                             const float* v, const MaskView& mask, float scale, float* out_context, float* lse,
+                             AttentionLayout layout) {
     check_widths(dims, "flash_attention_forward");
-    const FlashParams p = params_of(dims, q, k, v, mask, scale);
+    const FlashParams p = params_of(dims, q, k, v, mask, scale, layout);
     if (fits_64(dims))
         forward<64>(context, p, dims, out_context, lse);
     else
@@ -356,13 +388,14 @@ void flash_attention_forward(Context& context, const AttentionDims& dims, const 
 
 void flash_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                               const float* v, const float* out_context, const float* lse, const float* dcontext,
-                              const MaskView& mask, float scale, float* dq, float* dk, float* dv, float* row_dot) {
+                              const MaskView& mask, float scale, float* dq, float* dk, float* dv, float* row_dot,
+                              AttentionLayout layout) {
     check_widths(dims, "flash_attention_backward");
+    const FlashParams p = params_of(dims, q, k, v, mask, scale, layout);
     const long long rows = (long long)(dims.B * dims.H * dims.Tq);
     row_dot_kernel<<<unsigned((rows + 7) / 8), 256, 0, context.stream()>>>(dcontext, out_context, row_dot, rows,
-                                                                            int(dims.d_v));
+                                                                            int(dims.d_v), int(dims.H), int(dims.Tq), p.ol);
     check_launch("flash_attention_backward: row_dot_kernel");
-    const FlashParams p = params_of(dims, q, k, v, mask, scale);
     if (fits_64(dims))
         backward<64>(context, p, dims, lse, dcontext, row_dot, dq, dk, dv);
     else

@@ -23,11 +23,12 @@ void dense_attention_backward(Context&, const AttentionDims&, const float*, cons
     refuse("dense_attention_backward");
 }
 void flash_attention_forward(Context&, const AttentionDims&, const float*, const float*, const float*, const MaskView&,
-                             float, float*, float*) {
+                             float, float*, float*, AttentionLayout) {
     refuse("flash_attention_forward");
 }
 void flash_attention_backward(Context&, const AttentionDims&, const float*, const float*, const float*, const float*,
-                              const float*, const float*, const MaskView&, float, float*, float*, float*, float*) {
+                              const float*, const float*, const MaskView&, float, float*, float*, float*, float*,
+                              AttentionLayout) {
     refuse("flash_attention_backward");
 }
 

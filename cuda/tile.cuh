@@ -16,14 +16,14 @@ constexpr int tile_ld_p = tile_rows + 1;  // leading dimension of a (64, 64) til
 __device__ __forceinline__ int tile_row0() { return int(threadIdx.x / 8) * 4; }  // first of this thread's 4 rows
 __device__ __forceinline__ int tile_col0() { return int(threadIdx.x % 8); }      // columns col0 + 8 m
 
-// tile (64, D), ld D + 1  <-  rows [row0, row0 + 64) of src (rows, width), zeros beyond:
-// rows at or past `rows` are never read (callers pass the key end there, so that
-// masked keys past it cannot bring inf or NaN into the tile).
+// tile (64, D), ld D + 1  <-  rows [row0, row0 + 64) of src (rows, width), row r at
+// src + r stride, zeros beyond: rows at or past `rows` are never read (callers pass
+// the key end there, so that masked keys past it cannot bring inf or NaN into the tile).
 template <int D>
-__device__ void load_tile(float* tile, const float* src, int row0, int rows, int width) {
+__device__ void load_tile(float* tile, const float* src, int row0, int rows, int width, long long stride) {
     for (int e = threadIdx.x; e < tile_rows * D; e += tile_threads) {
         const int r = e / D, c = e % D, row = row0 + r;
-        tile[r * (D + 1) + c] = row < rows && c < width ? src[(size_t)row * width + c] : 0.0f;
+        tile[r * (D + 1) + c] = row < rows && c < width ? src[(long long)row * stride + c] : 0.0f;
     }
 }
 

@@ -112,6 +112,7 @@ void device_zero_grad(const NamedTensors& params) {
 }
 
 double device_clip_grad_norm(const NamedTensors& params, double max_norm) {
+    for (const auto& [name, p] : params) writable_grad(p);  // scaled in place below
     auto grad_of = [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; };
     const auto grouped = runs(params, by_address(params), grad_of, [](size_t, size_t) { return true; });
     cuda::Context& context = device_context();

@@ -106,7 +106,7 @@ fi
 # 3. the shapes at the tiling's and the launch's edges
 first shapes 'Shapes/*:CudaAttentionLimits.*'
 # 4. every device op of a training step, then one whole step against the CPU
-first ops_and_step 'DeviceOps.*:Architectures/DeviceStepAgreement.OneStepGivesTheCpuLossGradientsAndUpdate/*'
+first ops_and_step 'DeviceOps.*:EngineDevice.*:Architectures/DeviceStepAgreement.OneStepGivesTheCpuLossGradientsAndUpdate/*'
 # 5. registers, spills, shared memory and blocks per multiprocessor of each attention kernel
 first resources 'CudaKernelResources.*'
 
@@ -152,7 +152,7 @@ echo "== table"
 "$python" "$here/gpu_table.py" "$out/bench_attnlab.jsonl" "$out/bench_sdpa.jsonl" | tee "$out/table.md"
 
 # Training steps of the toy decoders: attnlab with train.device = "cuda" (the
-# whole step on the GPU: DeviceTraining), attnlab's CPU path on every core, and
+# whole step on the GPU: the model moved with Module::to), attnlab's CPU path on every core, and
 # the same model in PyTorch (eager) on the GPU.
 echo "== training steps (bench_train, bench_train.py)"
 cores=$(nproc)

@@ -113,15 +113,23 @@ void attention_scores(Context& context, const AttentionDims& dims, const float* 
 
 // ---- flash -----------------------------------------------------------------
 
+// How q, k, v, the context and their gradients lie in memory: heads first
+// (B, H, T, d), or packed as Linear projections make them, the heads side by
+// side in the last axis (B, T, H d), which then needs no split or merge copies.
+// lse and row_dot are (B, H, Tq) either way.
+enum class AttentionLayout { heads_first, packed };
+
 // context (B, H, Tq, d_v); lse (B, H, Tq) = log sum_j exp(scale q.k_j) over eligible j, -inf if none.
 void flash_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
-                             const float* v, const MaskView& mask, float scale, float* out_context, float* lse);
+                             const float* v, const MaskView& mask, float scale, float* out_context, float* lse,
+                             AttentionLayout layout = AttentionLayout::heads_first);
 
 // The FlashAttention-2 backward from the forward's context and lse. row_dot
 // (B, H, Tq) is scratch for D_i = sum_c dcontext_ic context_ic. dq, dk, dv overwritten.
 void flash_attention_backward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                               const float* v, const float* out_context, const float* lse, const float* dcontext,
-                              const MaskView& mask, float scale, float* dq, float* dk, float* dv, float* row_dot);
+                              const MaskView& mask, float scale, float* dq, float* dk, float* dv, float* row_dot,
+                              AttentionLayout layout = AttentionLayout::heads_first);
 
 // ---- resources ---------------------------------------------------------------
 

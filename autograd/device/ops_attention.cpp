@@ -1,11 +1,11 @@
 // The device branch of attention_packed (autograd/attention.h has the contract;
-// the op validates shapes and the mask first). The kernels (autograd/device/
-// attention.h) take heads first, so q, k and v are laid out (B, H, T, d) on the
-// way in and the context back to (B, T, H d) on the way out, with the reverse
-// moves in the backward.
+// the op validates shapes and the mask first).
 //
-// Kernel: flash (no Tq x Tk buffer) unless the weights are asked for, dropout
-// on them is on (training), or the head width is over the flash tiles; then dense.
+// Kernel: flash (no Tq x Tk buffer), which reads q, k, v and writes the context
+// in the packed layout itself; unless the weights are asked for, dropout on them
+// is on (training), or the head width is over the flash tiles: then dense, which
+// takes heads first, so q, k and v are laid out (B, H, T, d) on the way in and
+// the context back to (B, T, H d) on the way out, the reverse in the backward.
 #include <cmath>
 
 #include "autograd/device/attention.h"
@@ -46,6 +46,41 @@ std::vector<double> score_std_on_device(const AttentionDims& dims, const Tensor&
 
 }  // namespace
 
+namespace {
+
+// The flash kernel on the packed layout itself: no split or merge copies.
+Tensor flash_packed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& dims,
+                    const std::shared_ptr<MaskOnDevice>& on_device, float scale) {
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+    const Tensor lse = device_tensor({B, H, Tq});
+    Tensor out = device_tensor({B, Tq, H * d_v});
+    cuda::flash_attention_forward(device_context(), dims, device_in(q), device_in(k), device_in(v), on_device->mask.view(),
+                                  scale, device_out(out), device_out(lse), cuda::AttentionLayout::packed);
+    return record_device("attention_packed", out, {q, k, v}, [q, k, v, lse, dims, on_device, scale](const Tensor& g, const float* context) {
+        const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+        const GradTarget gq = grad_target(q), gk = grad_target(k), gv = grad_target(v);
+        // the kernels overwrite: a gradient that must be added to goes to scratch first
+        const auto into = [](const Tensor& t, const GradTarget& target, Tensor& scratch) {
+            if (target && !target.accumulate) return target.data;
+            scratch = device_tensor(t.shape());
+            return device_out(scratch);
+        };
+        Tensor sq, sk, sv;
+        float* dq = into(q, gq, sq);
+        float* dk = into(k, gk, sk);
+        float* dv = into(v, gv, sv);
+        const Tensor row_dot = device_tensor({B, H, Tq});
+        cuda::flash_attention_backward(device_context(), dims, device_in(q), device_in(k), device_in(v), context,
+                                       device_in(lse), device_in(g), on_device->mask.view(), scale, dq, dk, dv,
+                                       device_out(row_dot), cuda::AttentionLayout::packed);
+        for (const auto& [scratch, target] : {std::pair{&sq, gq}, std::pair{&sk, gk}, std::pair{&sv, gv}})
+            if (target && target.accumulate)
+                cuda::add_into(device_context(), scratch->numel(), device_in(*scratch), target.data);
+    });
+}
+
+}  // namespace
+
 AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& dims,
                                         const AttentionMask& mask, const AttentionOptions& options) {
     const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
@@ -57,57 +92,46 @@ AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const 
     const std::shared_ptr<MaskOnDevice> on_device = mask_on_device(mask, dims);
     cuda::Context& context = device_context();
     const float scale = float(options.scale);
+    if (!dense) {
+        AttentionResult result;
+        result.context = flash_packed(q, k, v, dims, on_device, scale);
+        return result;
+    }
 
-    // (B, T, n w) -> (B, n, T, w)
+    // the dense kernel takes heads first: (B, T, n w) -> (B, n, T, w)
     const Tensor qh = device_tensor({B, H, Tq, d}), kh = device_tensor({B, H_kv, Tk, d}), vh = device_tensor({B, H_kv, Tk, d_v});
     cuda::split_heads(context, B, H, Tq, d, device_in(q), device_out(qh));
     cuda::split_heads(context, B, H_kv, Tk, d, device_in(k), device_out(kh));
     cuda::split_heads(context, B, H_kv, Tk, d_v, device_in(v), device_out(vh));
-    const Tensor context_h = device_tensor({B, H, Tq, d_v});
-    Tensor saved;  // dense: the weights (B, H, Tq, Tk); flash: the log-sum-exp (B, H, Tq)
+    const Tensor context_h = device_tensor({B, H, Tq, d_v}), weights = device_tensor({B, H, Tq, Tk});
     Tensor dropped;
     cuda::WeightDropout drop;
-    if (dense) {
-        saved = device_tensor({B, H, Tq, Tk});
-        if (use_dropout) {
-            if (options.rng == nullptr) fail("attention", "dropout in training needs an Rng");
-            dropped = device_tensor({B, H, Tq, Tk});
-            drop = {float(options.dropout), options.rng->next_u64(), device_out(dropped)};
-        }
-        cuda::dense_attention_forward(context, dims, device_in(qh), device_in(kh), device_in(vh), on_device->mask.view(),
-                                      scale, device_out(context_h), device_out(saved), drop);
-    } else {
-        saved = device_tensor({B, H, Tq});
-        cuda::flash_attention_forward(context, dims, device_in(qh), device_in(kh), device_in(vh), on_device->mask.view(),
-                                      scale, device_out(context_h), device_out(saved));
+    if (use_dropout) {
+        if (options.rng == nullptr) fail("attention", "dropout in training needs an Rng");
+        dropped = device_tensor({B, H, Tq, Tk});
+        drop = {float(options.dropout), options.rng->next_u64(), device_out(dropped)};
     }
+    cuda::dense_attention_forward(context, dims, device_in(qh), device_in(kh), device_in(vh), on_device->mask.view(), scale,
+                                  device_out(context_h), device_out(weights), drop);
     Tensor out = device_tensor({B, Tq, H * d_v});
     cuda::merge_heads(context, B, H, Tq, d_v, device_in(context_h), device_out(out));
 
     AttentionResult result;
     if (options.need_weights) {
-        result.weights = saved.clone();
+        result.weights = weights.clone();
         result.score_std = score_std_on_device(dims, qh, kh, on_device->mask.view(), scale);
     }
     result.context = record_device("attention_packed", out, {q, k, v},
-        [q, k, v, qh, kh, vh, context_h, saved, dropped, drop, dense, dims, on_device, scale](const Tensor& g, const float*) {
+        [q, k, v, qh, kh, vh, weights, dropped, drop, dims, on_device, scale](const Tensor& g, const float*) {
             const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
             cuda::Context& context = device_context();
             const Tensor dcontext = device_tensor({B, H, Tq, d_v});
             cuda::split_heads(context, B, H, Tq, d_v, device_in(g), device_out(dcontext));
             const Tensor dq = device_tensor(qh.shape()), dk = device_tensor(kh.shape()), dv = device_tensor(vh.shape());
-            if (dense) {
-                const Tensor scratch = device_tensor({B, H, Tq, Tk});
-                cuda::dense_attention_backward(context, dims, device_in(qh), device_in(kh), device_in(vh), device_in(saved),
-                                               device_in(dcontext), scale, device_out(dq), device_out(dk), device_out(dv),
-                                               device_out(scratch), drop, on_device->mask.view());
-            } else {
-                const Tensor row_dot = device_tensor({B, H, Tq});
-                cuda::flash_attention_backward(context, dims, device_in(qh), device_in(kh), device_in(vh),
-                                               device_in(context_h), device_in(saved), device_in(dcontext),
-                                               on_device->mask.view(), scale, device_out(dq), device_out(dk),
-                                               device_out(dv), device_out(row_dot));
-            }
+            const Tensor scratch = device_tensor({B, H, Tq, Tk});
+            cuda::dense_attention_backward(context, dims, device_in(qh), device_in(kh), device_in(vh), device_in(weights),
+                                           device_in(dcontext), scale, device_out(dq), device_out(dk), device_out(dv),
+                                           device_out(scratch), drop, on_device->mask.view());
             // (B, n, T, w) -> (B, T, n w)
             write_device_grad(q, [&](float* to) { cuda::merge_heads(context, B, H, Tq, d, device_in(dq), to); });
             write_device_grad(k, [&](float* to) { cuda::merge_heads(context, B, H_kv, Tk, d, device_in(dk), to); });

@@ -69,6 +69,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
         return status;
     };
     if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+    ++cuemu::internal::counts().gemms;
     if (m < 0 || n < 0 || k < 0 || batchCount < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, "a negative size");
     // column-major: op(A) is m x k, stored as m x k (N) or k x m (T); likewise B
     if (lda < std::max(1, transa == CUBLAS_OP_N ? m : k)) return refuse(CUBLAS_STATUS_INVALID_VALUE, "lda too small");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda_runtime.h"
+#include "cuemu.h"
 
 namespace cuemu::internal {
 
@@ -16,6 +17,7 @@ void set_pending_fault(cudaError_t error);      // what the next synchronising c
 bool take_injected_failure(const char* function);  // fail_next_call(function) was armed: disarm, true
 bool take_injected_fault(const std::string& kernel_name);
 size_t max_dynamic_shared(const void* kernel);  // 48 KiB unless raised by cudaFuncSetAttribute
+WorkCounts& counts();                           // work_counts() as the runtime and cuBLAS add to it
 
 // H200 (sm_90) limits.
 constexpr unsigned max_threads_per_block = 1024;

@@ -30,6 +30,12 @@ cudaError_t take_pending_fault() {
 
 }  // namespace
 
+WorkCounts work_counts() { return internal::counts(); }
+WorkCounts& internal::counts() {
+    static WorkCounts counts;
+    return counts;
+}
+
 void fail_next_call(const char* function) { failing_call = function; }
 void fault_in_kernel(const char* name) { faulting_kernel = name; }
 int live_streams() { return streams; }
@@ -132,14 +138,17 @@ cudaError_t cudaFree(void* ptr) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
     if (const cudaError_t fault = cuemu::take_pending_fault(); fault != cudaSuccess) return fault;
     std::memcpy(dst, src, bytes);
+    cuemu::WorkCounts& counts = cuemu::internal::counts();
+    (kind == cudaMemcpyHostToDevice ? counts.copies_in : kind == cudaMemcpyDeviceToHost ? counts.copies_out : counts.device_copies)++;
     return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
     std::memset(dst, value, bytes);
+    ++cuemu::internal::counts().memsets;
     return cudaSuccess;
 }
 

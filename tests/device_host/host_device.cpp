@@ -227,14 +227,46 @@ void dense_attention_backward(Context&, const AttentionDims& dims, const float* 
                               float* dv, float*, const WeightDropout& dropout, const MaskView&) {
     attention_backward(dims, q, k, v, weights, nullptr, dcontext, scale, dq, dk, dv, dropout);
 }
+// The packed layout (B, T, n w) <-> heads first (B, n, T, w), for the flash kernel's packed calls.
+static std::vector<float> heads_first_copy(const float* packed, size_t B, size_t n, size_t T, size_t w) {
+    std::vector<float> out(B * n * T * w);
+    for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < n; ++h)
+            for (size_t t = 0; t < T; ++t)
+                for (size_t c = 0; c < w; ++c) out[((b * n + h) * T + t) * w + c] = packed[((b * T + t) * n + h) * w + c];
+    return out;
+}
+static void to_packed(const std::vector<float>& heads, float* packed, size_t B, size_t n, size_t T, size_t w) {
+    for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < n; ++h)
+            for (size_t t = 0; t < T; ++t)
+                for (size_t c = 0; c < w; ++c) packed[((b * T + t) * n + h) * w + c] = heads[((b * n + h) * T + t) * w + c];
+}
+
 void flash_attention_forward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
-                             const MaskView& mask, float scale, float* out_context, float* lse) {
-    attention_forward(dims, q, k, v, mask, scale, out_context, nullptr, lse);
+                             const MaskView& mask, float scale, float* out_context, float* lse, AttentionLayout layout) {
+    if (layout == AttentionLayout::heads_first) return attention_forward(dims, q, k, v, mask, scale, out_context, nullptr, lse);
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+    const std::vector<float> qh = heads_first_copy(q, B, H, Tq, d), kh = heads_first_copy(k, B, H_kv, Tk, d),
+                             vh = heads_first_copy(v, B, H_kv, Tk, d_v);
+    std::vector<float> context(B * H * Tq * d_v);
+    attention_forward(dims, qh.data(), kh.data(), vh.data(), mask, scale, context.data(), nullptr, lse);
+    to_packed(context, out_context, B, H, Tq, d_v);
 }
 void flash_attention_backward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
                               const float*, const float*, const float* dcontext, const MaskView& mask, float scale,
-                              float* dq, float* dk, float* dv, float*) {
-    attention_backward(dims, q, k, v, nullptr, &mask, dcontext, scale, dq, dk, dv);
+                              float* dq, float* dk, float* dv, float*, AttentionLayout layout) {
+    if (layout == AttentionLayout::heads_first)
+        return attention_backward(dims, q, k, v, nullptr, &mask, dcontext, scale, dq, dk, dv);
+    const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+    const std::vector<float> qh = heads_first_copy(q, B, H, Tq, d), kh = heads_first_copy(k, B, H_kv, Tk, d),
+                             vh = heads_first_copy(v, B, H_kv, Tk, d_v), dch = heads_first_copy(dcontext, B, H, Tq, d_v);
+    std::vector<float> dqh(qh.size()), dkh(kh.size()), dvh(vh.size());
+    attention_backward(dims, qh.data(), kh.data(), vh.data(), nullptr, &mask, dch.data(), scale, dqh.data(), dkh.data(),
+                       dvh.data());
+    to_packed(dqh, dq, B, H, Tq, d);
+    to_packed(dkh, dk, B, H_kv, Tk, d);
+    to_packed(dvh, dv, B, H_kv, Tk, d_v);
 }
 
 // ---- the training ops over attention's pieces (the rest: host_train_ops.cpp) ----

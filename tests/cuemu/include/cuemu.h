@@ -84,6 +84,12 @@ void fault_in_kernel(const char* name);     // the next launch of `name` ends in
 int live_streams();
 int live_blas_handles();
 long launches();                             // kernel launches so far
+// What else a real device queues as work of its own, counted since the start:
+// cuBLAS GEMM calls, memsets and device-to-device copies, and the copies from and to the host.
+struct WorkCounts {
+    long gemms = 0, memsets = 0, device_copies = 0, copies_in = 0, copies_out = 0;
+};
+WorkCounts work_counts();
 
 }  // namespace cuemu
 
