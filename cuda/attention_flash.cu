@@ -301,21 +301,9 @@ __global__ void __launch_bounds__(tile_threads)
 
 FlashParams params_of(const AttentionDims& dims, const float* q, const float* k, const float* v, const MaskView& mask,
                       float scale, AttentionLayout layout) {
-    return {q,
-            k,
-            v,
-            mask,
-            int(dims.H),
-            int(dims.H_kv),
-            int(dims.Tq),
-            int(dims.Tk),
-            int(dims.d),
-            int(dims.d_v),
-            scale,
-            layout_of(layout, dims.H, dims.Tq, dims.d),
-            layout_of(layout, dims.H_kv, dims.Tk, dims.d),
-            layout_of(layout, dims.H_kv, dims.Tk, dims.d_v),
-            layout_of(layout, dims.H, dims.Tq, dims.d_v)};
+    return {q, k, v, mask, int(dims.H), int(dims.H_kv), int(dims.Tq), int(dims.Tk), int(dims.d), int(dims.d_v), scale,
+            layout_of(layout, dims.H, dims.Tq, dims.d), layout_of(layout, dims.H_kv, dims.Tk, dims.d),
+            layout_of(layout, dims.H_kv, dims.Tk, dims.d_v), layout_of(layout, dims.H, dims.Tq, dims.d_v)};
 }
 
 unsigned tiles_of(size_t n) { return unsigned((n + tile_rows - 1) / tile_rows); }

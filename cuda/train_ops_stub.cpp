@@ -1,4 +1,4 @@
-// Compiled in place of train_nn.cu, train_linear.cu and train_optim.cu without
+// Compiled in place of train_nn.cu, train_norm.cu, train_linear.cu and train_optim.cu without
 // CUDA. Unreachable in practice (no Context can be made), but every entry
 // point still refuses, saying why.
 #include "autograd/tensor.h"

@@ -1,12 +1,13 @@
-// The ops of a decoder's training step on the device, float32, each forward
-// beside its backward, on pointers into DeviceBuffers of one Context: every
-// call only queues work on the context's stream. Together with the attention
-// kernels of autograd/device/attention.h they are what experiments/run/device_training.cpp
-// composes into a step that moves only the batch in and the loss out.
+// The device seam, part one: the kernels of a training step, float32, each
+// forward beside its backward, on pointers into DeviceBuffers of one Context:
+// every call only queues work on the context's stream. The ops' device branches
+// (autograd/device/ops_*.cpp) and the optimisers (optim/device_update.cpp) call
+// them; with the attention kernels of autograd/device/attention.h they are all a
+// training step needs on the device.
 //
 // The CPU reference of each is the autograd op of the same name (embedding,
-// layer_norm, gelu, relu, linear, cross_entropy, Adam::step); the device tests
-// compare a whole step's loss, gradients and updated parameters with it.
+// layer_norm, rms_norm, gelu, relu, add, linear, cross_entropy, Adam::step); the
+// device tests compare each, and whole steps, with it.
 //
 // Row-major throughout; M = B T rows of width D. A backward that writes into a
 // parameter gradient always adds (the step zeroes all gradients first); one
@@ -14,7 +15,7 @@
 // Column sums are deterministic (no atomics); only the embedding's scatter-add
 // uses atomics.
 //
-// Plain C++; train_nn.cu, train_linear.cu and train_optim.cu with
+// Plain C++; train_nn.cu, train_norm.cu, train_linear.cu and train_optim.cu with
 // -DATTNLAB_CUDA=ON, train_ops_stub.cpp (which refuses) otherwise.
 #pragma once
 
@@ -35,7 +36,7 @@ void embedding_forward(Context& context, size_t B, size_t T, size_t D, const int
 void embedding_backward(Context& context, size_t B, size_t T, size_t D, const int32_t* tokens, const float* dx,
                         float* dE, float* dP);
 
-// ---- layer norm over the last axis (train_nn.cu) -----------------------------
+// ---- layer norm over the last axis (train_norm.cu) ---------------------------
 
 // y = (x - mean) rstd gamma + beta per row of x (rows, D); mean, rstd (rows) kept for the backward.
 void layer_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* gamma, const float* beta,
@@ -46,7 +47,7 @@ void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x
                          const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
                          float* dgamma, float* dbeta, float* scratch);
 
-// ---- RMS norm over the last axis (train_nn.cu) -------------------------------
+// ---- RMS norm over the last axis (train_norm.cu) -----------------------------
 
 // y = x rstd w per row, rstd = 1 / sqrt(mean(x^2) + eps) (rows) kept for the backward.
 void rms_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* w, float eps, float* y,
