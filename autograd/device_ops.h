@@ -105,6 +105,7 @@ Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& o
 Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps);
 Tensor dropout_device(const Tensor& x, double p, Rng& rng);
+Tensor rotary_device(const Tensor& x, size_t heads, size_t offset, double base);
 // counted: the positions the loss mask keeps (each target checked already)
 Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const Mask& loss_mask, size_t counted);
 AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& dims,

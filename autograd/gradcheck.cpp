@@ -92,6 +92,7 @@ std::vector<GradcheckCase> gradcheck_registry() {
     add_matmul_cases(cases);
     add_nn_cases(cases);
     add_attention_cases(cases);
+    add_position_cases(cases);
     return cases;
 }
 

@@ -47,5 +47,6 @@ void add_shape_cases(std::vector<GradcheckCase>& cases);
 void add_matmul_cases(std::vector<GradcheckCase>& cases);
 void add_nn_cases(std::vector<GradcheckCase>& cases);
 void add_attention_cases(std::vector<GradcheckCase>& cases);
+void add_position_cases(std::vector<GradcheckCase>& cases);
 
 }  // namespace attnlab

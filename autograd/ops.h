@@ -73,6 +73,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
 // Zeroes each element with probability p and scales the rest by 1/(1-p); identity when !training.
 Tensor dropout(const Tensor& x, double p, bool training, Rng& rng);
+// ---- positions inside attention (ops_position.cpp) ----
+// Rotary embeddings on x (B, T, H d) (heads side by side, d even), positions
+// offset .. offset + T - 1, frequencies base^(-2c/d); split halves: the pairs are
+// (c, c + d/2) of each head. Differentiable on both devices.
+Tensor rotary(const Tensor& x, size_t heads, size_t offset, double base);
+
 // logits (..., C), targets (...). Mean over positions whose loss_mask is true
 // (all positions when loss_mask is empty); 0 with zero gradient when none count.
 Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& loss_mask = Mask());

@@ -82,6 +82,22 @@ __global__ void activation_backward_kernel(DeviceActivation activation, size_t n
     }
 }
 
+// ---- rotary positions: one thread per pair ----
+
+__global__ void rotary_kernel(size_t pairs, size_t T, size_t H, size_t d, size_t offset, double base, double sign,
+                              const float* x, float* y) {
+    const size_t half = d / 2;
+    FOR_EACH_INDEX(e, pairs) {
+        const size_t c = e % half, row = e / half, t = (row / H) % T;  // row: (b, t, h)
+        const double angle = double(offset + t) * pow(base, -2.0 * double(c) / double(d));
+        const float cs = float(cos(angle)), sn = float(sign * sin(angle));
+        const size_t at = row * d + c;
+        const float lo = x[at], hi = x[at + half];
+        y[at] = lo * cs - hi * sn;
+        y[at + half] = hi * cs + lo * sn;
+    }
+}
+
 // ---- dropout: the keep scale of element e, from (seed, e) alone ----
 
 __device__ __forceinline__ float keep_scale(uint64_t seed, size_t e, float p, float scale) {
@@ -242,6 +258,14 @@ void activation_backward(Context& context, DeviceActivation activation, size_t n
                          float* dx) {
     activation_backward_kernel<<<grid_for(n), threads, 0, context.stream()>>>(activation, n, x, dy, dx);
     check_launch("activation_backward");
+}
+
+void rotary(Context& context, size_t B, size_t T, size_t H, size_t d, size_t offset, double base, double sign,
+            const float* x, float* y) {
+    const size_t pairs = B * T * H * (d / 2);
+    if (pairs == 0) return;
+    rotary_kernel<<<grid_for(pairs), threads, 0, context.stream()>>>(pairs, T, H, d, offset, base, sign, x, y);
+    check_launch("rotary");
 }
 
 void dropout_forward(Context& context, size_t n, const float* x, float p, uint64_t seed, float* y) {

@@ -18,13 +18,15 @@ Positional parse_positional(const std::string& name) {
     if (name == "learned") return Positional::learned;
     if (name == "sinusoidal") return Positional::sinusoidal;
     if (name == "none") return Positional::none;
-    fail("positional", "must be \"learned\", \"sinusoidal\" or \"none\", got \"" + name + "\"");
+    if (name == "rotary") return Positional::rotary;
+    fail("positional", "must be \"learned\", \"sinusoidal\", \"none\" or \"rotary\", got \"" + name + "\"");
 }
 
 std::string to_string(Positional kind) {
     switch (kind) {
         case Positional::learned: return "learned";
         case Positional::sinusoidal: return "sinusoidal";
+        case Positional::rotary: return "rotary";
         default: return "none";
     }
 }
@@ -45,7 +47,7 @@ PositionalEncoding::PositionalEncoding(Positional kind_, size_t max_len_, size_t
 }
 
 Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
-    if (kind == Positional::none) return x;
+    if (kind == Positional::none || kind == Positional::rotary) return x;
     const size_t T = x.size(1);
     if (offset + T > max_len)
         fail("positional", "positions up to " + std::to_string(offset + T) + " exceed the table of " +

@@ -27,8 +27,10 @@ public:
     Tensor weight;
 };
 
-enum class Positional { learned, sinusoidal, none };
-Positional parse_positional(const std::string& name);  // "learned" | "sinusoidal" | "none"
+// rotary: no code added here; self-attention rotates q and k (MultiHeadAttention,
+// AttentionConfig::rotary_base), so no table bounds the length either.
+enum class Positional { learned, sinusoidal, none, rotary };
+Positional parse_positional(const std::string& name);  // "learned" | "sinusoidal" | "none" | "rotary"
 std::string to_string(Positional kind);
 
 // Adds a position code to x (B, T, D) for positions offset .. offset+T-1.

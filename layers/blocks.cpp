@@ -64,7 +64,9 @@ DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
     if (cross_attention) {
-        cross_attn = std::make_unique<MultiHeadAttention>(c.attention, init, dropout_rng);
+        AttentionConfig cross = c.attention;
+        cross.rotary_base = 0.0;  // positions of the target and the source are not comparable
+        cross_attn = std::make_unique<MultiHeadAttention>(cross, init, dropout_rng);
         res_cross = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng);
         register_module("cross_attn", *cross_attn);
         if (res_cross->ln) register_module("ln_cross", *res_cross->ln);

@@ -18,9 +18,12 @@ AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal) {
     return mask;
 }
 
-ModelConfig checked(const ModelConfig& c) {
-    if (c.vocab == 0) fail("model", "vocab must be at least 1");
-    if (c.max_len == 0) fail("model", "max_len must be at least 1");
+ModelConfig checked(const ModelConfig& c_in) {
+    if (c_in.vocab == 0) fail("model", "vocab must be at least 1");
+    if (c_in.max_len == 0) fail("model", "max_len must be at least 1");
+    ModelConfig c = c_in;
+    // rotary positions act in self-attention (the blocks give cross-attention none)
+    c.block.attention.rotary_base = c.positional == Positional::rotary ? c.rotary_base : 0.0;
     return c;
 }
 
@@ -64,7 +67,7 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
     register_module("pos_emb", pos_emb);
     register_module("emb_drop", emb_drop);
     for (size_t l = 0; l < c.layers; ++l) {
-        blocks.push_back(std::make_unique<DecoderBlock>(c.block, false, init, dropout_rng));
+        blocks.push_back(std::make_unique<DecoderBlock>(config.block, false, init, dropout_rng));
         register_module("blocks." + std::to_string(l), *blocks.back());
     }
     if (c.block.norm == Norm::pre) {  // post-norm blocks already end normalised
@@ -101,11 +104,11 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
     register_module("tgt_pos_emb", tgt_pos_emb);
     register_module("emb_drop", emb_drop);
     for (size_t l = 0; l < c.layers; ++l) {
-        encoder.push_back(std::make_unique<EncoderBlock>(c.block, init, dropout_rng));
+        encoder.push_back(std::make_unique<EncoderBlock>(config.block, init, dropout_rng));
         register_module("encoder." + std::to_string(l), *encoder.back());
     }
     for (size_t l = 0; l < c.layers; ++l) {
-        decoder.push_back(std::make_unique<DecoderBlock>(c.block, true, init, dropout_rng));
+        decoder.push_back(std::make_unique<DecoderBlock>(config.block, true, init, dropout_rng));
         register_module("decoder." + std::to_string(l), *decoder.back());
     }
     if (c.block.norm == Norm::pre) {

@@ -15,6 +15,7 @@ struct ModelConfig {
     size_t layers = 1;
     size_t max_len = 0;             // longest sequence the positional table covers
     Positional positional = Positional::learned;
+    double rotary_base = 10000.0;   // positional = rotary: the frequencies' base
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
 };

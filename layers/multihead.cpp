@@ -52,6 +52,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
       kv_heads(resolved(config_in).kv_heads),
       head_width(resolved(config_in).head_width),
       scale(resolve_scale(config_in.scale, head_width)),
+      rotary_base(config_in.rotary_base),
       dropout(config_in.dropout),
       masked_rows(config_in.masked_rows),
       dropout_rng(dropout_rng_),
@@ -64,6 +65,10 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
     declare_hook_points({"in", "in_kv", "q", "k", "v", "scores", "pattern", "z", "out"});
+}
+
+Tensor MultiHeadAttention::positioned(const Tensor& t, size_t n, size_t offset) const {
+    return rotary_base > 0.0 ? rotary(t, n, offset, rotary_base) : t;
 }
 
 Tensor MultiHeadAttention::hook_heads(const char* point, const Tensor& t, size_t n) const {
@@ -131,19 +136,21 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const 
                               shape_str(x_kv.shape()));
     const Tensor in = hook("in", x_q);
     const Tensor in_kv = hook("in_kv", x_kv.same(x_q) ? in : x_kv);  // self-attention: the same tensor
-    return attend(hook_heads("q", q_proj.forward(in), heads), hook_heads("k", k_proj.forward(in_kv), kv_heads),
-                  hook_heads("v", v_proj.forward(in_kv), kv_heads), mask, need_weights);
+    const Tensor q = positioned(hook_heads("q", q_proj.forward(in), heads), heads, 0);
+    const Tensor k = positioned(hook_heads("k", k_proj.forward(in_kv), kv_heads), kv_heads, 0);
+    return attend(q, k, hook_heads("v", v_proj.forward(in_kv), kv_heads), mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache,
                                                               const AttentionMask& mask, bool need_weights) const {
     const Tensor in = hook("in", x_new);
     const Tensor in_kv = hook("in_kv", in);
-    const Tensor k_new = hook_heads("k", k_proj.forward(in_kv), kv_heads);  // (B, Tn, H_kv d_h)
+    const size_t offset = cache.length();  // the new positions start after the cached ones
+    const Tensor k_new = positioned(hook_heads("k", k_proj.forward(in_kv), kv_heads), kv_heads, offset);  // (B, Tn, H_kv d_h)
     const Tensor v_new = hook_heads("v", v_proj.forward(in_kv), kv_heads);
     cache.k = cache.k.defined() ? concat({cache.k, k_new}, 1) : k_new;
     cache.v = cache.v.defined() ? concat({cache.v, v_new}, 1) : v_new;
-    return attend(hook_heads("q", q_proj.forward(in), heads), cache.k, cache.v, mask, need_weights);
+    return attend(positioned(hook_heads("q", q_proj.forward(in), heads), heads, offset), cache.k, cache.v, mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache,

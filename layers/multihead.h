@@ -26,6 +26,7 @@ struct AttentionConfig {
     bool bias = true;
     double dropout = 0.0;   // on the attention weights
     MaskedRows masked_rows = MaskedRows::error;
+    double rotary_base = 0.0;  // > 0: rotary positions on q and k (self-attention; the op rotary)
 };
 
 // Keys and values of earlier positions, (B, T_cached, H_kv d_h) each: the
@@ -39,8 +40,9 @@ struct KVCache {
 // Hook points (layers/hooks.h), relative to the module's name ("blocks.0.attn."):
 //   in       (B, Tq, D)        the query-side input x_q
 //   in_kv    (B, Tk, D_kv)     the key/value-side input (x_q itself for self-attention)
-//   q        (B, Tq, H, d_h)   projected queries, per head
-//   k, v     (B, Tk, H_kv, d_h) projected keys and values (with a KV cache: the new positions)
+//   q        (B, Tq, H, d_h)   projected queries, per head (before the rotary rotation, if any)
+//   k, v     (B, Tk, H_kv, d_h) projected keys and values (with a KV cache: the new positions;
+//                              k before the rotation; the cache keeps rotated keys)
 //   scores   (B, H, Tq, Tk)    scale q.k, -inf at ineligible keys (0 in a row with none, policy "zero")
 //   pattern  (B, H, Tq, Tk)    the attention weights, before dropout
 //   z        (B, Tq, H, d_h)   each head's output, before the output projection
@@ -68,6 +70,7 @@ public:
 
     size_t heads, kv_heads, head_width;
     double scale;
+    double rotary_base;  // 0: no rotary positions
     double dropout;
     MaskedRows masked_rows;
     Rng* dropout_rng;
@@ -76,6 +79,8 @@ public:
 private:
     // t (B, T, n d_h) through hook point `point` as (B, T, n, d_h)
     Tensor hook_heads(const char* point, const Tensor& t, size_t n) const;
+    // t (B, T, n d_h) at positions offset .. offset + T - 1, rotated when rotary_base > 0
+    Tensor positioned(const Tensor& t, size_t n, size_t offset) const;
     // Attention as separate ops, for hooks that replace scores or the pattern.
     AttentionResult attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     const AttentionOptions& options) const;

@@ -11,7 +11,9 @@ modules carry the same dotted names (README, "Parameter names"). The
 architecture comes from the checkpoint's `config` attribute (TOML): model.kind
 decoder | encoder-decoder, norm pre | post | none, norm_type layernorm |
 rmsnorm (torch 1.13 has no nn.RMSNorm: RMSNorm below), positional learned |
-sinusoidal | none, ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
+sinusoidal | none | rotary (RoPE on q and k of self-attention, split halves as
+Hugging Face's rotate_half: pair (c, c + d_h/2) turns by p base^(-2c/d_h),
+model.rotary_base), ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
 bias on | off, kv_heads (grouped K/V: query head h reads K/V head
 h // (heads / kv_heads), i.e. repeat_interleave), head_width, scale sqrt | none
 | linear | a number. LayerNorm and RMSNorm eps is 1e-5. Sequences are right-padded; keys at
@@ -154,13 +156,14 @@ class Arch:
             self.activation = m.get("activation", "gelu")
             self.bias = bool(m.get("bias", True))
             self.scale = resolve_scale(m.get("scale", "sqrt"), self.head_width)
+            self.rotary_base = float(m.get("rotary_base", 10000.0)) if self.positional == "rotary" else 0.0
         except KeyError as e:
             raise BridgeError(f"config has no key {e}") from None
         checks = [
             (self.kind in ("decoder", "encoder-decoder"), f"model.kind '{self.kind}'"),
             (self.norm in ("pre", "post", "none"), f"model.norm '{self.norm}'"),
             (self.norm_type in ("layernorm", "rmsnorm"), f"model.norm_type '{self.norm_type}'"),
-            (self.positional in ("learned", "sinusoidal", "none"), f"model.positional '{self.positional}'"),
+            (self.positional in ("learned", "sinusoidal", "none", "rotary"), f"model.positional '{self.positional}'"),
             (self.activation in ("gelu", "relu"), f"model.activation '{self.activation}'"),
             (self.heads % self.kv_heads == 0, f"model.kv_heads {self.kv_heads} for {self.heads} heads"),
         ]
@@ -197,6 +200,21 @@ class PositionalEncoding(nn.Module):
         return x
 
 
+def rotate_half(x):
+    """(x1, x2) -> (-x2, x1) over the two halves of the last axis."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rotary(x, base):
+    """x (B, h, T, d_h) at positions 0 .. T-1: x cos + rotate_half(x) sin, angles in float64."""
+    T, d = x.shape[2], x.shape[3]
+    theta = torch.pow(torch.tensor(base, dtype=torch.float64), -2.0 * torch.arange(d // 2, dtype=torch.float64) / d)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * theta[None, :]  # (T, d_h/2)
+    angle = torch.cat([angle, angle], dim=-1)
+    return x * torch.cos(angle).to(x.dtype) + rotate_half(x) * torch.sin(angle).to(x.dtype)
+
+
 def eligibility(key_lengths, queries, keys, causal):
     """(B, Tq, Tk) bool, True = the query may attend to the key (attnlab's convention).
 
@@ -221,9 +239,10 @@ class Attention(nn.Module):
 
     use_nn_mha = False  # class-wide switch set by --nn-mha
 
-    def __init__(self, a):
+    def __init__(self, a, rotary_base=0.0):
         super().__init__()
         self.heads, self.kv_heads, self.head_width, self.scale = a.heads, a.kv_heads, a.head_width, a.scale
+        self.rotary_base = rotary_base  # > 0: rotary positions on q and k
         self.q_proj = nn.Linear(a.width, a.heads * a.head_width, bias=a.bias)
         self.k_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
         self.v_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
@@ -232,7 +251,7 @@ class Attention(nn.Module):
 
     def nn_mha_compatible(self):
         width = self.out_proj.out_features
-        return (self.kv_heads == self.heads and self.heads * self.head_width == width
+        return (self.kv_heads == self.heads and self.heads * self.head_width == width and self.rotary_base == 0
                 and math.isclose(self.scale, 1.0 / math.sqrt(self.head_width), rel_tol=1e-12))
 
     def split(self, x, heads):  # (B, T, h*d_h) -> (B, h, T, d_h)
@@ -246,6 +265,8 @@ class Attention(nn.Module):
         q = self.split(self.q_proj(x_q), self.heads)
         k = self.split(self.k_proj(x_kv), self.kv_heads)
         v = self.split(self.v_proj(x_kv), self.kv_heads)
+        if self.rotary_base > 0:
+            q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
         if self.kv_heads != self.heads:  # query head h reads K/V head h // (H / H_kv)
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
@@ -314,9 +335,9 @@ class Block(nn.Module):
         super().__init__()
         self.norm = a.norm
         with_ln = a.norm != "none"
-        self.attn = Attention(a)
+        self.attn = Attention(a, a.rotary_base)
         self.ln1 = make_norm(a) if with_ln else None
-        self.cross_attn = Attention(a) if cross else None
+        self.cross_attn = Attention(a) if cross else None  # no rotary positions across source and target
         self.ln_cross = make_norm(a) if cross and with_ln else None
         self.ffn = FeedForward(a) if a.ffn > 0 else None
         self.ln2 = make_norm(a) if a.ffn > 0 and with_ln else None

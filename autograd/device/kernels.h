@@ -65,6 +65,14 @@ void activation_forward(Context& context, DeviceActivation activation, size_t n,
 void activation_backward(Context& context, DeviceActivation activation, size_t n, const float* x, const float* dy,
                          float* dx);
 
+// ---- rotary positions (train_nn.cu) ------------------------------------------
+
+// y (B, T, H d) = x with each head's pairs (c, c + d/2) rotated by sign (offset + t)
+// base^(-2c/d), the angle computed in double (as the CPU op): the forward with
+// sign 1, the backward with -1. y may alias x.
+void rotary(Context& context, size_t B, size_t T, size_t H, size_t d, size_t offset, double base, double sign,
+            const float* x, float* y);
+
 // ---- dropout (train_nn.cu) ----------------------------------------------------
 
 // Element e of a call with `seed` is dropped when u(seed, e) < p, u uniform in

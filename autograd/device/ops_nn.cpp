@@ -89,6 +89,16 @@ Tensor dropout_device(const Tensor& x, double p, Rng& rng) {
     });
 }
 
+// Rotary positions: the rotation forward, its transpose (the angle negated) backward.
+Tensor rotary_device(const Tensor& x, size_t heads, size_t offset, double base) {
+    const size_t B = x.size(0), T = x.size(1), d = x.size(2) / heads;
+    Tensor out = device_tensor(x.shape());
+    cuda::rotary(device_context(), B, T, heads, d, offset, base, 1.0, device_in(x), device_out(out));
+    return record_device("rotary", out, {x}, [x, B, T, heads, d, offset, base](const Tensor& g, const float*) {
+        write_device_grad(x, [&](float* dx) { cuda::rotary(device_context(), B, T, heads, d, offset, base, -1.0, device_in(g), dx); });
+    });
+}
+
 // Mean over the counted positions of logsumexp(z) - z_target. One kernel gives
 // every row's weighted loss and the gradient of the mean (kept for the backward,
 // which scales it by the incoming gradient); the loss is their column sum.

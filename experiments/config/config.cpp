@@ -163,6 +163,10 @@ void check_rules(const Config& c) {
                                     " (change one, or set model.head_width)");
     if (model.kv_heads > 0 && model.heads % model.kv_heads != 0)
         fail_key("model.kv_heads", to_string(model.kv_heads) + " does not divide model.heads = " + to_string(model.heads));
+    const int64_t head_width = model.head_width > 0 ? model.head_width : model.width / model.heads;
+    if (model.positional == "rotary" && head_width % 2 != 0)
+        fail_key("model.positional", "rotary positions rotate pairs of a head's features; the head width " +
+                                         to_string(head_width) + " is odd (change model.width, model.heads or model.head_width)");
     if (c.optim.nesterov && (c.optim.name != "sgd" || c.optim.momentum <= 0))
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");

@@ -14,6 +14,7 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     m.layers = static_cast<size_t>(c.model.layers);
     m.max_len = c.model.max_len > 0 ? static_cast<size_t>(c.model.max_len) : max_len;
     m.positional = parse_positional(c.model.positional);
+    m.rotary_base = c.model.rotary_base;
     m.embedding_dropout = c.model.dropout;
     BlockConfig& b = m.block;
     b.attention.width = static_cast<size_t>(c.model.width);

@@ -175,6 +175,35 @@ TEST(CrossEntropyValues, GradientIsSoftmaxMinusOnehotOverCount) {
                   1e-12);
 }
 
+// Rotary positions: a pair rotated by its angle keeps its norm, and the score
+// q_i . k_j depends only on i - j: shifting both positions changes nothing.
+TEST(NnValues, RotaryScoresDependOnRelativePositionOnly) {
+    Rng rng(8);
+    const Tensor q = rng.normal({1, 1, 8}, 0.0, 1.0, DType::f64), k = rng.normal({1, 1, 8}, 0.0, 1.0, DType::f64);
+    const auto score = [&](size_t qi, size_t kj) {
+        const std::vector<double> a = rotary(q, 2, qi, 100.0).values(), b = rotary(k, 2, kj, 100.0).values();
+        double s = 0;
+        for (size_t c = 0; c < 4; ++c) s += a[c] * b[c];  // head 0
+        return s;
+    };
+    EXPECT_NEAR(score(5, 2), score(8, 5), 1e-12);
+    EXPECT_NEAR(score(0, 0), score(7, 7), 1e-12);
+    EXPECT_GT(std::abs(score(5, 2) - score(5, 3)), 1e-6) << "the position must matter";
+    double before = 0, after = 0;
+    const std::vector<double> x = q.values(), y = rotary(q, 2, 9, 100.0).values();
+    for (size_t c = 0; c < 8; ++c) {
+        before += x[c] * x[c];
+        after += y[c] * y[c];
+    }
+    EXPECT_NEAR(before, after, 1e-12);
+    // position 0 is the identity; split halves: at position 1, c = 0 pairs features 0 and 2 of head 0 (d = 4)
+    expect_values(rotary(q, 2, 0, 100.0), x, 1e-15);
+    const std::vector<double> one = rotary(q, 2, 1, 100.0).values();
+    EXPECT_NEAR(one[0], x[0] * std::cos(1.0) - x[2] * std::sin(1.0), 1e-12);
+    EXPECT_NEAR(one[2], x[2] * std::cos(1.0) + x[0] * std::sin(1.0), 1e-12);
+    EXPECT_THROW(rotary(rng.normal({1, 1, 6}, 0.0, 1.0), 2, 0, 100.0), Error);  // head width 3 is odd
+}
+
 TEST(NnValues, Float32MatchesFloat64) {
     Rng rng(6);
     Tensor x64 = rng.normal({3, 4}, 0.0, 1.0, DType::f64);

@@ -152,6 +152,15 @@ class Decoder(GenerateBase):
             self.assertIn(f"{broken}: /params/head.weight: element [0, 0] is NaN", r.stderr)
 
 
+class DecoderRotary(GenerateBase):
+    extra = {"model.positional": "rotary"}  # the KV cache's keys are rotated at their own positions
+
+    def test_greedy_with_cache_check(self):
+        r = self.generate("--prompt", "3 7 5 1", "--check-cache")
+        self.assertEqual(tokens_line(r.stdout)[0], [3, 7, 5, 1])
+        self.check_cache_output(r.stdout, len(tokens_line(r.stdout)[1]))
+
+
 class EncoderDecoder(GenerateBase):
     extra = {"task.name": "translate", "model.kind": "encoder-decoder"}
 

@@ -236,7 +236,17 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder post/rmsnorm, 2 layers", model__norm_type="rmsnorm", model__norm="post",
                            model__layers=2)
 
+    def test_decoder_rotary(self):
+        self.check_variant("decoder rotary, 2 layers, kv_heads 2", model__positional="rotary", model__layers=2,
+                           model__heads=4, model__kv_heads=2)
+        self.check_variant("decoder rotary, base 100, head_width 6", model__positional="rotary", model__rotary_base="100",
+                           model__heads=2, model__head_width=6)
+
     # Encoder-decoder
+    def test_encoder_decoder_rotary(self):
+        self.check_variant("enc-dec rotary (self-attention only)", task__name="translate", model__kind="encoder-decoder",
+                           model__positional="rotary")
+
     def test_encoder_decoder_rmsnorm(self):
         self.check_variant("enc-dec pre/rmsnorm", task__name="translate", model__kind="encoder-decoder",
                            model__norm_type="rmsnorm")

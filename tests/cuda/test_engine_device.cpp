@@ -113,6 +113,7 @@ TEST_F(EngineDevice, NetworkOpsMatchTheCpu) {
                         [](const Inputs& t) { return layer_norm(t[0], t[1], t[2]); });
     expect_same_on_both("rms_norm", {random(rng, {2, 5, 8}), random(rng, {8})},
                         [](const Inputs& t) { return rms_norm(t[0], t[1]); });
+    expect_same_on_both("rotary", {random(rng, {2, 5, 2 * 6})}, [](const Inputs& t) { return rotary(t[0], 2, 3, 10000.0); });
     Indices targets({2, 5}, {1, 2, 3, 4, 0, 6, 5, 4, 9, 9});  // 9: out of range, but left out by the mask
     const Mask keep({2, 5}, {1, 1, 0, 1, 1, 1, 1, 0, 0, 0});
     expect_same_on_both("cross_entropy with a loss mask", {random(rng, {2, 5, 7})},

@@ -107,6 +107,18 @@ void activation_backward(Context&, DeviceActivation activation, size_t n, const 
 void add_into(Context&, size_t n, const float* a, float* out) {
     for (size_t e = 0; e < n; ++e) out[e] += a[e];
 }
+void rotary(Context&, size_t B, size_t T, size_t H, size_t d, size_t offset, double base, double sign, const float* x,
+            float* y) {
+    const size_t half = d / 2;
+    for (size_t row = 0; row < B * T * H; ++row)
+        for (size_t c = 0; c < half; ++c) {
+            const double angle = double(offset + (row / H) % T) * std::pow(base, -2.0 * double(c) / double(d));
+            const float cs = float(std::cos(angle)), sn = float(sign * std::sin(angle));
+            const float lo = x[row * d + c], hi = x[row * d + c + half];
+            y[row * d + c] = lo * cs - hi * sn;
+            y[row * d + c + half] = hi * cs + lo * sn;
+        }
+}
 void add_broadcast(Context&, size_t n, size_t period, const float* a, const float* b, float* out) {
     for (size_t e = 0; e < n; ++e) out[e] = a[e] + b[e % period];
 }

@@ -90,7 +90,7 @@ TEST_F(ConfigFiles, UnknownKeysSuggestTheNearest) {
     EXPECT_EQ(load_error("[trian]\n"), path_ + ":1:2: unknown section trian (did you mean train?)");
     EXPECT_EQ(load_error("[model]\nxyzzy = 1\n"),
               path_ + ":2:1: unknown key model.xyzzy (model keys: kind, layers, width, heads, kv_heads, head_width, ffn, norm, norm_type, "
-                      "positional, scale, masked_rows, dropout, attn_dropout, bias, activation, max_len)");
+                      "positional, rotary_base, scale, masked_rows, dropout, attn_dropout, bias, activation, max_len)");
     // the first error in file order, not in toml++'s sorted order
     EXPECT_EQ(load_error("[run]\nzzz = 1\naaa = 2\n"), path_ + ":2:1: unknown key run.zzz (run keys: name, seed, out_dir)");
 }
@@ -131,6 +131,9 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[model]\nheads = 3\n"),
               path_ + ":2:9: model.width: 64 is not divisible by model.heads = 3 (change one, or set model.head_width)");
     EXPECT_EQ(load_error("[model]\nheads = 4\nkv_heads = 3\n"), path_ + ":3:12: model.kv_heads: 3 does not divide model.heads = 4");
+    EXPECT_EQ(load_error("[model]\npositional = \"rotary\"\nwidth = 12\nheads = 4\n"),
+              path_ + ":2:14: model.positional: rotary positions rotate pairs of a head's features; the head width 3 is odd "
+                      "(change model.width, model.heads or model.head_width)");
     EXPECT_EQ(load_error("[task]\nname = \"translate\"\n"),
               path_ + ":2:8: model.kind: task.name = \"translate\" needs \"encoder-decoder\", got \"decoder\"");
     EXPECT_EQ(load_error("[task]\nname = \"copy\"\n[model]\nkind = \"encoder-decoder\"\n"),

@@ -68,7 +68,8 @@ struct Variant {
 std::vector<Variant> causal_variants() {
     return {{"pre-norm, learned positions", small_config(Norm::pre, Positional::learned)},
             {"post-norm, learned positions", small_config(Norm::post, Positional::learned)},
-            {"pre-norm, sinusoidal positions", small_config(Norm::pre, Positional::sinusoidal)}};
+            {"pre-norm, sinusoidal positions", small_config(Norm::pre, Positional::sinusoidal)},
+            {"pre-norm, rotary positions", small_config(Norm::pre, Positional::rotary)}};
 }
 
 TEST(CausalPerturbation, DecoderLMEveryPathEveryPosition) {
@@ -167,6 +168,28 @@ TEST(PaddingInvariance, DecoderLMSelfAttention) {
     expect_valid_positions_equal(a, recorded_forward(model, maps, [&] { return model.forward(with_padding(tokens, lengths, 9, 11), lengths); }), lengths);
     for (size_t b_item = 0; b_item < 2; ++b_item)
         expect_matches_alone(a, b_item, model.forward(token_row(tokens, b_item, lengths[b_item])), lengths[b_item]);
+}
+
+// Rotary positions depend on the absolute index: right padding moves no valid
+// position, so both stacks still ignore what the padding holds.
+TEST(PaddingInvariance, RotaryPositions) {
+    Rng init(3), dropout_rng(4), data(5);
+    const ModelConfig c = small_config(Norm::pre, Positional::rotary);
+    DecoderLM model(c, init, &dropout_rng);
+    model.eval();
+    const std::vector<size_t> lengths = {5, 8};
+    const Indices tokens = random_tokens(data, 2, 8, 11);
+    const Tensor a = model.forward(with_padding(tokens, lengths, 1, 11), lengths);
+    expect_valid_positions_equal(a, model.forward(with_padding(tokens, lengths, 6, 11), lengths), lengths);
+    for (size_t b_item = 0; b_item < 2; ++b_item)
+        expect_matches_alone(a, b_item, model.forward(token_row(tokens, b_item, lengths[b_item])), lengths[b_item]);
+    EncoderDecoder enc_dec(c, init, &dropout_rng);
+    enc_dec.eval();
+    const std::vector<size_t> src_lengths = {4, 7};
+    const Indices src = random_tokens(data, 2, 7, 11);
+    const Tensor m = enc_dec.encode(with_padding(src, src_lengths, 2, 11), src_lengths);
+    expect_valid_positions_equal(m, enc_dec.encode(with_padding(src, src_lengths, 7, 11), src_lengths), src_lengths);
+    for (size_t i = 0; i < 2; ++i) expect_matches_alone(m, i, enc_dec.encode(token_row(src, i, src_lengths[i]), {src_lengths[i]}), src_lengths[i]);
 }
 
 struct Seq2SeqBatch {
