@@ -47,6 +47,9 @@ struct AttentionMask {
         return end;
     }
     bool has_explicit() const { return !eligible.values.empty(); }
+    // ALiBi (Press et al. 2022): query head h adds alibi_bias(...) to its scaled
+    // score of every eligible key, -m_h times the distance between their positions.
+    bool alibi = false;
 
     // The mask as the device kernels read it, uploaded by the first device
     // attention call that uses it and shared by the later ones
@@ -69,6 +72,31 @@ struct AttentionMask {
         return true;
     }
 };
+
+// Code both the CPU and the CUDA kernels compile (nvcc sees it as device code too).
+#if defined(__CUDACC__)
+#define ATTNLAB_HOST_DEVICE __host__ __device__
+#else
+#define ATTNLAB_HOST_DEVICE
+#endif
+
+// ALiBi's slope of query head h of H, as Press et al. 2022 give them: for H a
+// power of two m_h = 2^(-8 (h + 1) / H); otherwise the slopes of the largest
+// power of two n0 < H, then every other slope of 2 n0 heads for the rest,
+// 2^(-4 (2 t + 1) / n0) for t = h - n0.
+ATTNLAB_HOST_DEVICE inline double alibi_slope(size_t h, size_t H) {
+    size_t n0 = 1;
+    while (n0 * 2 <= H) n0 *= 2;
+    const double n = static_cast<double>(n0);
+    return exp2(h < n0 ? -8.0 * static_cast<double>(h + 1) / n : -4.0 * static_cast<double>(2 * (h - n0) + 1) / n);
+}
+// The bias of query i and key j of Tq and Tk (queries at positions i + Tk - Tq,
+// bottom-right aligned as the causal mask): -m_h |p_q - p_k|, symmetric, so that
+// an encoder's keys after the query are penalised as those before it.
+ATTNLAB_HOST_DEVICE inline double alibi_bias(size_t h, size_t H, size_t i, size_t j, size_t Tq, size_t Tk) {
+    const double distance = static_cast<double>(i + Tk - Tq) - static_cast<double>(j);
+    return -alibi_slope(h, H) * (distance < 0 ? -distance : distance);
+}
 
 // The sizes of one attention call, on either device: q (B, H, Tq, d), k (B, H_kv,
 // Tk, d), v (B, H_kv, Tk, d_v) (or the packed layout of the same sizes).

@@ -326,6 +326,18 @@ void add_attention_cases(std::vector<GradcheckCase>& cases) {
                          o.rng = &r;
                          return attention(t[0], t[1], t[2], {}, o).context;
                      }});
+    AttentionMask alibi = both;
+    alibi.alibi = true;
+    for (AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
+        AttentionOptions plain;
+        plain.scale = 0.5;
+        plain.path = path;
+        cases.push_back({"attention", std::string("ALiBi, causal and padding, 3 heads") +
+                                          (path == AttentionPath::dense ? " (dense)" : " (blockwise)"),
+                         {in({2, 3, 3, 2}), in({2, 3, 4, 2}), in({2, 3, 4, 2})}, run(alibi, plain)});
+    }
+    cases.push_back({"attention_scores", "ALiBi, causal, through softmax", {in({2, 3, 4}), in({2, 4, 4})},
+                     [alibi](V t) { return softmax(attention_scores(t[0], t[1], 2, 2, alibi, 0.5), -1); }});
     // the scores written out of ops (packed layout, grouped K/V), through a softmax: -inf never reaches the check
     cases.push_back({"attention_scores", "causal, grouped K/V, (2,3,2 x 2) with (2,4,1 x 2), through softmax",
                      {in({2, 3, 4}), in({2, 4, 2})}, [causal](V t) { return softmax(attention_scores(t[0], t[1], 2, 1, causal, 0.5), -1); }});

@@ -66,7 +66,17 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
     const Tensor q_h = heads_first(q, heads, d, heads), k_h = heads_first(k, kv_heads, d, heads);
     Mask empty_rows;
     const Mask ineligible = ineligible_keys(mask, B, Tq, Tk, empty_rows);
-    return masked_fill(matmul(q_h, transpose(k_h, 2, 3)) * scale, ineligible, -INFINITY);
+    const Tensor scores = masked_fill(matmul(q_h, transpose(k_h, 2, 3)) * scale, ineligible, -INFINITY);
+    if (!mask.alibi) return scores;
+    // (B, H, Tq, Tk): ALiBi's bias, except in a row with no eligible key, which keeps its raw scores
+    std::vector<double> bias(B * heads * Tq * Tk, 0.0);
+    for (size_t b = 0; b < B; ++b)
+        for (size_t h = 0; h < heads; ++h)
+            for (size_t i = 0; i < Tq; ++i) {
+                if (empty_rows.values[b * Tq + i]) continue;
+                for (size_t j = 0; j < Tk; ++j) bias[((b * heads + h) * Tq + i) * Tk + j] = alibi_bias(h, heads, i, j, Tq, Tk);
+            }
+    return scores + Tensor::from_values(bias, {B, heads, Tq, Tk}, q.dtype());
 }
 
 }  // namespace attnlab

@@ -39,6 +39,10 @@ __global__ void masked_softmax_kernel(float* scores, long long rows, int H, int 
     float* s = scores + row * Tk;  // (Tk)
     const int end = mask_key_end(mask, b, i, Tq, Tk);
     const bool per_key = mask.eligible != nullptr;  // below `end` only an explicit mask excludes keys
+    if (mask.alibi) {  // the bias, before the softmax (keys >= end stay as they are: never read)
+        const float slope = alibi_slope_of(mask, int(row / Tq % H), H);
+        for (int j = lane; j < end; j += 32) s[j] += alibi_term(slope, i, j, Tq, Tk);
+    }
 
     float row_max = -INFINITY;
     for (int j = lane; j < end; j += 32)
@@ -69,8 +73,9 @@ __global__ void mask_scores_kernel(float* scores, long long rows, int H, int Tq,
     bool any = false;
     for (int j = lane; j < Tk; j += 32) any = any || mask_allows(mask, b, i, j, Tq, Tk);
     if (warp_sum(any ? 1.0f : 0.0f) == 0.0f) return;  // no eligible key in the row
+    const float slope = alibi_slope_of(mask, int(row / Tq % H), H);
     for (int j = lane; j < Tk; j += 32)
-        if (!mask_allows(mask, b, i, j, Tq, Tk)) s[j] = -INFINITY;
+        s[j] = mask_allows(mask, b, i, j, Tq, Tk) ? s[j] + alibi_term(slope, i, j, Tq, Tk) : -INFINITY;
 }
 
 // In place over each row of dA (B, H, Tq, Tk): dS_j = scale A_j (dA_j - sum_k dA_k A_k).

@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
     const int q0 = (gridDim.x - 1 - blockIdx.x) * tile_rows;  // the longest causal rows start first
     const int h = blockIdx.y, b = blockIdx.z, kv = h / (p.H / p.H_kv);
     const size_t head = (size_t)b * p.H + h;  // of lse and row_dot (B, H, Tq)
+    const float slope = alibi_slope_of(p.mask, h, p.H);
     const int row0 = tile_row0(), col0 = tile_col0();
 
     load_tile<D>(Qs, p.q + p.ql.at(b, h, 0), q0, p.Tq, p.d, p.ql.row);
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(tile_threads) flash_forward_kernel(FlashParams
             for (int m = 0; m < 8; ++m) {
                 const int j = k0 + col0 + 8 * m;
                 const bool eligible = i < p.Tq && j < p.Tk && mask_allows(p.mask, b, i, j, p.Tq, p.Tk);
-                s[r][m] = eligible ? s[r][m] * p.scale : -INFINITY;
+                s[r][m] = eligible ? s[r][m] * p.scale + alibi_term(slope, i, j, p.Tq, p.Tk) : -INFINITY;
                 tile_max = max_or_nan(tile_max, s[r][m]);
             }
             const float new_max = max_or_nan(row_max[r], row_max8(tile_max));
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(tile_threads)
         for (int g = 0; g < group; ++g) {
             const int h = kv * group + g;
             const size_t head = (size_t)b * p.H + h;
+            const float slope = alibi_slope_of(p.mask, h, p.H);
             for (int q0 = first_query / tile_rows * tile_rows; q0 < p.Tq; q0 += tile_rows) {
                 __syncthreads();  // the previous step has finished reading Qs, dOs, Ps
                 load_tile<D>(Qs, p.q + p.ql.at(b, h, 0), q0, p.Tq, p.d, p.ql.row);
@@ -209,7 +211,8 @@ __global__ void __launch_bounds__(tile_threads)
                         const float row_lse = lse_s[col];
                         const bool eligible = i < p.Tq && j < p.Tk && row_lse != -INFINITY &&
                                               mask_allows(p.mask, b, i, j, p.Tq, p.Tk);
-                        const float weight = eligible ? expf(s[r][m] * p.scale - row_lse) : 0.0f;  // P_ij
+                        const float weight =
+                            eligible ? expf(s[r][m] * p.scale + alibi_term(slope, i, j, p.Tq, p.Tk) - row_lse) : 0.0f;  // P_ij
                         dp[r][m] = weight * (dp[r][m] - dot_s[col]);                               // dS_ij / scale
                         Ps[(row0 + r) * tile_ld_p + col] = weight;
                     }
@@ -253,6 +256,7 @@ __global__ void __launch_bounds__(tile_threads)
     const int q0 = (gridDim.x - 1 - blockIdx.x) * tile_rows;
     const int h = blockIdx.y, b = blockIdx.z, kv = h / (p.H / p.H_kv);
     const size_t head = (size_t)b * p.H + h;  // of lse and row_dot (B, H, Tq)
+    const float slope = alibi_slope_of(p.mask, h, p.H);
     const int row0 = tile_row0(), col0 = tile_col0();
 
     load_tile<D>(Qs, p.q + p.ql.at(b, h, 0), q0, p.Tq, p.d, p.ql.row);
@@ -281,7 +285,7 @@ __global__ void __launch_bounds__(tile_threads)
                 const int i = q0 + row0 + r, j = k0 + col0 + 8 * m;
                 const bool eligible = i < p.Tq && j < p.Tk && row_lse[r] != -INFINITY &&
                                       mask_allows(p.mask, b, i, j, p.Tq, p.Tk);
-                const float weight = eligible ? expf(s[r][m] * p.scale - row_lse[r]) : 0.0f;
+                const float weight = eligible ? expf(s[r][m] * p.scale + alibi_term(slope, i, j, p.Tq, p.Tk) - row_lse[r]) : 0.0f;
                 Ps[(row0 + r) * tile_ld_p + col0 + 8 * m] = weight * (dp[r][m] - dot[r]);  // dS_ij / scale
             }
         __syncthreads();

@@ -9,6 +9,7 @@ namespace attnlab::cuda {
 
 DeviceMask::DeviceMask(Context& context, const AttentionMask& mask, const AttentionDims& dims) {
     view_.causal = mask.causal;
+    view_.alibi = mask.alibi;
     if (!mask.key_lengths.empty()) {
         const std::vector<int32_t> lengths(mask.key_lengths.begin(), mask.key_lengths.end());  // (B), each <= Tk < 2^31
         key_lengths_ = to_device(context, lengths.data(), lengths.size() * sizeof(int32_t));

@@ -24,4 +24,13 @@ __device__ __forceinline__ bool mask_allows(const MaskView& mask, int b, int i, 
     return true;
 }
 
+// ALiBi's slope of query head h (0 without ALiBi): once per thread, not per score.
+__device__ __forceinline__ float alibi_slope_of(const MaskView& mask, int h, int H) {
+    return mask.alibi ? float(alibi_slope(size_t(h), size_t(H))) : 0.0f;
+}
+// The bias of query i and key j: -slope |i + Tk - Tq - j| (autograd/attention.h, alibi_bias).
+__device__ __forceinline__ float alibi_term(float slope, int i, int j, int Tq, int Tk) {
+    return -slope * fabsf(float(i + Tk - Tq - j));
+}
+
 }  // namespace attnlab::cuda

@@ -197,11 +197,12 @@ __global__ void score_moments_kernel(AttentionDims s, const float* q, const floa
     const float* qi = q + row * s.d;
     const float* kb = k + (size_t(b) * s.H_kv + kv) * s.Tk * s.d;
     double count = 0, sum = 0, squares = 0;
+    const float slope = alibi_slope_of(mask, h, int(s.H));
     for (int j = lane; j < int(s.Tk); j += 32) {
         if (!mask_allows(mask, b, i, j, int(s.Tq), int(s.Tk))) continue;
         float dot = 0.0f;
         for (size_t c = 0; c < s.d; ++c) dot += qi[c] * kb[size_t(j) * s.d + c];
-        const double score = double(scale * dot);
+        const double score = double(scale * dot + alibi_term(slope, i, j, int(s.Tq), int(s.Tk)));
         count += 1;
         sum += score;
         squares += score * score;

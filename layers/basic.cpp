@@ -19,7 +19,8 @@ Positional parse_positional(const std::string& name) {
     if (name == "sinusoidal") return Positional::sinusoidal;
     if (name == "none") return Positional::none;
     if (name == "rotary") return Positional::rotary;
-    fail("positional", "must be \"learned\", \"sinusoidal\", \"none\" or \"rotary\", got \"" + name + "\"");
+    if (name == "alibi") return Positional::alibi;
+    fail("positional", "must be \"learned\", \"sinusoidal\", \"none\", \"rotary\" or \"alibi\", got \"" + name + "\"");
 }
 
 std::string to_string(Positional kind) {
@@ -27,6 +28,7 @@ std::string to_string(Positional kind) {
         case Positional::learned: return "learned";
         case Positional::sinusoidal: return "sinusoidal";
         case Positional::rotary: return "rotary";
+        case Positional::alibi: return "alibi";
         default: return "none";
     }
 }
@@ -47,7 +49,7 @@ PositionalEncoding::PositionalEncoding(Positional kind_, size_t max_len_, size_t
 }
 
 Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
-    if (kind == Positional::none || kind == Positional::rotary) return x;
+    if (kind == Positional::none || kind == Positional::rotary || kind == Positional::alibi) return x;
     const size_t T = x.size(1);
     if (offset + T > max_len)
         fail("positional", "positions up to " + std::to_string(offset + T) + " exceed the table of " +

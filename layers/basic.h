@@ -28,9 +28,11 @@ public:
 };
 
 // rotary: no code added here; self-attention rotates q and k (MultiHeadAttention,
-// AttentionConfig::rotary_base), so no table bounds the length either.
-enum class Positional { learned, sinusoidal, none, rotary };
-Positional parse_positional(const std::string& name);  // "learned" | "sinusoidal" | "none" | "rotary"
+// AttentionConfig::rotary_base), so no table bounds the length either. alibi:
+// none either; self-attention's scores get ALiBi's linear bias (the models set
+// AttentionMask::alibi on their self-attention masks).
+enum class Positional { learned, sinusoidal, none, rotary, alibi };
+Positional parse_positional(const std::string& name);  // "learned" | "sinusoidal" | "none" | "rotary" | "alibi"
 std::string to_string(Positional kind);
 
 // Adds a position code to x (B, T, D) for positions offset .. offset+T-1.

@@ -10,11 +10,13 @@ void check_tokens(const char* what, const Indices& tokens, const std::vector<siz
         fail(what, std::to_string(lengths.size()) + " lengths for batch " + std::to_string(tokens.shape[0]));
 }
 
-// Keys of each batch item beyond its length are ineligible (right padding).
-AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal) {
+// Keys of each batch item beyond its length are ineligible (right padding);
+// `alibi`: self-attention under positional = "alibi" adds ALiBi's bias.
+AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi = false) {
     AttentionMask mask;
     mask.causal = causal;
     mask.key_lengths = lengths;
+    mask.alibi = alibi;
     return mask;
 }
 
@@ -36,11 +38,12 @@ Tensor embed(const Embedding& tokens_table, const PositionalEncoding& positions,
 // The decoder stack both model kinds end with: x (B, T, D) through causal blocks
 // (cross-attending to `memory` (B, S, D) when it is defined, keys beyond
 // src_lengths ineligible), then the final norm. With `cache`, x holds only the
-// next positions: the causal mask is bottom-right aligned over every cached key.
+// next positions: the causal mask (and ALiBi's distances) are bottom-right aligned
+// over every cached key.
 Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, const NormLayer* final_norm, Tensor x,
                      const std::vector<size_t>& lengths, const Tensor& memory, const std::vector<size_t>& src_lengths,
-                     DecoderCache* cache) {
-    const AttentionMask self_mask = padding_mask(cache ? std::vector<size_t>() : lengths, true);
+                     DecoderCache* cache, bool alibi) {
+    const AttentionMask self_mask = padding_mask(cache ? std::vector<size_t>() : lengths, true, alibi);
     const AttentionMask cross_mask = padding_mask(src_lengths, false);
     if (cache && cache->layers.empty()) cache->layers.resize(blocks.size());
     for (size_t l = 0; l < blocks.size(); ++l)
@@ -81,13 +84,13 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
 Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr)));  // (B, T, V)
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr, config.positional == Positional::alibi)));  // (B, T, V)
 }
 
 Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache) const {
     check_tokens("decoder", tokens, {});
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, cache.position));
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache)));
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache, config.positional == Positional::alibi)));
 }
 
 EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng)
@@ -124,7 +127,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
 Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths) const {
     check_tokens("encoder", src, src_lengths);
     Tensor x = hook("src_embed", embed(src_emb, src_pos_emb, emb_drop, src, 0));  // (B, S, D)
-    const AttentionMask mask = padding_mask(src_lengths, false);
+    const AttentionMask mask = padding_mask(src_lengths, false, config.positional == Positional::alibi);
     for (const auto& block : encoder) x = block->forward(x, mask);
     return hook("memory", enc_ln_f ? enc_ln_f->forward(x) : x);
 }
@@ -133,7 +136,7 @@ Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& s
                               const std::vector<size_t>& tgt_lengths) const {
     check_tokens("decoder", tgt_in, tgt_lengths);
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_in, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr)));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr, config.positional == Positional::alibi)));
 }
 
 Tensor EncoderDecoder::forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
@@ -145,7 +148,7 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
                                      DecoderCache& cache) const {
     check_tokens("decoder", tgt_new, {});
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_new, cache.position));
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache)));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache, config.positional == Positional::alibi)));
 }
 
 Indices shift_right(const Indices& target, int32_t bos) {

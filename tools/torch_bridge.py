@@ -13,7 +13,8 @@ decoder | encoder-decoder, norm pre | post | none, norm_type layernorm |
 rmsnorm (torch 1.13 has no nn.RMSNorm: RMSNorm below), positional learned |
 sinusoidal | none | rotary (RoPE on q and k of self-attention, split halves as
 Hugging Face's rotate_half: pair (c, c + d_h/2) turns by p base^(-2c/d_h),
-model.rotary_base), ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
+model.rotary_base) | alibi (self-attention scores + -m_h |p_q - p_k|, the
+slopes of Press et al. 2022: alibi_slopes), ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
 bias on | off, kv_heads (grouped K/V: query head h reads K/V head
 h // (heads / kv_heads), i.e. repeat_interleave), head_width, scale sqrt | none
 | linear | a number. LayerNorm and RMSNorm eps is 1e-5. Sequences are right-padded; keys at
@@ -163,7 +164,7 @@ class Arch:
             (self.kind in ("decoder", "encoder-decoder"), f"model.kind '{self.kind}'"),
             (self.norm in ("pre", "post", "none"), f"model.norm '{self.norm}'"),
             (self.norm_type in ("layernorm", "rmsnorm"), f"model.norm_type '{self.norm_type}'"),
-            (self.positional in ("learned", "sinusoidal", "none", "rotary"), f"model.positional '{self.positional}'"),
+            (self.positional in ("learned", "sinusoidal", "none", "rotary", "alibi"), f"model.positional '{self.positional}'"),
             (self.activation in ("gelu", "relu"), f"model.activation '{self.activation}'"),
             (self.heads % self.kv_heads == 0, f"model.kv_heads {self.kv_heads} for {self.heads} heads"),
         ]
@@ -215,6 +216,26 @@ def apply_rotary(x, base):
     return x * torch.cos(angle).to(x.dtype) + rotate_half(x) * torch.sin(angle).to(x.dtype)
 
 
+def alibi_slopes(n):
+    """Press et al. 2022 (their reference code): 2^(-8 i / n) for n a power of two,
+    else those of the largest power of two below n and every other one of twice it."""
+    def power_of_2(m):
+        start = 2.0 ** (-(2.0 ** -(math.log2(m) - 3)))
+        return [start * start ** i for i in range(m)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + alibi_slopes(2 * closest)[0::2][: n - closest]
+
+
+def alibi_bias(heads, queries, keys, dtype):
+    """(H, Tq, Tk): -m_h |(i + Tk - Tq) - j|, queries bottom-right aligned, in float64."""
+    i = torch.arange(queries, dtype=torch.float64)[:, None] + (keys - queries)
+    j = torch.arange(keys, dtype=torch.float64)[None, :]
+    m = torch.tensor(alibi_slopes(heads), dtype=torch.float64)[:, None, None]
+    return (-m * (i - j).abs()[None]).to(dtype)
+
+
 def eligibility(key_lengths, queries, keys, causal):
     """(B, Tq, Tk) bool, True = the query may attend to the key (attnlab's convention).
 
@@ -239,10 +260,11 @@ class Attention(nn.Module):
 
     use_nn_mha = False  # class-wide switch set by --nn-mha
 
-    def __init__(self, a, rotary_base=0.0):
+    def __init__(self, a, rotary_base=0.0, alibi=False):
         super().__init__()
         self.heads, self.kv_heads, self.head_width, self.scale = a.heads, a.kv_heads, a.head_width, a.scale
         self.rotary_base = rotary_base  # > 0: rotary positions on q and k
+        self.alibi = alibi  # ALiBi's bias on the scores
         self.q_proj = nn.Linear(a.width, a.heads * a.head_width, bias=a.bias)
         self.k_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
         self.v_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
@@ -252,7 +274,7 @@ class Attention(nn.Module):
     def nn_mha_compatible(self):
         width = self.out_proj.out_features
         return (self.kv_heads == self.heads and self.heads * self.head_width == width and self.rotary_base == 0
-                and math.isclose(self.scale, 1.0 / math.sqrt(self.head_width), rel_tol=1e-12))
+                and not self.alibi and math.isclose(self.scale, 1.0 / math.sqrt(self.head_width), rel_tol=1e-12))
 
     def split(self, x, heads):  # (B, T, h*d_h) -> (B, h, T, d_h)
         B, T, _ = x.shape
@@ -271,6 +293,8 @@ class Attention(nn.Module):
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
         scores = self.scale * (q @ k.transpose(-1, -2))  # (B, H, Tq, Tk)
+        if self.alibi:
+            scores = scores + alibi_bias(self.heads, scores.shape[2], scores.shape[3], scores.dtype)
         scores = scores.masked_fill(~eligible[:, None], float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         context = weights @ v  # (B, H, Tq, d_h)
@@ -335,7 +359,7 @@ class Block(nn.Module):
         super().__init__()
         self.norm = a.norm
         with_ln = a.norm != "none"
-        self.attn = Attention(a, a.rotary_base)
+        self.attn = Attention(a, a.rotary_base, a.positional == "alibi")
         self.ln1 = make_norm(a) if with_ln else None
         self.cross_attn = Attention(a) if cross else None  # no rotary positions across source and target
         self.ln_cross = make_norm(a) if cross and with_ln else None

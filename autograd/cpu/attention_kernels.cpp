@@ -28,15 +28,19 @@ void for_each_group(const Dims& dims, Task&& task) {
     });
 }
 
-// Sets the scores of ineligible keys j0 .. j0 + n of query i to -inf.
+// Sets the scores of ineligible keys j0 .. j0 + n of query i (head h) to -inf,
+// and adds ALiBi's bias to the others when the mask asks for it.
 template <class T>
-void mask_row(T* row, const AttentionMask& mask, size_t b, size_t i, size_t j0, size_t n, const Dims& dims) {
+void mask_row(T* row, const AttentionMask& mask, size_t b, size_t h, size_t i, size_t j0, size_t n, const Dims& dims) {
     const size_t end = mask.key_end(b, i, dims.Tq, dims.Tk);
     const size_t eligible_end = std::clamp(end, j0, j0 + n) - j0;  // columns >= this are beyond the key end
     std::fill(row + eligible_end, row + n, minus_infinity<T>());
     if (mask.has_explicit())
         for (size_t c = 0; c < eligible_end; ++c)
             if (!mask.allows(b, i, j0 + c, dims.Tq, dims.Tk)) row[c] = minus_infinity<T>();
+    if (mask.alibi)
+        for (size_t c = 0; c < eligible_end; ++c)
+            row[c] += static_cast<T>(alibi_bias(h, dims.H, i, j0 + c, dims.Tq, dims.Tk));  // -inf stays -inf
 }
 
 // The last key + 1 that any query in [i0, i1) of batch item b may see.
@@ -99,7 +103,7 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
             // scores = scale Q K^T, written into A and turned into weights in place; mask_row
             // fills the columns >= live (>= every row's key end) with -inf
             gemm<T>(false, true, Tq, live, dims.d, scale, q.at(b, h), q.row, k.at(b, kv), k.row, T(0), A, Tk);
-            for (size_t i = 0; i < Tq; ++i) mask_row(A + i * Tk, mask, b, i, 0, Tk, dims);
+            for (size_t i = 0; i < Tq; ++i) mask_row(A + i * Tk, mask, b, h, i, 0, Tk, dims);
             if (score_moments) {
                 double* m = score_moments + (b * dims.H + h) * 3;
                 for (size_t e = 0; e < Tq * Tk; ++e)
@@ -208,7 +212,7 @@ void blockwise_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> 
                             k.at(b, kv) + j0 * k.row, k.row, T(0), s.S.data(), cols);
                     for (size_t r = 0; r < rows; ++r) {
                         T* row = s.S.data() + r * cols;
-                        mask_row(row, mask, b, i0 + r, j0, cols, dims);
+                        mask_row(row, mask, b, h, i0 + r, j0, cols, dims);
                         T m_new = std::max(s.m[r], *std::max_element(row, row + cols));
                         if (m_new == minus_infinity<T>()) {
                             // std::max and max_element pass over NaN, so a block of NaN (and
@@ -278,7 +282,7 @@ void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T>
                             std::fill(row, row + cols, T(0));
                             continue;
                         }
-                        mask_row(row, mask, b, i0 + r, j0, cols, dims);
+                        mask_row(row, mask, b, h, i0 + r, j0, cols, dims);
                         kernels::exp_shifted(row, L[r], row, cols);
                     }
                     // dV_j += P^T dO_i   (cols, d_v)

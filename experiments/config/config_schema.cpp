@@ -252,7 +252,7 @@ std::vector<Field> make_fields() {
         integer(KEY(model, ffn), at_least(0), "feed-forward hidden width; 0 = attention-only blocks"),
         choice(KEY(model, norm), {"pre", "post", "none"}, "LayerNorm before each sublayer, after the residual sum, or none"),
         choice(KEY(model, norm_type), {"layernorm", "rmsnorm"}, "the norm model.norm places: LayerNorm, or RMSNorm (no centring, no bias)"),
-        choice(KEY(model, positional), {"learned", "sinusoidal", "none", "rotary"}, "positional encoding (rotary: on q and k)"),
+        choice(KEY(model, positional), {"learned", "sinusoidal", "none", "rotary", "alibi"}, "positional encoding (rotary: on q and k; alibi: a bias on the scores)"),
         number(KEY(model, rotary_base), above(1), "rotary positions' base: pair c of a head turns by p base^(-2c/d_h)"),
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
         choice(KEY(model, masked_rows), {"error", "zero"}, "a query row with no eligible key: error, or zero context"),

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "autograd/attention.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "expect.h"
@@ -202,6 +203,19 @@ TEST(NnValues, RotaryScoresDependOnRelativePositionOnly) {
     EXPECT_NEAR(one[0], x[0] * std::cos(1.0) - x[2] * std::sin(1.0), 1e-12);
     EXPECT_NEAR(one[2], x[2] * std::cos(1.0) + x[0] * std::sin(1.0), 1e-12);
     EXPECT_THROW(rotary(rng.normal({1, 1, 6}, 0.0, 1.0), 2, 0, 100.0), Error);  // head width 3 is odd
+}
+
+// The slopes of Press et al. 2022: 2^(-8(h+1)/H) for H a power of two; for 6
+// heads those of 4, then every other one of 8 (their reference get_slopes).
+TEST(NnValues, AlibiSlopesArePressEtAls) {
+    for (size_t h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(alibi_slope(h, 8), std::pow(2.0, -double(h + 1)));
+    const std::vector<double> six = {0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125};
+    for (size_t h = 0; h < 6; ++h) EXPECT_DOUBLE_EQ(alibi_slope(h, 6), six[h]) << h;
+    EXPECT_DOUBLE_EQ(alibi_slope(0, 1), std::pow(2.0, -8.0));
+    // bottom-right aligned: the last of 2 queries over 5 keys sits at position 4
+    EXPECT_DOUBLE_EQ(alibi_bias(0, 8, 1, 1, 2, 5), -0.5 * 3);
+    EXPECT_DOUBLE_EQ(alibi_bias(0, 8, 1, 4, 2, 5), 0.0);
+    EXPECT_DOUBLE_EQ(alibi_bias(0, 8, 0, 4, 5, 5), -0.5 * 4);  // an encoder's later key, by the same distance
 }
 
 TEST(NnValues, Float32MatchesFloat64) {

@@ -161,6 +161,10 @@ class DecoderRotary(GenerateBase):
         self.check_cache_output(r.stdout, len(tokens_line(r.stdout)[1]))
 
 
+class DecoderAlibi(DecoderRotary):
+    extra = {"model.positional": "alibi"}  # the bias of the new queries over every cached key, bottom-right aligned
+
+
 class EncoderDecoder(GenerateBase):
     extra = {"task.name": "translate", "model.kind": "encoder-decoder"}
 

@@ -242,7 +242,16 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder rotary, base 100, head_width 6", model__positional="rotary", model__rotary_base="100",
                            model__heads=2, model__head_width=6)
 
+    def test_decoder_alibi(self):
+        self.check_variant("decoder alibi, 4 heads, 2 layers", model__positional="alibi", model__layers=2, model__heads=4)
+        self.check_variant("decoder alibi, 6 heads (not a power of two), kv_heads 3", model__positional="alibi",
+                           model__heads=6, model__kv_heads=3, model__width=36)
+
     # Encoder-decoder
+    def test_encoder_decoder_alibi(self):
+        self.check_variant("enc-dec alibi (self-attention only)", task__name="translate", model__kind="encoder-decoder",
+                           model__positional="alibi")
+
     def test_encoder_decoder_rotary(self):
         self.check_variant("enc-dec rotary (self-attention only)", task__name="translate", model__kind="encoder-decoder",
                            model__positional="rotary")

@@ -122,6 +122,15 @@ inline std::vector<Variant> variants() {
     c = tiny();
     c.block.attention.scale = "none";
     v.push_back({"unscaled", c});
+    c = tiny();
+    c.positional = Positional::rotary;
+    v.push_back({"rotary", c});
+    c = tiny();
+    c.positional = Positional::alibi;
+    v.push_back({"alibi", c});
+    c.block.attention.heads = 1;
+    c.block.attention.head_width = 136;  // ALiBi on the dense kernel
+    v.push_back({"alibi_dense_kernel", c});
     v.push_back({"adam_l2", tiny(), "adam"});
     v.push_back({"sgd_nesterov", tiny(), "sgd"});
     v.push_back({"sgd_plain", tiny(), "sgd_plain"});

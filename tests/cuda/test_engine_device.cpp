@@ -129,11 +129,14 @@ TEST_F(EngineDevice, AttentionMatchesTheCpu) {
     struct Case {
         std::string name;
         size_t H, H_kv, d;
-        bool need_weights;
+        bool need_weights, alibi = false;
     };
     for (const Case& c : {Case{"flash", 4, 4, 8, false}, Case{"dense, weights asked", 4, 4, 8, true},
-                          Case{"grouped K/V", 4, 2, 8, false}, Case{"wide heads: dense", 1, 1, 136, false}}) {
+                          Case{"grouped K/V", 4, 2, 8, false}, Case{"wide heads: dense", 1, 1, 136, false},
+                          Case{"flash, ALiBi, 6 heads", 6, 3, 8, false, true},
+                          Case{"dense, ALiBi, weights asked", 6, 6, 8, true, true}}) {
         AttentionMask mask;
+        mask.alibi = c.alibi;
         mask.causal = true;
         mask.key_lengths = {6, 4};
         AttentionOptions options;
@@ -164,6 +167,7 @@ TEST_F(EngineDevice, AttentionScoresMatchTheCpu) {
     Rng rng(5);
     AttentionMask mask;
     mask.causal = true;
+    mask.alibi = true;
     mask.key_lengths = {5, 0};  // item 1: no eligible key anywhere
     const Tensor q = rng.normal({2, 5, 4 * 3}, 0.0, 1.0), k = rng.normal({2, 5, 2 * 3}, 0.0, 1.0);
     NoGradGuard no_grad;

@@ -106,12 +106,17 @@ bool allows(const MaskView& mask, size_t b, size_t i, size_t j, size_t Tq, size_
 
 struct Row {
     const float *q, *k, *v;  // q (d); k, v of the row's K/V head, (Tk, d), (Tk, d_v)
-    size_t b, i;
+    size_t b, i, h;
 };
+
+// ALiBi's bias of the row's query and key j (0 without ALiBi).
+float alibi_of(const MaskView& mask, const AttentionDims& s, const Row& r, size_t j) {
+    return mask.alibi ? float(alibi_bias(r.h, s.H, r.i, j, s.Tq, s.Tk)) : 0.0f;
+}
 
 Row row_of(const AttentionDims& s, const float* q, const float* k, const float* v, size_t n) {
     const size_t i = n % s.Tq, h = (n / s.Tq) % s.H, b = n / (s.Tq * s.H), kv = h / (s.H / s.H_kv);
-    return {q + n * s.d, k + (b * s.H_kv + kv) * s.Tk * s.d, v + (b * s.H_kv + kv) * s.Tk * s.d_v, b, i};
+    return {q + n * s.d, k + (b * s.H_kv + kv) * s.Tk * s.d, v + (b * s.H_kv + kv) * s.Tk * s.d_v, b, i, h};
 }
 
 // Softmax over the eligible keys of one row (zeros elsewhere); returns the log-sum-exp (-inf: none eligible).
@@ -123,7 +128,7 @@ float row_weights(const AttentionDims& s, const Row& r, const MaskView& mask, fl
         if (!allows(mask, r.b, r.i, j, s.Tq, s.Tk)) continue;
         float dot = 0.0f;
         for (size_t c = 0; c < s.d; ++c) dot += r.q[c] * r.k[j * s.d + c];
-        score[j] = scale * dot;
+        score[j] = scale * dot + alibi_of(mask, s, r, j);
         top = top > score[j] || std::isnan(top) ? top : score[j];  // NaN wins, as in the kernels' max_or_nan
     }
     if (top == -std::numeric_limits<float>::infinity()) return top;
@@ -214,7 +219,8 @@ void attention_scores(Context&, const AttentionDims& s, const float* q, const fl
             any = any || allows(mask, r.b, r.i, j, s.Tq, s.Tk);
         }
         for (size_t j = 0; j < s.Tk && any; ++j)
-            if (!allows(mask, r.b, r.i, j, s.Tq, s.Tk)) row[j] = -std::numeric_limits<float>::infinity();
+            row[j] = allows(mask, r.b, r.i, j, s.Tq, s.Tk) ? row[j] + alibi_of(mask, s, r, j)
+                                                         : -std::numeric_limits<float>::infinity();
     }
 }
 void dense_attention_forward(Context&, const AttentionDims& dims, const float* q, const float* k, const float* v,
@@ -287,7 +293,7 @@ void score_moments(Context&, const AttentionDims& s, const float* q, const float
             if (!allows(mask, r.b, r.i, j, s.Tq, s.Tk)) continue;
             float dot = 0.0f;
             for (size_t c = 0; c < s.d; ++c) dot += r.q[c] * r.k[j * s.d + c];
-            const double score = double(scale * dot);
+            const double score = double(scale * dot + alibi_of(mask, s, r, j));
             moments[h * 3] += 1;
             moments[h * 3 + 1] += score;
             moments[h * 3 + 2] += score * score;

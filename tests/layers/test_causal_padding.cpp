@@ -69,7 +69,8 @@ std::vector<Variant> causal_variants() {
     return {{"pre-norm, learned positions", small_config(Norm::pre, Positional::learned)},
             {"post-norm, learned positions", small_config(Norm::post, Positional::learned)},
             {"pre-norm, sinusoidal positions", small_config(Norm::pre, Positional::sinusoidal)},
-            {"pre-norm, rotary positions", small_config(Norm::pre, Positional::rotary)}};
+            {"pre-norm, rotary positions", small_config(Norm::pre, Positional::rotary)},
+            {"pre-norm, ALiBi", small_config(Norm::pre, Positional::alibi)}};
 }
 
 TEST(CausalPerturbation, DecoderLMEveryPathEveryPosition) {
@@ -170,11 +171,14 @@ TEST(PaddingInvariance, DecoderLMSelfAttention) {
         expect_matches_alone(a, b_item, model.forward(token_row(tokens, b_item, lengths[b_item])), lengths[b_item]);
 }
 
-// Rotary positions depend on the absolute index: right padding moves no valid
-// position, so both stacks still ignore what the padding holds.
-TEST(PaddingInvariance, RotaryPositions) {
+// Rotary positions and ALiBi depend on the absolute index: right padding moves no
+// valid position, so both stacks still ignore what the padding holds.
+class PaddingInvarianceOf : public ::testing::TestWithParam<Positional> {};
+INSTANTIATE_TEST_SUITE_P(Positions, PaddingInvarianceOf, ::testing::Values(Positional::rotary, Positional::alibi),
+                         [](const auto& info) { return to_string(info.param); });
+TEST_P(PaddingInvarianceOf, BothStacks) {
     Rng init(3), dropout_rng(4), data(5);
-    const ModelConfig c = small_config(Norm::pre, Positional::rotary);
+    const ModelConfig c = small_config(Norm::pre, GetParam());
     DecoderLM model(c, init, &dropout_rng);
     model.eval();
     const std::vector<size_t> lengths = {5, 8};
