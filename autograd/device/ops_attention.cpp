@@ -123,7 +123,8 @@ AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const 
     }
     result.context = record_device("attention_packed", out, {q, k, v},
         [q, k, v, qh, kh, vh, weights, dropped, drop, dims, on_device, scale](const Tensor& g, const float*) {
-            const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
+            // plain names, not a structured binding: the lambdas below capture them (clang 14)
+            const size_t B = dims.B, H = dims.H, H_kv = dims.H_kv, Tq = dims.Tq, Tk = dims.Tk, d = dims.d, d_v = dims.d_v;
             cuda::Context& context = device_context();
             const Tensor dcontext = device_tensor({B, H, Tq, d_v});
             cuda::split_heads(context, B, H, Tq, d_v, device_in(g), device_out(dcontext));
