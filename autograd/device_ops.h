@@ -50,16 +50,10 @@ void device_assign(TensorImpl& dst, const Tensor& src);     // src on either dev
 // out) receives the output's gradient (a device tensor) and its values.
 template <class Backward>
 Tensor record_device(const char* op, Tensor out, std::vector<Tensor> inputs, Backward&& backward) {
-    bool needs_grad = false;
-    for (const Tensor& in : inputs) needs_grad = needs_grad || (in.defined() && in.requires_grad());
-    if (!needs_grad || !grad_enabled()) return out;
-    TensorImpl& impl = out.impl();
-    impl.requires_grad = true;
-    impl.op = op;
-    impl.parents = std::move(inputs);
-    impl.backward = [backward = std::forward<Backward>(backward)](TensorImpl& self) {
-        backward(Tensor(self.grad), static_cast<const float*>(self.device_data));
-    };
+    if (joins_graph(op, out.impl(), inputs))
+        out.impl().backward = [backward = std::forward<Backward>(backward)](TensorImpl& self) {
+            backward(Tensor(self.grad), static_cast<const float*>(self.device_data));
+        };
     return out;
 }
 
@@ -77,6 +71,10 @@ GradTarget grad_target(const Tensor& input);
 float* writable_grad(const Tensor& t);
 // For kernels that can only add: a fresh buffer is zeroed first.
 float* grad_to_add(const Tensor& input);
+// For kernels that always write a gradient: the input's (grad_target,
+// grad_to_add), or `scratch`, made here, when it wants none.
+GradTarget grad_or_scratch(const Tensor& input, Tensor& scratch);
+float* grad_to_add_or_scratch(const Tensor& input, Tensor& scratch);
 // Sends `grad` (the input's shape, on the device) to `input`: shared when the
 // input has no gradient yet (no copy; a shared gradient is copied by the first
 // write to it, grad_target), else added, or copied into a parameter's slot.

@@ -1,7 +1,6 @@
 // Tensors on the device: the process's Context, device storage and views, moving
 // tensors between the devices, and the gradient plumbing of device_ops.h.
 #include <algorithm>
-#include <cstring>
 
 #include "autograd/device_ops.h"
 
@@ -87,6 +86,18 @@ float* grad_to_add(const Tensor& input) {
     return target.data;
 }
 
+GradTarget grad_or_scratch(const Tensor& input, Tensor& scratch) {
+    if (input.requires_grad()) return grad_target(input);
+    scratch = device_tensor(input.shape());
+    return {device_out(scratch), false};
+}
+
+float* grad_to_add_or_scratch(const Tensor& input, Tensor& scratch) {
+    if (input.requires_grad()) return grad_to_add(input);
+    scratch = device_tensor(input.shape());
+    return device_out(scratch);
+}
+
 void send_device_grad(const Tensor& input, const Tensor& grad) {
     if (!input.defined() || !input.requires_grad()) return;
     TensorImpl& impl = input.impl();
@@ -104,17 +115,21 @@ void send_device_grad(const Tensor& input, const Tensor& grad) {
 
 namespace {
 
-std::vector<float> host_floats(const TensorImpl& impl) {
-    std::vector<float> values(numel_of(impl.shape));
-    if (!values.empty())
-        cuda::copy_to_host(device_context(), impl.device_data, values.data(), values.size() * sizeof(float));
-    return values;
+// The device values of impl, copied into `host` (numel floats).
+void copy_out(const TensorImpl& impl, float* host) {
+    const size_t n = numel_of(impl.shape);
+    if (n > 0) cuda::copy_to_host(device_context(), impl.device_data, host, n * sizeof(float));
+}
+
+void check_float32(const Tensor& t) {
+    if (t.dtype() != DType::f32) fail("to", "only float32 tensors go to the cuda device, this one is " + to_string(t.dtype()));
 }
 
 }  // namespace
 
 std::vector<double> device_values(const TensorImpl& impl) {
-    const std::vector<float> values = host_floats(impl);
+    std::vector<float> values(numel_of(impl.shape));
+    copy_out(impl, values.data());
     return std::vector<double>(values.begin(), values.end());
 }
 
@@ -122,12 +137,11 @@ Tensor Tensor::to(Device device) const {
     const TensorImpl& self = impl();
     if (device == self.device) return *this;
     if (device == Device::cpu) {
-        std::vector<float> values = host_floats(self);
         Array<float> a = make_array<float>(self.shape);
-        std::copy(values.begin(), values.end(), a.begin());
+        copy_out(self, a.data());
         return wrap<float>(std::move(a));
     }
-    if (self.dtype() != DType::f32) fail("to", "only float32 tensors go to the cuda device, this one is " + to_string(self.dtype()));
+    check_float32(*this);
     Tensor out = device_tensor(self.shape);
     const Array<float>& a = self.array<float>();
     if (a.size() > 0) cuda::copy_to_device(device_context(), a.data(), out.impl().device_data, a.size() * sizeof(float));
@@ -165,7 +179,7 @@ void move_to_device(const std::vector<Tensor>& leaves) {
             const Tensor& t = leaves[i];
             if (t.device() == Device::cuda || (t.dim() >= 2) != (pass == 0)) continue;
             if (!t.is_leaf()) fail("to", "only leaf tensors move to the device in place");
-            if (t.dtype() != DType::f32) fail("to", "only float32 tensors go to the cuda device, this one is " + to_string(t.dtype()));
+            check_float32(t);  // every leaf checked before any moves
             order.push_back(i);
             total += t.numel();
         }
@@ -175,9 +189,8 @@ void move_to_device(const std::vector<Tensor>& leaves) {
     size_t offset = 0;
     for (size_t i : order) {
         TensorImpl& impl = leaves[i].impl();
-        const Tensor on_device = leaves[i].to(Device::cuda);
-        cuda::copy_device(device_context(), on_device.impl().device_data, values->floats() + offset,
-                          leaves[i].numel() * sizeof(float));
+        const Array<float>& host = impl.array<float>();
+        if (host.size() > 0) cuda::copy_to_device(device_context(), host.data(), values->floats() + offset, host.size() * sizeof(float));
         impl.data = Array<float>();
         impl.device = Device::cuda;
         impl.device_block = values;

@@ -79,23 +79,30 @@ template <class T> Tensor wrap(Array<T>&& value, bool requires_grad = false) {
     return Tensor(std::move(impl));
 }
 
+// Whether `out` joins the graph as the result of `op` (grad mode on, an input
+// needing a gradient); if so it is marked and takes the inputs as its parents,
+// and the caller sets its backward (record on the CPU, record_device on the
+// device). Nothing is built when it does not.
+inline bool joins_graph(const char* op, TensorImpl& out, std::vector<Tensor>& inputs) {
+    bool needs_grad = false;
+    for (const Tensor& in : inputs) needs_grad = needs_grad || (in.defined() && in.requires_grad());
+    if (!needs_grad || !grad_enabled()) return false;
+    out.requires_grad = true;
+    out.op = op;
+    out.parents = std::move(inputs);
+    return true;
+}
+
 // The output of an op. If grad mode is on and any input needs a gradient, the
 // output joins the graph: `backward(grad_out, out)` must send each input its
 // gradient with send_grad. grad_out and out are Array<T> of the output's shape.
 template <class T, class Backward>
 Tensor record(const char* op, Array<T>&& value, std::vector<Tensor> inputs, Backward&& backward) {
     Tensor out = wrap<T>(std::move(value));
-    bool needs_grad = false;
-    for (const Tensor& in : inputs) needs_grad = needs_grad || (in.defined() && in.requires_grad());
-    if (!needs_grad || !grad_enabled()) return out;
-    TensorImpl& impl = out.impl();
-    impl.requires_grad = true;
-    impl.op = op;
-    impl.parents = std::move(inputs);
-    impl.backward = [backward = std::forward<Backward>(backward)](TensorImpl& self) {
-        backward(static_cast<const Array<T>&>(self.grad->array<T>()),
-                 static_cast<const Array<T>&>(self.array<T>()));
-    };
+    if (joins_graph(op, out.impl(), inputs))
+        out.impl().backward = [backward = std::forward<Backward>(backward)](TensorImpl& self) {
+            backward(static_cast<const Array<T>&>(self.grad->array<T>()), static_cast<const Array<T>&>(self.array<T>()));
+        };
     return out;
 }
 

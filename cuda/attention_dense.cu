@@ -129,6 +129,16 @@ Strides strides_of(const AttentionDims& dims) {
             group * (long long)(dims.Tq * dims.d_v)};
 }
 
+// scores = scale Q K^T   (Tq, Tk) per head, into `scores` (B, H, Tq, Tk)
+void scores_gemm(Context& context, const AttentionDims& dims, const float* q, const float* k, float scale,
+                 float* scores, const char* where) {
+    const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d);
+    const Strides st = strides_of(dims);
+    for (int g = 0; g < st.group; ++g)
+        gemm_batched(context, Tq, Tk, d, scale, {q + (size_t)g * Tq * d, d, st.q}, {k, d, st.kv_k, true}, 0.0f,
+                     scores + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, where);
+}
+
 }  // namespace
 
 std::vector<KernelResources> dense_kernel_resources(Context&) {
@@ -142,13 +152,9 @@ std::vector<KernelResources> dense_kernel_resources(Context&) {
 void dense_attention_forward(Context& context, const AttentionDims& dims, const float* q, const float* k,
                              const float* v, const MaskView& mask, float scale, float* out_context, float* weights,
                              const WeightDropout& dropout) {
-    const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d), d_v = int(dims.d_v);
+    const int Tq = int(dims.Tq), Tk = int(dims.Tk), d_v = int(dims.d_v);
     const Strides st = strides_of(dims);
-    for (int g = 0; g < st.group; ++g) {
-        // scores = scale Q K^T   (Tq, Tk) per head, straight into the weights
-        gemm_batched(context, Tq, Tk, d, scale, {q + (size_t)g * Tq * d, d, st.q}, {k, d, st.kv_k, true}, 0.0f,
-                     weights + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, "dense_attention_forward: Q K^T");
-    }
+    scores_gemm(context, dims, q, k, scale, weights, "dense_attention_forward: Q K^T");  // straight into the weights
     const size_t rows = dims.B * dims.H * dims.Tq;
     masked_softmax_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(weights, (long long)rows,
                                                                                        int(dims.H), Tq, Tk, mask);
@@ -169,14 +175,11 @@ void dense_attention_forward(Context& context, const AttentionDims& dims, const 
 
 void attention_scores(Context& context, const AttentionDims& dims, const float* q, const float* k,
                       const MaskView& mask, float scale, float* scores) {
-    const int Tq = int(dims.Tq), Tk = int(dims.Tk), d = int(dims.d);
-    const Strides st = strides_of(dims);
-    for (int g = 0; g < st.group; ++g)
-        gemm_batched(context, Tq, Tk, d, scale, {q + (size_t)g * Tq * d, d, st.q}, {k, d, st.kv_k, true}, 0.0f,
-                     scores + (size_t)g * Tq * Tk, Tk, st.scores, st.batch, "attention_scores: Q K^T");
+    scores_gemm(context, dims, q, k, scale, scores, "attention_scores: Q K^T");
     const size_t rows = dims.B * dims.H * dims.Tq;
     mask_scores_kernel<<<row_blocks(rows), softmax_threads, 0, context.stream()>>>(scores, (long long)rows,
-                                                                                   int(dims.H), Tq, Tk, mask);
+                                                                                   int(dims.H), int(dims.Tq),
+                                                                                   int(dims.Tk), mask);
     check_launch("attention_scores: mask_scores_kernel");
 }
 

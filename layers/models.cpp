@@ -84,13 +84,13 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
 Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr, config.positional == Positional::alibi)));  // (B, T, V)
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr, config.alibi())));  // (B, T, V)
 }
 
 Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache) const {
     check_tokens("decoder", tokens, {});
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, cache.position));
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache, config.positional == Positional::alibi)));
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache, config.alibi())));
 }
 
 EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng)
@@ -127,7 +127,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
 Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths) const {
     check_tokens("encoder", src, src_lengths);
     Tensor x = hook("src_embed", embed(src_emb, src_pos_emb, emb_drop, src, 0));  // (B, S, D)
-    const AttentionMask mask = padding_mask(src_lengths, false, config.positional == Positional::alibi);
+    const AttentionMask mask = padding_mask(src_lengths, false, config.alibi());
     for (const auto& block : encoder) x = block->forward(x, mask);
     return hook("memory", enc_ln_f ? enc_ln_f->forward(x) : x);
 }
@@ -136,7 +136,7 @@ Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& s
                               const std::vector<size_t>& tgt_lengths) const {
     check_tokens("decoder", tgt_in, tgt_lengths);
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_in, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr, config.positional == Positional::alibi)));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr, config.alibi())));
 }
 
 Tensor EncoderDecoder::forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
@@ -148,7 +148,7 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
                                      DecoderCache& cache) const {
     check_tokens("decoder", tgt_new, {});
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_new, cache.position));
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache, config.positional == Positional::alibi)));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache, config.alibi())));
 }
 
 Indices shift_right(const Indices& target, int32_t bos) {

@@ -18,6 +18,7 @@ struct ModelConfig {
     double rotary_base = 10000.0;   // positional = rotary: the frequencies' base
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
+    bool alibi() const { return positional == Positional::alibi; }  // self-attention masks add ALiBi's bias
 };
 
 // Hook points (layers/hooks.h) of the models themselves, besides their blocks':

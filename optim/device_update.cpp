@@ -17,13 +17,19 @@ namespace {
 
 float* values_of(const Tensor& t) { return t.impl().device_data; }
 
-// Indices of the parameters with a gradient, in the order of their values' addresses.
-std::vector<size_t> by_address(const NamedTensors& params) {
+// Indices of the parameters that `keep` keeps, in the order of their values' addresses.
+template <class Keep>
+std::vector<size_t> by_address(const NamedTensors& params, Keep keep) {
     std::vector<size_t> order;
     for (size_t i = 0; i < params.size(); ++i)
-        if (params[i].second.grad().defined()) order.push_back(i);
+        if (keep(i)) order.push_back(i);
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values_of(params[a].second) < values_of(params[b].second); });
     return order;
+}
+
+// The parameters with a gradient, by address.
+std::vector<size_t> with_grad(const NamedTensors& params) {
+    return by_address(params, [&](size_t i) { return params[i].second.grad().defined(); });
 }
 
 // Runs of `order` over which every pointer of parallel(i) (the parameter's
@@ -77,9 +83,7 @@ bool on_device(const NamedTensors& params) {
 }
 
 std::vector<Tensor> device_zeros_like(const NamedTensors& params) {
-    std::vector<size_t> order(params.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values_of(params[a].second) < values_of(params[b].second); });
+    const std::vector<size_t> order = by_address(params, [](size_t) { return true; });
     size_t total = 0;
     for (const auto& [name, p] : params) total += p.numel();
     auto block = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(std::max<size_t>(total, 1)));
@@ -95,17 +99,11 @@ std::vector<Tensor> device_zeros_like(const NamedTensors& params) {
 
 void device_zero_grad(const NamedTensors& params) {
     // every parameter's gradient becomes its home in the flat block, zeroed run by run
-    std::vector<size_t> order;
-    for (size_t i = 0; i < params.size(); ++i) {
-        TensorImpl& impl = params[i].second.impl();
-        if (!impl.grad_home) {
-            impl.grad.reset();
-            continue;
-        }
-        impl.grad = impl.grad_home;
-        order.push_back(i);
+    for (const auto& [name, p] : params) {
+        TensorImpl& impl = p.impl();
+        impl.grad = impl.grad_home;  // none without a home: undefined, as on the CPU
     }
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return values_of(params[a].second) < values_of(params[b].second); });
+    const std::vector<size_t> order = with_grad(params);
     for (const auto& run : runs(params, order, [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; },
                                 [](size_t, size_t) { return true; }))
         cuda::fill_zero(device_context(), params[run[0]].second.impl().grad->device_data, count_of(params, run) * sizeof(float));
@@ -114,7 +112,7 @@ void device_zero_grad(const NamedTensors& params) {
 double device_clip_grad_norm(const NamedTensors& params, double max_norm) {
     for (const auto& [name, p] : params) writable_grad(p);  // scaled in place below
     auto grad_of = [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; };
-    const auto grouped = runs(params, by_address(params), grad_of, [](size_t, size_t) { return true; });
+    const auto grouped = runs(params, with_grad(params), grad_of, [](size_t, size_t) { return true; });
     cuda::Context& context = device_context();
     const cuda::DeviceBuffer sums = context.allocate(std::max<size_t>(grouped.size(), 1) * sizeof(double));
     const cuda::DeviceBuffer partials = context.allocate(cuda::reduce_partials * sizeof(double));
@@ -136,7 +134,7 @@ double device_clip_grad_norm(const NamedTensors& params, double max_norm) {
 }
 
 void Adam::step_on_device() {
-    const std::vector<size_t> order = by_address(params_);
+    const std::vector<size_t> order = with_grad(params_);
     for (size_t i : order) ++steps_[i];
     auto pointers = [&](size_t i) {
         return std::array<float*, 4>{values_of(params_[i].second), params_[i].second.impl().grad->device_data,
@@ -167,7 +165,7 @@ void Adam::step_on_device() {
 }
 
 void SGD::step_on_device() {
-    const std::vector<size_t> order = by_address(params_);
+    const std::vector<size_t> order = with_grad(params_);
     auto pointers = [&](size_t i) {
         return std::array<float*, 3>{values_of(params_[i].second), params_[i].second.impl().grad->device_data,
                                      values_of(velocity_[i])};

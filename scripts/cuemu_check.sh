@@ -94,7 +94,7 @@ case_of() {  # the one test each mutant runs
   local agreement=Masks/CudaAttentionAgreement.ForwardAndGradientsMatchTheCpuOp
   case "$1" in
     missing_barrier) echo "$agreement/causal_square_flash" ;;            # two key tiles
-    wrong_leading_dimension) echo "$agreement/no_mask_dense" ;;          # d = 16 != d_v = 12
+    wrong_leading_dimension) echo "$agreement/no_mask_dense" ;;          # ld Tk = 70, not d_v = 12
     out_of_bounds_load) echo "$agreement/no_mask_flash" ;;               # T = 70: a partial tile
     *) echo "" ;;
   esac

@@ -15,8 +15,8 @@ Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, 
     return record_device("linear", out, {x, weight, bias}, [x, weight, bias, rows, in, out_features](const Tensor& g, const float*) {
         // dX (+)= g W; dW += g^T X; db += column sums of g (the kernel adds into both)
         const GradTarget gx = grad_target(x);
-        const Tensor unwanted = weight.requires_grad() ? Tensor() : device_tensor(weight.shape());
-        float* gw = unwanted.defined() ? device_out(unwanted) : grad_to_add(weight);
+        Tensor unwanted;
+        float* gw = grad_to_add_or_scratch(weight, unwanted);
         cuda::linear_backward(device_context(), rows, out_features, in, device_in(x), device_in(weight), device_in(g),
                               gx.data, gx.accumulate, gw, grad_to_add(bias));
     });

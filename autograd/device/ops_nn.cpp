@@ -14,13 +14,6 @@ std::shared_ptr<cuda::DeviceBuffer> upload_shared(const void* values, size_t byt
     return std::make_shared<cuda::DeviceBuffer>(upload(values, bytes));
 }
 
-// A gradient buffer an add-only kernel may write when the input wants none.
-float* grad_or_scratch(const Tensor& input, Tensor& scratch) {
-    if (input.requires_grad()) return grad_to_add(input);
-    scratch = device_tensor(input.shape());
-    return device_out(scratch);
-}
-
 }  // namespace
 
 // out (..., D) = weight[ids]; the backward scatter-adds into the rows used.
@@ -46,15 +39,13 @@ Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bi
     cuda::layer_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), device_in(bias), float(eps),
                              device_out(out), device_out(mean), device_out(rstd));
     return record_device("layer_norm", out, {x, weight, bias}, [x, weight, bias, mean, rstd, rows, D](const Tensor& g, const float*) {
-        Tensor unwanted_w, unwanted_b;
-        float* gw = grad_or_scratch(weight, unwanted_w);
-        float* gb = grad_or_scratch(bias, unwanted_b);
+        Tensor unwanted_w, unwanted_b, unwanted_x;
+        float* gw = grad_to_add_or_scratch(weight, unwanted_w);
+        float* gb = grad_to_add_or_scratch(bias, unwanted_b);
+        const GradTarget gx = grad_or_scratch(x, unwanted_x);
         const Tensor scratch = device_tensor(x.shape());
-        const GradTarget gx = grad_target(x);
-        const Tensor unwanted_x = gx ? Tensor() : device_tensor(x.shape());
         cuda::layer_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(mean),
-                                  device_in(rstd), device_in(g), gx ? gx.data : device_out(unwanted_x), gx.accumulate,
-                                  gw, gb, device_out(scratch));
+                                  device_in(rstd), device_in(g), gx.data, gx.accumulate, gw, gb, device_out(scratch));
     });
 }
 
@@ -66,13 +57,12 @@ Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps) {
     cuda::rms_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), float(eps), device_out(out),
                            device_out(rstd));
     return record_device("rms_norm", out, {x, weight}, [x, weight, rstd, rows, D](const Tensor& g, const float*) {
-        Tensor unwanted_w;
-        float* gw = grad_or_scratch(weight, unwanted_w);
+        Tensor unwanted_w, unwanted_x;
+        float* gw = grad_to_add_or_scratch(weight, unwanted_w);
+        const GradTarget gx = grad_or_scratch(x, unwanted_x);
         const Tensor scratch = device_tensor(x.shape());
-        const GradTarget gx = grad_target(x);
-        const Tensor unwanted_x = gx ? Tensor() : device_tensor(x.shape());
         cuda::rms_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(rstd), device_in(g),
-                                gx ? gx.data : device_out(unwanted_x), gx.accumulate, gw, device_out(scratch));
+                                gx.data, gx.accumulate, gw, device_out(scratch));
     });
 }
 

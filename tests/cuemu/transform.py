@@ -35,11 +35,11 @@ MUTANTS = {
         "",
         ["attention_flash.cu"],
     ),
-    # the dense forward's context = A V reads V with the row stride of K
+    # the dense forward's context = A V reads V with the row stride of the weights
     "wrong_leading_dimension": (
         "attention_dense.cu",
         "{v_live, d_v, st.kv_v}",
-        "{v_live, d, st.kv_v}",
+        "{v_live, Tk, st.kv_v}",
         ["attention_dense.cu"],
     ),
     # tile loads read one row past the matrix

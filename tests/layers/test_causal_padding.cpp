@@ -155,9 +155,16 @@ void expect_matches_alone(const Tensor& padded, size_t b, const Tensor& alone, s
     EXPECT_LE(worst, 1e-5) << "batch item " << b;
 }
 
-TEST(PaddingInvariance, DecoderLMSelfAttention) {
+// The self-attention tests run for each kind of positions: rotary positions and
+// ALiBi depend on the absolute index too, and right padding moves no valid position.
+class SelfAttentionPadding : public ::testing::TestWithParam<Positional> {};
+INSTANTIATE_TEST_SUITE_P(Positions, SelfAttentionPadding,
+                         ::testing::Values(Positional::learned, Positional::rotary, Positional::alibi),
+                         [](const auto& info) { return to_string(info.param); });
+
+TEST_P(SelfAttentionPadding, DecoderLMSelfAttention) {
     Rng init(3), dropout_rng(4), data(5);
-    DecoderLM model(small_config(), init, &dropout_rng);
+    DecoderLM model(small_config(Norm::pre, GetParam()), init, &dropout_rng);
     model.eval();
     const std::vector<size_t> lengths = {5, 8};
     const Indices tokens = random_tokens(data, 2, 8, 11);
@@ -171,40 +178,15 @@ TEST(PaddingInvariance, DecoderLMSelfAttention) {
         expect_matches_alone(a, b_item, model.forward(token_row(tokens, b_item, lengths[b_item])), lengths[b_item]);
 }
 
-// Rotary positions and ALiBi depend on the absolute index: right padding moves no
-// valid position, so both stacks still ignore what the padding holds.
-class PaddingInvarianceOf : public ::testing::TestWithParam<Positional> {};
-INSTANTIATE_TEST_SUITE_P(Positions, PaddingInvarianceOf, ::testing::Values(Positional::rotary, Positional::alibi),
-                         [](const auto& info) { return to_string(info.param); });
-TEST_P(PaddingInvarianceOf, BothStacks) {
-    Rng init(3), dropout_rng(4), data(5);
-    const ModelConfig c = small_config(Norm::pre, GetParam());
-    DecoderLM model(c, init, &dropout_rng);
-    model.eval();
-    const std::vector<size_t> lengths = {5, 8};
-    const Indices tokens = random_tokens(data, 2, 8, 11);
-    const Tensor a = model.forward(with_padding(tokens, lengths, 1, 11), lengths);
-    expect_valid_positions_equal(a, model.forward(with_padding(tokens, lengths, 6, 11), lengths), lengths);
-    for (size_t b_item = 0; b_item < 2; ++b_item)
-        expect_matches_alone(a, b_item, model.forward(token_row(tokens, b_item, lengths[b_item])), lengths[b_item]);
-    EncoderDecoder enc_dec(c, init, &dropout_rng);
-    enc_dec.eval();
-    const std::vector<size_t> src_lengths = {4, 7};
-    const Indices src = random_tokens(data, 2, 7, 11);
-    const Tensor m = enc_dec.encode(with_padding(src, src_lengths, 2, 11), src_lengths);
-    expect_valid_positions_equal(m, enc_dec.encode(with_padding(src, src_lengths, 7, 11), src_lengths), src_lengths);
-    for (size_t i = 0; i < 2; ++i) expect_matches_alone(m, i, enc_dec.encode(token_row(src, i, src_lengths[i]), {src_lengths[i]}), src_lengths[i]);
-}
-
 struct Seq2SeqBatch {
     std::vector<size_t> src_lengths = {4, 7}, tgt_lengths = {3, 6};
     Indices src, tgt;
     explicit Seq2SeqBatch(Rng& data) : src(random_tokens(data, 2, 7, 11)), tgt(random_tokens(data, 2, 6, 11)) {}
 };
 
-TEST(PaddingInvariance, EncoderSelfAttention) {
+TEST_P(SelfAttentionPadding, EncoderSelfAttention) {
     Rng init(3), dropout_rng(4), data(5);
-    EncoderDecoder model(small_config(), init, &dropout_rng);
+    EncoderDecoder model(small_config(Norm::pre, GetParam()), init, &dropout_rng);
     model.eval();
     Seq2SeqBatch batch(data);
     const Tensor a = model.encode(with_padding(batch.src, batch.src_lengths, 2, 11), batch.src_lengths);
@@ -217,9 +199,9 @@ TEST(PaddingInvariance, EncoderSelfAttention) {
     }
 }
 
-TEST(PaddingInvariance, DecoderSelfAttentionWithTargetLengths) {
+TEST_P(SelfAttentionPadding, DecoderSelfAttentionWithTargetLengths) {
     Rng init(3), dropout_rng(4), data(5);
-    EncoderDecoder model(small_config(), init, &dropout_rng);
+    EncoderDecoder model(small_config(Norm::pre, GetParam()), init, &dropout_rng);
     model.eval();
     Seq2SeqBatch batch(data);
     const Tensor memory = model.encode(batch.src, batch.src_lengths);
