@@ -95,6 +95,7 @@ void write_device_grad(const Tensor& input, Write&& write) {
 // Each op of ops.h validates its inputs, then calls its branch here when they are
 // on the device; the branch keeps the op's maths and error messages.
 Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, const Shape& out_shape);
+std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
 Tensor add_device(const Tensor& a, const Tensor& b);
 Tensor activation_device(const char* op, cuda::DeviceActivation activation, const Tensor& x);
 Tensor reshape_device(const Tensor& x, const Shape& shape);

@@ -59,6 +59,11 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<size_t>& sizes, int
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in), weight (out, in), bias (out) or undefined -> (..., out): x W^T + b, one GEMM.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// The projections of one input, y_i = x W_i^T + b_i (biases[i] may be undefined):
+// linear for each. On the device, weights of one shape that lie side by side
+// (Module::to keeps a module's parameters in order), with their biases likewise,
+// are one batched GEMM each way: attention's q, k and v in one launch.
+std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
 
 // ---- neural-network ops (ops_nn.cpp) ----
 Tensor softmax(const Tensor& x, int axis = -1);

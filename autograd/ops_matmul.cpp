@@ -74,7 +74,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+namespace {
+
+// linear's checks of x (..., in), weight (out, in) and bias (out); returns (..., out).
+Shape linear_shape(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     constexpr const char* op = "linear";
     check_defined(op, x, "input");
     check_defined(op, weight, "weight");
@@ -83,15 +86,22 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         fail(op, "input " + shape_str(sx) + " with weight " + shape_str(sw) + ": weight must be (out, " +
                      (sx.empty() ? std::string("in") : std::to_string(sx.back())) + ")");
     check_same_dtype(op, x, weight);
-    const size_t in = sw[1], out_features = sw[0], rows = x.numel() / std::max<size_t>(in, 1);
     if (bias.defined()) {
         check_same_dtype(op, x, bias);
-        if (bias.shape() != Shape{out_features})
-            fail(op, "bias " + shape_str(bias.shape()) + " for weight " + shape_str(sw));
+        if (bias.shape() != Shape{sw[0]}) fail(op, "bias " + shape_str(bias.shape()) + " for weight " + shape_str(sw));
     }
-    Shape out_shape = sx;
-    out_shape.back() = out_features;
     check_same_device(op, {&x, &weight, &bias});
+    Shape out_shape = sx;
+    out_shape.back() = sw[0];
+    return out_shape;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+    constexpr const char* op = "linear";
+    const Shape out_shape = linear_shape(x, weight, bias);
+    const size_t in = weight.size(1), out_features = weight.size(0), rows = x.numel() / std::max<size_t>(in, 1);
     if (on_device(x)) return linear_device(x, weight, bias, out_shape);
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = make_array<T>(out_shape);  // (rows, out) = X (rows, in) W^T (in, out) + b
@@ -143,6 +153,16 @@ void add_matmul_cases(std::vector<GradcheckCase>& cases) {
                      [](V t) { return linear(t[0], t[1], t[2]); }});
     cases.push_back({"linear", "(3,4) without bias", {in({3, 4}), in({2, 4})}, [](V t) { return linear(t[0], t[1], Tensor()); }});
     cases.push_back({"matmul", "size-1 axes (1,4) @ (4,1)", {in({1, 4}), in({4, 1})}, [](V t) { return matmul(t[0], t[1]); }});
+}
+
+std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+    if (weights.size() != biases.size())
+        fail("linear", std::to_string(weights.size()) + " weights with " + std::to_string(biases.size()) + " biases");
+    for (size_t i = 0; i < weights.size(); ++i) linear_shape(x, weights[i], biases[i]);
+    if (on_device(x)) return linears_device(x, weights, biases);
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < weights.size(); ++i) out.push_back(linear(x, weights[i], biases[i]));
+    return out;
 }
 
 }  // namespace attnlab

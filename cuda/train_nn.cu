@@ -42,9 +42,12 @@ __global__ void embedding_scatter_kernel(size_t n, size_t D, const int32_t* toke
 
 constexpr int column_lanes = 16;
 
+// grid (ceil(cols / 32), groups); x (groups, rows, cols), out (groups, cols)
 __global__ void column_sums_kernel(size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
     __shared__ float partial[column_lanes][33];
     const size_t c = size_t(blockIdx.x) * 32 + threadIdx.x;
+    x += size_t(blockIdx.y) * rows * cols;
+    out += size_t(blockIdx.y) * cols;
     float total = 0.0f;
     if (c < cols)
         for (size_t r = threadIdx.y; r < rows; r += column_lanes) total += x[r * cols + c];
@@ -129,23 +132,7 @@ __global__ void scale_kernel(size_t n, const float* x, float factor, const float
     FOR_EACH_INDEX(e, n) out[e] = accumulate ? out[e] + x[e] * f : x[e] * f;
 }
 
-// ---- layout: packed rows <-> heads; `to_heads` picks the direction ----
-
-// Element e of the packed (B, T, W) buffer, W = (H + 2 H_kv) d, and where it sits in q, k or v.
-__global__ void qkv_layout_kernel(size_t n, size_t T, size_t H, size_t H_kv, size_t d, float* qkv, float* q, float* k,
-                                  float* v, bool to_heads) {
-    const size_t W = (H + 2 * H_kv) * d;
-    FOR_EACH_INDEX(e, n) {
-        const size_t row = e / W, col = e % W, b = row / T, t = row % T;
-        const size_t head = col / d, i = col % d;
-        float* target;
-        if (head < H) target = q + ((b * H + head) * T + t) * d + i;
-        else if (head < H + H_kv) target = k + ((b * H_kv + head - H) * T + t) * d + i;
-        else target = v + ((b * H_kv + head - H - H_kv) * T + t) * d + i;
-        if (to_heads) *target = qkv[e];
-        else qkv[e] = *target;
-    }
-}
+// ---- layout: merged rows <-> heads; `to_merged` picks the direction ----
 
 // Element e of merged (B, T, H d) and its place in heads (B, H, T, d).
 __global__ void heads_layout_kernel(size_t n, size_t H, size_t T, size_t d, float* heads, float* merged,
@@ -243,10 +230,10 @@ void embedding_backward(Context& context, size_t B, size_t T, size_t D, const in
     if (dP != nullptr) column_sums(context, B, T * D, dx, dP, true);  // dx as (B, T D): sum over the batch
 }
 
-void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
-    if (cols == 0) return;
-    const dim3 block(32, column_lanes);
-    column_sums_kernel<<<int((cols + 31) / 32), block, 0, context.stream()>>>(rows, cols, x, out, accumulate);
+void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate, size_t groups) {
+    if (cols == 0 || groups == 0) return;
+    const dim3 block(32, column_lanes), grid(unsigned((cols + 31) / 32), unsigned(groups));
+    column_sums_kernel<<<grid, block, 0, context.stream()>>>(rows, cols, x, out, accumulate);
     check_launch("column_sums");
 }
 
@@ -295,23 +282,6 @@ void scale(Context& context, size_t n, const float* x, float factor, const float
     if (n == 0) return;
     scale_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, x, factor, device_factor, out, accumulate);
     check_launch("scale");
-}
-
-void split_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* qkv, float* q,
-               float* k, float* v) {
-    const size_t n = B * T * (H + 2 * H_kv) * d;
-    qkv_layout_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, T, H, H_kv, d, const_cast<float*>(qkv), q, k,
-                                                                       v, true);
-    check_launch("split_qkv");
-}
-
-void merge_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* dq,
-               const float* dk, const float* dv, float* dqkv) {
-    const size_t n = B * T * (H + 2 * H_kv) * d;
-    qkv_layout_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, T, H, H_kv, d, dqkv, const_cast<float*>(dq),
-                                                                       const_cast<float*>(dk), const_cast<float*>(dv),
-                                                                       false);
-    check_launch("merge_qkv");
 }
 
 void merge_heads(Context& context, size_t B, size_t H, size_t T, size_t d, const float* heads, float* merged) {

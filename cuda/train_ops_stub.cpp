@@ -42,13 +42,7 @@ void add_into(Context&, size_t, const float*, float*) { refuse("add_into"); }
 void rotary(Context&, size_t, size_t, size_t, size_t, size_t, double, double, const float*, float*) { refuse("rotary"); }
 void add_broadcast(Context&, size_t, size_t, const float*, const float*, float*) { refuse("add_broadcast"); }
 void scale(Context&, size_t, const float*, float, const float*, float*, bool) { refuse("scale"); }
-void column_sums(Context&, size_t, size_t, const float*, float*, bool) { refuse("column_sums"); }
-void split_qkv(Context&, size_t, size_t, size_t, size_t, size_t, const float*, float*, float*, float*) {
-    refuse("split_qkv");
-}
-void merge_qkv(Context&, size_t, size_t, size_t, size_t, size_t, const float*, const float*, const float*, float*) {
-    refuse("merge_qkv");
-}
+void column_sums(Context&, size_t, size_t, const float*, float*, bool, size_t) { refuse("column_sums"); }
 void merge_heads(Context&, size_t, size_t, size_t, size_t, const float*, float*) { refuse("merge_heads"); }
 void split_heads(Context&, size_t, size_t, size_t, size_t, const float*, float*) { refuse("split_heads"); }
 void cross_entropy_forward_backward(Context&, size_t, size_t, const float*, const int32_t*, const float*, float*,
@@ -59,11 +53,11 @@ void score_moments(Context&, const AttentionDims&, const float*, const float*, c
     refuse("score_moments");
 }
 void sum_to_double(Context&, size_t, const float*, bool, double*, double*) { refuse("sum_to_double"); }
-void linear_forward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*) {
+void linear_forward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*, size_t) {
     refuse("linear_forward");
 }
 void linear_backward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*, bool, float*,
-                     float*) {
+                     float*, size_t) {
     refuse("linear_backward");
 }
 void adam_update(Context&, size_t, size_t, float*, const float*, float*, float*, const AdamScalars&, const double*) {

@@ -10,6 +10,15 @@ Linear::Linear(size_t in_features, size_t out_features, bool with_bias, Rng& ini
     if (with_bias) bias = register_parameter("bias", init.uniform({out_features}, -bound, bound));
 }
 
+std::vector<Tensor> forward_each(const std::vector<const Linear*>& layers, const Tensor& x) {
+    std::vector<Tensor> weights, biases;
+    for (const Linear* layer : layers) {
+        weights.push_back(layer->weight);
+        biases.push_back(layer->bias);
+    }
+    return linears(x, weights, biases);
+}
+
 Embedding::Embedding(size_t vocab, size_t width, Rng& init, double init_std) {
     weight = register_parameter("weight", init.normal({vocab, width}, 0.0, init_std));
 }

@@ -19,6 +19,10 @@ public:
     Tensor weight, bias;  // bias undefined when disabled
 };
 
+// Several Linears of one input, [l.forward(x) for l in layers] (linears: on the
+// device, layers side by side in the parameter block are one GEMM).
+std::vector<Tensor> forward_each(const std::vector<const Linear*>& layers, const Tensor& x);
+
 // ids (...) -> (..., D); weight (V, D) ~ N(0, init_std^2).
 class Embedding : public Module {
 public:

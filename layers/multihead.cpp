@@ -136,9 +136,17 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const 
                               shape_str(x_kv.shape()));
     const Tensor in = hook("in", x_q);
     const Tensor in_kv = hook("in_kv", x_kv.same(x_q) ? in : x_kv);  // self-attention: the same tensor
-    const Tensor q = positioned(hook_heads("q", q_proj.forward(in), heads), heads, 0);
-    const Tensor k = positioned(hook_heads("k", k_proj.forward(in_kv), kv_heads), kv_heads, 0);
-    return attend(q, k, hook_heads("v", v_proj.forward(in_kv), kv_heads), mask, need_weights);
+    // Q = X W_q^T + b_q, K = X_kv W_k^T + b_k, V = X_kv W_v^T + b_v (self-attention: X projected once)
+    std::vector<Tensor> qkv;
+    if (in_kv.same(in)) {
+        qkv = forward_each({&q_proj, &k_proj, &v_proj}, in);
+    } else {
+        qkv = {q_proj.forward(in)};
+        for (const Tensor& t : forward_each({&k_proj, &v_proj}, in_kv)) qkv.push_back(t);
+    }
+    const Tensor q = positioned(hook_heads("q", qkv[0], heads), heads, 0);
+    const Tensor k = positioned(hook_heads("k", qkv[1], kv_heads), kv_heads, 0);
+    return attend(q, k, hook_heads("v", qkv[2], kv_heads), mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cached(const Tensor& x_new, KVCache& cache,

@@ -101,17 +101,10 @@ void add_broadcast(Context& context, size_t n, size_t period, const float* a, co
 // incoming scalar gradient, a clipping scale. out may alias x.
 void scale(Context& context, size_t n, const float* x, float factor, const float* device_factor, float* out,
            bool accumulate);
-// out[c] (+)= sum over r of x[r, c], x (rows, cols)
-void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate);
+// out[g, c] (+)= sum over r of x[g, r, c], x (groups, rows, cols), out (groups, cols)
+void column_sums(Context& context, size_t rows, size_t cols, const float* x, float* out, bool accumulate,
+                 size_t groups = 1);
 
-// qkv (B, T, (H + 2 H_kv) d), each row the query heads, then the key heads, then
-// the value heads (one GEMM over the three projections' stacked weights) ->
-// q (B, H, T, d), k and v (B, H_kv, T, d), the layout of the attention kernels.
-void split_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* qkv, float* q,
-               float* k, float* v);
-// Its backward: dq, dk, dv -> dqkv (B, T, (H + 2 H_kv) d), overwritten.
-void merge_qkv(Context& context, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* dq,
-               const float* dk, const float* dv, float* dqkv);
 // heads (B, H, T, d) -> merged (B, T, H d), Concat(heads) before the output projection.
 void merge_heads(Context& context, size_t B, size_t H, size_t T, size_t d, const float* heads, float* merged);
 // Its backward: dmerged (B, T, H d) -> dheads (B, H, T, d).
@@ -143,11 +136,14 @@ void sum_to_double(Context& context, size_t n, const float* x, bool squares, dou
 // ---- linear layers on cuBLAS (train_linear.cu) ----------------------------------
 
 // y (M, N) = x (M, K) W^T + b, W (N, K) as Linear stores it, b (N) or null.
+// With groups G, G projections of the one x: W (G, N, K), b (G, N), y (G, M, N),
+// y_g = x W_g^T + b_g (one batched GEMM).
 void linear_forward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* b,
-                    float* y);
+                    float* y, size_t groups = 1);
 // dx (M, K) (+)= dy W (skipped when dx is null); dW (N, K) += dy^T x; db (N) += column sums of dy (when not null).
+// With groups: dx (+)= sum_g dy_g W_g, dW_g += dy_g^T x, db_g += column sums of dy_g (dy (G, M, N)).
 void linear_backward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* dy,
-                     float* dx, bool accumulate, float* dW, float* db);
+                     float* dx, bool accumulate, float* dW, float* db, size_t groups = 1);
 
 // ---- the optimiser (train_optim.cu) ----------------------------------------------
 

@@ -1,6 +1,8 @@
 // The device branches of linear, add, gelu and relu, reshape and slice
 // (autograd/ops.h has each op's contract; the op itself validates its inputs
 // and calls the branch here when they are on the device). Forward beside backward.
+#include <algorithm>
+
 #include "autograd/device_ops.h"
 #include "autograd/shape.h"
 
@@ -20,6 +22,125 @@ Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, 
         cuda::linear_backward(device_context(), rows, out_features, in, device_in(x), device_in(weight), device_in(g),
                               gx.data, gx.accumulate, gw, grad_to_add(bias));
     });
+}
+
+namespace {
+
+// Whether projection j can join the run that projection i (= j - 1) ends: the
+// same weight shape, the weight (and bias) right after i's in the same block,
+// the same gradient wants.
+bool follows(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, size_t i, size_t j) {
+    const auto next_to = [](const Tensor& a, const Tensor& b) {
+        return a.impl().device_block == b.impl().device_block && a.impl().device_data + a.numel() == b.impl().device_data &&
+               a.requires_grad() == b.requires_grad();
+    };
+    if (weights[i].shape() != weights[j].shape() || !next_to(weights[i], weights[j])) return false;
+    if (biases[i].defined() != biases[j].defined()) return false;
+    return !biases[i].defined() || next_to(biases[i], biases[j]);
+}
+
+// The gradient slots of a run's parameters when they lie side by side (the
+// flat gradient block of Module::to), else null: the run's backward then goes
+// one projection at a time.
+float* run_grads(const std::vector<Tensor>& params, size_t first, size_t count, std::vector<Tensor>& scratch,
+                 bool scratch_if_unwanted) {
+    std::vector<float*> slots;
+    for (size_t i = first; i < first + count; ++i) {
+        scratch.emplace_back();
+        slots.push_back(scratch_if_unwanted ? grad_to_add_or_scratch(params[i], scratch.back()) : grad_to_add(params[i]));
+    }
+    for (size_t i = 1; i < count; ++i)
+        if (slots[i] == nullptr || slots[i] != slots[0] + i * params[first].numel()) return nullptr;
+    return slots[0];
+}
+
+// The sizes of a run of G projections: W_g (N, in), x (rows, in).
+struct Run {
+    size_t first, G, rows, in, N;
+};
+
+// The backward of a run from y's gradient g (G, rows, N): dx (+)= sum_g g_g W_g,
+// dW_g += g_g^T x, db_g += column sums of g_g, in one batched call when the
+// parameters' gradient slots lie side by side (else one projection at a time).
+void run_backward(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, const Run& r,
+                  std::vector<bool>& written, const Tensor& g) {
+    cuda::Context& context = device_context();
+    const size_t part = r.rows * r.N;
+    for (size_t i = 0; i < r.G; ++i)  // a part nothing depended on has no gradient written: zero
+        if (!written[i]) cuda::fill_zero(context, device_out(g) + i * part, part * sizeof(float));
+    std::fill(written.begin(), written.end(), false);
+    const GradTarget gx = grad_target(x);
+    std::vector<Tensor> scratch;
+    float* gw = run_grads(weights, r.first, r.G, scratch, true);
+    float* gb = biases[r.first].defined() ? run_grads(biases, r.first, r.G, scratch, false) : nullptr;
+    const bool bias_apart = biases[r.first].defined() && biases[r.first].requires_grad() && gb == nullptr;
+    if (gw != nullptr && !bias_apart)
+        return cuda::linear_backward(context, r.rows, r.N, r.in, device_in(x), device_in(weights[r.first]), device_in(g),
+                                     gx.data, gx.accumulate, gw, gb, r.G);
+    for (size_t i = 0; i < r.G; ++i) {
+        Tensor unwanted;
+        cuda::linear_backward(context, r.rows, r.N, r.in, device_in(x), device_in(weights[r.first + i]),
+                              device_in(g) + i * part, gx.data, gx.accumulate || i > 0,
+                              grad_to_add_or_scratch(weights[r.first + i], unwanted), grad_to_add(biases[r.first + i]));
+    }
+}
+
+// y_g = x W_g^T + b_g for the run [first, first + G): one tensor y (G, rows, N)
+// from one batched GEMM, and each y_g a view of it whose gradient is written in
+// place into y's (its grad_home), so that one batched backward reads them all.
+std::vector<Tensor> linear_run_device(const Tensor& x, const std::vector<Tensor>& weights,
+                                      const std::vector<Tensor>& biases, size_t first, size_t G) {
+    const Tensor& W = weights[first];
+    const Run run{first, G, x.numel() / std::max<size_t>(W.size(1), 1), W.size(1), W.size(0)};
+    const size_t part_size = run.rows * run.N;
+    Shape part_shape = x.shape();
+    part_shape.back() = run.N;
+    Tensor y = device_tensor({G, run.rows, run.N});
+    cuda::linear_forward(device_context(), run.rows, run.N, run.in, device_in(x), device_in(W), device_in(biases[first]),
+                         device_out(y), G);
+    std::vector<Tensor> inputs{x};
+    for (size_t i = first; i < first + G; ++i) inputs.insert(inputs.end(), {weights[i], biases[i]});
+    auto written = std::make_shared<std::vector<bool>>(G, false);  // which parts received a gradient
+    y = record_device("linear", y, inputs, [x, weights, biases, run, written](const Tensor& g, const float*) {
+        run_backward(x, weights, biases, run, *written, g);
+    });
+    std::vector<Tensor> parts;
+    if (y.requires_grad()) y.impl().grad_home = device_tensor(y.shape()).impl_ptr();  // the parts' gradients live here
+    for (size_t i = 0; i < G; ++i) {
+        Tensor part = device_view(y.impl().device_block, device_out(y) + i * part_size, part_shape);
+        if (y.requires_grad()) {
+            const TensorImpl& home = *y.impl().grad_home;
+            float* slot = home.device_data + i * part_size;
+            part = record_device("linear", part, {y}, [y, written, i, slot, part_size](const Tensor& g, const float*) {
+                // written in place, in y's gradient (grad_target), unless it was set apart (a root's seed)
+                if (device_in(g) != slot) cuda::copy_device(device_context(), device_in(g), slot, part_size * sizeof(float));
+                (*written)[i] = true;
+                grad_target(y);  // y's backward now runs
+            });
+            part.impl().grad_home = device_view(home.device_block, slot, part_shape).impl_ptr();
+        }
+        parts.push_back(part);
+    }
+    return parts;
+}
+
+}  // namespace
+
+std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+    std::vector<Tensor> out;
+    for (size_t first = 0; first < weights.size();) {
+        size_t count = 1;
+        while (first + count < weights.size() && follows(weights, biases, first + count - 1, first + count)) ++count;
+        if (count == 1) {
+            Shape shape = x.shape();
+            shape.back() = weights[first].size(0);
+            out.push_back(linear_device(x, weights[first], biases[first], shape));
+        } else {
+            for (Tensor& part : linear_run_device(x, weights, biases, first, count)) out.push_back(std::move(part));
+        }
+        first += count;
+    }
+    return out;
 }
 
 // a + b where one operand's shape ends the other's (same shapes, a row of a table, a scalar).

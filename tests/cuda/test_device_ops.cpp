@@ -157,6 +157,24 @@ TEST_F(DeviceOps, LinearForwardAndBackward) {
     }
 }
 
+// Three projections of one x in one call: W (3, N, K), b (3, N), y (3, M, N).
+TEST_F(DeviceOps, LinearForwardAndBackwardInGroups) {
+    const size_t G = 3, M = 21, N = 19, K = 23;
+    const Tensor x = leaf(rng, {M, K}), W = leaf(rng, {G * N, K}), b = leaf(rng, {G * N}), dy = rng.normal({G, M, N}, 0, 1);
+    std::vector<Tensor> ys;
+    for (size_t g = 0; g < G; ++g) ys.push_back(linear(x, slice(W, 0, g * N, (g + 1) * N), slice(b, 0, g * N, (g + 1) * N)));
+    const Tensor y = reshape(concat(ys, 0), {G, M, N});
+    y.backward(dy);
+    const DeviceBuffer X = up(x), Wd = up(W), Bd = up(b), Y = zeros(G * M * N);
+    cuda::linear_forward(*context, M, N, K, X.floats(), Wd.floats(), Bd.floats(), Y.floats(), G);
+    expect_close(down(Y, {G, M, N}), y.detach(), "y");
+    const DeviceBuffer D = up(dy), dX = up(Tensor::ones({M, K})), dW = zeros(G * N * K), dB = zeros(G * N);
+    cuda::linear_backward(*context, M, N, K, X.floats(), Wd.floats(), D.floats(), dX.floats(), true, dW.floats(), dB.floats(), G);
+    expect_close(down(dX, {M, K}), x.grad() + 1.0, "1 + dx, summed over the groups");
+    expect_close(down(dW, {G * N, K}), W.grad(), "dW");
+    expect_close(down(dB, {G * N}), b.grad(), "db");
+}
+
 TEST_F(DeviceOps, CrossEntropyWithALossMask) {
     const size_t M = 9, V = 40;  // V above a warp
     const Tensor z = leaf(rng, {M, V}, 2.0);
@@ -187,24 +205,15 @@ TEST_F(DeviceOps, CrossEntropyWithALossMask) {
 }
 
 TEST_F(DeviceOps, LayoutsAreThePermutationsOfReshapeAndPermute) {
-    const size_t B = 2, T = 5, H = 4, H_kv = 2, d = 3, W = (H + 2 * H_kv) * d;
-    const Tensor qkv = rng.normal({B, T, W}, 0, 1);
-    const std::vector<Tensor> parts = split(qkv, {H * d, H_kv * d, H_kv * d}, 2);
+    const size_t B = 2, T = 5, H = 4, d = 3;
+    const Tensor x = rng.normal({B, T, H * d}, 0, 1);
     const auto heads = [&](const Tensor& t, size_t n) { return permute(reshape(t, {B, T, n, d}), {0, 2, 1, 3}); };
-    const DeviceBuffer packed = up(qkv), q = zeros(B * H * T * d), k = zeros(B * H_kv * T * d),
-                       v = zeros(B * H_kv * T * d);
-    cuda::split_qkv(*context, B, T, H, H_kv, d, packed.floats(), q.floats(), k.floats(), v.floats());
-    expect_close(down(q, {B, H, T, d}), heads(parts[0], H), "q");
-    expect_close(down(k, {B, H_kv, T, d}), heads(parts[1], H_kv), "k");
-    expect_close(down(v, {B, H_kv, T, d}), heads(parts[2], H_kv), "v");
-    const DeviceBuffer back = zeros(B * T * W);
-    cuda::merge_qkv(*context, B, T, H, H_kv, d, q.floats(), k.floats(), v.floats(), back.floats());
-    expect_close(down(back, {B, T, W}), qkv, "merge_qkv(split_qkv(x))");
+    const DeviceBuffer q = up(heads(x, H));
     const DeviceBuffer merged = zeros(B * T * H * d), split_again = zeros(B * H * T * d);
     cuda::merge_heads(*context, B, H, T, d, q.floats(), merged.floats());
-    expect_close(down(merged, {B, T, H * d}), parts[0], "merge_heads");
+    expect_close(down(merged, {B, T, H * d}), x, "merge_heads");
     cuda::split_heads(*context, B, H, T, d, merged.floats(), split_again.floats());
-    expect_close(down(split_again, {B, H, T, d}), heads(parts[0], H), "split_heads");
+    expect_close(down(split_again, {B, H, T, d}), heads(x, H), "split_heads");
 }
 
 TEST_F(DeviceOps, ColumnSumsAndSumOfSquares) {
@@ -213,6 +222,9 @@ TEST_F(DeviceOps, ColumnSumsAndSumOfSquares) {
     const DeviceBuffer X = up(x), out = up(Tensor::ones({cols}));
     cuda::column_sums(*context, rows, cols, X.floats(), out.floats(), true);  // onto ones
     expect_close(down(out, {cols}), sum(x, {0}) + 1.0, "1 + column sums");
+    const DeviceBuffer grouped = zeros(3 * cols);  // x as 3 groups of 100 rows
+    cuda::column_sums(*context, rows / 3, cols, X.floats(), grouped.floats(), false, 3);
+    expect_close(down(grouped, {3, cols}), sum(reshape(x, {3, rows / 3, cols}), {1}), "column sums of each group");
     DeviceBuffer total = context->allocate(sizeof(double)), partials = context->allocate(cuda::reduce_partials * 8);
     cuda::sum_to_double(*context, rows * cols, X.floats(), true, static_cast<double*>(total.data()),
                         static_cast<double*>(partials.data()));

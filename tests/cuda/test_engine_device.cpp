@@ -105,6 +105,69 @@ TEST_F(EngineDevice, ElementwiseShapeAndLinearOpsMatchTheCpu) {
                         [](const Inputs& t) { return linear(t[0], t[1], Tensor()) + gelu(t[0]); });
 }
 
+// Linears of one input, as attention's q, k and v: side by side in a module's
+// parameter block (Module::to) they run as one batched GEMM each way; the
+// outputs and every gradient are still those of one linear each.
+struct Projections : Module {
+    Projections(size_t in, const std::vector<size_t>& outs, bool bias, Rng& init) {
+        for (size_t out : outs) layers.push_back(std::make_unique<Linear>(in, out, bias, init));
+        for (size_t i = 0; i < layers.size(); ++i) register_module(std::to_string(i), *layers[i]);
+    }
+    std::vector<const Linear*> each() const {
+        std::vector<const Linear*> out;
+        for (const auto& layer : layers) out.push_back(layer.get());
+        return out;
+    }
+    std::vector<std::unique_ptr<Linear>> layers;
+};
+
+// The gradients of sum_i sum(y_i * seed_i) over the projections `used`, on the CPU and on the device.
+void expect_projections_match(const std::string& what, const std::vector<size_t>& outs, bool bias,
+                              const std::vector<size_t>& used) {
+    Rng init(4), data(5);
+    Projections cpu(8, outs, bias, init);
+    Rng init_again(4);
+    Projections gpu(8, outs, bias, init_again);
+    gpu.to(Device::cuda);
+    const Tensor x_cpu = random(data, {2, 3, 8});
+    const Tensor x_gpu = x_cpu.to(Device::cuda).set_requires_grad(true);
+    const std::vector<Tensor> y_cpu = forward_each(cpu.each(), x_cpu), y_gpu = forward_each(gpu.each(), x_gpu);
+    ASSERT_EQ(y_gpu.size(), outs.size());
+    for (size_t i : used) {  // one backward per output, adding up (the graph kept for the next)
+        expect_close(y_gpu[i].to(Device::cpu), y_cpu[i], 1e-5, 1e-4, what + ": output " + std::to_string(i));
+        const Tensor seed = data.normal(y_cpu[i].shape(), 0.0, 1.0);
+        y_cpu[i].backward(seed, true);
+        y_gpu[i].backward(seed.to(Device::cuda), true);
+    }
+    expect_close(x_gpu.grad().to(Device::cpu), x_cpu.grad(), 1e-5, 1e-4, what + ": gradient of x");
+    const NamedTensors p_cpu = cpu.named_parameters(), p_gpu = gpu.named_parameters();
+    for (size_t i = 0; i < p_cpu.size(); ++i) {
+        if (!p_cpu[i].second.grad().defined()) {
+            if (p_gpu[i].second.grad().defined()) {
+                for (double g : p_gpu[i].second.grad().values()) EXPECT_EQ(g, 0.0) << what << ": " << p_gpu[i].first;
+            }
+            continue;
+        }
+        expect_close(p_gpu[i].second.grad().to(Device::cpu), p_cpu[i].second.grad(), 1e-5, 1e-4,
+                     what + ": gradient of " + p_cpu[i].first);
+    }
+}
+
+TEST_F(EngineDevice, ProjectionsOfOneInputMatchTheCpu) {
+    expect_projections_match("q, k, v", {8, 8, 8}, true, {0, 1, 2});
+    expect_projections_match("q, k, v without biases", {8, 8, 8}, false, {0, 1, 2});
+    expect_projections_match("grouped k and v (a run of two after q)", {8, 4, 4}, true, {0, 1, 2});
+    // the loss uses the outer two only: the middle one's rows of the run's gradient are zero
+    expect_projections_match("the middle one unused", {8, 8, 8}, true, {0, 2});
+    // tensors moved one by one are not side by side: one linear each
+    Rng data(6);
+    expect_same_on_both("projections apart", {random(data, {2, 3, 8}), random(data, {5, 8}), random(data, {5}), random(data, {5, 8})},
+                        [](const Inputs& t) {
+                            const std::vector<Tensor> y = linears(t[0], {t[1], t[3]}, {t[2], Tensor()});
+                            return y[0] + y[1];
+                        });
+}
+
 TEST_F(EngineDevice, NetworkOpsMatchTheCpu) {
     Rng rng(2);
     Indices ids({2, 5}, {0, 3, 3, 6, 1, 2, 6, 0, 0, 4});

@@ -126,42 +126,15 @@ void scale(Context&, size_t n, const float* x, float factor, const float* device
     const float f = device_factor != nullptr ? factor * *device_factor : factor;
     for (size_t e = 0; e < n; ++e) out[e] = accumulate ? out[e] + x[e] * f : x[e] * f;
 }
-void column_sums(Context&, size_t rows, size_t cols, const float* x, float* out, bool accumulate) {
-    for (size_t c = 0; c < cols; ++c) {
-        float sum = 0.0f;
-        for (size_t r = 0; r < rows; ++r) sum += x[r * cols + c];
-        out[c] = accumulate ? out[c] + sum : sum;
-    }
+void column_sums(Context&, size_t rows, size_t cols, const float* x, float* out, bool accumulate, size_t groups) {
+    for (size_t g = 0; g < groups; ++g)
+        for (size_t c = 0; c < cols; ++c) {
+            float sum = 0.0f;
+            for (size_t r = 0; r < rows; ++r) sum += x[(g * rows + r) * cols + c];
+            out[g * cols + c] = accumulate ? out[g * cols + c] + sum : sum;
+        }
 }
 
-void split_qkv(Context&, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* qkv, float* q, float* k,
-               float* v) {
-    const size_t W = (H + 2 * H_kv) * d;
-    for (size_t b = 0; b < B; ++b)
-        for (size_t t = 0; t < T; ++t)
-            for (size_t i = 0; i < d; ++i) {
-                const float* row = qkv + (b * T + t) * W;
-                for (size_t h = 0; h < H; ++h) q[((b * H + h) * T + t) * d + i] = row[h * d + i];
-                for (size_t h = 0; h < H_kv; ++h) {
-                    k[((b * H_kv + h) * T + t) * d + i] = row[(H + h) * d + i];
-                    v[((b * H_kv + h) * T + t) * d + i] = row[(H + H_kv + h) * d + i];
-                }
-            }
-}
-void merge_qkv(Context&, size_t B, size_t T, size_t H, size_t H_kv, size_t d, const float* dq, const float* dk,
-               const float* dv, float* dqkv) {
-    const size_t W = (H + 2 * H_kv) * d;
-    for (size_t b = 0; b < B; ++b)
-        for (size_t t = 0; t < T; ++t)
-            for (size_t i = 0; i < d; ++i) {
-                float* row = dqkv + (b * T + t) * W;
-                for (size_t h = 0; h < H; ++h) row[h * d + i] = dq[((b * H + h) * T + t) * d + i];
-                for (size_t h = 0; h < H_kv; ++h) {
-                    row[(H + h) * d + i] = dk[((b * H_kv + h) * T + t) * d + i];
-                    row[(H + H_kv + h) * d + i] = dv[((b * H_kv + h) * T + t) * d + i];
-                }
-            }
-}
 void merge_heads(Context&, size_t B, size_t H, size_t T, size_t d, const float* heads, float* merged) {
     for (size_t b = 0; b < B; ++b)
         for (size_t h = 0; h < H; ++h)
@@ -196,30 +169,34 @@ void sum_to_double(Context&, size_t n, const float* x, bool squares, double* out
     *out = total;
 }
 
-void linear_forward(Context&, size_t M, size_t N, size_t K, const float* x, const float* W, const float* b, float* y) {
-    for (size_t m = 0; m < M; ++m)
-        for (size_t n = 0; n < N; ++n) {
-            float sum = b != nullptr ? b[n] : 0.0f;
-            for (size_t k = 0; k < K; ++k) sum += x[m * K + k] * W[n * K + k];
-            y[m * N + n] = sum;
-        }
+void linear_forward(Context&, size_t M, size_t N, size_t K, const float* x, const float* W, const float* b, float* y,
+                    size_t groups) {
+    for (size_t g = 0; g < groups; ++g)
+        for (size_t m = 0; m < M; ++m)
+            for (size_t n = 0; n < N; ++n) {
+                float sum = b != nullptr ? b[g * N + n] : 0.0f;
+                for (size_t k = 0; k < K; ++k) sum += x[m * K + k] * W[(g * N + n) * K + k];
+                y[(g * M + m) * N + n] = sum;
+            }
 }
 void linear_backward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* dy,
-                     float* dx, bool accumulate, float* dW, float* db) {
+                     float* dx, bool accumulate, float* dW, float* db, size_t groups) {
     if (dx != nullptr)
         for (size_t m = 0; m < M; ++m)
             for (size_t k = 0; k < K; ++k) {
                 float sum = 0.0f;
-                for (size_t n = 0; n < N; ++n) sum += dy[m * N + n] * W[n * K + k];
+                for (size_t g = 0; g < groups; ++g)
+                    for (size_t n = 0; n < N; ++n) sum += dy[(g * M + m) * N + n] * W[(g * N + n) * K + k];
                 dx[m * K + k] = accumulate ? dx[m * K + k] + sum : sum;
             }
-    for (size_t n = 0; n < N; ++n)
-        for (size_t k = 0; k < K; ++k) {
-            float sum = 0.0f;
-            for (size_t m = 0; m < M; ++m) sum += dy[m * N + n] * x[m * K + k];
-            dW[n * K + k] += sum;
-        }
-    if (db != nullptr) column_sums(context, M, N, dy, db, true);
+    for (size_t g = 0; g < groups; ++g)
+        for (size_t n = 0; n < N; ++n)
+            for (size_t k = 0; k < K; ++k) {
+                float sum = 0.0f;
+                for (size_t m = 0; m < M; ++m) sum += dy[(g * M + m) * N + n] * x[m * K + k];
+                dW[(g * N + n) * K + k] += sum;
+            }
+    if (db != nullptr) column_sums(context, M, N, dy, db, true, groups);
 }
 
 void adam_update(Context&, size_t n, size_t n_decay, float* P, const float* G, float* M, float* V,
