@@ -137,6 +137,25 @@ inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed)
     return in;
 }
 
+// Evaluation at task lengths [lo, hi] instead of the run's: the model is loaded
+// again to cover the longest sequence they give, which positions without a
+// table (sinusoidal is computed, rotary, ALiBi, none) do at any length; a
+// learned table refuses, in one line, what it was not trained to cover.
+inline void set_task_lengths(CheckpointInput& in, int64_t lo, int64_t hi) {
+    if (in.config.task.name == "file") throw UsageError("--min-len/--max-len: task \"file\" has no lengths");
+    if (lo > hi) throw UsageError("--min-len " + std::to_string(lo) + " is above --max-len " + std::to_string(hi));
+    in.config.task.min_len = lo;
+    in.config.task.max_len = hi;
+    const size_t needed = make_batch_source(in.config, 0, 0)->max_sequence_length();  // also checks the task
+    if (needed <= in.loaded.max_len) return;
+    if (in.config.model.positional == "learned")
+        throw UsageError("--max-len " + std::to_string(hi) + " needs " + std::to_string(needed) + " positions; the learned table of " +
+                         in.path + " covers " + std::to_string(in.loaded.max_len) + " (model.max_len)");
+    Config wider = in.config;
+    wider.model.max_len = static_cast<int64_t>(needed);
+    in.loaded = load_model(wider, in.checkpoint, in.path);
+}
+
 // `batches` batches of fresh data: stream 2, which neither training (0) nor the
 // run's held-out evaluation (1) used.
 inline std::vector<Batch> fresh_batches(const CheckpointInput& in) {

@@ -110,5 +110,59 @@ class Eval(cc.TempDirTest):
         self.check_finished_run(config, "encdec")
 
 
+class EvalLengths(cc.TempDirTest):
+    """eval --min-len/--max-len: lengths the model never saw (length
+    generalisation); a learned position table refuses beyond itself."""
+
+    @classmethod
+    def tearDownClass(cls):
+        cc.Trained.remove()
+
+    def checkpoint(self, positional):
+        return cc.Trained.checkpoint(positional, dict(cc.TINY, **{"model.positional": positional}))
+
+    def run_eval(self, args):
+        return cc.attnlab(["eval"] + args, self.tmp)
+
+    def test_longer_sequences_without_a_table(self):
+        for positional in ("sinusoidal", "rotary", "alibi", "none"):
+            checkpoint = self.checkpoint(positional)
+            r = self.run_eval([checkpoint, "--min-len", "7", "--max-len", "9"])  # trained on 3..6 pairs
+            self.assertEqual(r.returncode, 0, f"{positional}: {r.stderr}")
+            m = EVAL_LINE.search(r.stdout)
+            self.assertIsNotNone(m, r.stdout)
+            self.assertIn("at lengths 7..9 (trained on 3..6)", r.stdout)
+            self.assertTrue(math.isfinite(float(m.group("loss"))), r.stdout)
+            # the same lengths as training: the plain eval's figures
+            same = self.run_eval([checkpoint, "--min-len", "3", "--max-len", "6"])
+            plain = self.run_eval([checkpoint])
+            self.assertEqual(same.returncode, 0, same.stderr)
+            self.assertEqual(EVAL_LINE.search(same.stdout).groups(), EVAL_LINE.search(plain.stdout).groups())
+
+    def test_learned_positions_refuse_beyond_their_table(self):
+        checkpoint = self.checkpoint("learned")
+        ok = self.run_eval([checkpoint, "--min-len", "4", "--max-len", "5"])  # within the table: fine
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("at lengths 4..5", ok.stdout)
+        r = self.run_eval([checkpoint, "--max-len", "9"])
+        shown = f"exit {r.returncode}\nstdout: {r.stdout!r}\nstderr: {r.stderr!r}"
+        self.assertEqual(r.returncode, 2, shown)
+        self.assertEqual(r.stdout, "", shown)
+        self.assertEqual(r.stderr.count("\n"), 1, shown)
+        self.assertIn("--max-len 9 needs", r.stderr)
+        self.assertIn("learned table", r.stderr)
+
+    def test_bad_lengths(self):
+        checkpoint = self.checkpoint("learned")
+        for args, want in ((["--min-len", "0"], "--min-len: must be in"), (["--max-len", "x"], "--max-len: expected an integer"),
+                           (["--min-len", "6", "--max-len", "4"], "--min-len 6 is above --max-len 4"),
+                           (["--max-len", "15"], "recall needs distinct keys")):
+            r = self.run_eval([checkpoint] + args)
+            shown = f"{args}: exit {r.returncode}\nstderr: {r.stderr!r}"
+            self.assertEqual(r.returncode, 2, shown)
+            self.assertEqual(r.stderr.count("\n"), 1, shown)
+            self.assertIn(want, r.stderr, shown)
+
+
 if __name__ == "__main__":
     cc.main()
