@@ -100,6 +100,7 @@ Tensor add_device(const Tensor& a, const Tensor& b);
 Tensor activation_device(const char* op, cuda::DeviceActivation activation, const Tensor& x);
 Tensor reshape_device(const Tensor& x, const Shape& shape);
 Tensor slice_rows_device(const Tensor& x, size_t start, size_t stop, const Shape& out_shape);
+Tensor concat_device(const std::vector<Tensor>& parts, size_t axis, const Shape& out_shape);
 Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& out_shape);
 Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps);

@@ -146,6 +146,8 @@ Tensor concat(const std::vector<Tensor>& parts, int axis_in) {
         if (a != b) fail(op, shape_str(first) + " and " + shape_str(p.shape()) + ": sizes differ off axis " + std::to_string(axis));
         out_shape[axis] += p.shape()[axis];
     }
+    for (const Tensor& p : parts) check_same_device(op, {&parts[0], &p});
+    if (on_device(parts[0])) return concat_device(parts, axis, out_shape);
     const AxisSplit out_split = split_at_axis(out_shape, axis);
     return dispatch(parts[0].dtype(), [&]<class T>() {
         Array<T> out = make_array<T>(out_shape);

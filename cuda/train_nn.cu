@@ -122,6 +122,14 @@ __global__ void add_into_kernel(size_t n, const float* a, float* out) {
     FOR_EACH_INDEX(e, n) out[e] += a[e];
 }
 
+__global__ void copy_rows_kernel(size_t n, size_t width, const float* from, size_t from_ld, float* to, size_t to_ld,
+                                 bool accumulate) {
+    FOR_EACH_INDEX(e, n) {
+        const size_t r = e / width, c = e % width;
+        to[r * to_ld + c] = accumulate ? to[r * to_ld + c] + from[r * from_ld + c] : from[r * from_ld + c];
+    }
+}
+
 __global__ void add_broadcast_kernel(size_t n, size_t period, const float* a, const float* b, float* out) {
     FOR_EACH_INDEX(e, n) out[e] = a[e] + b[e % period];
 }
@@ -269,6 +277,14 @@ void dropout_backward(Context& context, size_t n, const float* dy, float p, uint
 void add_into(Context& context, size_t n, const float* a, float* out) {
     add_into_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, a, out);
     check_launch("add_into");
+}
+
+void copy_rows(Context& context, size_t rows, size_t width, const float* from, size_t from_ld, float* to, size_t to_ld,
+               bool accumulate) {
+    const size_t n = rows * width;
+    if (n == 0) return;
+    copy_rows_kernel<<<grid_for(n), threads, 0, context.stream()>>>(n, width, from, from_ld, to, to_ld, accumulate);
+    check_launch("copy_rows");
 }
 
 void add_broadcast(Context& context, size_t n, size_t period, const float* a, const float* b, float* out) {

@@ -39,6 +39,7 @@ void activation_backward(Context&, DeviceActivation, size_t, const float*, const
 void dropout_forward(Context&, size_t, const float*, float, uint64_t, float*) { refuse("dropout_forward"); }
 void dropout_backward(Context&, size_t, const float*, float, uint64_t, float*) { refuse("dropout_backward"); }
 void add_into(Context&, size_t, const float*, float*) { refuse("add_into"); }
+void copy_rows(Context&, size_t, size_t, const float*, size_t, float*, size_t, bool) { refuse("copy_rows"); }
 void rotary(Context&, size_t, size_t, size_t, size_t, size_t, double, double, const float*, float*) { refuse("rotary"); }
 void add_broadcast(Context&, size_t, size_t, const float*, const float*, float*) { refuse("add_broadcast"); }
 void scale(Context&, size_t, const float*, float, const float*, float*, bool) { refuse("scale"); }

@@ -41,11 +41,24 @@ bool Hooks::replaces(const std::string& name) const {
     return false;
 }
 
+namespace {
+
+// A replacement computed with CPU ops on an activation on the device: without a
+// graph to keep, it sees a CPU copy and its result goes back to the device (with
+// one, it sees the device tensor, so that gradients flow through it).
+Tensor replaced(const Hooks::Replace& fn, const std::string& name, const Tensor& current) {
+    if (current.device() == Device::cpu || (grad_enabled() && current.requires_grad())) return fn(name, current);
+    const Tensor next = fn(name, current.to(Device::cpu));
+    return next.defined() ? next.to(current.device()) : next;
+}
+
+}  // namespace
+
 Tensor Hooks::at(const std::string& name, const Tensor& value) {
     Tensor current = value;
     for (const Replacement& r : replacements_) {
         if (!hook_pattern_matches(r.pattern, name)) continue;
-        Tensor next = r.fn(name, current);
+        Tensor next = replaced(r.fn, name, current);
         if (!next.defined() || next.shape() != current.shape() || next.dtype() != current.dtype())
             fail("hooks", name + ": a replacement must keep shape " + shape_str(current.shape()) + " and dtype " +
                               to_string(current.dtype()) +
@@ -57,7 +70,7 @@ Tensor Hooks::at(const std::string& name, const Tensor& value) {
         if (hook_pattern_matches(p, name)) {
             if (!current.same(last_source_)) {
                 last_source_ = current;
-                last_copy_ = current.detach();
+                last_copy_ = current.detach().to(Device::cpu);  // read on the host, whichever device ran
             }
             recorded_[name].push_back(last_copy_);
             break;

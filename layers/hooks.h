@@ -27,11 +27,14 @@ public:
     // (name, value) -> the value the forward continues with: same shape and dtype.
     using Replace = std::function<Tensor(const std::string& name, const Tensor& value)>;
 
-    // Keeps a copy (no graph) of every activation whose name matches, one per
-    // forward call that reaches it (a KV-cached decode adds one per step).
+    // Keeps a copy (no graph, on the CPU) of every activation whose name matches,
+    // one per forward call that reaches it (a KV-cached decode adds one per step).
     Hooks& record(const std::string& pattern);
     // Calls `fn` on every activation whose name matches; the forward goes on with
-    // what it returns, in the graph (gradients flow through a replacement).
+    // what it returns, in the graph (gradients flow through a replacement). On the
+    // device, with no graph to keep (no_grad, or an input that wants none), `fn`
+    // gets a CPU copy and its result is moved back: analysis written with CPU ops
+    // runs on a model on either device.
     Hooks& replace(const std::string& pattern, Replace fn);
 
     // What was recorded under `name` (exact), oldest first; throws when nothing was.

@@ -134,6 +134,20 @@ for device in cuda cpu; do
   fi
 done
 
+# The analysis commands on the device (--device cuda) against the same on the
+# CPU, on the CPU-trained run's checkpoint: eval and lens, each line side by side.
+echo "== attnlab eval and lens, --device cuda then cpu"
+for device in cuda cpu; do
+  run="$out/runs/default-cpu"
+  { timeout 120 env LD_LIBRARY_PATH="$ours_path" "$here/bin/attnlab" eval "$run" --device "$device" &&
+    timeout 120 env LD_LIBRARY_PATH="$ours_path" "$here/bin/attnlab" lens "$run" --tokens "5 6 7 8" \
+      --out "$out/lens_$device.h5" --device "$device"; } 2>&1 | tail -4 | tee "$out/analysis_$device.log"
+  if ((PIPESTATUS[0] != 0)); then
+    echo "gpu_check: attnlab eval/lens --device $device FAILED"
+    status=1
+  fi
+done
+
 echo "== bench_attention_gpu"
 # shellcheck disable=SC2086
 if ! ours "$here/bin/bench_attention_gpu" ${BENCH_ARGS:-} | tee "$out/bench_attnlab.jsonl"; then

@@ -94,6 +94,10 @@ inline uint64_t mix_seed(uint64_t seed, uint64_t site) {
 // ---- elementwise and layout (train_nn.cu) ------------------------------------
 
 void add_into(Context& context, size_t n, const float* a, float* out);             // out += a
+// to[r * to_ld + c] (+)= from[r * from_ld + c] for r < rows, c < width: a block of
+// rows between strided layouts (concat and its backward).
+void copy_rows(Context& context, size_t rows, size_t width, const float* from, size_t from_ld, float* to, size_t to_ld,
+               bool accumulate);
 // out[e] = a[e] + b[e % period] (b repeats along a: a residual when period = n, a
 // table of rows broadcast over the batch otherwise); out may alias a.
 void add_broadcast(Context& context, size_t n, size_t period, const float* a, const float* b, float* out);

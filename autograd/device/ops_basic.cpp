@@ -1,4 +1,4 @@
-// The device branches of linear, add, gelu and relu, reshape and slice
+// The device branches of linear (and linears), add, gelu and relu, reshape, slice and concat
 // (autograd/ops.h has each op's contract; the op itself validates its inputs
 // and calls the branch here when they are on the device). Forward beside backward.
 #include <algorithm>
@@ -190,6 +190,31 @@ Tensor slice_rows_device(const Tensor& x, size_t start, size_t stop, const Shape
     return record_device("slice", out, {x}, [x, start, stop, row](const Tensor& g, const float*) {
         float* gx = grad_to_add(x);
         if (gx != nullptr) cuda::add_into(device_context(), (stop - start) * row, device_in(g), gx + start * row);
+    });
+}
+
+// The parts side by side along `axis`: each part's rows (outer, n_i inner) copied
+// into the output's (outer, n inner) at its offset; the backward copies them back out.
+Tensor concat_device(const std::vector<Tensor>& parts, size_t axis, const Shape& out_shape) {
+    const AxisSplit split = split_at_axis(out_shape, axis);
+    const size_t out_row = split.n * split.inner;
+    Tensor out = device_tensor(out_shape);
+    std::vector<size_t> offsets;  // along the axis
+    size_t offset = 0;
+    for (const Tensor& p : parts) {
+        const size_t row = p.shape()[axis] * split.inner;
+        cuda::copy_rows(device_context(), split.outer, row, device_in(p), row, device_out(out) + offset * split.inner, out_row, false);
+        offsets.push_back(offset);
+        offset += p.shape()[axis];
+    }
+    return record_device("concat", out, parts, [parts, offsets, split, out_row, axis](const Tensor& g, const float*) {
+        for (size_t i = 0; i < parts.size(); ++i) {
+            const GradTarget target = grad_target(parts[i]);
+            const size_t row = parts[i].shape()[axis] * split.inner;
+            if (target)
+                cuda::copy_rows(device_context(), split.outer, row, device_in(g) + offsets[i] * split.inner, out_row,
+                                target.data, row, target.accumulate);
+        }
     });
 }
 

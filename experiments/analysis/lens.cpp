@@ -134,7 +134,7 @@ LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::
         Hooks swap;
         const Tensor& value = pass.last(stream);
         swap.replace(block(L - 1) + "resid_post", [&](const std::string&, const Tensor&) { return value; });
-        lens.push_back(reshape(model.forward(batch, swap), {1, B, T, V}));
+        lens.push_back(reshape(model.forward(batch, swap).to(Device::cpu), {1, B, T, V}));
     }
     r.lens_logits = concat(lens, 0);  // (L + 1, B, T, V)
     const std::vector<double> lv = r.lens_logits.values();

@@ -48,6 +48,7 @@ constexpr const char* description =
 int cmd_generate(const std::vector<std::string>& args) {
     cxxopts::Options options("attnlab generate", description);
     options.positional_help("CHECKPOINT --prompt \"3 7 5 1\"");
+    add_device_option(options);
     options.add_options()("prompt", "token ids, space-separated (the source for an encoder-decoder)", cxxopts::value<std::string>())
                          ("max-new", "tokens to generate at most", cxxopts::value<std::string>()->default_value("16"))
                          ("stop-at-sep", "stop after generating <SEP> (id 1)")
@@ -64,6 +65,7 @@ int cmd_generate(const std::vector<std::string>& args) {
         return 0;
     }
     const std::string path = checkpoint_argument(parsed);
+    const Device device = device_option(parsed);
     if (!parsed.count("prompt")) throw UsageError("--prompt is required (token ids, e.g. --prompt \"3 7 5 1\")");
     GenerateOptions opts;
     constexpr int64_t most = int64_t{1} << 40;
@@ -79,6 +81,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
     const std::vector<int32_t> prompt = parse_token_ids(parsed["prompt"].as<std::string>(), static_cast<size_t>(config.task.vocab));
     const LoadedModel loaded = load_model(config, checkpoint, path);
+    place_model(loaded, device);
     opts.seed = static_cast<uint64_t>(seed_given ? seed : config.run.seed);
 
     const Generation g = generate(*loaded.model, prompt, opts);

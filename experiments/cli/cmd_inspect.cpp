@@ -309,6 +309,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                              "One forward pass of a checkpoint (eval mode, no graph): logits, every attention head's "
                              "weights and the hidden states, to an HDF5 file.");
     options.positional_help("CHECKPOINT");
+    add_device_option(options);
     options.add_options()("tokens", "token ids \"3 7 5 1\" (the source, for an encoder-decoder)", cxxopts::value<std::string>())
                          ("target", "encoder-decoder only: decoder input ids, <BOS> first (default \"2\")",
                           cxxopts::value<std::string>())
@@ -330,6 +331,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     if (!parsed.count("checkpoint") || !parsed.unmatched().empty())
         throw UsageError("give exactly one CHECKPOINT (see --help)");
     const std::string path = resolve_checkpoint(parsed["checkpoint"].as<std::string>());
+    const Device device = device_option(parsed);
     if (parsed.count("tokens") == parsed.count("input")) throw UsageError("give either --tokens or --input (see --help)");
     if (!parsed.count("out")) throw UsageError("--out OUT.h5 is required");
     const std::string out_path = parsed["out"].as<std::string>();
@@ -351,6 +353,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     const CheckpointData checkpoint = read_checkpoint(path);
     const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
     const LoadedModel loaded = load_model(config, checkpoint, path);
+    place_model(loaded, device);
     const TaskModel& model = *loaded.model;
 
     const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len));

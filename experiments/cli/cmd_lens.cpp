@@ -70,6 +70,7 @@ void write_lens_file(const std::string& out, const std::string& path, const Chec
 
 int cmd_lens(const std::vector<std::string>& args) {
     cxxopts::Options options("attnlab lens", "The logit lens per layer and direct logit attribution per head.");
+    add_device_option(options);
     options.add_options()("tokens", "token ids of one sequence", cxxopts::value<std::string>())
                          ("target", "the token to read at each position (default: the prediction)", cxxopts::value<std::string>())
                          ("out", "HDF5 file (default: CHECKPOINT with .lens.h5)", cxxopts::value<std::string>())
@@ -83,6 +84,7 @@ int cmd_lens(const std::vector<std::string>& args) {
         return 0;
     }
     const std::string path = checkpoint_argument(parsed);
+    const Device device = device_option(parsed);
     if (!parsed.count("tokens")) throw UsageError("--tokens is required (token ids, e.g. --tokens \"3 7 5 1\")");
     const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".lens.h5");
     check_output("--out", out, path);
@@ -105,6 +107,7 @@ int cmd_lens(const std::vector<std::string>& args) {
     const size_t max_len = model_config(config, loaded.max_len).max_len;
     if (tokens.size() > max_len)
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(max_len) + " positions");
+    place_model(loaded, device);
     const LensResult r = logit_lens(*loaded.model, Indices({1, tokens.size()}, tokens), target);
 
     write_lens_file(out, path, checkpoint, tokens, r);

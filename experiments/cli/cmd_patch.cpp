@@ -120,6 +120,7 @@ PromptPairs prompts_from(const cxxopts::ParseResult& parsed, size_t vocab) {
 }
 
 void add_prompt_options(cxxopts::Options& options) {
+    add_device_option(options);
     options.add_options()("clean", "clean prompt: token ids", cxxopts::value<std::string>())
                          ("corrupt", "corrupted prompt: token ids, as many", cxxopts::value<std::string>())
                          ("pairs", "HDF5 file of prompt pairs (/clean, /corrupt [N, T])", cxxopts::value<std::string>())
@@ -141,9 +142,11 @@ struct Loaded {
 Loaded load(const cxxopts::ParseResult& parsed) {
     Loaded l;
     l.path = checkpoint_argument(parsed);
+    const Device device = device_option(parsed);
     l.checkpoint = read_checkpoint(l.path);
     l.config = parse_config(l.checkpoint.config_toml, l.path + " (config attribute)");
     l.model = load_model(l.config, l.checkpoint, l.path);
+    place_model(l.model, device);
     return l;
 }
 

@@ -79,6 +79,7 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 #include <filesystem>
 #include <memory>
 
+#include "cuda/backend.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"
 #include "experiments/run/model_factory.h"
@@ -87,7 +88,28 @@ namespace attnlab {
 
 // What the commands that read one checkpoint share (eval, audit, ablate): the
 // CHECKPOINT positional, --batches and --seed.
+// --device cpu|cuda: where a loaded model runs. The analyses are the same code on
+// either (hook points and the ops); what has no device kernel says so in one line.
+inline void add_device_option(cxxopts::Options& options) {
+    options.add_options()("device", "cpu or cuda: where the model runs", cxxopts::value<std::string>()->default_value("cpu"));
+}
+
+inline Device device_option(const cxxopts::ParseResult& parsed) {
+    const std::string name = parsed["device"].as<std::string>();
+    if (name == "cpu") return Device::cpu;
+    if (name != "cuda") throw UsageError("--device: must be \"cpu\" or \"cuda\", got '" + name + "'");
+    const cuda::DeviceInfo info = cuda::probe();
+    if (!info.available) throw UsageError("--device cuda: " + info.reason);
+    return Device::cuda;
+}
+
+// The model moved to `device` (Module::to: its parameters as one block there).
+inline void place_model(const LoadedModel& loaded, Device device) {
+    if (device != Device::cpu) loaded.model->module().to(device);
+}
+
 inline void add_checkpoint_options(cxxopts::Options& options, const std::string& default_batches) {
+    add_device_option(options);
     options.positional_help("CHECKPOINT");
     options.add_options()("batches", "eval batches", cxxopts::value<std::string>()->default_value(default_batches))
                          ("seed", "data seed (default: the run's seed)", cxxopts::value<std::string>())
@@ -104,6 +126,7 @@ struct CheckpointInput {
     LoadedModel loaded;
     uint64_t seed = 0;   // --seed, else the run's seed
     int batches = 0;     // --batches
+    Device device = Device::cpu;  // --device: where the model was placed
 };
 
 // A CHECKPOINT argument: a checkpoint file, or a run folder, which stands for
@@ -129,9 +152,11 @@ inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed)
     CheckpointInput in;
     in.path = checkpoint_argument(parsed);
     in.batches = checkpoint_batches(parsed);
+    in.device = device_option(parsed);
     in.checkpoint = read_checkpoint(in.path);
     in.config = parse_config(in.checkpoint.config_toml, in.path + " (config attribute)");
     in.loaded = load_model(in.config, in.checkpoint, in.path);
+    place_model(in.loaded, in.device);
     in.seed = static_cast<uint64_t>(parsed.count("seed") ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max())
                                                          : in.config.run.seed);
     return in;
@@ -154,6 +179,7 @@ inline void set_task_lengths(CheckpointInput& in, int64_t lo, int64_t hi) {
     Config wider = in.config;
     wider.model.max_len = static_cast<int64_t>(needed);
     in.loaded = load_model(wider, in.checkpoint, in.path);
+    place_model(in.loaded, in.device);
 }
 
 // `batches` batches of fresh data: stream 2, which neither training (0) nor the

@@ -193,8 +193,11 @@ class Trained:
 
     @classmethod
     def remove(cls):
+        """Deletes them; a later checkpoint() call trains again."""
         if cls.root:
             shutil.rmtree(cls.root, ignore_errors=True)
+        cls.root = None
+        cls.checkpoints = {}
 
 
 class TempDirTest(unittest.TestCase):

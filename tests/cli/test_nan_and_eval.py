@@ -164,5 +164,40 @@ class EvalLengths(cc.TempDirTest):
             self.assertIn(want, r.stderr, shown)
 
 
+class DeviceOption(cc.TempDirTest):
+    """--device cpu|cuda on every command that loads a checkpoint: a bad name,
+    or cuda where no device is present, is one line and exit 2 before any work."""
+
+    @classmethod
+    def tearDownClass(cls):
+        cc.Trained.remove()
+
+    COMMANDS = {
+        "eval": [], "audit": [], "ablate": [], "cache": ["--hooks", "blocks.*.attn.z"],
+        "generate": ["--prompt", "5 6 7"], "inspect": ["--tokens", "5 6 7 8"], "lens": ["--tokens", "5 6 7 8"],
+        "patch": ["--clean", "5 6 7 8", "--corrupt", "5 9 7 8", "--metric", "prob"],
+        "path-patch": ["--clean", "5 6 7 8", "--corrupt", "5 9 7 8", "--metric", "prob", "--sender", "0.0",
+                       "--receiver", "1.0:q"],
+    }
+
+    def test_bad_and_absent_devices(self):
+        checkpoint = cc.Trained.checkpoint("learned", dict(cc.TINY))
+        for command, args in self.COMMANDS.items():
+            extra = ["--out", self.path(f"{command}.h5")] if command in ("inspect", "cache") else []
+            for device, want in (("tpu", "--device: must be \"cpu\" or \"cuda\", got 'tpu'"), ("cuda", "--device cuda: ")):
+                r = cc.attnlab([command, checkpoint, "--device", device] + args + extra, self.tmp)
+                shown = f"{command} --device {device}: exit {r.returncode}\nstdout: {r.stdout!r}\nstderr: {r.stderr!r}"
+                if device == "cuda" and r.returncode == 0:
+                    continue  # a machine with a GPU: the command ran there
+                self.assertEqual(r.returncode, 2, shown)
+                self.assertEqual(r.stderr.count("\n"), 1, shown)
+                self.assertIn(want, r.stderr, shown)
+                self.assertEqual(os.listdir(self.tmp), [], shown)
+        plain = cc.attnlab(["eval", checkpoint], self.tmp)
+        on_cpu = cc.attnlab(["eval", checkpoint, "--device", "cpu"], self.tmp)
+        self.assertEqual(on_cpu.returncode, 0, on_cpu.stderr)
+        self.assertEqual(on_cpu.stdout, plain.stdout)
+
+
 if __name__ == "__main__":
     cc.main()

@@ -95,6 +95,10 @@ TEST_F(EngineDevice, ElementwiseShapeAndLinearOpsMatchTheCpu) {
     expect_same_on_both("relu", {random(rng, {3, 9})}, [](const Inputs& t) { return relu(t[0]); });
     expect_same_on_both("reshape", {random(rng, {2, 6})}, [](const Inputs& t) { return reshape(t[0], {3, 4}); });
     expect_same_on_both("slice of rows", {random(rng, {6, 4})}, [](const Inputs& t) { return slice(t[0], 0, 1, 4); });
+    expect_same_on_both("concat on the middle axis (the KV cache)", {random(rng, {2, 3, 8}), random(rng, {2, 1, 8})},
+                        [](const Inputs& t) { return concat({t[0], t[1]}, 1); });
+    expect_same_on_both("concat of one tensor twice, last axis", {random(rng, {3, 4})},
+                        [](const Inputs& t) { return concat({t[0], t[0]}, -1); });
     // add hands one gradient to both operands; each then adds more of its own (copied before, not in place)
     expect_same_on_both("a shared gradient, then more", {random(rng, {4, 8}), random(rng, {4, 8}), random(rng, {8, 8})},
                         [](const Inputs& t) { return linear(t[0] + t[1], t[2], Tensor()) + gelu(t[0]) + relu(t[1]); });

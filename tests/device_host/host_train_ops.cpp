@@ -107,6 +107,12 @@ void activation_backward(Context&, DeviceActivation activation, size_t n, const 
 void add_into(Context&, size_t n, const float* a, float* out) {
     for (size_t e = 0; e < n; ++e) out[e] += a[e];
 }
+void copy_rows(Context&, size_t rows, size_t width, const float* from, size_t from_ld, float* to, size_t to_ld,
+               bool accumulate) {
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < width; ++c)
+            to[r * to_ld + c] = accumulate ? to[r * to_ld + c] + from[r * from_ld + c] : from[r * from_ld + c];
+}
 void rotary(Context&, size_t B, size_t T, size_t H, size_t d, size_t offset, double base, double sign, const float* x,
             float* y) {
     const size_t half = d / 2;
