@@ -16,6 +16,7 @@ Needs Debian's /usr/bin/python3 with python3-h5py, python3-numpy, python3-matplo
 """
 import argparse
 import os
+import tomllib
 import sys
 
 import h5py
@@ -32,8 +33,20 @@ class PlotError(Exception):
     pass
 
 
-def label(token):
+def label(token, alphabet=None):
+    """A token's tick label: a text model's character (space as '␣', newline as
+    '\\n'), else the special token's name or the id."""
+    if alphabet is not None:
+        c = alphabet[int(token)]
+        return {" ": "\u2423", "\n": "\\n", "\t": "\\t"}.get(c, c)
     return SPECIAL.get(int(token), str(int(token)))
+
+
+def text_alphabet(f):
+    """The characters of a text model (task.alphabet of the file's config), else None."""
+    config = tomllib.loads(text(f.attrs["config"])) if "config" in f.attrs else {}
+    task = config.get("task", {})
+    return task.get("alphabet") if task.get("name") == "text" else None
 
 
 def text(value):
@@ -44,7 +57,7 @@ def lengths_name(tokens_name):
     return "lengths" if tokens_name == "tokens" else f"{tokens_name}_lengths"
 
 
-def plot_head(weights, q_tokens, k_tokens, causal, title, path):
+def plot_head(weights, q_tokens, k_tokens, causal, title, path, alphabet=None):
     """weights (Tq, Tk) of one head and sequence, already cropped to the valid lengths."""
     Tq, Tk = weights.shape
     shift = Tk - Tq  # causal masks are bottom-right aligned
@@ -67,8 +80,8 @@ def plot_head(weights, q_tokens, k_tokens, causal, title, path):
                 if not ineligible[i, j] or leaked[i, j]:
                     ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7,
                             color="white" if weights[i, j] < 0.6 else "black")
-    ax.set_xticks(range(Tk), [label(t) for t in k_tokens], rotation=90, fontsize=8)
-    ax.set_yticks(range(Tq), [label(t) for t in q_tokens], fontsize=8)
+    ax.set_xticks(range(Tk), [label(t, alphabet) for t in k_tokens], rotation=90, fontsize=8)
+    ax.set_yticks(range(Tq), [label(t, alphabet) for t in q_tokens], fontsize=8)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     if leaked.any():
@@ -96,6 +109,7 @@ def plot_file(path, out_dir, seqs=None, kinds=None):
             raise PlotError(f"{path}: unsupported format_version {f.attrs.get('format_version')}")
         step = int(f.attrs.get("step", -1))
         available = list(f["attention"].keys())
+        alphabet = text_alphabet(f)
         for kind in kinds or available:
             if kind not in available:
                 raise PlotError(f"{path}: no attention kind '{kind}' (have {', '.join(available)})")
@@ -117,7 +131,7 @@ def plot_file(path, out_dir, seqs=None, kinds=None):
                     for h in range(w.shape[0]):
                         name = os.path.join(out_dir, f"{kind}_layer{l}_head{h}_seq{b}.png")
                         plot_head(w[h, :Lq, :Lk], q_tokens[b, :Lq], k_tokens[b, :Lk], causal,
-                                  f"{kind}  layer {l}  head {h}  seq {b}  (step {step})", name)
+                                  f"{kind}  layer {l}  head {h}  seq {b}  (step {step})", name, alphabet)
                         written.append(name)
     return written
 

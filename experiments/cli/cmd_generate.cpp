@@ -79,7 +79,7 @@ int cmd_generate(const std::vector<std::string>& args) {
 
     const CheckpointData checkpoint = read_checkpoint(path);
     const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
-    const std::vector<int32_t> prompt = parse_token_ids(parsed["prompt"].as<std::string>(), static_cast<size_t>(config.task.vocab));
+    const std::vector<int32_t> prompt = tokens_argument(config, parsed["prompt"].as<std::string>(), "--prompt");
     const LoadedModel loaded = load_model(config, checkpoint, path);
     place_model(loaded, device);
     opts.seed = static_cast<uint64_t>(seed_given ? seed : config.run.seed);
@@ -93,8 +93,12 @@ int cmd_generate(const std::vector<std::string>& args) {
                      g.step_diffs.size() - 1, g.step_diffs.back(), opts.tolerance);
         return 1;
     }
-    const std::string generated = join(g.generated);
-    std::printf("%s |%s%s\n", join(g.prompt).c_str(), generated.empty() ? "" : " ", generated.c_str());
+    if (config.task.name == "text") {  // the text itself: the prompt, then what the model wrote
+        std::printf("%s%s\n", tokens_text(config, g.prompt).c_str(), tokens_text(config, g.generated).c_str());
+    } else {
+        const std::string generated = join(g.generated);
+        std::printf("%s |%s%s\n", join(g.prompt).c_str(), generated.empty() ? "" : " ", generated.c_str());
+    }
     if (opts.check_cache)
         std::printf("cache check: %zu steps, max |cached - full| = %.3g\n", g.step_diffs.size(), g.max_diff());
     if (g.stop == StopReason::max_len) {

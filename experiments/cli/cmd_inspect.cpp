@@ -152,6 +152,7 @@ struct Inspection {
     Tensor logits;
     const Hooks* hooks;  // every attention module's pattern and scores, the residual stream
     std::vector<std::string> extra;  // the points --hooks asked for, in the model's order
+    const Config* config = nullptr;  // a text model's tokens are shown as its characters
 };
 
 void write_inspection(const std::string& path, const Inspection& in) {
@@ -237,6 +238,16 @@ void print_summary(const Inspection& in, const std::string& out_path) {
         std::cout << "  [" << b << "] ";
         if (in.model->encoder_decoder())
             std::cout << "src " << join(&batch.src.values[b * batch.src.shape[1]], batch.src_lengths[b]) << " | ";
+        if (in.config->task.name == "text") {  // the characters, a newline as \n
+            const auto shown = [&](const int32_t* ids, size_t n) {
+                std::string s;
+                for (const char c : tokens_text(*in.config, std::vector<int32_t>(ids, ids + n))) s += c == '\n' ? std::string("\\n") : std::string(1, c);
+                return "\"" + s + "\"";
+            };
+            std::cout << "input " << shown(&batch.inputs.values[b * T], batch.lengths[b]) << " -> argmax "
+                      << shown(best.data(), best.size()) << "\n";
+            continue;
+        }
         std::cout << "input " << join(&batch.inputs.values[b * T], batch.lengths[b]) << " -> argmax "
                   << join(best.data(), best.size()) << "\n";
     }
@@ -245,11 +256,13 @@ void print_summary(const Inspection& in, const std::string& out_path) {
 
 // The batch --tokens/--target or --input describe, checked against the model's
 // vocabulary and positional table.
-Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& model, const ModelConfig& shape) {
+Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& model, const ModelConfig& shape, const Config& config) {
     const size_t vocab = shape.vocab;
     Batch batch;
     if (parsed.count("tokens")) {
-        const std::vector<int32_t> tokens = parse_ids(parsed["tokens"].as<std::string>(), "--tokens", vocab);
+        const std::vector<int32_t> tokens = config.task.name == "text"
+                                                ? tokens_argument(config, parsed["tokens"].as<std::string>(), "--tokens")
+                                                : parse_ids(parsed["tokens"].as<std::string>(), "--tokens", vocab);
         if (model.encoder_decoder()) {
             const std::vector<int32_t> target =
                 parsed.count("target") ? parse_ids(parsed["target"].as<std::string>(), "--target", vocab)
@@ -356,7 +369,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     place_model(loaded, device);
     const TaskModel& model = *loaded.model;
 
-    const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len));
+    const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len), config);
 
     Hooks hooks;
     hooks.record("*attn.pattern").record("*attn.scores");
@@ -376,7 +389,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 extra.push_back(point);
                 break;
             }
-    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks, extra};
+    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks, extra, &config};
     write_atomically(out_path, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
     print_summary(inspection, out_path);
     if (!png_dir.empty()) run_plot(python, plot_script, out_path, png_dir);  // prints what it wrote

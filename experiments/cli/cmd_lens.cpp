@@ -97,9 +97,8 @@ int cmd_lens(const std::vector<std::string>& args) {
     }
     const CheckpointData checkpoint = read_checkpoint(path);
     const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
-    const size_t vocab = static_cast<size_t>(config.task.vocab);
-    const std::vector<int32_t> tokens = parse_token_ids(parsed["tokens"].as<std::string>(), vocab, "--tokens");
-    const std::vector<int32_t> target = parsed.count("target") ? parse_token_ids(parsed["target"].as<std::string>(), vocab, "--target")
+    const std::vector<int32_t> tokens = tokens_argument(config, parsed["tokens"].as<std::string>(), "--tokens");
+    const std::vector<int32_t> target = parsed.count("target") ? tokens_argument(config, parsed["target"].as<std::string>(), "--target")
                                                                : std::vector<int32_t>();
     if (!target.empty() && target.size() != tokens.size())
         throw UsageError("--target has " + std::to_string(target.size()) + " tokens for " + std::to_string(tokens.size()) + " positions");

@@ -89,7 +89,7 @@ PromptPairs read_pairs(const std::string& path) {
 }
 
 // The prompts and answers from --clean/--corrupt/--positions/--answers or --pairs.
-PromptPairs prompts_from(const cxxopts::ParseResult& parsed, size_t vocab) {
+PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& config) {
     const bool inline_prompts = parsed.count("clean") || parsed.count("corrupt");
     if (parsed.count("pairs") && inline_prompts) throw UsageError("give --pairs or --clean and --corrupt, not both");
     if (parsed.count("pairs")) {
@@ -99,8 +99,8 @@ PromptPairs prompts_from(const cxxopts::ParseResult& parsed, size_t vocab) {
     if (!parsed.count("clean") || !parsed.count("corrupt"))
         throw UsageError("give --clean and --corrupt token ids (or --pairs FILE.h5)");
     PromptPairs p;
-    p.clean = {parse_token_ids(parsed["clean"].as<std::string>(), vocab, "--clean")};
-    p.corrupt = {parse_token_ids(parsed["corrupt"].as<std::string>(), vocab, "--corrupt")};
+    p.clean = {tokens_argument(config, parsed["clean"].as<std::string>(), "--clean")};
+    p.corrupt = {tokens_argument(config, parsed["corrupt"].as<std::string>(), "--corrupt")};
     p.positions.resize(1);
     p.clean_answers.resize(1);
     p.corrupt_answers.resize(1);
@@ -111,8 +111,8 @@ PromptPairs prompts_from(const cxxopts::ParseResult& parsed, size_t vocab) {
             if (word.empty()) continue;
             const std::vector<std::string> pair = split(word, ':');
             if (pair.size() != 2) throw UsageError("--answers: '" + word + "' is not CLEAN:CORRUPT");
-            p.clean_answers[0].push_back(parse_token_ids(pair[0], vocab, "--answers").front());
-            p.corrupt_answers[0].push_back(parse_token_ids(pair[1], vocab, "--answers").front());
+            p.clean_answers[0].push_back(tokens_argument(config, pair[0], "--answers").front());
+            p.corrupt_answers[0].push_back(tokens_argument(config, pair[1], "--answers").front());
         }
         if (p.positions[0].empty()) p.positions[0] = {p.clean[0].size() - 1};
     }
@@ -241,7 +241,7 @@ int cmd_patch(const std::vector<std::string>& args) {
     o.per_position = parsed.count("per-position") > 0;
 
     const Loaded l = load(parsed);
-    PromptPairs pairs = prompts_from(parsed, static_cast<size_t>(l.config.task.vocab));
+    PromptPairs pairs = prompts_from(parsed, l.config);
     for (const std::string& name : split(parsed["hooks"].as<std::string>(), ','))
         o.hooks.push_back(parse_patch_hook(*l.model.model, name));
     resolve_answers(*l.model.model, pairs, o.metric);
@@ -288,7 +288,7 @@ int cmd_path_patch(const std::vector<std::string>& args) {
     const PatchMetric metric = parse_patch_metric(parsed["metric"].as<std::string>());
 
     const Loaded l = load(parsed);
-    PromptPairs pairs = prompts_from(parsed, static_cast<size_t>(l.config.task.vocab));
+    PromptPairs pairs = prompts_from(parsed, l.config);
     resolve_answers(*l.model.model, pairs, metric);
     const PathPatchResult r = path_patching(*l.model.model, pairs, edge, metric);
     std::printf("path-patch %s (step %lld): %s -> %s, %s: clean %.4f, corrupted %.4f, patched %.4f\n", l.path.c_str(),

@@ -80,6 +80,8 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 #include <memory>
 
 #include "cuda/backend.h"
+#include "data/text_task.h"
+#include "experiments/analysis/generate.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"
 #include "experiments/run/model_factory.h"
@@ -88,6 +90,23 @@ namespace attnlab {
 
 // What the commands that read one checkpoint share (eval, audit, ablate): the
 // CHECKPOINT positional, --batches and --seed.
+// Tokens from a command-line argument: a text model's characters ("Anna had a "),
+// else token ids ("3 7 5 1"), each checked against the model's vocabulary.
+inline std::vector<int32_t> tokens_argument(const Config& config, const std::string& text, const std::string& what) {
+    if (config.task.name != "text") return parse_token_ids(text, static_cast<size_t>(config.task.vocab), what);
+    std::vector<int32_t> tokens = text_to_tokens(text, config.task.alphabet, what);
+    if (tokens.empty()) throw UsageError(what + ": empty text");
+    return tokens;
+}
+
+// How tokens are shown: a text model's characters, else the ids.
+inline std::string tokens_text(const Config& config, const std::vector<int32_t>& tokens) {
+    if (config.task.name == "text") return tokens_to_text(tokens, config.task.alphabet);
+    std::string out;
+    for (const int32_t t : tokens) out += (out.empty() ? "" : " ") + std::to_string(t);
+    return out;
+}
+
 // --device cpu|cuda: where a loaded model runs. The analyses are the same code on
 // either (hook points and the ops); what has no device kernel says so in one line.
 inline void add_device_option(cxxopts::Options& options) {

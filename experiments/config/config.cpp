@@ -144,17 +144,21 @@ std::string locate(const ConfigError& error, const std::string& path, const std:
 
 // Every key's own range, then the rules between keys (not the sweep).
 void check_rules(const Config& c) {
-    for (const Field& field : config_schema::fields())
+    for (const Field& field : config_schema::fields()) {
+        if (field.key == "task.vocab" && c.task.name == "text") continue;  // the alphabet's size (no special tokens)
         if (std::string problem = field.check(c); !problem.empty()) fail_key(field.key, problem);
+    }
     const Config::Task& task = c.task;
     const Config::Model& model = c.model;
     using std::to_string;
 
     if (task.min_len > task.max_len)
         fail_key("task.min_len", to_string(task.min_len) + " is greater than task.max_len = " + to_string(task.max_len));
-    const bool from_file = task.name == "file";
-    if (from_file && task.path.empty()) fail_key("task.path", "required when task.name = \"file\"");
-    if (!from_file && !task.path.empty()) fail_key("task.path", "only used when task.name = \"file\" (task.name = \"" + task.name + "\")");
+    const bool from_file = task.name == "file", from_text = task.name == "text";
+    if ((from_file || from_text) && task.path.empty()) fail_key("task.path", "required when task.name = \"" + task.name + "\"");
+    if (!from_file && !from_text && !task.path.empty())
+        fail_key("task.path", "only used when task.name = \"file\" or \"text\" (task.name = \"" + task.name + "\")");
+    if (!from_text && !task.alphabet.empty()) fail_key("task.alphabet", "only used when task.name = \"text\"");
     const std::string kind = task.name == "translate" ? "encoder-decoder" : "decoder";
     if (model.kind != kind) fail_key("model.kind", "task.name = \"" + task.name + "\" needs \"" + kind + "\", got \"" + model.kind + "\"");
 
@@ -173,6 +177,13 @@ void check_rules(const Config& c) {
 
     if (from_file) {  // the file's lengths are known only when it is read (the trainer checks again then)
         check_fits_in_memory(c, static_cast<double>(std::max<int64_t>(1, model.max_len)));
+        return;
+    }
+    if (from_text) {  // windows of task.max_len characters
+        if (model.max_len > 0 && model.max_len < task.max_len)
+            fail_key("model.max_len", to_string(model.max_len) + " is shorter than task.max_len = " + to_string(task.max_len) +
+                                          " (the text task's window)");
+        check_fits_in_memory(c, static_cast<double>(task.max_len));
         return;
     }
     size_t longest = 0;

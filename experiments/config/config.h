@@ -46,12 +46,13 @@ struct Config {
     } run;
 
     struct Task {
-        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | file
+        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | file | text
         int64_t vocab = 32;           // including the 3 special tokens
         int64_t min_len = 3;
         int64_t max_len = 6;
         int64_t queries = 4;          // recall only
-        std::string path;             // HDF5 token file; required iff name = "file"
+        std::string path;             // HDF5 token file (file) or UTF-8 text (text); required iff one of those
+        std::string alphabet;         // text only: its characters, token id = index (filled from the file)
         bool operator==(const Task&) const = default;
     } task;
 

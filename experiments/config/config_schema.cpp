@@ -158,6 +158,19 @@ Field text(std::string key, Get get, std::string allowed, std::string (*rule)(co
             [get](const Config& c) { return quote(get(c)); }};
 }
 
+// The characters of a text task, any of them (newlines too: written escaped).
+template <class Get>
+Field alphabet(std::string key, Get get, std::string doc) {
+    return {std::move(key), "string", std::move(doc), true,
+            [get](Config& c, const toml::node& n) {
+                if (!n.is_string()) return expected("a string", n);
+                get(c) = n.as_string()->get();
+                return std::string();
+            },
+            [](const Config&) { return std::string(); },
+            [get](const Config& c) { return quote(get(c)); }};
+}
+
 template <class Get>
 Field choice(std::string key, Get get, std::vector<std::string> options, std::string doc) {
     std::string bars, commas;
@@ -235,13 +248,14 @@ std::vector<Field> make_fields() {
         integer(KEY(run, seed), between(0, 9.2e18), "seed for initialisation, data and dropout"),
         text(KEY(run, out_dir), "path", folder_path, "folder that holds the run folders"),
 
-        choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "file"},
-               "toy task (data/tasks.h), or tokens from the HDF5 file task.path"),
+        choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "file", "text"},
+               "toy task (data/tasks.h), tokens of the HDF5 file task.path, or characters of the text file task.path"),
         integer(KEY(task, vocab), {kFirstContent + 2, 1 << 24}, "vocabulary size, including <PAD>, <SEP> and <BOS>"),
         integer(KEY(task, min_len), at_least(1), "shortest x (copy, reverse, sort, translate), r (induction), or pairs (recall)"),
         integer(KEY(task, max_len), at_least(1), "longest x or r, or most pairs (recall)"),
         integer(KEY(task, queries), at_least(1), "recall: queries per sequence"),
-        text(KEY(task, path), "path", path_text, "HDF5 token file; required iff task.name = \"file\""),
+        text(KEY(task, path), "path", path_text, "HDF5 token file (file) or UTF-8 text (text); required for those"),
+        alphabet(KEY(task, alphabet), "text: the file's characters, sorted (token id = index); filled in by the run"),
 
         choice(KEY(model, kind), {"decoder", "encoder-decoder"}, "decoder-only LM, or encoder-decoder (translate)"),
         integer(KEY(model, layers), at_least(1), "blocks per stack"),
@@ -360,39 +374,4 @@ std::string format_double(double value) {
     return text;
 }
 
-std::string quote(const std::string& text) {
-    std::string out = "\"";
-    for (const char ch : text) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (c == '"' || c == '\\') out += '\\', out += ch;
-        else if (c < 0x20 || c == 0x7f) {
-            char escape[8];
-            std::snprintf(escape, sizeof escape, "\\u%04x", c);
-            out += escape;
-        } else out += ch;
-    }
-    return out + "\"";
-}
-
 }  // namespace attnlab::config_schema
-
-namespace attnlab {
-
-std::string describe_keys() {
-    using config_schema::Field, config_schema::fields;
-    const Config defaults;
-    size_t key_width = 0, default_width = 0;
-    for (const Field& f : fields()) {
-        key_width = std::max(key_width, f.key.size());
-        default_width = std::max(default_width, f.write(defaults).size());
-    }
-    auto pad = [](std::string s, size_t width) { return s + std::string(width - s.size() + 2, ' '); };
-    std::string out = pad("key", key_width) + pad("default", default_width) + "meaning (allowed values)\n";
-    for (const Field& f : fields())
-        out += pad(f.key, key_width) + pad(f.write(defaults), default_width) + f.doc + " (" + f.allowed + ")\n";
-    out += pad("sweep", key_width) + pad("", default_width) +
-           "[sweep] \"model.heads\" = [1, 2, 4]: a grid over any keys above, one run per cell\n";
-    return out;
-}
-
-}  // namespace attnlab

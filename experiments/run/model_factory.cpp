@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "data/file_task.h"
+#include "data/text_task.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"
 
@@ -36,7 +37,17 @@ ModelConfig model_config(const Config& c, size_t max_len) {
 std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream) {
     if (config.task.name == "file")
         return std::make_unique<FileTask>(config.task.path, static_cast<size_t>(config.task.vocab), seed, stream);
+    if (config.task.name == "text")
+        return std::make_unique<TextTask>(config.task.path, config.task.alphabet, static_cast<size_t>(config.task.max_len), seed, stream);
     return std::make_unique<TaskGenerator>(task_config(config), seed, stream);
+}
+
+void resolve_text_task(Config& config) {
+    if (config.task.name != "text") return;
+    if (config.task.alphabet.empty()) config.task.alphabet = text_alphabet(config.task.path);
+    const size_t letters = decode_utf8(config.task.alphabet, "task.alphabet").size();
+    if (letters < 2) fail("text", config.task.path + ": " + std::to_string(letters) + " distinct character(s); nothing to predict");
+    config.task.vocab = static_cast<int64_t>(letters);
 }
 
 TaskModel::TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropout_rng) {

@@ -139,7 +139,12 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\nname = \"copy\"\n[model]\nkind = \"encoder-decoder\"\n"),
               path_ + ":4:8: model.kind: task.name = \"copy\" needs \"decoder\", got \"encoder-decoder\"");
     EXPECT_EQ(load_error("[task]\nname = \"file\"\n"), path_ + ":2:8: task.path: required when task.name = \"file\"");
-    EXPECT_EQ(load_error("[task]\npath = \"x.h5\"\n"), path_ + ":2:8: task.path: only used when task.name = \"file\" (task.name = \"recall\")");
+    EXPECT_EQ(load_error("[task]\npath = \"x.h5\"\n"),
+              path_ + ":2:8: task.path: only used when task.name = \"file\" or \"text\" (task.name = \"recall\")");
+    EXPECT_EQ(load_error("[task]\nname = \"text\"\n"), path_ + ":2:8: task.path: required when task.name = \"text\"");
+    EXPECT_EQ(load_error("[task]\nalphabet = \"ab\"\n"), path_ + ":2:12: task.alphabet: only used when task.name = \"text\"");
+    EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nmax_len = 32\n[model]\nmax_len = 16\n"),
+              path_ + ":6:11: model.max_len: 16 is shorter than task.max_len = 32 (the text task's window)");
     // recall: 20 tokens = 6 pairs, SEP, 4 queries with answers, minus the last
     EXPECT_EQ(load_error("[model]\nmax_len = 16\n"),
               path_ + ":2:11: model.max_len: 16 is shorter than the longest sequence of task \"recall\" (20 tokens; 0 derives it)");
