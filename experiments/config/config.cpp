@@ -142,6 +142,24 @@ std::string locate(const ConfigError& error, const std::string& path, const std:
     return at != set_at.end() ? where(path, at->second) : path + ": ";
 }
 
+// train.eval_lengths: off ([0, 0]), or lengths the task can be drawn at; the
+// longest sequence they give (0 when off).
+size_t check_eval_lengths(const Config& c) {
+    const auto [lo, hi] = c.train.eval_lengths;
+    if (lo == 0 && hi == 0) return 0;
+    const std::string given = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    if (lo < 1 || lo > hi) fail_key("train.eval_lengths", "needs 1 <= min <= max, or [0, 0] for none, got " + given);
+    if (c.task.name == "file" || c.task.name == "text")
+        fail_key("train.eval_lengths", "task.name = \"" + c.task.name + "\" has no lengths to vary");
+    try {
+        return TaskGenerator(task_config(with_task_lengths(c, lo, hi)), 0, 0).max_sequence_length();
+    } catch (const Error& e) {
+        std::string problem = e.what();
+        if (problem.rfind("[task] ", 0) == 0) problem.erase(0, 7);
+        throw ConfigError("train.eval_lengths", "train.eval_lengths: " + given + ": " + problem);
+    }
+}
+
 // Every key's own range, then the rules between keys (not the sweep).
 void check_rules(const Config& c) {
     for (const Field& field : config_schema::fields()) {
@@ -175,6 +193,7 @@ void check_rules(const Config& c) {
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");
 
+    const size_t longest_eval = check_eval_lengths(c);  // also refuses it for file and text
     if (from_file) {  // the file's lengths are known only when it is read (the trainer checks again then)
         check_fits_in_memory(c, static_cast<double>(std::max<int64_t>(1, model.max_len)));
         return;
@@ -199,12 +218,23 @@ void check_rules(const Config& c) {
     if (model.max_len > 0 && static_cast<size_t>(model.max_len) < longest)
         fail_key("model.max_len", to_string(model.max_len) + " is shorter than the longest sequence of task \"" + task.name + "\" (" +
                                       to_string(longest) + " tokens; 0 derives it)");
+    if (model.max_len > 0 && static_cast<size_t>(model.max_len) < longest_eval)
+        fail_key("model.max_len", to_string(model.max_len) + " is shorter than the longest sequence at train.eval_lengths (" +
+                                      to_string(longest_eval) + " tokens; 0 derives it)");
+    longest = std::max(longest, longest_eval);
     check_fits_in_memory(c, static_cast<double>(longest));
 }
 
 }  // namespace
 
 Config default_config() { return Config{}; }
+
+Config with_task_lengths(const Config& config, int64_t min_len, int64_t max_len) {
+    Config out = config;
+    out.task.min_len = min_len;
+    out.task.max_len = max_len;
+    return out;
+}
 
 TaskConfig task_config(const Config& config) {
     TaskConfig task;

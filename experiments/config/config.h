@@ -84,6 +84,9 @@ struct Config {
         int64_t log_every = 50;
         int64_t eval_every = 250;
         int64_t eval_batches = 4;
+        // [min, max]: each evaluation also draws the task at these lengths (length
+        // generalisation: /eval_lengths in metrics.h5); [0, 0] = none
+        std::array<int64_t, 2> eval_lengths = {0, 0};
         int64_t checkpoint_every = 500;
         int64_t keep_checkpoints = 3;  // 0 = keep all
         std::string device = "cpu";    // cpu | cuda (attention core on the GPU; refused without a GPU)
@@ -114,6 +117,8 @@ struct Config {
 
 // The built-in default experiment (valid as it is).
 Config default_config();
+// The config with the task drawn at lengths [min_len, max_len] (eval --min-len/--max-len, train.eval_lengths).
+Config with_task_lengths(const Config& config, int64_t min_len, int64_t max_len);
 
 // Reads, checks and validates a TOML file, applying `overrides` (key=value)
 // before the cross-field rules, so an override may fix what the file alone breaks.

@@ -93,6 +93,26 @@ Field integer(std::string key, Get get, Bounds bounds, std::string doc) {
             [get](const Config& c) { return std::to_string(get(c)); }};
 }
 
+// Two integers, each within bounds (train.eval_lengths).
+template <class Get>
+Field integer_pair(std::string key, Get get, Bounds bounds, std::string doc) {
+    return {std::move(key), "[integer, integer], each" + bounds.text(), std::move(doc), false,
+            [get](Config& c, const toml::node& n) -> std::string {
+                const toml::array* array = n.as_array();
+                if (!array || array->size() != 2 || !array->get(0)->is_integer() || !array->get(1)->is_integer())
+                    return array ? "expected an array of 2 integers" : expected("an array of 2 integers", n);
+                for (size_t i = 0; i < 2; ++i) get(c)[i] = array->get(i)->as_integer()->get();
+                return "";
+            },
+            [get, bounds](const Config& c) -> std::string {
+                for (size_t i = 0; i < 2; ++i)
+                    if (std::string problem = bounds.check(static_cast<double>(get(c)[i])); !problem.empty())
+                        return "element " + std::to_string(i) + " " + problem;
+                return "";
+            },
+            [get](const Config& c) { return "[" + std::to_string(get(c)[0]) + ", " + std::to_string(get(c)[1]) + "]"; }};
+}
+
 // A float; an integer is taken too (lr = 1).
 std::string read_number(const toml::node& n, double& out) {
     if (n.is_floating_point()) out = n.as_floating_point()->get();
@@ -282,6 +302,7 @@ std::vector<Field> make_fields() {
         integer(KEY(train, eval_every), at_least(1), "steps between evaluations"),
         // drawn once and evaluated at every evaluation: beyond 100000 a run would spend its time there
         integer(KEY(train, eval_batches), between(1, 100000), "held-out batches per evaluation"),
+        integer_pair(KEY(train, eval_lengths), between(0, 1 << 20), "also evaluate at task lengths [min, max] (length generalisation); [0, 0] = none"),
         integer(KEY(train, checkpoint_every), at_least(1), "steps between checkpoints"),
         integer(KEY(train, keep_checkpoints), at_least(0), "newest checkpoints kept; 0 = all"),
         choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the whole training step on the GPU (needs a CUDA build and a GPU)"),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 namespace attnlab {
@@ -73,12 +74,14 @@ struct MetricsLog::State {
     h5::File file;
     size_t layers = 0, heads = 0;
     Series train, eval;
+    std::optional<Series> eval_lengths;  // /eval_lengths, when the log has it
     std::vector<std::pair<std::string, Series>> attention;  // in the order of `kinds`
 
     // Opens every series' datasets (after SWMR writing has started).
     void open_all(const std::vector<std::string>& kinds) {
         train = open_series(file.group("train"), kTrainValues);
         eval = open_series(file.group("eval"), kEvalValues);
+        if (file.has("eval_lengths")) eval_lengths = open_series(file.group("eval_lengths"), kEvalValues);
         attention.clear();
         const h5::Group groups = file.group("attention");
         for (const std::string& kind : kinds) attention.emplace_back(kind, open_series(groups.group(kind), kAttentionValues));
@@ -88,6 +91,7 @@ struct MetricsLog::State {
     void close_all() {
         train = Series{};
         eval = Series{};
+        eval_lengths.reset();
         attention.clear();
     }
 };
@@ -105,7 +109,7 @@ MetricsLog::~MetricsLog() {
 }
 
 MetricsLog MetricsLog::create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
-                              std::vector<std::string> kinds) {
+                              std::vector<std::string> kinds, bool eval_lengths) {
     const h5::Where where{kTag, path, ""};
     if (layers == 0 || heads == 0)
         where.fail("layers and heads must be positive (got " + std::to_string(layers) + " layers, " +
@@ -131,6 +135,7 @@ MetricsLog MetricsLog::create(const std::string& path, const std::string& config
     file.write_attr_int("heads", static_cast<int64_t>(heads));
     create_series(file.create_group("train"), kTrainValues, {});
     create_series(file.create_group("eval"), kEvalValues, {});
+    if (eval_lengths) create_series(file.create_group("eval_lengths"), kEvalValues, {});
     const h5::Group attention = file.create_group("attention");
     for (const std::string& kind : kinds) create_series(attention.create_group(kind), kAttentionValues, {layers, heads});
 
@@ -180,8 +185,10 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
         }
     truncate(state->train, step);
     truncate(state->eval, step);
+    if (state->eval_lengths) truncate(*state->eval_lengths, step);
     for (auto& [kind, series] : state->attention) truncate(series, step);
     const int64_t train_last = state->train.last_step, eval_last = state->eval.last_step;
+    const int64_t lengths_last = state->eval_lengths ? state->eval_lengths->last_step : -1;
     std::vector<int64_t> attention_last;
     for (auto& [kind, series] : state->attention) attention_last.push_back(series.last_step);
 
@@ -190,6 +197,7 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
     state->open_all(kinds);
     state->train.last_step = train_last;
     state->eval.last_step = eval_last;
+    if (state->eval_lengths) state->eval_lengths->last_step = lengths_last;
     for (size_t i = 0; i < attention_last.size(); ++i) state->attention[i].second.last_step = attention_last[i];
     return MetricsLog(std::move(state));
 }
@@ -203,6 +211,15 @@ void MetricsLog::append_train(int64_t step, double loss, double lr, double grad_
                               double wall_s) {
     Series& series = live().train;
     const double values[] = {loss, lr, grad_norm, tokens_per_s, wall_s};
+    append_step(series, step);
+    for (size_t i = 0; i < series.values.size(); ++i) series.values[i].append(&values[i], 1);
+}
+
+void MetricsLog::append_eval_lengths(int64_t step, double loss, double token_acc, double seq_acc) {
+    State& state = live();
+    if (!state.eval_lengths) h5::Where{kTag, state.file.path(), ""}.fail("this log has no /eval_lengths group", false);
+    Series& series = *state.eval_lengths;
+    const double values[] = {loss, token_acc, seq_acc};
     append_step(series, step);
     for (size_t i = 0; i < series.values.size(); ++i) series.values[i].append(&values[i], 1);
 }

@@ -7,6 +7,8 @@
 //   /                 attrs: format="attnlab-metrics", format_version=1, config, layers, heads
 //   /train/step (int64), loss, lr, grad_norm, tokens_per_s, wall_s          [N]
 //   /eval/step (int64), loss, token_acc, seq_acc                            [M]
+//   /eval_lengths/step (int64), loss, token_acc, seq_acc   [M] only with train.eval_lengths:
+//                     the same evaluations at those task lengths (beyond DESIGN.md's list)
 //   /attention/<kind>/step (int64)                                          [K]
 //   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]
 //   /attention/<kind>/score_std   [K, layers, heads]  std of scale * q.k over eligible pairs
@@ -37,7 +39,7 @@ public:
     // Creates (replacing any file at `path`) the whole layout for `kinds`
     // ("self", or "enc_self", "dec_self", "cross"), then starts SWMR writing.
     static MetricsLog create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
-                             std::vector<std::string> kinds);
+                             std::vector<std::string> kinds, bool eval_lengths = false);
 
     // Reopens an existing log for SWMR writing and cuts every series to its
     // rows with step <= `step` (the checkpoint a run resumes from), so the
@@ -55,6 +57,7 @@ public:
     // One row each. Steps must be >= 0 and never decrease within a series.
     void append_train(int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double wall_s);
     void append_eval(int64_t step, double loss, double token_acc, double seq_acc);
+    void append_eval_lengths(int64_t step, double loss, double token_acc, double seq_acc);  // a log made with eval_lengths
     // Each vector holds layers * heads values, row-major [layer][head].
     void append_attention(const std::string& kind, int64_t step, const std::vector<double>& entropy,
                           const std::vector<double>& entropy_norm, const std::vector<double>& masked_mass,

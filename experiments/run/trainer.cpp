@@ -93,10 +93,20 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
     log->append_eval(step, e.loss, e.token_acc, e.seq_acc);
     if (tensorboard)
         tensorboard->scalars(step, {{"eval/loss", e.loss}, {"eval/token_acc", e.token_acc}, {"eval/seq_acc", e.seq_acc}});
-    flush_logs();
-    char text[64];
+    char text[96];
     std::snprintf(text, sizeof text, "  held-out acc %.3f (step %lld)", e.token_acc, static_cast<long long>(step));
     last_eval = text;
+    if (!eval_length_batches.empty()) {  // train.eval_lengths: the same model at other lengths
+        const Score l = evaluate(*model, eval_length_batches);
+        log->append_eval_lengths(step, l.loss, l.token_acc, l.seq_acc);
+        if (tensorboard)
+            tensorboard->scalars(step, {{"eval_lengths/loss", l.loss}, {"eval_lengths/token_acc", l.token_acc},
+                                        {"eval_lengths/seq_acc", l.seq_acc}});
+        std::snprintf(text, sizeof text, ", at lengths %lld..%lld %.3f", static_cast<long long>(config.train.eval_lengths[0]),
+                      static_cast<long long>(config.train.eval_lengths[1]), l.token_acc);
+        last_eval += text;
+    }
+    flush_logs();
     if (!summary.first_step_at_target && e.token_acc >= config.train.target_accuracy) summary.first_step_at_target = step;
 }
 
@@ -107,6 +117,16 @@ void Trainer::State::finish() {
     r.eval_loss = final_score.loss;
     r.eval_token_acc = final_score.token_acc;
     r.eval_seq_acc = final_score.seq_acc;
+    std::string at_lengths;  // summary.json's figures at train.eval_lengths, when it is set
+    if (!eval_length_batches.empty()) {
+        const Score l = evaluate(*model, eval_length_batches);
+        std::ostringstream more;
+        more.precision(10);
+        more << ",\n  \"eval_lengths\": [" << config.train.eval_lengths[0] << ", " << config.train.eval_lengths[1]
+             << "],\n  \"eval_lengths_loss\": " << l.loss << ",\n  \"eval_lengths_token_acc\": " << l.token_acc
+             << ",\n  \"eval_lengths_seq_acc\": " << l.seq_acc;
+        at_lengths = more.str();
+    }
     r.wall_s = elapsed();
     // over the whole run, earlier processes of a resumed run included
     r.tokens_per_s = static_cast<double>(tokens_before + static_cast<int64_t>(tokens_total)) / std::max(r.wall_s, 1e-9);
@@ -116,7 +136,7 @@ void Trainer::State::finish() {
     json << "{\n  \"run_dir\": " << json_string(dir.string()) << ",\n  \"steps\": " << r.steps << ",\n  \"eval_loss\": " << r.eval_loss
          << ",\n  \"eval_token_acc\": " << r.eval_token_acc << ",\n  \"eval_seq_acc\": " << r.eval_seq_acc
          << ",\n  \"target_accuracy\": " << config.train.target_accuracy << ",\n  \"first_step_at_target\": "
-         << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << ",\n  \"wall_s\": " << r.wall_s
+         << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << at_lengths << ",\n  \"wall_s\": " << r.wall_s
          << ",\n  \"tokens_per_s\": " << r.tokens_per_s << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << "\n}\n";
     write_text_atomically(dir / "summary.json", json.str(), "[train]");
     std::printf("run %s: %lld steps, eval loss %.4f, token accuracy %.4f, sequence accuracy %.4f, %.1f s, %.0f tokens/s, peak memory %.0f MB\n",

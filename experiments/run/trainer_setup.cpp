@@ -57,7 +57,13 @@ Trainer::State::State(const Config& c)
     const std::unique_ptr<BatchSource> eval_data = make_batch_source(config, seed, 1);
     for (int64_t i = 0; i < config.train.eval_batches; ++i)
         eval_batches.push_back(eval_data->next(static_cast<size_t>(config.train.batch)));
-    const size_t longest = train_data->max_sequence_length();
+    size_t longest = train_data->max_sequence_length();
+    if (const auto [lo, hi] = config.train.eval_lengths; hi > 0) {  // and at other lengths: a stream of their own
+        const std::unique_ptr<BatchSource> at = make_batch_source(with_task_lengths(config, lo, hi), seed, 3);
+        for (int64_t i = 0; i < config.train.eval_batches; ++i)
+            eval_length_batches.push_back(at->next(static_cast<size_t>(config.train.batch)));
+        longest = std::max(longest, at->max_sequence_length());  // a learned table covers them (untrained beyond training)
+    }
     check_fits_in_memory(config, static_cast<double>(longest));  // a token file's lengths are known only now
     if (config.model.max_len > 0 && static_cast<size_t>(config.model.max_len) < longest)
         throw ConfigError("model.max_len", "model.max_len: " + std::to_string(config.model.max_len) +
@@ -104,7 +110,7 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
     fs::create_directories(dir / "checkpoints");
     write_text_atomically(dir / "config.toml", to_toml(state->config), "[train]");
     state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(state->config), state->model->layers(),
-                                          state->model->heads(), state->model->kinds()));
+                                          state->model->heads(), state->model->kinds(), !state->eval_length_batches.empty()));
     state->open_tensorboard();
     state->log_initial_attention();
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));

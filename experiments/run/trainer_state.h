@@ -32,6 +32,7 @@ struct Trainer::State {
     std::optional<RunLock> lock;  // held while this process writes into dir
     std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
+    std::vector<Batch> eval_length_batches;  // train.eval_lengths: held out at other lengths (else empty)
     Rng init_rng, dropout_rng;
     // On train.device: with "cuda" the parameters, their gradients and the
     // optimiser's state live on the device, and a step moves the batch in and

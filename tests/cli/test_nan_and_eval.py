@@ -164,6 +164,41 @@ class EvalLengths(cc.TempDirTest):
             self.assertIn(want, r.stderr, shown)
 
 
+class EvalLengthsDuringTraining(cc.TempDirTest):
+    """train.eval_lengths = [A, B]: every evaluation also at those task lengths,
+    logged to /eval_lengths of metrics.h5 and to summary.json; a resume goes on."""
+
+    def test_logged_beside_every_evaluation_and_resumed(self):
+        out = self.path("runs")
+        config = dict(cc.TINY, **{"model.positional": "alibi", "train.eval_lengths": "[7, 9]", "run.out_dir": out})
+        self.run_ok(["train"] + cc.overrides(config))
+        run = os.path.join(out, "default")
+        with cc.open_metrics(os.path.join(run, "metrics.h5")) as f:
+            self.assertEqual(list(f["eval_lengths/step"][()]), list(f["eval/step"][()]))
+            acc = f["eval_lengths/token_acc"][()]
+            self.assertTrue(np.all((acc >= 0) & (acc <= 1)), acc)
+            self.assertTrue(np.all(np.isfinite(f["eval_lengths/loss"][()])))
+        with open(os.path.join(run, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["eval_lengths"], [7, 9])
+        self.assertTrue(0 <= summary["eval_lengths_token_acc"] <= 1, summary)
+        # resumed with more steps: the series goes on where the checkpoint was
+        with open(os.path.join(run, "config.toml")) as f:
+            text = f.read()
+        with open(os.path.join(run, "config.toml"), "w") as f:
+            f.write(text.replace("steps = 40", "steps = 60"))
+        self.run_ok(["train", "--resume", run])
+        with cc.open_metrics(os.path.join(run, "metrics.h5")) as f:
+            self.assertEqual(list(f["eval_lengths/step"][()]), [20, 40, 60])
+        # off by default: no group, no summary keys
+        plain = self.path("plain")
+        self.run_ok(["train"] + cc.overrides(**{"run.out_dir": plain}))
+        with cc.open_metrics(os.path.join(plain, "default", "metrics.h5")) as f:
+            self.assertNotIn("eval_lengths", f)
+        with open(os.path.join(plain, "default", "summary.json")) as f:
+            self.assertNotIn("eval_lengths", json.load(f))
+
+
 class DeviceOption(cc.TempDirTest):
     """--device cpu|cuda on every command that loads a checkpoint: a bad name,
     or cuda where no device is present, is one line and exit 2 before any work."""

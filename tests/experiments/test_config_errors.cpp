@@ -142,6 +142,15 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\npath = \"x.h5\"\n"),
               path_ + ":2:8: task.path: only used when task.name = \"file\" or \"text\" (task.name = \"recall\")");
     EXPECT_EQ(load_error("[task]\nname = \"text\"\n"), path_ + ":2:8: task.path: required when task.name = \"text\"");
+    EXPECT_EQ(load_error("[train]\neval_lengths = [5, 4]\n"),
+              path_ + ":2:16: train.eval_lengths: needs 1 <= min <= max, or [0, 0] for none, got [5, 4]");
+    EXPECT_EQ(load_error("[train]\neval_lengths = [5, 1.5]\n"), path_ + ":2:16: train.eval_lengths: expected an array of 2 integers");
+    EXPECT_EQ(load_error("[task]\nname = \"file\"\npath = \"x.h5\"\n[train]\neval_lengths = [2, 3]\n"),
+              path_ + ":5:16: train.eval_lengths: task.name = \"file\" has no lengths to vary");
+    EXPECT_EQ(load_error("[train]\neval_lengths = [2, 20]\n"),  // recall: 20 pairs need 20 of vocab 32's 14 keys
+              path_ + ":2:16: train.eval_lengths: [2, 20]: recall needs distinct keys: max_len 20 pairs but only 14 key tokens in vocab 32");
+    EXPECT_EQ(load_error("[model]\nmax_len = 20\n[train]\neval_lengths = [2, 8]\n"),
+              path_ + ":2:11: model.max_len: 20 is shorter than the longest sequence at train.eval_lengths (24 tokens; 0 derives it)");
     EXPECT_EQ(load_error("[task]\nalphabet = \"ab\"\n"), path_ + ":2:12: task.alphabet: only used when task.name = \"text\"");
     EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nmax_len = 32\n[model]\nmax_len = 16\n"),
               path_ + ":6:11: model.max_len: 16 is shorter than task.max_len = 32 (the text task's window)");
