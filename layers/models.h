@@ -19,6 +19,8 @@ struct ModelConfig {
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
     bool alibi() const { return positional == Positional::alibi; }  // self-attention masks add ALiBi's bias
+    // learned and sinusoidal positions are a table of max_len rows; rotary, ALiBi and none reach any length
+    bool position_table() const { return positional == Positional::learned || positional == Positional::sinusoidal; }
 };
 
 // Hook points (layers/hooks.h) of the models themselves, besides their blocks':

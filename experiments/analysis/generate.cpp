@@ -25,7 +25,7 @@ void check_prompt(const std::vector<int32_t>& prompt, const ModelConfig& config,
         if (prompt[i] < 0 || static_cast<size_t>(prompt[i]) >= config.vocab)
             fail(op, std::string(what) + " token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
                          " is outside the vocabulary [0, " + std::to_string(config.vocab) + ")");
-    if (prompt.size() > config.max_len)
+    if (config.position_table() && prompt.size() > config.max_len)
         fail(op, std::string("the ") + what + " has " + std::to_string(prompt.size()) + " tokens; the model's positional table holds " +
                      std::to_string(config.max_len) + " (max_len)");
 }
@@ -119,8 +119,9 @@ double Generation::max_diff() const {
 Generation generate(const DecoderLM& model, const std::vector<int32_t>& prompt, const GenerateOptions& options) {
     check_prompt(prompt, model.config, model, "prompt");
     DecoderCache cache;
-    // max_len inputs at most; the token chosen from the last of them is never fed.
-    const size_t limit = model.config.max_len + 1 - prompt.size();
+    // With a position table, max_len inputs at most (the token chosen from the last
+    // of them is never fed); rotary, ALiBi and no positions reach any length.
+    const size_t limit = model.config.position_table() ? model.config.max_len + 1 - prompt.size() : SIZE_MAX;
     Generation g = decode_loop(
         prompt, limit, options,
         [&](const std::vector<int32_t>& new_tokens) { return model.forward_cached(row_of(new_tokens), cache); },
@@ -140,7 +141,7 @@ Generation generate(const EncoderDecoder& model, const std::vector<int32_t>& sou
     DecoderCache cache;
     // The decoder input is <BOS> + generated[0 .. n-2]: n <= max_len.
     Generation g = decode_loop(
-        {kBos}, model.config.max_len, options,
+        {kBos}, model.config.position_table() ? model.config.max_len : SIZE_MAX, options,
         [&](const std::vector<int32_t>& new_tokens) {
             return model.decode_cached(memory, src_lengths, row_of(new_tokens), cache);
         },

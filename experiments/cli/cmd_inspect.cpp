@@ -289,7 +289,7 @@ Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& mo
             read_rows(in, "tokens", "lengths", vocab, batch.inputs, batch.lengths);
         }
     }
-    if (shape.positional == Positional::learned || shape.positional == Positional::sinusoidal) {  // a table of max_len rows
+    if (shape.position_table()) {  // a table of max_len rows
         auto check_fits = [&](const Indices& t, const char* what) {
             if (t.shape[1] > shape.max_len)
                 throw UsageError(std::string(what) + " has " + std::to_string(t.shape[1]) +

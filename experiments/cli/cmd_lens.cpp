@@ -103,8 +103,9 @@ int cmd_lens(const std::vector<std::string>& args) {
     if (!target.empty() && target.size() != tokens.size())
         throw UsageError("--target has " + std::to_string(target.size()) + " tokens for " + std::to_string(tokens.size()) + " positions");
     const LoadedModel loaded = load_model(config, checkpoint, path);
-    const size_t max_len = model_config(config, loaded.max_len).max_len;
-    if (tokens.size() > max_len)
+    const ModelConfig shape = model_config(config, loaded.max_len);
+    const size_t max_len = shape.max_len;
+    if (shape.position_table() && tokens.size() > max_len)
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(max_len) + " positions");
     place_model(loaded, device);
     const LensResult r = logit_lens(*loaded.model, Indices({1, tokens.size()}, tokens), target);

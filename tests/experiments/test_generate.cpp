@@ -284,6 +284,25 @@ TEST(Generate, ThePositionalTableCapsDecoding) {
     EXPECT_THROW(generate(m.enc_dec, std::vector<int32_t>(17, 4), greedy(1)), Error);
 }
 
+// Rotary, ALiBi and no positions have no table: decoding goes past max_len (16)
+// with the cache still agreeing with full passes.
+TEST(Generate, PositionsWithoutATableDecodePastMaxLen) {
+    for (const Positional kind : {Positional::rotary, Positional::alibi, Positional::none}) {
+        SCOPED_TRACE(to_string(kind));
+        Models m(small_config(Norm::pre, kind));
+        const std::vector<int32_t> long_prompt(14, 4);
+        Generation g = generate(m.decoder, long_prompt, greedy(10, true));
+        EXPECT_EQ(g.stop, StopReason::max_new);
+        EXPECT_EQ(g.generated.size(), 10u);  // 24 positions
+        EXPECT_LE(g.max_diff(), kCacheCheckTolerance);
+        EXPECT_EQ(g.generated, greedy_full(m.decoder, long_prompt, 10));
+        EXPECT_EQ(generate(m.decoder, std::vector<int32_t>(20, 4), greedy(2)).generated.size(), 2u);  // a prompt past it too
+        g = generate(m.enc_dec, {4, 9, 3}, greedy(20, true));
+        EXPECT_EQ(g.generated.size(), 20u);
+        EXPECT_LE(g.max_diff(), kCacheCheckTolerance);
+    }
+}
+
 TEST(Generate, MaxNewZeroGeneratesNothing) {
     Models m;
     const Generation g = generate(m.decoder, kPrompt, greedy(0, true));
