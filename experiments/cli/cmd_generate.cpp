@@ -95,7 +95,8 @@ int cmd_generate(const std::vector<std::string>& args) {
         return 1;
     }
     if (config.task.name == "text") {  // the text itself: the prompt, then what the model wrote
-        std::printf("%s%s\n", tokens_text(config, g.prompt).c_str(), tokens_text(config, g.generated).c_str());
+        std::printf("%s%s\n", tokens_to_text(g.prompt, config.task.alphabet).c_str(),
+                    tokens_to_text(g.generated, config.task.alphabet).c_str());
     } else {
         const std::string generated = join(g.generated);
         std::printf("%s |%s%s\n", join(g.prompt).c_str(), generated.empty() ? "" : " ", generated.c_str());

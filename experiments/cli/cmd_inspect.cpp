@@ -241,7 +241,7 @@ void print_summary(const Inspection& in, const std::string& out_path) {
         if (in.config->task.name == "text") {  // the characters, a newline as \n
             const auto shown = [&](const int32_t* ids, size_t n) {
                 std::string s;
-                for (const char c : tokens_text(*in.config, std::vector<int32_t>(ids, ids + n))) s += c == '\n' ? std::string("\\n") : std::string(1, c);
+                for (const char c : tokens_to_text(std::vector<int32_t>(ids, ids + n), in.config->task.alphabet)) s += c == '\n' ? std::string("\\n") : std::string(1, c);
                 return "\"" + s + "\"";
             };
             std::cout << "input " << shown(&batch.inputs.values[b * T], batch.lengths[b]) << " -> argmax "

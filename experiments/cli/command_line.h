@@ -99,14 +99,6 @@ inline std::vector<int32_t> tokens_argument(const Config& config, const std::str
     return tokens;
 }
 
-// How tokens are shown: a text model's characters, else the ids.
-inline std::string tokens_text(const Config& config, const std::vector<int32_t>& tokens) {
-    if (config.task.name == "text") return tokens_to_text(tokens, config.task.alphabet);
-    std::string out;
-    for (const int32_t t : tokens) out += (out.empty() ? "" : " ") + std::to_string(t);
-    return out;
-}
-
 // --device cpu|cuda: where a loaded model runs. The analyses are the same code on
 // either (hook points and the ops); what has no device kernel says so in one line.
 inline void add_device_option(cxxopts::Options& options) {
@@ -188,8 +180,7 @@ inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed)
 inline void set_task_lengths(CheckpointInput& in, int64_t lo, int64_t hi) {
     if (in.config.task.name == "file") throw UsageError("--min-len/--max-len: task \"file\" has no lengths");
     if (lo > hi) throw UsageError("--min-len " + std::to_string(lo) + " is above --max-len " + std::to_string(hi));
-    in.config.task.min_len = lo;
-    in.config.task.max_len = hi;
+    in.config = with_task_lengths(in.config, lo, hi);
     const size_t needed = make_batch_source(in.config, 0, 0)->max_sequence_length();  // also checks the task
     if (needed <= in.loaded.max_len) return;
     if (in.config.model.positional == "learned")
