@@ -142,4 +142,38 @@ Batch TaskGenerator::next(size_t batch_size) {
     return batch;
 }
 
+namespace {
+
+template <class Values>
+Values rows_of(const Values& all, size_t row_size, size_t begin, size_t end) {
+    return Values(all.begin() + static_cast<std::ptrdiff_t>(begin * row_size),
+                  all.begin() + static_cast<std::ptrdiff_t>(end * row_size));
+}
+
+}  // namespace
+
+Batch batch_rows(const Batch& batch, size_t begin, size_t end) {
+    const size_t B = batch.targets.shape[0], T = batch.targets.shape[1];
+    if (begin > end || end > B)
+        throw Error("[batch_rows] rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") of a batch of " +
+                    std::to_string(B));
+    const size_t n = end - begin;
+    Batch out;
+    out.inputs = Indices({n, batch.inputs.shape[1]}, rows_of(batch.inputs.values, batch.inputs.shape[1], begin, end));
+    out.targets = Indices({n, T}, rows_of(batch.targets.values, T, begin, end));
+    out.loss_mask = Mask({n, T}, rows_of(batch.loss_mask.values, T, begin, end));
+    out.lengths = rows_of(batch.lengths, 1, begin, end);
+    if (!batch.src.values.empty()) {
+        out.src = Indices({n, batch.src.shape[1]}, rows_of(batch.src.values, batch.src.shape[1], begin, end));
+        out.src_lengths = rows_of(batch.src_lengths, 1, begin, end);
+    }
+    return out;
+}
+
+size_t counted_positions(const Batch& batch) {
+    size_t n = 0;
+    for (uint8_t v : batch.loss_mask.values) n += v != 0;
+    return n;
+}
+
 }  // namespace attnlab

@@ -45,6 +45,11 @@ struct Batch {
     std::vector<size_t> src_lengths;
 };
 
+// Rows [begin, end) of a batch, at its padded width (a rank's or a micro-batch's share).
+Batch batch_rows(const Batch& batch, size_t begin, size_t end);
+// Positions that count in its loss (the loss mask's true entries).
+size_t counted_positions(const Batch& batch);
+
 // Where training and evaluation batches come from: a task generator, or a token file.
 class BatchSource {
 public:

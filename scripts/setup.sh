@@ -27,6 +27,7 @@ packages=(
   libxtensor-dev libxtensor-blas-dev xtl-dev libopenblas-dev libhdf5-dev
   libcxxopts-dev libtomlplusplus-dev libgtest-dev googletest
   libprotobuf-dev protobuf-compiler libboost-dev
+  libopenmpi-dev openmpi-bin
   clang-14 libclang-rt-14-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib
   python3-plotly chromium python3-websocket fonts-dejavu-core

@@ -2,10 +2,12 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <sstream>
 
 #include "autograd/tensor.h"
 #include "experiments/cli/commands.h"
 #include "experiments/config/config.h"
+#include "experiments/distributed/world.h"
 
 namespace attnlab {
 
@@ -63,6 +65,8 @@ int exit_status_of(const std::string& command, const std::function<int()>& body,
     const std::string prefix = "attnlab " + command + ": ";
     try {
         return body();
+    } catch (const OtherRankFailed&) {  // under mpirun: the rank that failed said why
+        return 2;
     } catch (const UsageError& e) {
         err << prefix << one_line(e.what()) << "\n";
         return 2;
@@ -92,12 +96,22 @@ int run_cli(int argc, char** argv) {
     }
     const std::string command = args[0];
     args.erase(args.begin());
+    // Under mpirun every rank runs this; only rank 0 says what went wrong before
+    // the work began (every rank found the same), and a rank's own failure later
+    // is said by that rank (cmd_train).
+    std::unique_ptr<World> world;
+    std::ostringstream quiet;
+    const bool other_rank = launched_ranks() > 1 && launched_rank() > 0;
     return exit_status_of(command, [&] {
+        world = make_world();  // a build without MPI launched as several ranks: one line, exit 2
+        if (world->size() > 1 && command != "train" && command != "sweep")
+            throw UsageError("launched as " + std::to_string(world->size()) + " ranks, but only train and sweep run "
+                             "under mpirun; run `attnlab " + command + "` as one process");
         if (command == "gradcheck") return cmd_gradcheck(args);
-        if (command == "train") return cmd_train(args);
+        if (command == "train") return cmd_train(args, *world);
         if (command == "eval") return cmd_eval(args);
         if (command == "inspect") return cmd_inspect(args);
-        if (command == "sweep") return cmd_sweep(args);
+        if (command == "sweep") return cmd_sweep(args, *world);
         if (command == "generate") return cmd_generate(args);
         if (command == "audit") return cmd_audit(args);
         if (command == "ablate") return cmd_ablate(args);
@@ -108,7 +122,7 @@ int run_cli(int argc, char** argv) {
         if (command == "cache") return cmd_cache(args);
         if (command == "example") return cmd_example(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
-    }, std::cerr);
+    }, other_rank ? quiet : std::cerr);
 }
 
 }  // namespace attnlab

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "experiments/cli/command_line.h"
+#include "experiments/distributed/world.h"
 #include "experiments/sweep/sweep.h"
 
 namespace attnlab {
@@ -44,7 +45,10 @@ std::string shell_command(const std::vector<std::string>& args) {
 
 }  // namespace
 
-int cmd_sweep(const std::vector<std::string>& args) {
+int cmd_sweep(const std::vector<std::string>& args, const World& world) {
+    if (world.size() > 1)  // the cells across ranks: not built yet
+        throw UsageError("launched as " + std::to_string(world.size()) + " ranks: sweeps across ranks are not built yet; "
+                         "run `attnlab sweep` as one process (--jobs N runs cells side by side)");
     cxxopts::Options options("attnlab sweep", "Run every cell of a config's [sweep] grid and tabulate the results.");
     options.positional_help("CONFIG [key=value ...]");
     options.add_options()("jobs", "cells run at a time (the cores are split between them)", cxxopts::value<int>()->default_value("1"))

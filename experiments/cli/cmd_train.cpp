@@ -2,11 +2,30 @@
 #include <iostream>
 
 #include "experiments/cli/command_line.h"
+#include "experiments/distributed/world.h"
 #include "experiments/run/trainer.h"
 
 namespace attnlab {
 
-int cmd_train(const std::vector<std::string>& args) {
+namespace {
+
+// Under mpirun, a rank whose step fails (a full disk on rank 0, a lost rank's
+// partner) says so in one line and ends every rank: the others would wait in
+// the next collective for ever. The run resumes from its last checkpoint.
+int run_on_every_rank(Trainer& trainer, const World& world) {
+    if (world.size() == 1) return trainer.run();
+    try {
+        return trainer.run();
+    } catch (const std::exception& e) {
+        std::cerr << "attnlab train: rank " << world.rank() << " of " << world.size() << ": " << e.what()
+                  << "; stopping every rank (resume with `attnlab train --resume " << trainer.run_dir() << "`)\n";
+        world.abort(2);
+    }
+}
+
+}  // namespace
+
+int cmd_train(const std::vector<std::string>& args, const World& world) {
     cxxopts::Options options("attnlab train", "Train a model from a TOML config (the built-in default experiment without one).");
     options.positional_help("[CONFIG] [key=value ...]");
     options.add_options()("resume", "continue RUN_DIR from its newest checkpoint", cxxopts::value<std::string>())
@@ -34,7 +53,7 @@ int cmd_train(const std::vector<std::string>& args) {
     if (parsed.count("resume")) {
         if (!config_path.empty() || !overrides.empty() || parsed.count("run-dir"))
             throw UsageError("--resume continues a run with its saved config: give no CONFIG, overrides or --run-dir");
-        trainer = Trainer::resume(parsed["resume"].as<std::string>());
+        trainer = Trainer::resume(parsed["resume"].as<std::string>(), world);
     } else {
         Config config = config_path.empty() ? default_config() : load_config(config_path, overrides);
         if (config_path.empty()) {
@@ -42,10 +61,14 @@ int cmd_train(const std::vector<std::string>& args) {
             validate(config);
         }
         if (!config.sweep.empty()) throw UsageError("this config has a [sweep] table: run it with `attnlab sweep`");
-        trainer = Trainer::start(config, parsed.count("run-dir") ? parsed["run-dir"].as<std::string>() : "");
+        trainer = Trainer::start(config, parsed.count("run-dir") ? parsed["run-dir"].as<std::string>() : "", world);
     }
-    std::cerr << "attnlab train: writing " << trainer->run_dir() << "\n";
-    return trainer->run();
+    if (world.root()) {
+        std::cerr << "attnlab train: writing " << trainer->run_dir();
+        if (world.size() > 1) std::cerr << " (" << world.size() << " ranks)";
+        std::cerr << "\n";
+    }
+    return run_on_every_rank(*trainer, world);
 }
 
 }  // namespace attnlab

@@ -28,10 +28,11 @@ void split_config_and_overrides(const std::vector<std::string>& positionals, std
                                 std::vector<std::string>& overrides);
 
 int cmd_gradcheck(const std::vector<std::string>& args);
-int cmd_train(const std::vector<std::string>& args);
+class World;
+int cmd_train(const std::vector<std::string>& args, const World& world);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
-int cmd_sweep(const std::vector<std::string>& args);
+int cmd_sweep(const std::vector<std::string>& args, const World& world);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_audit(const std::vector<std::string>& args);
 int cmd_ablate(const std::vector<std::string>& args);

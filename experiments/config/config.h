@@ -90,7 +90,12 @@ struct Config {
         int64_t checkpoint_every = 500;
         int64_t keep_checkpoints = 3;  // 0 = keep all
         std::string device = "cpu";    // cpu | cuda (attention core on the GPU; refused without a GPU)
-        int64_t threads = 1;           // 0 = all cores; small models run fastest on one
+        int64_t threads = 1;           // 0 = all cores (per rank under mpirun); small models run fastest on one
+        // Under mpirun, how the ranks' gradients are summed: "fast" (one allreduce of
+        // each rank's share) or "deterministic" (train.micro_batches summed in one fixed
+        // tree: the same bits at every rank count, a single process included)
+        std::string reduce = "fast";
+        int64_t micro_batches = 8;     // deterministic only: pieces of train.batch (must divide it)
         double target_accuracy = 0.99;
         bool tensorboard = false;      // also TensorBoard event files under <run>/tb/
         bool operator==(const Train&) const = default;

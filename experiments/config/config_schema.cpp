@@ -306,7 +306,9 @@ std::vector<Field> make_fields() {
         integer(KEY(train, checkpoint_every), at_least(1), "steps between checkpoints"),
         integer(KEY(train, keep_checkpoints), at_least(0), "newest checkpoints kept; 0 = all"),
         choice(KEY(train, device), {"cpu", "cuda"}, "where to train; cuda: the whole training step on the GPU (needs a CUDA build and a GPU)"),
-        integer(KEY(train, threads), between(0, 1024), "CPU threads; 0 = all cores"),
+        integer(KEY(train, threads), between(0, 1024), "CPU threads (per rank under mpirun); 0 = all cores"),
+        choice(KEY(train, reduce), {"fast", "deterministic"}, "gradient sum across ranks: one allreduce, or a fixed tree of micro-batches (bitwise at any rank count)"),
+        integer(KEY(train, micro_batches), between(1, 1 << 20), "train.reduce = deterministic: micro-batches per step (divides train.batch)"),
         number(KEY(train, target_accuracy), probability, "eval token accuracy at which the task counts as solved"),
         boolean(KEY(train, tensorboard), "also write TensorBoard event files (scalars) under <run>/tb/, flushed at each log interval"),
 

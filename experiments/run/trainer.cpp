@@ -55,18 +55,8 @@ void print_progress(int64_t step, int64_t steps, double loss, double train_acc, 
 
 }  // namespace
 
-Trainer::State::StepValues Trainer::State::forward_backward(const Batch& batch, double clip, const NamedTensors& params,
-                                                            bool log_now, Hooks& hooks) {
-    StepValues v;
-    v.logits = log_now ? model->forward(batch, hooks) : model->forward(batch);
-    Tensor loss = cross_entropy(v.logits, batch.targets, batch.loss_mask);
-    v.loss = loss.item();
-    loss.backward();
-    v.grad_norm = clip_grad_norm(params, clip);
-    return v;
-}
-
 int Trainer::State::stop_on_non_finite(int64_t next, double loss, double grad_norm, bool tty) {
+    if (!writes()) return 1;  // every rank saw the same summed loss and norm
     flush_logs();
     const auto saved = list_checkpoints((dir / "checkpoints").string());
     std::fprintf(stderr, "%sattnlab train: step %lld: %s is %s; stopping (last good checkpoint: %s)\n", tty ? "\n" : "",
@@ -76,20 +66,20 @@ int Trainer::State::stop_on_non_finite(int64_t next, double loss, double grad_no
     return 1;
 }
 
-double Trainer::State::log_train_step(const Batch& batch, const StepValues& values, double lr, double tokens_per_s,
-                                      const Hooks& hooks) {
-    const Score train_score = accuracy(values.logits, batch);
+void Trainer::State::log_train_step(const StepValues& values, double lr, double tokens_per_s, const Hooks& hooks) {
     log->append_train(step, values.loss, lr, values.grad_norm, tokens_per_s, elapsed());
     if (tensorboard)
         tensorboard->scalars(step, {{"train/loss", values.loss}, {"train/lr", lr}, {"train/grad_norm", values.grad_norm},
-                                    {"train/tokens_per_s", tokens_per_s}, {"train/token_acc", train_score.token_acc}});
-    log_attention(batch, hooks);
+                                    {"train/tokens_per_s", tokens_per_s}, {"train/token_acc", values.token_acc}});
+    log_attention(values.seen, hooks);
     flush_logs();
-    return train_score.token_acc;
 }
 
 void Trainer::State::evaluate_and_log(std::string& last_eval) {
     const Score e = evaluate_now();
+    if (!summary.first_step_at_target && e.token_acc >= config.train.target_accuracy) summary.first_step_at_target = step;
+    const Score l = eval_length_batches.empty() ? Score{} : evaluate(*model, eval_length_batches, *world);
+    if (!writes()) return;
     log->append_eval(step, e.loss, e.token_acc, e.seq_acc);
     if (tensorboard)
         tensorboard->scalars(step, {{"eval/loss", e.loss}, {"eval/token_acc", e.token_acc}, {"eval/seq_acc", e.seq_acc}});
@@ -97,7 +87,6 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
     std::snprintf(text, sizeof text, "  held-out acc %.3f (step %lld)", e.token_acc, static_cast<long long>(step));
     last_eval = text;
     if (!eval_length_batches.empty()) {  // train.eval_lengths: the same model at other lengths
-        const Score l = evaluate(*model, eval_length_batches);
         log->append_eval_lengths(step, l.loss, l.token_acc, l.seq_acc);
         if (tensorboard)
             tensorboard->scalars(step, {{"eval_lengths/loss", l.loss}, {"eval_lengths/token_acc", l.token_acc},
@@ -107,7 +96,6 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
         last_eval += text;
     }
     flush_logs();
-    if (!summary.first_step_at_target && e.token_acc >= config.train.target_accuracy) summary.first_step_at_target = step;
 }
 
 void Trainer::State::finish() {
@@ -117,9 +105,10 @@ void Trainer::State::finish() {
     r.eval_loss = final_score.loss;
     r.eval_token_acc = final_score.token_acc;
     r.eval_seq_acc = final_score.seq_acc;
+    const Score l = eval_length_batches.empty() ? Score{} : evaluate(*model, eval_length_batches, *world);
+    if (!writes()) return;
     std::string at_lengths;  // summary.json's figures at train.eval_lengths, when it is set
     if (!eval_length_batches.empty()) {
-        const Score l = evaluate(*model, eval_length_batches);
         std::ostringstream more;
         more.precision(10);
         more << ",\n  \"eval_lengths\": [" << config.train.eval_lengths[0] << ", " << config.train.eval_lengths[1]
@@ -151,12 +140,13 @@ int Trainer::run() {
     stop_signal = 0;
     std::signal(SIGINT, request_stop);
     std::signal(SIGTERM, request_stop);
-    const bool tty = isatty(STDERR_FILENO);
+    const bool tty = isatty(STDERR_FILENO) && s.writes();
+    const bool ranks = s.world->size() > 1;
     const Schedule schedule = parse_schedule(c.optim.schedule);
     const double clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
     const NamedTensors params = s.model->module().named_parameters();
     s.model->module().train();
-    if (c.train.device == "cuda")
+    if (c.train.device == "cuda" && s.writes())
         std::fprintf(stderr, "attnlab train: train.device = \"cuda\": the whole training step runs on the GPU\n");
 
     size_t tokens_since_log = 0;
@@ -166,9 +156,11 @@ int Trainer::run() {
     const Clock::time_point run_start = Clock::now();
     Hooks hooks = State::metrics_hooks();  // the metrics' points: recording never changes the result
     while (s.step < c.train.steps) {
-        if (stop_signal) {
+        // A signal on any rank stops every rank at the same step.
+        if (ranks ? s.world->max(stop_signal) != 0 : stop_signal != 0) {
             s.checkpoint();
-            std::fprintf(stderr, "%sattnlab train: interrupted at step %lld; checkpoint written; resume with `attnlab train --resume %s`\n",
+            if (s.writes())
+                std::fprintf(stderr, "%sattnlab train: interrupted at step %lld; checkpoint written; resume with `attnlab train --resume %s`\n",
                          tty ? "\n" : "", static_cast<long long>(s.step), s.dir.c_str());
             return 130;
         }
@@ -189,15 +181,15 @@ int Trainer::run() {
         s.tokens_total += tokens;
         tokens_since_log += tokens;
 
-        if (log_now) {
+        if (log_now && s.writes()) {
             const double since = std::chrono::duration<double>(Clock::now() - last_log).count();
             const double tokens_per_s = static_cast<double>(tokens_since_log) / std::max(since, 1e-9);
             last_log = Clock::now();
             tokens_since_log = 0;
-            const double train_acc = s.log_train_step(batch, values, lr, tokens_per_s, hooks);
+            s.log_train_step(values, lr, tokens_per_s, hooks);
             const double rate = static_cast<double>(s.step - first_step) /
                                 std::max(std::chrono::duration<double>(Clock::now() - run_start).count(), 1e-9);
-            print_progress(s.step, c.train.steps, values.loss, train_acc, last_eval, tokens_per_s, rate, tty);
+            print_progress(s.step, c.train.steps, values.loss, values.token_acc, last_eval, tokens_per_s, rate, tty);
         }
         if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) s.evaluate_and_log(last_eval);
         if (s.step % c.train.checkpoint_every == 0 || s.step == c.train.steps) s.checkpoint();

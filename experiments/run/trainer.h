@@ -4,11 +4,13 @@
 // needs, and a summary.json at the end.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "experiments/config/config.h"
+#include "experiments/distributed/world.h"
 
 namespace attnlab {
 
@@ -24,13 +26,19 @@ public:
     // A new run in out_dir/name (or name-2, name-3, ... when that exists: nothing
     // is overwritten). Validates everything before the folder is created.
     // With `run_dir`, exactly there instead (it must not exist: sweeps name their cells).
-    static std::unique_ptr<Trainer> start(const Config& config, const std::string& run_dir = "");
+    // Under mpirun every rank calls it with the same config and `world`: each
+    // builds the model, rank 0 alone creates and writes the folder; a failure on
+    // any rank fails every rank (the lowest failing rank says why).
+    static std::unique_ptr<Trainer> start(const Config& config, const std::string& run_dir = "",
+                                          const World& world = single_world());
     // Throws what start() would throw for this config before it creates the run
     // folder (the config, the device, the data files, the memory estimate, the
     // model and optimiser it builds); writes nothing. A sweep checks every cell so.
     static void check_runnable(const Config& config);
     // Continues run_dir from its newest checkpoint, with its saved config.
-    static std::unique_ptr<Trainer> resume(const std::string& run_dir);
+    // Under mpirun every rank reads the checkpoint (a filesystem all ranks share);
+    // rank 0 takes the run's lock and continues its logs. Any rank count resumes.
+    static std::unique_ptr<Trainer> resume(const std::string& run_dir, const World& world = single_world());
     ~Trainer();
 
     // 0: finished; 1: stopped on a NaN/Inf loss or gradient (the last good
@@ -42,7 +50,9 @@ public:
 
 private:
     struct State;
-    static std::unique_ptr<State> build_state(const Config& config);
+    static std::unique_ptr<State> build_state(const Config& config, const World& world);
+    static std::filesystem::path create_run(State& state, const std::string& run_dir);
+    static std::unique_ptr<State> resumed_state(const std::string& run_dir, const World& world);
     explicit Trainer(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
 };

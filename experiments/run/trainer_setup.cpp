@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "cuda/backend.h"
 #include "experiments/config/memory_estimate.h"
@@ -38,6 +39,37 @@ const std::vector<std::string> kResumableKeys = {"train.steps", "train.log_every
 bool resumable(const std::string& change) {  // "train.steps (80, was 40)"
     const std::string key = change.substr(0, change.find(' '));
     return std::find(kResumableKeys.begin(), kResumableKeys.end(), key) != kResumableKeys.end();
+}
+
+// How train.batch splits across the ranks of an mpirun launch (none to check for one process).
+void check_split(const Config& c, const World& world) {
+    const int64_t n = world.size();
+    if (n == 1) return;
+    const std::string ranks = std::to_string(n) + " ranks (mpirun -np " + std::to_string(n) + ")";
+    if (c.train.device == "cuda")
+        throw Error("[train] train.device = \"cuda\" with " + ranks + ": data parallelism runs on the cpu only "
+                    "(the GPU's would be NCCL's); train on one process, or set train.device = \"cpu\"");
+    if (c.train.reduce == "fast" && c.train.batch % n != 0)
+        throw ConfigError("train.batch", "train.batch = " + std::to_string(c.train.batch) + " cannot be split across " + ranks +
+                                             ": it must be a multiple of " + std::to_string(n));
+    if (c.train.reduce == "deterministic" && ((n & (n - 1)) != 0 || c.train.micro_batches % n != 0))
+        throw ConfigError("train.micro_batches", "train.reduce = \"deterministic\" with " + ranks +
+                                                     ": the rank count must be a power of two dividing train.micro_batches = " +
+                                                     std::to_string(c.train.micro_batches));
+}
+
+// Runs `phase` on this rank (when `mine`), then agrees with every rank: see World::agree.
+template <class F>
+void on_every_rank(const World& world, bool mine, F&& phase) {
+    std::exception_ptr failure;
+    if (mine) {
+        try {
+            phase();
+        } catch (...) {
+            failure = std::current_exception();
+        }
+    }
+    world.agree(failure);
 }
 
 std::string joined(const std::vector<std::string>& parts) {
@@ -84,16 +116,28 @@ const std::string& Trainer::run_dir() const { return state_->dir.native(); }
 const RunSummary& Trainer::summary() const { return state_->summary; }
 
 // Everything that can fail on the config fails here, before anything is written.
-std::unique_ptr<Trainer::State> Trainer::build_state(const Config& config) {
+std::unique_ptr<Trainer::State> Trainer::build_state(const Config& config, const World& world) {
     validate(config);
+    check_split(config, world);
     if (config.train.device == "cuda") cuda::require_device("train.device");
-    return std::make_unique<State>(config);
+    auto state = std::make_unique<State>(config);
+    state->world = &world;
+    return state;
 }
 
-void Trainer::check_runnable(const Config& config) { build_state(config); }
+void Trainer::check_runnable(const Config& config) { build_state(config, single_world()); }
 
-std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir) {
-    std::unique_ptr<State> state = build_state(config);
+std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir, const World& world) {
+    std::unique_ptr<State> state;
+    on_every_rank(world, true, [&] { state = build_state(config, world); });
+    on_every_rank(world, world.root(), [&] { state->dir = create_run(*state, run_dir); });
+    state->dir = world.broadcast(state->dir.string());
+    return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
+}
+
+// A new run's folder, lock, config.toml, metrics.h5 and step-0 attention (rank 0).
+fs::path Trainer::create_run(State& s, const std::string& run_dir) {
+    const Config& config = s.config;
     fs::path dir;
     if (run_dir.empty()) {
         dir = claim_new_folder(config.run.out_dir, config.run.name, "[train]");
@@ -105,23 +149,31 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
             throw Error("[train] --run-dir " + run_dir + (fs::exists(dir) ? " already exists (resume it with --resume)"
                                                                          : ": cannot create it (" + ec.message() + ")"));
     }
-    state->dir = dir;
-    state->lock.emplace(dir, "[train]");
+    s.dir = dir;
+    s.lock.emplace(dir, "[train]");
     fs::create_directories(dir / "checkpoints");
-    write_text_atomically(dir / "config.toml", to_toml(state->config), "[train]");
-    state->log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(state->config), state->model->layers(),
-                                          state->model->heads(), state->model->kinds(), !state->eval_length_batches.empty()));
-    state->open_tensorboard();
-    state->log_initial_attention();
+    write_text_atomically(dir / "config.toml", to_toml(config), "[train]");
+    s.log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(config), s.model->layers(), s.model->heads(),
+                                     s.model->kinds(), !s.eval_length_batches.empty()));
+    s.open_tensorboard();
+    s.log_initial_attention();
+    return dir;
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, const World& world) {
+    std::unique_ptr<State> state;
+    on_every_rank(world, true, [&] { state = resumed_state(run_dir, world); });
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
 }
 
-std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
+std::unique_ptr<Trainer::State> Trainer::resumed_state(const std::string& run_dir, const World& world) {
     const fs::path dir(run_dir);
     const std::string where = "[train] --resume " + run_dir + ": ";
     if (!fs::exists(dir / "config.toml")) throw Error(where + "not a run directory (no config.toml)");
-    RunLock lock(dir, "[train]");  // before anything is read: a second writer is refused here
+    std::optional<RunLock> lock;  // rank 0's, before anything is read: a second writer is refused here
+    if (world.root()) lock.emplace(dir, "[train]");
     const Config config = load_config((dir / "config.toml").string());
+    check_split(config, world);  // any rank count resumes, if it splits the batch
     const std::vector<std::string> saved = list_checkpoints((dir / "checkpoints").string());
     if (saved.empty()) throw Error(where + "no checkpoint in " + (dir / "checkpoints").string());
     const std::string& newest = saved.back();
@@ -145,8 +197,9 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
                     std::to_string(config.train.steps) + "); raise train.steps in " + (dir / "config.toml").string() +
                     " to train further");
     auto state = std::make_unique<State>(config);
+    state->world = &world;
     state->dir = dir;
-    state->lock.emplace(std::move(lock));
+    if (lock) state->lock.emplace(std::move(*lock));
     try {
         state->model->module().load_state_dict(data.params);
         state->optimizer->load_state(data.optimizer);
@@ -165,6 +218,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
         if (name == "tokens" && !values.empty()) state->tokens_before = values[0];
     }
     state->step = data.step;
+    if (!world.root()) return state;
     state->log.emplace(MetricsLog::resume((dir / "metrics.h5").string(), data.step));
     state->open_tensorboard();
     // Everything could be read: the edited keys are recorded beside the run, and said.
@@ -179,7 +233,7 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir) {
     }
     std::fprintf(stderr, "attnlab train: resuming %s from step %lld (%s)\n", run_dir.c_str(), static_cast<long long>(data.step),
                  fs::path(newest).filename().c_str());
-    return std::unique_ptr<Trainer>(new Trainer(std::move(state)));
+    return state;
 }
 
 }  // namespace attnlab

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/distributed/world.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/files/run_files.h"
 #include "experiments/run/attention_metrics.h"
@@ -28,6 +29,11 @@ struct Trainer::State {
     using Clock = std::chrono::steady_clock;
 
     Config config;
+    // The ranks of this run (one, without mpirun). Rank 0 alone writes: the run
+    // folder, its lock, metrics.h5, TensorBoard, checkpoints, summary.json and the
+    // progress line; the other ranks compute and hold the same model.
+    const World* world = &single_world();
+    bool writes() const { return world->root(); }
     std::filesystem::path dir;
     std::optional<RunLock> lock;  // held while this process writes into dir
     std::unique_ptr<BatchSource> train_data;
@@ -50,9 +56,11 @@ struct Trainer::State {
     // The data streams, the model and optimiser, the device (trainer_setup.cpp).
     explicit State(const Config& c);
 
-    Score evaluate_now() { return evaluate(*model, eval_batches); }  // on the model's device
+    Score evaluate_now() { return evaluate(*model, eval_batches, *world); }  // on the model's device, split across ranks
 
     void checkpoint() {
+        check_ranks_agree();
+        if (!writes()) return;
         flush_logs();
         CheckpointData data;
         data.step = step;
@@ -99,6 +107,7 @@ struct Trainer::State {
 
     // The rows of metrics.h5 reach the disk (and TensorBoard's file the OS) at each log interval.
     void flush_logs() {
+        if (!writes()) return;
         log->flush();
         if (tensorboard) tensorboard->flush();
     }
@@ -121,17 +130,28 @@ struct Trainer::State {
 
     // ---- the loop's parts (trainer.cpp) ----
 
-    // One step's forward and backward, the gradients clipped; `hooks` record the
-    // metrics' points at log steps.
+    // ---- one step (trainer_step.cpp) ----
+
+    // One step's forward and backward over the global batch, the gradients summed
+    // across ranks and clipped; at log steps `hooks` record the metrics' points on
+    // the rows in `seen` (rank 0's), and token_acc is the whole batch's.
     struct StepValues {
-        Tensor logits;
-        double loss = 0, grad_norm = 0;
+        double loss = 0, grad_norm = 0, token_acc = 0;
+        Batch seen;
     };
     StepValues forward_backward(const Batch& batch, double clip, const NamedTensors& params, bool log_now, Hooks& hooks);
+    // One process, train.reduce = "fast": the whole batch in one pass.
+    StepValues whole_batch(const Batch& batch, bool log_now, Hooks& hooks);
+    // Ranks, or train.reduce = "deterministic": the batch in pieces (a rank's
+    // share, or the micro-batches), their gradients summed (trainer_step.cpp).
+    StepValues in_pieces(const Batch& batch, const NamedTensors& params, bool log_now, Hooks& hooks);
+    // Every rank holds the same parameters (a hash of them, compared at each
+    // checkpoint); a difference is an Error naming the step.
+    void check_ranks_agree() const;
     // A NaN or infinite loss or gradient norm at step `next`: the logs flushed, the reason said; returns 1.
     int stop_on_non_finite(int64_t next, double loss, double grad_norm, bool tty);
-    // The train row of metrics.h5 (and TensorBoard) and the attention metrics; returns the batch's token accuracy.
-    double log_train_step(const Batch& batch, const StepValues& values, double lr, double tokens_per_s, const Hooks& hooks);
+    // The train row of metrics.h5 (and TensorBoard) and the attention metrics (rank 0).
+    void log_train_step(const StepValues& values, double lr, double tokens_per_s, const Hooks& hooks);
     // The held-out evaluation, logged; `last_eval` becomes its part of the progress line.
     void evaluate_and_log(std::string& last_eval);
     // The final evaluation, summary.json and the one-line report.
