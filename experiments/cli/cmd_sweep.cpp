@@ -1,6 +1,8 @@
-// attnlab sweep CONFIG [key=value ...] [--jobs N] [--force]
+// attnlab sweep CONFIG [key=value ...] [--jobs N] [--force] [--cell K | --summarize | --slurm [--cells-per-task C]]
+// Under mpirun: the cells across the ranks (experiments/sweep/sweep_ranks.h).
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -8,7 +10,9 @@
 
 #include "experiments/cli/command_line.h"
 #include "experiments/distributed/world.h"
+#include "experiments/sweep/slurm.h"
 #include "experiments/sweep/sweep.h"
+#include "experiments/sweep/sweep_ranks.h"
 
 namespace attnlab {
 
@@ -33,26 +37,42 @@ bool names_the_run(const std::string& config_path, const std::vector<std::string
 // The command line again, for the message that tells how to resume.
 std::string shell_command(const std::vector<std::string>& args) {
     std::string out = "attnlab sweep";
-    for (const std::string& a : args) {
-        const bool plain = !a.empty() && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                             "0123456789_-./=,:+@%") == std::string::npos;
-        std::string quoted = "'";
-        for (char ch : a) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-        out += " " + (plain ? a : quoted + "'");
-    }
+    for (const std::string& a : args) out += " " + shell_word(a);
     return out;
+}
+
+// The ranks of an mpirun launch that share this machine (Open MPI's count), for the threads per cell.
+size_t local_ranks() {
+    const char* value = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const long n = value ? std::strtol(value, nullptr, 10) : 1;
+    return n >= 1 && n < 4096 ? static_cast<size_t>(n) : 1;
+}
+
+// The table, and the exit status of a sweep that ran its cells.
+int report(const Config& config, const SweepTable& table, const std::vector<std::string>& args) {
+    if (table.interrupted) {
+        std::cerr << "attnlab sweep: " << interruption_line(table, shell_command(args)) << "\n";
+        return 130;
+    }
+    std::cout << format_table(table, table.aggregated);
+    size_t failed = 0;
+    for (const auto& c : table.cells) failed += c.status != "ok";
+    std::cout << table.cells.size() - failed << " of " << table.cells.size() << " cells ok; summary in "
+              << config.run.out_dir << "/" << config.run.name << "/summary.csv\n";
+    return failed ? 1 : 0;
 }
 
 }  // namespace
 
 int cmd_sweep(const std::vector<std::string>& args, const World& world) {
-    if (world.size() > 1)  // the cells across ranks: not built yet
-        throw UsageError("launched as " + std::to_string(world.size()) + " ranks: sweeps across ranks are not built yet; "
-                         "run `attnlab sweep` as one process (--jobs N runs cells side by side)");
     cxxopts::Options options("attnlab sweep", "Run every cell of a config's [sweep] grid and tabulate the results.");
     options.positional_help("CONFIG [key=value ...]");
     options.add_options()("jobs", "cells run at a time (the cores are split between them)", cxxopts::value<int>()->default_value("1"))
                          ("force", "run a grid larger than 64 cells")
+                         ("cell", "run cell K alone (0-based, as a Slurm array task does)", cxxopts::value<int64_t>())
+                         ("summarize", "tabulate the cells that have finished")
+                         ("slurm", "print an sbatch script that runs the cells as a Slurm job array")
+                         ("cells-per-task", "with --slurm: cells each array task runs in turn", cxxopts::value<int64_t>()->default_value("1"))
                          ("h,help", "this help")
                          ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"args"});
@@ -62,7 +82,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     try {
         parsed = options.parse(static_cast<int>(argv.size()), argv.data());
     } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
-        throw UsageError(std::string("--jobs: expected a positive integer (") + e.what() + ")");
+        throw UsageError(std::string("--jobs, --cell, --cells-per-task: expected an integer (") + e.what() + ")");
     } catch (const cxxopts::exceptions::exception& e) {
         throw UsageError(e.what());
     }
@@ -87,25 +107,54 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
             throw UsageError(config_path + ": give the sweep a run.name (its folder under run.out_dir)");
         config.run.name = stem;
     }
+    const int modes = static_cast<int>(parsed.count("cell") + parsed.count("summarize") + parsed.count("slurm"));
+    if (modes > 1) throw UsageError("--cell, --summarize and --slurm each do one thing: give one of them");
+    if (modes && world.size() > 1)
+        throw UsageError("--cell, --summarize and --slurm run as one process, not under mpirun (launched as " +
+                         std::to_string(world.size()) + " ranks)");
     SweepOptions sweep;
     sweep.config_path = config_path;
     sweep.overrides = overrides;
     sweep.jobs = static_cast<size_t>(jobs);
+    sweep.ranks_per_machine = world.size() > 1 ? local_ranks() : 1;
     sweep.force = parsed.count("force") > 0;
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     sweep.executable = n > 0 ? std::string(self, static_cast<size_t>(n)) : "attnlab";
-    const SweepTable table = run_sweep(config, sweep);
-    if (table.interrupted) {
-        std::cerr << "attnlab sweep: " << interruption_line(table, shell_command(args)) << "\n";
-        return 130;
+
+    if (parsed.count("cell")) {
+        const int64_t cell = parsed["cell"].as<int64_t>();
+        if (cell < 0) throw UsageError("--cell must be 0 or more, got " + std::to_string(cell));
+        return run_sweep_cell(config, sweep, static_cast<size_t>(cell));
     }
-    std::cout << format_table(table, table.aggregated);
-    size_t failed = 0;
-    for (const auto& c : table.cells) failed += c.status != "ok";
-    std::cout << table.cells.size() - failed << " of " << table.cells.size() << " cells ok; summary in "
-              << config.run.out_dir << "/" << config.run.name << "/summary.csv\n";
-    return failed ? 1 : 0;
+    if (parsed.count("summarize")) return report(config, summarize_sweep(config, sweep), args);
+    if (parsed.count("slurm")) {
+        const int64_t per = parsed["cells-per-task"].as<int64_t>();
+        if (per < 1) throw UsageError("--cells-per-task must be at least 1, got " + std::to_string(per));
+        SlurmArray array;
+        array.job_name = "attnlab-sweep-" + config.run.name;
+        array.directory = std::filesystem::current_path().string();
+        array.command = {sweep.executable, "sweep", std::filesystem::absolute(config_path).string()};
+        array.command.insert(array.command.end(), overrides.begin(), overrides.end());
+        if (sweep.force) array.command.push_back("--force");
+        array.cells = count_cells(config, sweep);  // the grid checked as a sweep would
+        array.cells_per_task = static_cast<size_t>(per);
+        std::cout << slurm_script(array);
+        return 0;
+    }
+    if (parsed.count("cells-per-task") && parsed["cells-per-task"].as<int64_t>() != 1)
+        throw UsageError("--cells-per-task goes with --slurm");
+    if (!world.root()) {  // under mpirun: rank 0 plans and hands out the cells
+        world.agree(nullptr);  // rank 0's checks of the grid and the folder (OtherRankFailed when they failed)
+        try {
+            serve_cells(world, sweep.jobs);
+        } catch (const std::exception& e) {  // rank 0 would wait for its cells for ever
+            std::cerr << "attnlab sweep: rank " << world.rank() << ": " << e.what() << "; stopping every rank\n";
+            world.abort(2);
+        }
+        return 0;
+    }
+    return report(config, run_sweep(config, sweep, world), args);
 }
 
 }  // namespace attnlab

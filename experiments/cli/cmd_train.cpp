@@ -21,6 +21,7 @@ int run_on_every_rank(Trainer& trainer, const World& world) {
                   << "; stopping every rank (resume with `attnlab train --resume " << trainer.run_dir() << "`)\n";
         world.abort(2);
     }
+    return 2;  // not reached: abort ends the process
 }
 
 }  // namespace

@@ -31,7 +31,9 @@ void write_atomically(const fs::path& path, const std::string& tag, const std::f
     const fs::file_status status = fs::symlink_status(path, ec);
     if (fs::exists(status) && !fs::is_regular_file(status))
         throw Error(tag + " " + path.string() + " exists and is not a regular file; refusing to replace it");
-    const std::string tmp = path.string() + ".tmp";
+    // This process's own temporary name: two processes may write the same file at
+    // once (the --summarize of two Slurm array tasks); the last rename wins whole.
+    const std::string tmp = path.string() + "." + std::to_string(::getpid()) + ".tmp";
     try {
         write(tmp);
         fsync_path(tmp, false, tag);

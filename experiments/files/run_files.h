@@ -1,6 +1,6 @@
 // How attnlab writes the files of a run so that nothing is ever half-written,
 // overwritten by a second process, or lost:
-//   - write_atomically: a temporary file, fsynced, renamed over the target, the
+//   - write_atomically: a temporary file (<path>.<pid>.tmp), fsynced, renamed over the target, the
 //     folder fsynced (a crash leaves the old file or the new one, never a mix);
 //   - RunLock: one writer per run folder (flock on <dir>/.lock), a second one
 //     refused with the holder's pid;
@@ -49,7 +49,7 @@ std::filesystem::path claim_new_folder(const std::filesystem::path& parent, cons
 
 // The longest file or folder name attnlab creates from a config (run.name, a
 // sweep cell's name), leaving room under the filesystem's 255 bytes for the
-// "-9999" and ".tmp" suffixes it may add.
+// "-9999" and ".<pid>.tmp" suffixes it may add.
 constexpr size_t kMaxFolderName = 240;
 
 }  // namespace attnlab

@@ -25,11 +25,13 @@
 #include <vector>
 
 #include "experiments/config/config.h"
+#include "experiments/distributed/world.h"
 
 namespace attnlab {
 
 struct SweepOptions {
-    size_t jobs = 1;            // cells at a time; the cores are split between them
+    size_t jobs = 1;            // cells at a time (on each rank); the cores are split between them
+    size_t ranks_per_machine = 1;  // under mpirun: the ranks that share this machine's cores
     size_t max_cells = 64;      // a larger grid needs force
     bool force = false;
     std::string executable;     // the attnlab binary that runs cells
@@ -56,7 +58,19 @@ struct SweepTable {
 
 // Runs (or skips, or resumes) every cell, writes summary.csv and summary.h5, and
 // returns the table. Refuses bad grids before any cell starts.
-SweepTable run_sweep(const Config& config, const SweepOptions& options);
+// Under mpirun (`world` of N ranks) rank 0 calls this and the cells run on every
+// rank (experiments/sweep/sweep_ranks.h); every other rank calls serve_cells.
+SweepTable run_sweep(const Config& config, const SweepOptions& options, const World& world = single_world());
+
+// The grid's cell count, the grid checked as run_sweep checks it.
+size_t count_cells(const Config& config, const SweepOptions& options);
+// `--cell K`: runs (or resumes, or skips when finished) cell K alone, as one
+// array task of a Slurm job does; several may run at once, each cell under its
+// own lock. Its exit status: 0 ok, 1 failed, 130 interrupted.
+int run_sweep_cell(const Config& config, const SweepOptions& options, size_t index);
+// `--summarize`: the table of whatever cells have finished (the others with
+// their status), written as summary.csv and summary.h5.
+SweepTable summarize_sweep(const Config& config, const SweepOptions& options);
 
 // The one line for an interrupted sweep: the signal, the cells it stopped, how
 // to resume (`command`: the sweep's command line).

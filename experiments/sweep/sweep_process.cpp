@@ -9,6 +9,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <string_view>
+
+extern char** environ;
 
 #include "autograd/tensor.h"  // Error
 
@@ -59,6 +62,13 @@ void CellProcesses::start(const std::string& name, const std::vector<std::string
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) {
+        const std::string_view variable(*e);
+        if (variable.rfind("OMPI_", 0) == 0 || variable.rfind("PMIX_", 0) == 0 || variable.rfind("PMI_", 0) == 0) continue;
+        envp.push_back(*e);
+    }
+    envp.push_back(nullptr);
     const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd < 0) throw Error("[sweep] cannot open " + log.string() + " (" + std::strerror(errno) + ")");
     const pid_t parent = ::getpid();
@@ -78,7 +88,7 @@ void CellProcesses::start(const std::string& name, const std::vector<std::string
         sigset_t none;
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::execv(argv[0], argv.data());
+        ::execve(argv[0], argv.data(), envp.data());
         const char* message = "attnlab sweep: cannot start the cell (exec failed)\n";
         (void)!::write(STDERR_FILENO, message, std::strlen(message));
         ::_exit(127);
@@ -114,9 +124,10 @@ bool CellProcesses::take_signals(int timeout_ms) {
     return interrupt;
 }
 
-std::optional<CellProcesses::Ended> CellProcesses::wait() {
+std::optional<CellProcesses::Ended> CellProcesses::wait(std::chrono::milliseconds patience) {
     // Each turn reaps, or waits at most a second: the loop ends when the cells
     // do, and they end, on their own or SIGKILLed after an interrupt.
+    const auto start = std::chrono::steady_clock::now();
     for (;;) {
         if (running_.empty()) return std::nullopt;
         int status = 0;
@@ -132,7 +143,10 @@ std::optional<CellProcesses::Ended> CellProcesses::wait() {
             return ended;
         }
         if (pid > 0) continue;  // not a cell
-        if (take_signals(1000)) return std::nullopt;
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+        if (waited >= patience) return std::nullopt;
+        if (take_signals(static_cast<int>(std::min<std::chrono::milliseconds::rep>(1000, (patience - waited).count()))))
+            return std::nullopt;
         if (interrupted_ && !killed_ && std::chrono::steady_clock::now() - interrupted_at_ > kStopGrace) {
             forward(SIGKILL);
             killed_ = true;

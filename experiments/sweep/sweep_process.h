@@ -25,7 +25,9 @@ public:
     CellProcesses(const CellProcesses&) = delete;
     CellProcesses& operator=(const CellProcesses&) = delete;
 
-    // Starts `args` (args[0] the executable) with stdout and stderr appended to `log`.
+    // Starts `args` (args[0] the executable) with stdout and stderr appended to `log`,
+    // in this process's environment without an MPI launcher's variables (OMPI_*,
+    // PMIX_*, PMI_*): a cell of a sweep under mpirun is a process of its own.
     void start(const std::string& name, const std::vector<std::string>& args, const std::filesystem::path& log);
 
     struct Ended {
@@ -33,8 +35,9 @@ public:
         int code = 0;  // exit status, or 128 + the signal that ended it
     };
     // The next cell to end; nullopt when none runs or an interrupt arrived
-    // (forwarded already; call again to wait for the cells it stopped).
-    std::optional<Ended> wait();
+    // (forwarded already; call again to wait for the cells it stopped), or when
+    // `patience` passed without either.
+    std::optional<Ended> wait(std::chrono::milliseconds patience = std::chrono::milliseconds::max());
 
     // Takes the interrupts that arrived since the last call, without waiting.
     void check_interrupt() { take_signals(0); }

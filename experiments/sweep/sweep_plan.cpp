@@ -1,0 +1,263 @@
+// Planning a sweep: the grid against what the sweep sets, every cell's config
+// built and checked, the sweep folder and each cell's folder recognised (start,
+// restart, resume or skip), then the folder made. Reads only until then.
+#include "experiments/sweep/sweep_plan.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <set>
+
+#include "experiments/files/checkpoint.h"
+#include "experiments/run/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab::sweep_plan {
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
+    return out;
+}
+
+namespace {
+
+std::string values_of(const SweepAxis& axis) { return "[" + join(axis.values, ", ") + "]"; }
+
+// "train.steps (90, was 60)" for each key whose value differs from `before` to
+// `after` (differing_keys), `ignored` aside; then the same for the [sweep] axes,
+// whose order counts too (it numbers the cells).
+std::vector<std::string> differences(const Config& before, const Config& after, const std::set<std::string>& ignored) {
+    std::vector<std::string> out;
+    for (const std::string& change : differing_keys(before, after))
+        if (!ignored.count(change.substr(0, change.find(' ')))) out.push_back(change);
+    auto find = [](const Config& c, const std::string& key) -> const SweepAxis* {
+        for (const SweepAxis& axis : c.sweep)
+            if (axis.key == key) return &axis;
+        return nullptr;
+    };
+    for (const SweepAxis& axis : after.sweep) {
+        const SweepAxis* was = find(before, axis.key);
+        if (!was || was->values != axis.values)
+            out.push_back("sweep." + axis.key + " (" + values_of(axis) + ", was " + (was ? values_of(*was) : "not swept") + ")");
+    }
+    for (const SweepAxis& axis : before.sweep)
+        if (!find(after, axis.key)) out.push_back("sweep." + axis.key + " (not swept, was " + values_of(axis) + ")");
+    std::vector<std::string> order_before, order_after;
+    for (const SweepAxis& axis : before.sweep) order_before.push_back(axis.key);
+    for (const SweepAxis& axis : after.sweep) order_after.push_back(axis.key);
+    if (out.empty() && order_before != order_after)
+        out.push_back("the order of the [sweep] axes (" + join(order_after, ", ") + ", was " + join(order_before, ", ") + ")");
+    return out;
+}
+
+}  // namespace
+
+std::string listed(const std::vector<std::string>& items, size_t most, const std::string& separator) {
+    std::vector<std::string> shown(items.begin(), items.begin() + static_cast<long>(std::min(most, items.size())));
+    std::string out = join(shown, separator);
+    if (items.size() > most) out += separator + "and " + std::to_string(items.size() - most) + " more";
+    return out;
+}
+
+// The grid against what the sweep sets itself: no axis over a key the sweep
+// sets for every cell, no override of a swept key. (A key swept twice, or a
+// value listed twice, is refused where the grid is read: read_sweep in config.cpp.)
+void check_grid(const Config& config, const SweepOptions& options) {
+    const std::string where = "[sweep] " + (options.config_path.empty() ? "" : options.config_path + ": ");
+    for (const SweepAxis& axis : config.sweep) {
+        if (axis.key == "run.name" || axis.key == "run.out_dir")
+            throw Error(where + "sweep key " + axis.key + ": the sweep names and places its cells itself (" + axis.key +
+                        " sets the sweep's folder); sweep another key");
+        if (axis.key == "train.threads")
+            throw Error(where + "sweep key train.threads: each cell's threads follow --jobs (the cores split between the "
+                                "cells that run at once); sweep another key, or time cells with `attnlab train`");
+        for (const std::string& assignment : options.overrides) {
+            std::string key = assignment.substr(0, assignment.find('='));
+            key.erase(0, key.find_first_not_of(" \t"));
+            key.erase(key.find_last_not_of(" \t") + 1);
+            if (key == axis.key)
+                throw Error(where + "override " + assignment + " sets " + axis.key + ", which the [sweep] table sweeps over " +
+                            values_of(axis) + " (every cell would replace it); change the table instead");
+        }
+    }
+}
+
+namespace {
+
+// What a cell's folder holds, read only; refuses one that is no earlier run of this cell.
+Action inspect_cell(const fs::path& dir, const Config& cell) {
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(dir, ec);
+    if (!fs::exists(status)) return Action::start;
+    if (!fs::is_directory(status)) throw Error("[sweep] " + dir.string() + " exists and is not a folder; remove it");
+    const bool has_config = fs::exists(dir / "config.toml");
+    if (has_config) {
+        // An earlier run of this cell must hold the same config (threads aside,
+        // which follow --jobs): otherwise skipping or resuming it would tabulate
+        // another experiment's results.
+        Config earlier;
+        try {
+            earlier = load_config((dir / "config.toml").string());
+        } catch (const Error& e) {
+            throw Error("[sweep] " + dir.string() + " holds a config.toml that cannot be read (" + e.what() +
+                        "); remove the folder to run the cell again");
+        }
+        std::set<std::string> ignored = {"run.name", "run.out_dir", "train.threads"};
+        if (cell.model.max_len == 0) ignored.insert("model.max_len");  // the run writes the length it derived
+        const auto diff = differences(earlier, cell, ignored);
+        if (!diff.empty())
+            throw Error("[sweep] " + dir.string() + " was run with another config: this cell has " + listed(diff) +
+                        "; use another run.name, or remove the folder");
+    }
+    if (fs::exists(dir / "summary.json")) {
+        if (!has_config) throw Error("[sweep] " + dir.string() + " has a summary.json but no config.toml: not a run of this sweep");
+        (void)read_summary_numbers((dir / "summary.json").string());  // a garbled one is refused now, not at the end
+        return Action::skip;
+    }
+    if (!list_checkpoints((dir / "checkpoints").string()).empty()) {
+        if (!has_config) throw Error("[sweep] " + dir.string() + " has checkpoints but no config.toml: not a run of this sweep");
+        return Action::resume;
+    }
+    // Started earlier but never checkpointed: what the trainer writes first can go.
+    auto is_leftover = [](const fs::directory_entry& entry) {
+        const std::string name = entry.path().filename().string();
+        return name == "config.toml" || name == "metrics.h5" || name == ".lock" || name == "checkpoints" ||
+               (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+    };
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+        bool ok = is_leftover(entry);
+        if (ok && entry.path().filename() == "checkpoints") {
+            ok = entry.is_directory();
+            for (const fs::directory_entry& inner : fs::directory_iterator(entry.path(), ec))
+                ok = ok && inner.path().extension() == ".tmp";  // a checkpoint the trainer never finished
+        }
+        if (!ok)
+            throw Error("[sweep] " + dir.string() + " holds " + entry.path().filename().string() +
+                        ", which no run of this cell writes; remove it (or the folder) to run the cell");
+    }
+    return Action::restart;
+}
+
+}  // namespace
+
+// Whether out_dir/run.name is absent or empty (a new sweep) or this sweep's own
+// folder (its sweep.toml has the same grid and base config); then each cell's
+// action. Anything else is refused. Reads only.
+void inspect_sweep_folder(const fs::path& sweep_dir, const Config& config, std::vector<CellPlan>& plan) {
+    std::error_code ec;
+    for (CellPlan& cell : plan) cell.action = Action::start;
+    const fs::path out_dir = sweep_dir.parent_path();
+    for (const char* marker : {"config.toml", "sweep.toml"})
+        if (fs::exists(out_dir / marker))
+            throw Error("[sweep] run.out_dir " + out_dir.string() + " is itself a " +
+                        (marker == std::string("config.toml") ? "run" : "sweep") + " folder (it has " + marker +
+                        "); choose another run.out_dir");
+    const fs::file_status status = fs::symlink_status(sweep_dir, ec);
+    if (!fs::exists(status)) return;
+    if (!fs::is_directory(status))
+        throw Error("[sweep] " + sweep_dir.string() + " exists and is not a folder; choose another run.name");
+    std::vector<std::string> entries;
+    for (const fs::directory_entry& entry : fs::directory_iterator(sweep_dir))
+        if (entry.path().filename() != ".lock") entries.push_back(entry.path().filename().string());
+    if (entries.empty()) return;
+    const fs::path saved_path = sweep_dir / "sweep.toml";
+    if (!fs::exists(saved_path)) {
+        const bool single_run = fs::exists(sweep_dir / "config.toml") || fs::exists(sweep_dir / "metrics.h5") ||
+                                fs::exists(sweep_dir / "checkpoints");
+        std::sort(entries.begin(), entries.end());
+        throw Error("[sweep] " + sweep_dir.string() + (single_run ? " is a single run (it has " : " is not a sweep folder (it has ") +
+                    listed(entries, 3, ", ") + ", but no sweep.toml); a sweep writes only into a folder of its own: choose another run.name");
+    }
+    Config saved;
+    try {
+        saved = load_config(saved_path.string());
+    } catch (const Error& e) {
+        throw Error("[sweep] " + saved_path.string() + " cannot be read, so " + sweep_dir.string() +
+                    " cannot be continued (" + e.what() + "); choose another run.name, or remove the folder");
+    }
+    const auto diff = differences(saved, config, {"run.name", "run.out_dir", "train.threads"});
+    if (!diff.empty())
+        throw Error("[sweep] " + sweep_dir.string() + " holds another sweep: this one has " + listed(diff) +
+                    " against its sweep.toml; choose another run.name, or remove the folder");
+    for (CellPlan& cell : plan) cell.action = inspect_cell(sweep_dir / cell.name, cell.config);
+}
+
+namespace {
+
+// Every cell's config, built and checked before anything is written: the grid's
+// assignments on the base config, `threads` each, named and placed in sweep_dir.
+std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::vector<std::string>>& cells, int64_t threads,
+                                 const fs::path& sweep_dir) {
+    std::vector<CellPlan> plan;
+    for (size_t i = 0; i < cells.size(); ++i) {
+        Config cell = config;
+        cell.sweep.clear();
+        for (const std::string& assignment : cells[i]) apply_override(cell, assignment);
+        cell.train.threads = threads;
+        cell.run.name = cell_name(i, cells.size(), cells[i]);
+        cell.run.out_dir = sweep_dir.string();
+        validate(cell);
+        const std::string longest = (sweep_dir / cell.run.name / "checkpoints" / "step_0000000000.h5.4194304.tmp").string();
+        if (longest.size() >= PATH_MAX)
+            throw Error("[sweep] " + (sweep_dir / cell.run.name).string().substr(0, 80) + "...: the paths of cell " +
+                        std::to_string(i) + " would be longer than " + std::to_string(PATH_MAX) +
+                        " bytes; choose a shorter run.out_dir");
+        plan.push_back({i, cell.run.name, cell});
+    }
+    return plan;
+}
+
+// What `attnlab train` would refuse (a missing token file, ...) is refused now.
+void check_cells_runnable(const std::vector<CellPlan>& plan) {
+    for (const CellPlan& cell : plan) {
+        if (cell.action == Action::skip) continue;
+        try {
+            Trainer::check_runnable(cell.config);
+        } catch (const Error& e) {
+            throw Error("[sweep] cell " + cell.name + ": " + e.what());
+        }
+    }
+}
+
+}  // namespace
+
+PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
+                            std::optional<size_t> only) {
+    if (config.sweep.empty()) throw Error("[sweep] the config has no [sweep] table");
+    check_grid(config, options);
+    const auto cells = sweep_cells(config);
+    if (cells.size() > options.max_cells && !options.force)
+        throw Error("[sweep] the grid has " + std::to_string(cells.size()) + " cells, more than the limit of " +
+                    std::to_string(options.max_cells) + "; pass --force to run it");
+    if (only && *only >= cells.size())
+        throw Error("[sweep] --cell " + std::to_string(*only) + ": the grid has cells 0 to " + std::to_string(cells.size() - 1));
+    PreparedSweep out;
+    out.jobs = std::max<size_t>(1, options.jobs);
+    long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    cpu_set_t allowed;  // a Slurm task or a bound MPI rank may use fewer than the machine has
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) cores = std::max(1, CPU_COUNT(&allowed));
+    const int64_t threads = std::max<int64_t>(1, cores / static_cast<long>(out.jobs * std::max<size_t>(1, options.ranks_per_machine)));
+    if (config.run.name.size() > kMaxFolderName)
+        throw Error("[sweep] run.name is " + std::to_string(config.run.name.size()) + " bytes long, more than " +
+                    std::to_string(kMaxFolderName) + "; choose a shorter one");
+    out.dir = fs::path(config.run.out_dir) / config.run.name;
+    out.plan = plan_cells(config, cells, threads, out.dir);
+    if (only) out.plan = {out.plan[*only]};
+    inspect_sweep_folder(out.dir, config, out.plan);
+    check_cells_runnable(out.plan);
+    fs::create_directories(out.dir);
+    if (lock) {
+        lock->emplace(out.dir, "[sweep]");
+        inspect_sweep_folder(out.dir, config, out.plan);
+    }
+    if (!fs::exists(out.dir / "sweep.toml")) write_text_atomically(out.dir / "sweep.toml", to_toml(config), "[sweep]");
+    fs::create_directories(out.dir / "cells");
+    fs::create_directories(out.dir / "logs");
+    return out;
+}
+
+}  // namespace attnlab::sweep_plan

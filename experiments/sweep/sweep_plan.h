@@ -1,0 +1,48 @@
+// A sweep's plan (internal to experiments/sweep/): every cell's config and what
+// to do with its folder, checked before anything is written (sweep_plan.cpp).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiments/files/run_files.h"
+#include "experiments/sweep/sweep.h"
+
+namespace attnlab::sweep_plan {
+
+// What a cell's folder asks for: a new run, a leftover start removed first, a
+// resume from its checkpoints, or nothing (it finished).
+enum class Action { start, restart, resume, skip };
+
+struct CellPlan {
+    size_t index = 0;  // in the grid
+    std::string name;
+    Config config;
+    Action action = Action::start;
+};
+
+struct PreparedSweep {
+    std::filesystem::path dir;
+    std::vector<CellPlan> plan;  // every cell, or the one of --cell
+    size_t jobs = 1;
+};
+
+// Everything before the first cell starts: the grid, every cell's config, the
+// sweep folder and the cells' folders (all, or only cell `only`) checked; then,
+// under `lock` when given (another sweep may have got there first: the folder
+// is looked at again), the folder made. Nothing is written before that.
+PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
+                            std::optional<size_t> only = std::nullopt);
+
+// The grid against what the sweep sets itself (no axis over run.name, run.out_dir, train.threads; no override of a swept key).
+void check_grid(const Config& config, const SweepOptions& options);
+// Refuses a folder that is neither absent, empty, nor this sweep's own; sets each planned cell's action.
+void inspect_sweep_folder(const std::filesystem::path& sweep_dir, const Config& config, std::vector<CellPlan>& plan);
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator);
+// At most `most` items, then "and N more".
+std::string listed(const std::vector<std::string>& items, size_t most = 4, const std::string& separator = "; ");
+
+}  // namespace attnlab::sweep_plan
