@@ -161,8 +161,12 @@ void inspect_sweep_folder(const fs::path& sweep_dir, const Config& config, std::
     if (!fs::is_directory(status))
         throw Error("[sweep] " + sweep_dir.string() + " exists and is not a folder; choose another run.name");
     std::vector<std::string> entries;
-    for (const fs::directory_entry& entry : fs::directory_iterator(sweep_dir))
-        if (entry.path().filename() != ".lock") entries.push_back(entry.path().filename().string());
+    for (const fs::directory_entry& entry : fs::directory_iterator(sweep_dir)) {
+        const std::string name = entry.path().filename().string();
+        // another process's sweep.toml on its way in (two `--cell` tasks starting at once)
+        const bool in_flight = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+        if (name != ".lock" && !in_flight) entries.push_back(name);
+    }
     if (entries.empty()) return;
     const fs::path saved_path = sweep_dir / "sweep.toml";
     if (!fs::exists(saved_path)) {

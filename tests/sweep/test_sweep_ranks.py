@@ -85,6 +85,16 @@ class SweepRanks(sc.SweepTest):
         r = self.sweep(config, "--cells-per-task", "2", expect=2)
         self.assertIn("goes with --slurm", r.stderr)
 
+    def test_cells_started_at_once_share_the_new_folder(self):
+        # as the array tasks of one Slurm job do: each writes sweep.toml, none refuses the other's
+        config = self.write_config(sc.config_text(sweep=GRID))
+        cells = [subprocess.Popen([sc.ATTNLAB, "sweep", config, "--cell", str(k)], cwd=self.tmp, env=sc.cli.env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in range(6)]
+        outputs = [c.communicate(timeout=300)[0] for c in cells]
+        self.assertEqual([c.returncode for c in cells], [0] * 6, outputs)
+        r = self.sweep(config, "--summarize")
+        self.assertIn("6 of 6 cells ok", r.stdout)
+
     def test_summarize_needs_a_sweep(self):
         config = self.write_config(sc.config_text(sweep=GRID))
         r = self.sweep(config, "--summarize", expect=2)
