@@ -91,6 +91,12 @@ class Mpi(unittest.TestCase):
         losses = series(one)["train/loss"]
         self.assertLess(losses[-1], losses[0])
 
+    def test_deterministic_encoder_decoder(self):
+        config = dict(DETERMINISTIC, **{"task.name": "translate", "model.kind": "encoder-decoder", "model.layers": "1"})
+        one, _ = self.run_ok(1, config, "ed1")
+        four, _ = self.run_ok(4, config, "ed4")
+        self.assert_same_bits(one, four, 20)
+
     def test_deterministic_resume_at_another_rank_count(self):
         whole, _ = self.run_ok(1, DETERMINISTIC, "whole")
         cut, _ = self.run_ok(2, DETERMINISTIC, "cut")
