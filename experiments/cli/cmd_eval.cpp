@@ -26,6 +26,9 @@ int cmd_eval(const std::vector<std::string>& args) {
     }
     CheckpointInput in = load_checkpoint_input(parsed);
     std::string lengths;  // "  at lengths 11..20 (trained on 3..10)" when they are not the run's
+    if (parsed.count("min-len") && in.config.task.name == "text")
+        throw UsageError("--min-len: task \"text\" draws windows of exactly task.max_len characters; give --max-len "
+                         "alone to evaluate on windows of another length");
     if (parsed.count("min-len") || parsed.count("max-len")) {
         const int64_t lo = parsed.count("min-len") ? number_option<int64_t>(parsed, "min-len", 1, 1 << 20) : in.config.task.min_len;
         const int64_t hi = parsed.count("max-len") ? number_option<int64_t>(parsed, "max-len", 1, 1 << 20) : in.config.task.max_len;

@@ -57,6 +57,11 @@ class Text(cc.TempDirTest):
         self.assertEqual(bad.returncode, 2, bad.stderr)
         self.assertEqual(bad.stderr.count("\n"), 1, bad.stderr)
         self.assertIn("U+005A at character 0 is not in the model's alphabet", bad.stderr)
+        # eval: text windows have one length, so --min-len is refused; --max-len evaluates other windows
+        bad = cc.attnlab(["eval", run, "--min-len", "4"], self.tmp)
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertEqual(bad.stderr.count("\n"), 1, bad.stderr)
+        self.assertIn("--min-len: task \"text\" draws windows of exactly task.max_len characters", bad.stderr)
         self.assertEqual(self.run_ok(["lens", run, "--tokens", "Anna", "--out", self.path("l.h5")]).returncode, 0)
         p = self.run_ok(["patch", run, "--clean", "Anna had a dog", "--corrupt", "Anna had a cat", "--metric", "prob",
                          "--out", self.path("p.h5")])
