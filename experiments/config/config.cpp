@@ -195,6 +195,8 @@ void check_rules(const Config& c) {
 
     if (c.train.reduce == "deterministic" && c.train.batch % c.train.micro_batches != 0)
         fail_key("train.micro_batches", to_string(c.train.micro_batches) + " does not divide train.batch = " + to_string(c.train.batch));
+    if (c.train.reduce == "deterministic" && c.train.device == "cuda")
+        fail_key("train.reduce", "\"deterministic\" sums micro-batches on the cpu; with train.device = \"cuda\" use \"fast\"");
     const size_t longest_eval = check_eval_lengths(c);  // also refuses it for file and text
     if (from_file) {  // the file's lengths are known only when it is read (the trainer checks again then)
         check_fits_in_memory(c, static_cast<double>(std::max<int64_t>(1, model.max_len)));
