@@ -48,7 +48,7 @@ Score evaluate_ablated(const TaskModel& model, const std::vector<Batch>& data, c
     return evaluate(model, data, &hooks);
 }
 
-// An HDF5 file written through `path`.<pid>.tmp, fsynced and renamed (run_files.h).
+// An HDF5 file written through `path`.tmp, fsynced and renamed (run_files.h).
 template <class Body>
 void write_h5_atomically(const std::string& path, const std::string& tag, Body body) {
     write_atomically(std::filesystem::path(path), "[" + tag + "]", [&](const std::string& tmp) {

@@ -5,7 +5,7 @@
 // as the analysis tools and the PyTorch bridge (tools/torch_bridge.py) read it:
 // logits, every head's weights and score std, the residual stream, and any hook
 // point asked for. The layout is in kHelpTail below (`attnlab inspect --help`).
-// The file is written to OUT.h5.<pid>.tmp and renamed, so a failure leaves no OUT.h5.
+// The file is written to OUT.h5.tmp and renamed, so a failure leaves no OUT.h5.
 #include <unistd.h>
 
 #include <algorithm>

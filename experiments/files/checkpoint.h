@@ -30,9 +30,9 @@ struct CheckpointData {
     std::vector<std::pair<std::string, std::vector<int64_t>>> data;
 };
 
-// Writes atomically: to "<path>.<pid>.tmp" in the same directory, flushed, closed and
+// Writes atomically: to "<path>.tmp" in the same directory, flushed, closed and
 // fsync'ed, then renamed over `path`, then the directory is fsync'ed. On any
-// failure nothing is left at "<path>.<pid>.tmp" and `path` is untouched.
+// failure nothing is left at "<path>.tmp" and `path` is untouched.
 void write_checkpoint(const std::string& path, const CheckpointData& checkpoint);
 
 // Reads a checkpoint back. Throws attnlab::Error, one line naming the path (and

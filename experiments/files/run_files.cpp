@@ -25,15 +25,14 @@ void fsync_path(const std::string& path, bool directory, const std::string& tag)
     if (rc != 0) throw Error(tag + " cannot sync " + path + " (" + std::strerror(saved) + ")");
 }
 
-void write_atomically(const fs::path& path, const std::string& tag, const std::function<void(const std::string&)>& write) {
+void write_atomically(const fs::path& path, const std::string& tag, const std::function<void(const std::string&)>& write,
+                      Writers writers) {
     // The rename would replace a device (/dev/full), a FIFO or a symbolic link itself.
     std::error_code ec;
     const fs::file_status status = fs::symlink_status(path, ec);
     if (fs::exists(status) && !fs::is_regular_file(status))
         throw Error(tag + " " + path.string() + " exists and is not a regular file; refusing to replace it");
-    // This process's own temporary name: two processes may write the same file at
-    // once (the --summarize of two Slurm array tasks); the last rename wins whole.
-    const std::string tmp = path.string() + "." + std::to_string(::getpid()) + ".tmp";
+    const std::string tmp = path.string() + (writers == Writers::several ? "." + std::to_string(::getpid()) : "") + ".tmp";
     try {
         write(tmp);
         fsync_path(tmp, false, tag);
@@ -48,13 +47,13 @@ void write_atomically(const fs::path& path, const std::string& tag, const std::f
     }
 }
 
-void write_text_atomically(const fs::path& path, const std::string& text, const std::string& tag) {
+void write_text_atomically(const fs::path& path, const std::string& text, const std::string& tag, Writers writers) {
     write_atomically(path, tag, [&](const std::string& tmp) {
         std::ofstream out(tmp, std::ios::binary);
         out << text;
         out.close();
         if (!out) throw Error(tag + " cannot write " + tmp);
-    });
+    }, writers);
 }
 
 RunLock::RunLock(const fs::path& dir, const std::string& tag) {

@@ -205,7 +205,7 @@ std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::ve
         cell.run.name = cell_name(i, cells.size(), cells[i]);
         cell.run.out_dir = sweep_dir.string();
         validate(cell);
-        const std::string longest = (sweep_dir / cell.run.name / "checkpoints" / "step_0000000000.h5.4194304.tmp").string();
+        const std::string longest = (sweep_dir / cell.run.name / "checkpoints" / "step_0000000000.h5.tmp").string();
         if (longest.size() >= PATH_MAX)
             throw Error("[sweep] " + (sweep_dir / cell.run.name).string().substr(0, 80) + "...: the paths of cell " +
                         std::to_string(i) + " would be longer than " + std::to_string(PATH_MAX) +
@@ -258,7 +258,7 @@ PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, s
         lock->emplace(out.dir, "[sweep]");
         inspect_sweep_folder(out.dir, config, out.plan);
     }
-    if (!fs::exists(out.dir / "sweep.toml")) write_text_atomically(out.dir / "sweep.toml", to_toml(config), "[sweep]");
+    if (!fs::exists(out.dir / "sweep.toml")) write_text_atomically(out.dir / "sweep.toml", to_toml(config), "[sweep]", Writers::several);
     fs::create_directories(out.dir / "cells");
     fs::create_directories(out.dir / "logs");
     return out;
