@@ -23,6 +23,7 @@ constexpr const char* usage =
     "  eval CHECKPOINT                  loss, token and sequence accuracy on fresh data\n"
     "  inspect CHECKPOINT --tokens \"...\" --out OUT.h5   logits, per-head attention weights, hidden states\n"
     "  sweep CONFIG [key=value ...]     run the config's [sweep] grid, then one summary table\n"
+    "  sweep CONFIG --cell K | --summarize | --slurm   one cell; the table so far; an sbatch array script\n"
     "  generate CHECKPOINT --prompt \"...\"  decode with the KV cache (greedy, temperature, top-k)\n"
     "  audit CHECKPOINT [--json]        the seed's audit record, its live tests PASS/FAIL (exit 1 on a FAIL)\n"
     "  ablate CHECKPOINT [--out F.h5]   zero- and mean-ablate every head: change in eval loss and accuracy\n"
@@ -35,6 +36,7 @@ constexpr const char* usage =
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
     "CHECKPOINT is a checkpoint file, or a run folder (its newest checkpoint).\n"
+    "Under `mpirun -np N`, train runs data parallel and sweep spreads its cells over the ranks.\n"
     "Run `attnlab COMMAND --help` for a command's options.\n";
 
 // Messages are one line: newlines inside one (a library's) become spaces.
