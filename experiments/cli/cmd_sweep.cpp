@@ -2,7 +2,6 @@
 // Under mpirun: the cells across the ranks (experiments/sweep/sweep_ranks.h).
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -39,13 +38,6 @@ std::string shell_command(const std::vector<std::string>& args) {
     std::string out = "attnlab sweep";
     for (const std::string& a : args) out += " " + shell_word(a);
     return out;
-}
-
-// The ranks of an mpirun launch that share this machine (Open MPI's count), for the threads per cell.
-size_t local_ranks() {
-    const char* value = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const long n = value ? std::strtol(value, nullptr, 10) : 1;
-    return n >= 1 && n < 4096 ? static_cast<size_t>(n) : 1;
 }
 
 // The table, and the exit status of a sweep that ran its cells.
@@ -116,7 +108,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     sweep.config_path = config_path;
     sweep.overrides = overrides;
     sweep.jobs = static_cast<size_t>(jobs);
-    sweep.ranks_per_machine = world.size() > 1 ? local_ranks() : 1;
+    sweep.ranks_per_machine = world.size() > 1 ? static_cast<size_t>(launched_local_ranks()) : 1;  // for the threads per cell
     sweep.force = parsed.count("force") > 0;
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -53,6 +53,7 @@ int launcher_number(std::initializer_list<const char*> names, long least, int ot
 
 int launched_ranks() { return launcher_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, 1); }
 int launched_rank() { return launcher_number({"OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, 0); }
+int launched_local_ranks() { return launcher_number({"OMPI_COMM_WORLD_LOCAL_SIZE"}, 1, 1); }
 
 std::unique_ptr<World> make_world() {
     const int launched = launched_ranks();

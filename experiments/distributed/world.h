@@ -63,6 +63,8 @@ const World& single_world();
 int launched_ranks();
 // This process's rank as the launcher says (OMPI_COMM_WORLD_RANK or PMI_RANK); 0 without one.
 int launched_rank();
+// The ranks on this machine, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE; 1 without it.
+int launched_local_ranks();
 
 // The world of this process: MPI's when a launcher started more than one rank,
 // else a single process. A build without MPI launched as several ranks is an

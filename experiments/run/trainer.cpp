@@ -141,7 +141,6 @@ int Trainer::run() {
     std::signal(SIGINT, request_stop);
     std::signal(SIGTERM, request_stop);
     const bool tty = isatty(STDERR_FILENO) && s.writes();
-    const bool ranks = s.world->size() > 1;
     const Schedule schedule = parse_schedule(c.optim.schedule);
     const double clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
     const NamedTensors params = s.model->module().named_parameters();
@@ -156,8 +155,8 @@ int Trainer::run() {
     const Clock::time_point run_start = Clock::now();
     Hooks hooks = State::metrics_hooks();  // the metrics' points: recording never changes the result
     while (s.step < c.train.steps) {
-        // A signal on any rank stops every rank at the same step.
-        if (ranks ? s.world->max(stop_signal) != 0 : stop_signal != 0) {
+        // A signal on any rank stops every rank at the same step (one process: its own).
+        if (s.world->max(stop_signal) != 0) {
             s.checkpoint();
             if (s.writes())
                 std::fprintf(stderr, "%sattnlab train: interrupted at step %lld; checkpoint written; resume with `attnlab train --resume %s`\n",

@@ -17,11 +17,10 @@
 // The same bits at any N, one process included.
 #include "experiments/run/trainer_state.h"
 
-#include <cstring>
-
 #include "autograd/ops.h"
 #include "autograd/tensor_impl.h"
 #include "experiments/distributed/gradients.h"
+#include "experiments/files/fnv_hash.h"
 
 namespace attnlab {
 
@@ -118,11 +117,10 @@ Trainer::State::StepValues Trainer::State::in_pieces(const Batch& batch, const N
 
 void Trainer::State::check_ranks_agree() const {
     if (world->size() == 1) return;
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the parameters' bytes
+    uint64_t hash = kFnvOffset;  // over every parameter's bytes, in registration order
     for (const auto& [name, p] : model->module().named_parameters()) {
         const Array<float>& a = p.impl().array<float>();
-        const auto* bytes = reinterpret_cast<const unsigned char*>(a.data());
-        for (size_t i = 0; i < a.size() * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+        hash = fnv1a(a.data(), a.size() * sizeof(float), hash);
     }
     const auto signed_hash = static_cast<int64_t>(hash >> 1);
     if (world->min(signed_hash) != world->max(signed_hash))

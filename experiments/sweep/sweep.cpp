@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "experiments/files/checkpoint.h"
+#include "experiments/files/fnv_hash.h"
 #include "experiments/run/trainer.h"
 #include "experiments/files/run_files.h"
 #include "experiments/sweep/sweep_process.h"
@@ -40,12 +41,10 @@ using sweep_plan::PreparedSweep;
 
 namespace {
 
-// FNV-1a, 64 bits: a stable hash for shortened cell names.
+// A stable hash of the text for shortened cell names, as 16 hex digits.
 std::string hash_hex(const std::string& text) {
-    uint64_t h = 1469598103934665603ULL;
-    for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ULL;
     char out[17];
-    std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+    std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(fnv1a(text.data(), text.size())));
     return out;
 }
 
@@ -171,14 +170,7 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options, const Wo
     return tabulate(config, sweep.dir, outcomes, processes.interrupted());
 }
 
-size_t count_cells(const Config& config, const SweepOptions& options) {
-    check_grid(config, options);
-    const size_t cells = sweep_cells(config).size();
-    if (cells > options.max_cells && !options.force)
-        throw Error("[sweep] the grid has " + std::to_string(cells) + " cells, more than the limit of " +
-                    std::to_string(options.max_cells) + "; pass --force to run it");
-    return cells;
-}
+size_t count_cells(const Config& config, const SweepOptions& options) { return sweep_plan::checked_cells(config, options).size(); }
 
 int run_sweep_cell(const Config& config, const SweepOptions& options, size_t index) {
     const PreparedSweep sweep = prepare_sweep(config, options, nullptr, index);  // the cell's own lock guards it
@@ -191,14 +183,13 @@ int run_sweep_cell(const Config& config, const SweepOptions& options, size_t ind
 }
 
 SweepTable summarize_sweep(const Config& config, const SweepOptions& options) {
-    PreparedSweep sweep;
-    sweep.dir = fs::path(config.run.out_dir) / config.run.name;
-    if (!fs::exists(sweep.dir / "sweep.toml"))
-        throw Error("[sweep] --summarize: " + sweep.dir.string() + " holds no sweep (no sweep.toml); run its cells first");
+    const fs::path dir = fs::path(config.run.out_dir) / config.run.name;
+    if (!fs::exists(dir / "sweep.toml"))
+        throw Error("[sweep] --summarize: " + dir.string() + " holds no sweep (no sweep.toml); run its cells first");
     check_grid(config, options);
     std::vector<CellPlan> none;
-    inspect_sweep_folder(sweep.dir, config, none);  // the same grid and base config, or refused
-    return tabulate(config, sweep.dir, CellOutcomes{}, 0);
+    inspect_sweep_folder(dir, config, none);  // the same grid and base config, or refused
+    return tabulate(config, dir, CellOutcomes{}, 0);
 }
 
 std::string interruption_line(const SweepTable& table, const std::string& command) {

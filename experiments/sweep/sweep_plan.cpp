@@ -25,6 +25,9 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 
 namespace {
 
+// A temporary file of an atomic write (run_files.h): <name>.tmp, or <name>.<pid>.tmp.
+bool is_temporary(const std::string& name) { return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0; }
+
 std::string values_of(const SweepAxis& axis) { return "[" + join(axis.values, ", ") + "]"; }
 
 // "train.steps (90, was 60)" for each key whose value differs from `before` to
@@ -126,7 +129,7 @@ Action inspect_cell(const fs::path& dir, const Config& cell) {
     auto is_leftover = [](const fs::directory_entry& entry) {
         const std::string name = entry.path().filename().string();
         return name == "config.toml" || name == "metrics.h5" || name == ".lock" || name == "checkpoints" ||
-               (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+               is_temporary(name);
     };
     for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
         bool ok = is_leftover(entry);
@@ -164,8 +167,7 @@ void inspect_sweep_folder(const fs::path& sweep_dir, const Config& config, std::
     for (const fs::directory_entry& entry : fs::directory_iterator(sweep_dir)) {
         const std::string name = entry.path().filename().string();
         // another process's sweep.toml on its way in (two `--cell` tasks starting at once)
-        const bool in_flight = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
-        if (name != ".lock" && !in_flight) entries.push_back(name);
+        if (name != ".lock" && !is_temporary(name)) entries.push_back(name);
     }
     if (entries.empty()) return;
     const fs::path saved_path = sweep_dir / "sweep.toml";
@@ -229,14 +231,19 @@ void check_cells_runnable(const std::vector<CellPlan>& plan) {
 
 }  // namespace
 
-PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
-                            std::optional<size_t> only) {
+std::vector<std::vector<std::string>> checked_cells(const Config& config, const SweepOptions& options) {
     if (config.sweep.empty()) throw Error("[sweep] the config has no [sweep] table");
     check_grid(config, options);
-    const auto cells = sweep_cells(config);
+    auto cells = sweep_cells(config);
     if (cells.size() > options.max_cells && !options.force)
         throw Error("[sweep] the grid has " + std::to_string(cells.size()) + " cells, more than the limit of " +
                     std::to_string(options.max_cells) + "; pass --force to run it");
+    return cells;
+}
+
+PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
+                            std::optional<size_t> only) {
+    const auto cells = checked_cells(config, options);
     if (only && *only >= cells.size())
         throw Error("[sweep] --cell " + std::to_string(*only) + ": the grid has cells 0 to " + std::to_string(cells.size() - 1));
     PreparedSweep out;

@@ -29,6 +29,10 @@ struct PreparedSweep {
     size_t jobs = 1;
 };
 
+// The grid's cells (their assignments), the grid checked: a [sweep] table,
+// check_grid, at most options.max_cells unless options.force.
+std::vector<std::vector<std::string>> checked_cells(const Config& config, const SweepOptions& options);
+
 // Everything before the first cell starts: the grid, every cell's config, the
 // sweep folder and the cells' folders (all, or only cell `only`) checked; then,
 // under `lock` when given (another sweep may have got there first: the folder
