@@ -4,20 +4,20 @@ namespace attnlab {
 
 namespace {
 
-void check_tokens(const char* what, const Indices& tokens, const std::vector<size_t>& lengths) {
-    if (tokens.shape.size() != 2) fail(what, "tokens must be (B, T), got " + shape_str(tokens.shape));
-    if (!lengths.empty() && lengths.size() != tokens.shape[0])
-        fail(what, std::to_string(lengths.size()) + " lengths for batch " + std::to_string(tokens.shape[0]));
-}
-
 // Keys of each batch item beyond its length are ineligible (right padding);
-// `alibi`: self-attention under positional = "alibi" adds ALiBi's bias.
-AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi = false) {
+// `alibi`: ALiBi's bias added to the scores.
+AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi) {
     AttentionMask mask;
     mask.causal = causal;
     mask.key_lengths = lengths;
     mask.alibi = alibi;
     return mask;
+}
+
+void check_tokens(const char* what, const Indices& tokens, const std::vector<size_t>& lengths) {
+    if (tokens.shape.size() != 2) fail(what, "tokens must be (B, T), got " + shape_str(tokens.shape));
+    if (!lengths.empty() && lengths.size() != tokens.shape[0])
+        fail(what, std::to_string(lengths.size()) + " lengths for batch " + std::to_string(tokens.shape[0]));
 }
 
 ModelConfig checked(const ModelConfig& c_in) {
@@ -42,9 +42,9 @@ Tensor embed(const Embedding& tokens_table, const PositionalEncoding& positions,
 // over every cached key.
 Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, const NormLayer* final_norm, Tensor x,
                      const std::vector<size_t>& lengths, const Tensor& memory, const std::vector<size_t>& src_lengths,
-                     DecoderCache* cache, bool alibi) {
-    const AttentionMask self_mask = padding_mask(cache ? std::vector<size_t>() : lengths, true, alibi);
-    const AttentionMask cross_mask = padding_mask(src_lengths, false);
+                     DecoderCache* cache, const ModelConfig& config) {
+    const AttentionMask self_mask = config.self_mask(cache ? std::vector<size_t>() : lengths);
+    const AttentionMask cross_mask = config.cross_mask(src_lengths);
     if (cache && cache->layers.empty()) cache->layers.resize(blocks.size());
     for (size_t l = 0; l < blocks.size(); ++l)
         x = blocks[l]->forward(x, self_mask, memory, cross_mask, cache ? &cache->layers[l] : nullptr);
@@ -53,6 +53,12 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
 }
 
 }  // namespace
+
+AttentionMask ModelConfig::self_mask(const std::vector<size_t>& lengths) const { return padding_mask(lengths, true, alibi()); }
+AttentionMask ModelConfig::encoder_mask(const std::vector<size_t>& src_lengths) const {
+    return padding_mask(src_lengths, false, alibi());
+}
+AttentionMask ModelConfig::cross_mask(const std::vector<size_t>& src_lengths) const { return padding_mask(src_lengths, false, false); }
 
 size_t DecoderCache::bytes() const {
     size_t n = 0;
@@ -84,13 +90,13 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
 Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr, config.alibi())));  // (B, T, V)
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr, config)));  // (B, T, V)
 }
 
 Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache) const {
     check_tokens("decoder", tokens, {});
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, cache.position));
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache, config.alibi())));
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache, config)));
 }
 
 EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng)
@@ -127,7 +133,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
 Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths) const {
     check_tokens("encoder", src, src_lengths);
     Tensor x = hook("src_embed", embed(src_emb, src_pos_emb, emb_drop, src, 0));  // (B, S, D)
-    const AttentionMask mask = padding_mask(src_lengths, false, config.alibi());
+    const AttentionMask mask = config.encoder_mask(src_lengths);
     for (const auto& block : encoder) x = block->forward(x, mask);
     return hook("memory", enc_ln_f ? enc_ln_f->forward(x) : x);
 }
@@ -136,7 +142,7 @@ Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& s
                               const std::vector<size_t>& tgt_lengths) const {
     check_tokens("decoder", tgt_in, tgt_lengths);
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_in, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr, config.alibi())));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr, config)));
 }
 
 Tensor EncoderDecoder::forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
@@ -148,7 +154,7 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
                                      DecoderCache& cache) const {
     check_tokens("decoder", tgt_new, {});
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_new, cache.position));
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache, config.alibi())));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache, config)));
 }
 
 Indices shift_right(const Indices& target, int32_t bos) {

@@ -19,6 +19,13 @@ struct ModelConfig {
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
     bool alibi() const { return positional == Positional::alibi; }  // self-attention masks add ALiBi's bias
+    // The masks the model runs each attention under, the one definition that
+    // analyses read too: decoder self-attention (causal, keys beyond `lengths`
+    // ineligible, ALiBi's bias), encoder self-attention (source padding, ALiBi)
+    // and cross-attention (source padding).
+    AttentionMask self_mask(const std::vector<size_t>& lengths) const;
+    AttentionMask encoder_mask(const std::vector<size_t>& src_lengths) const;
+    AttentionMask cross_mask(const std::vector<size_t>& src_lengths) const;
     // learned and sinusoidal positions are a table of max_len rows; rotary, ALiBi and none reach any length
     bool position_table() const { return positional == Positional::learned || positional == Positional::sinusoidal; }
 };

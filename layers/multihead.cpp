@@ -65,10 +65,11 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
     declare_hook_points({"in", "in_kv", "q", "k", "v", "scores", "pattern", "z", "out"});
+    if (rotary_base > 0.0) declare_hook_points({"rot_q", "rot_k"});  // what attention reads, after the rotation
 }
 
-Tensor MultiHeadAttention::positioned(const Tensor& t, size_t n, size_t offset) const {
-    return rotary_base > 0.0 ? rotary(t, n, offset, rotary_base) : t;
+Tensor MultiHeadAttention::positioned(const char* point, const Tensor& t, size_t n, size_t offset) const {
+    return rotary_base > 0.0 ? hook_heads(point, rotary(t, n, offset, rotary_base), n) : t;
 }
 
 Tensor MultiHeadAttention::hook_heads(const char* point, const Tensor& t, size_t n) const {
@@ -144,8 +145,8 @@ MultiHeadAttention::Output MultiHeadAttention::forward(const Tensor& x_q, const 
         qkv = {q_proj.forward(in)};
         for (const Tensor& t : forward_each({&k_proj, &v_proj}, in_kv)) qkv.push_back(t);
     }
-    const Tensor q = positioned(hook_heads("q", qkv[0], heads), heads, 0);
-    const Tensor k = positioned(hook_heads("k", qkv[1], kv_heads), kv_heads, 0);
+    const Tensor q = positioned("rot_q", hook_heads("q", qkv[0], heads), heads, 0);
+    const Tensor k = positioned("rot_k", hook_heads("k", qkv[1], kv_heads), kv_heads, 0);
     return attend(q, k, hook_heads("v", qkv[2], kv_heads), mask, need_weights);
 }
 
@@ -154,11 +155,11 @@ MultiHeadAttention::Output MultiHeadAttention::forward_cached(const Tensor& x_ne
     const Tensor in = hook("in", x_new);
     const Tensor in_kv = hook("in_kv", in);
     const size_t offset = cache.length();  // the new positions start after the cached ones
-    const Tensor k_new = positioned(hook_heads("k", k_proj.forward(in_kv), kv_heads), kv_heads, offset);  // (B, Tn, H_kv d_h)
+    const Tensor k_new = positioned("rot_k", hook_heads("k", k_proj.forward(in_kv), kv_heads), kv_heads, offset);  // (B, Tn, H_kv d_h)
     const Tensor v_new = hook_heads("v", v_proj.forward(in_kv), kv_heads);
     cache.k = cache.k.defined() ? concat({cache.k, k_new}, 1) : k_new;
     cache.v = cache.v.defined() ? concat({cache.v, v_new}, 1) : v_new;
-    return attend(positioned(hook_heads("q", q_proj.forward(in), heads), heads, offset), cache.k, cache.v, mask, need_weights);
+    return attend(positioned("rot_q", hook_heads("q", q_proj.forward(in), heads), heads, offset), cache.k, cache.v, mask, need_weights);
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache,

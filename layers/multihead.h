@@ -43,6 +43,8 @@ struct KVCache {
 //   q        (B, Tq, H, d_h)   projected queries, per head (before the rotary rotation, if any)
 //   k, v     (B, Tk, H_kv, d_h) projected keys and values (with a KV cache: the new positions;
 //                              k before the rotation; the cache keeps rotated keys)
+//   rot_q    (B, Tq, H, d_h)   rotary positions only: q after the rotation, what attention reads
+//   rot_k    (B, Tk, H_kv, d_h) rotary positions only: k after the rotation (cached: the new positions)
 //   scores   (B, H, Tq, Tk)    scale q.k, -inf at ineligible keys (0 in a row with none, policy "zero")
 //   pattern  (B, H, Tq, Tk)    the attention weights, before dropout
 //   z        (B, Tq, H, d_h)   each head's output, before the output projection
@@ -80,7 +82,8 @@ private:
     // t (B, T, n d_h) through hook point `point` as (B, T, n, d_h)
     Tensor hook_heads(const char* point, const Tensor& t, size_t n) const;
     // t (B, T, n d_h) at positions offset .. offset + T - 1, rotated when rotary_base > 0
-    Tensor positioned(const Tensor& t, size_t n, size_t offset) const;
+    // and then passed through hook point `point` ("rot_q" or "rot_k")
+    Tensor positioned(const char* point, const Tensor& t, size_t n, size_t offset) const;
     // Attention as separate ops, for hooks that replace scores or the pattern.
     AttentionResult attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     const AttentionOptions& options) const;

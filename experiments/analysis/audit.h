@@ -107,16 +107,18 @@ LiveTest masked_row_policy(const TaskModel& model, const Batch& batch);
 
 // The op against dense_reference_attention on random q, k, v with each mask
 // kind (none, causal, key padding, both, explicit (Tq,Tk) and (B,Tq,Tk), causal
-// with Tq < Tk, grouped K/V, cross shapes), in `dtype`: max abs difference of
+// with Tq < Tk, grouped K/V, cross shapes, ALiBi), in `dtype`: max abs difference of
 // contexts and weights.
 LiveTest reference_agreement_random(DType dtype, uint64_t seed = 7);
 // Both policies on an all-masked row: "error" throws naming the batch item and
 // query position; "zero" gives zero weights, context and gradient, never NaN.
 LiveTest masked_row_policy_op();
 
-// The seed's formula as plain loops in double, sharing no code with the op
-// (not even AttentionMask::allows): scores = scale q.k, ineligible keys removed,
-// softmax over keys, context = weights v. q (B,H,Tq,d), k (B,H_kv,Tk,d),
+// The seed's formula as plain loops in double, sharing no kernel code with the op:
+// scores = scale q.k (+ ALiBi's bias when the mask has it), ineligible keys
+// removed, softmax over keys, context = weights v. Which keys are eligible and
+// the bias come from the mask's one definition (AttentionMask::allows,
+// alibi_bias), as the model's op reads them. q (B,H,Tq,d), k (B,H_kv,Tk,d),
 // v (B,H_kv,Tk,d_v). An all-masked row throws under "error", is zero under "zero".
 struct DenseAttention {
     std::vector<double> context;  // (B, H, Tq, d_v)

@@ -176,7 +176,10 @@ LiveTest reference_agreement(const TaskModel& model, const Batch& batch) {
         double context_diff = 0, weight_diff = 0, magnitude = 0;
         auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };  // (B, T, H, d) -> (B, H, T, d)
         for (const AttentionSite& site : sites) {
-            const DenseAttention ref = dense_reference_attention(heads_first(pass.at(site, "q")), heads_first(pass.at(site, "k")),
+            // what the op read: the queries and keys after the rotary rotation when the model has one
+            const bool rotary = has_hook_point(model, site.name + ".rot_q");
+            const DenseAttention ref = dense_reference_attention(heads_first(pass.at(site, rotary ? "rot_q" : "q")),
+                                                                 heads_first(pass.at(site, rotary ? "rot_k" : "k")),
                                                                  heads_first(pass.at(site, "v")), pass.kind_of(site).mask,
                                                                  site.scale, site.masked_rows);
             const std::vector<double> context = heads_first(pass.at(site, "z")).values();

@@ -1,4 +1,5 @@
-// The dense reference (the seed's formula as plain loops) and the audit's live
+// The dense reference (the seed's formula as plain loops, with ALiBi's bias when
+// the mask carries it) and the audit's live
 // tests of the fused attention op against it: every mask kind, both dtypes, both
 // all-masked-row policies.
 #include "experiments/analysis/audit.h"
@@ -22,16 +23,8 @@ DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const
     const size_t B = q.size(0), H = q.size(1), Tq = q.size(2), d = q.size(3);
     const size_t H_kv = k.size(1), Tk = k.size(2), d_v = v.size(3);
     const std::vector<double> Q = q.values(), K = k.values(), V = v.values();
-    auto eligible = [&](size_t b, size_t i, size_t j) {
-        using L = long long;
-        if (mask.causal && L(j) > L(i) + L(Tk) - L(Tq)) return false;
-        if (!mask.key_lengths.empty() && j >= mask.key_lengths[b]) return false;
-        if (!mask.eligible.values.empty()) {
-            const size_t item = mask.eligible.shape.size() == 3 ? b : 0;
-            if (mask.eligible.values[(item * Tq + i) * Tk + j] == 0) return false;
-        }
-        return true;
-    };
+    // the mask's own eligibility rule (AttentionMask::allows), as the model's op reads it
+    auto eligible = [&](size_t b, size_t i, size_t j) { return mask.allows(b, i, j, Tq, Tk); };
     DenseAttention out;
     out.context.assign(B * H * Tq * d_v, 0.0);
     out.weights.assign(B * H * Tq * Tk, 0.0);
@@ -46,7 +39,7 @@ DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const
                     if (!eligible(b, i, j)) continue;
                     double dot = 0;
                     for (size_t c = 0; c < d; ++c) dot += Q[((b * H + h) * Tq + i) * d + c] * K[((b * H_kv + kv) * Tk + j) * d + c];
-                    score[j] = scale * dot;
+                    score[j] = scale * dot + (mask.alibi ? alibi_bias(h, H, i, j, Tq, Tk) : 0.0);
                     top = std::max(top, score[j]);
                     any = true;
                 }
@@ -99,6 +92,8 @@ LiveTest reference_agreement_random(DType dtype, uint64_t seed) {
         AttentionMask cross = padding;
         cross.key_lengths = {7, 3};
         AttentionMask grouped = both;
+        AttentionMask alibi = both;
+        alibi.alibi = true;
         const std::vector<Case> cases = {
             {"no mask", 2, 2, 2, 5, 5, 4, 4, none},
             {"causal", 2, 2, 2, 5, 5, 4, 4, causal},
@@ -109,6 +104,8 @@ LiveTest reference_agreement_random(DType dtype, uint64_t seed) {
             {"causal, Tq 2 < Tk 6 (cached decoding)", 2, 2, 2, 2, 6, 4, 4, causal},
             {"grouped K/V (4 over 2), causal and padding", 2, 4, 2, 5, 5, 4, 4, grouped},
             {"cross shapes (Tq 3, Tk 7, d_v 3), key padding", 2, 2, 2, 3, 7, 4, 3, cross},
+            {"ALiBi, causal and key padding", 2, 4, 2, 5, 5, 4, 4, alibi},
+            {"ALiBi, Tq 2 < Tk 6 (cached decoding)", 2, 2, 2, 2, 6, 4, 4, alibi},
         };
         double context_diff = 0, weight_diff = 0;
         for (const Case& c : cases) {
@@ -131,7 +128,7 @@ LiveTest reference_agreement_random(DType dtype, uint64_t seed) {
         r.tolerance = dtype == DType::f64 ? 1e-12 : 1e-5;
         r.pass = context_diff <= r.tolerance && weight_diff <= r.tolerance;
         r.detail = std::to_string(cases.size()) +
-                   " mask kinds (none, causal, padding, both, explicit 2-D and 3-D, Tq < Tk, grouped K/V, cross); weights differ by up to " +
+                   " mask kinds (none, causal, padding, both, explicit 2-D and 3-D, Tq < Tk, grouped K/V, cross, ALiBi); weights differ by up to " +
                    fmt(weight_diff);
         return r;
     });

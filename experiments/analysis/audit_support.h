@@ -11,6 +11,7 @@
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "experiments/analysis/audit.h"
+#include "experiments/analysis/tolerance.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab::audit_detail {
@@ -32,12 +33,6 @@ inline double max_abs(const std::vector<double>& v) {
     return m;
 }
 
-// float32 results compared with float32 results computed in another order (or
-// with a double reference): relative to the size of what is compared.
-inline double f32_tolerance(double magnitude) { return 1e-5 * std::max(1.0, magnitude); }
-// Computations that read exactly the same numbers: only rounding-free identity
-// is expected; this margin only keeps a different BLAS kernel from failing them.
-inline double same_numbers_tolerance(double magnitude) { return 1e-6 * std::max(1.0, magnitude); }
 
 // x with `amount` * N(0, 1) added at the (b, t) positions where `where(b, t)` holds; x (B, T, D).
 template <class Where>

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "data/tasks.h"
+#include "experiments/analysis/tolerance.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -34,10 +35,13 @@ void check_options(const GenerateOptions& options) {
     if (!(options.temperature >= 0.0) || !std::isfinite(options.temperature))
         fail(op, "temperature must be a finite number >= 0, got " + std::to_string(options.temperature));
     if (!(options.tolerance >= 0.0)) fail(op, "the cache-check tolerance must be >= 0");
+    if (options.max_new > kMaxNewTokens)
+        fail(op, "max_new " + std::to_string(options.max_new) + " is above the bound of " + std::to_string(kMaxNewTokens) + " new tokens");
 }
 
-// max |a - b| over the last `rows` rows of two (1, T, V) logit tensors; NaN if any value is NaN.
-double max_abs_diff_last_rows(const Tensor& cached, const Tensor& full, size_t rows) {
+// max |a - b| over the last `rows` rows of two (1, T, V) logit tensors; NaN if
+// any value is NaN. `magnitude`: the largest |full| of those rows.
+double max_abs_diff_last_rows(const Tensor& cached, const Tensor& full, size_t rows, double& magnitude) {
     const size_t V = cached.size(2);
     if (full.size(2) != V || cached.size(1) != rows || full.size(1) < rows)
         fail(op, "cache check: cached logits " + shape_str(cached.shape()) + " do not line up with full logits " +
@@ -45,7 +49,9 @@ double max_abs_diff_last_rows(const Tensor& cached, const Tensor& full, size_t r
     const std::vector<double> a = cached.values(), b = full.values();
     const size_t offset = (full.size(1) - rows) * V;
     double m = 0.0;
+    magnitude = 0.0;
     for (size_t i = 0; i < rows * V; ++i) {
+        magnitude = std::max(magnitude, std::abs(b[offset + i]));
         const double d = std::abs(a[i] - b[offset + i]);
         if (std::isnan(d)) return d;
         m = std::max(m, d);
@@ -73,9 +79,11 @@ Generation decode_loop(std::vector<int32_t> fed, size_t limit, const GenerateOpt
         }
         const Tensor logits = cached(new_tokens);  // (1, Tn, V)
         if (options.check_cache) {
-            const double diff = max_abs_diff_last_rows(logits, full(fed), new_tokens.size());
+            double magnitude = 0.0;
+            const double diff = max_abs_diff_last_rows(logits, full(fed), new_tokens.size(), magnitude);
             g.step_diffs.push_back(diff);
-            if (!(diff <= options.tolerance)) {  // NaN fails too
+            g.step_limits.push_back(f32_tolerance(magnitude, options.tolerance));
+            if (!(diff <= g.step_limits.back())) {  // NaN fails too
                 g.stop = StopReason::cache_check;
                 break;
             }
@@ -139,9 +147,11 @@ Generation generate(const EncoderDecoder& model, const std::vector<int32_t>& sou
         memory = model.encode(row_of(source), src_lengths);  // (1, S, D), once
     }
     DecoderCache cache;
+    GenerateOptions until_sep = options;  // a target ends with <SEP>: nothing after it is the model's answer
+    until_sep.stop_at_sep = true;
     // The decoder input is <BOS> + generated[0 .. n-2]: n <= max_len.
     Generation g = decode_loop(
-        {kBos}, model.config.position_table() ? model.config.max_len : SIZE_MAX, options,
+        {kBos}, model.config.position_table() ? model.config.max_len : SIZE_MAX, until_sep,
         [&](const std::vector<int32_t>& new_tokens) {
             return model.decode_cached(memory, src_lengths, row_of(new_tokens), cache);
         },

@@ -33,23 +33,28 @@ namespace attnlab {
 
 class TaskModel;
 
-// |cached - full| above this fails the cache check (the KV-cache tests' tolerance:
-// the cached path sums float32 products in another order; the maths is the same).
+// The cache check's relative tolerance: a step fails when |cached - full| exceeds
+// it times max(1, the step's largest |full logit|) (f32_tolerance, the audit's
+// KV-cache test's rule: the cached path sums float32 products in another order).
 constexpr double kCacheCheckTolerance = 1e-5;
+// The most new tokens one call generates: a bound for models without a
+// positional table (rotary, ALiBi, none), whose decoding has no end of its own.
+constexpr size_t kMaxNewTokens = size_t{1} << 16;
 
 struct GenerateOptions {
     size_t max_new = 16;        // tokens to generate at most
-    bool stop_at_sep = false;   // stop after generating <SEP> (id 1)
+    bool stop_at_sep = false;   // stop after generating <SEP> (id 1); an encoder-decoder always
+                                // stops there (its targets end with <SEP>)
     double temperature = 0.0;   // 0 = greedy (argmax); > 0: sample from softmax(logits / T)
     size_t top_k = 0;           // sample among the k largest logits only; 0 (or >= vocab) = all
     uint64_t seed = 0;          // sampling draws from Rng(seed)
     bool check_cache = false;   // recompute every step in full and compare
-    double tolerance = kCacheCheckTolerance;
+    double tolerance = kCacheCheckTolerance;  // relative, see kCacheCheckTolerance
 };
 
 enum class StopReason {
     max_new,      // generated max_new tokens
-    sep,          // generated <SEP> with stop_at_sep
+    sep,          // generated <SEP> with stop_at_sep, or an encoder-decoder's end of target
     max_len,      // the positional table is full (see above)
     cache_check,  // a step's cached logits differ from the full pass by more than the tolerance
 };
@@ -64,6 +69,7 @@ struct Generation {
     // else the one new position). On a failure the failing step is the last entry
     // and its token is not generated.
     std::vector<double> step_diffs;
+    std::vector<double> step_limits;  // each step's allowed difference (tolerance * max(1, max |full|))
     double max_diff() const;         // 0 without steps
     bool cache_check_failed() const { return stop == StopReason::cache_check; }
 };

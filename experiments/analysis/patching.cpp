@@ -6,6 +6,7 @@
 
 #include "autograd/ops.h"
 #include "experiments/analysis/log_prob.h"
+#include "experiments/analysis/tolerance.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -161,6 +162,19 @@ double normalised(double value, double clean, double corrupt, PatchMetric metric
     return (value - corrupt) / (clean - corrupt);
 }
 
+void check_normalisable(double clean, double corrupt, PatchMetric metric, const char* what) {
+    if (metric != PatchMetric::norm_logit_diff) return;
+    // below float32's noise the ratio is noise (and 0/0 at equal prompts)
+    if (!(std::abs(clean - corrupt) > f32_tolerance(std::max(std::abs(clean), std::abs(corrupt)))))
+        fail(what, "the clean and corrupted runs have the same logit difference (" + std::to_string(clean) + " and " +
+                       std::to_string(corrupt) + "): norm_logit_diff divides by their difference; give prompts "
+                       "that change the answer, or --metric logit_diff");
+}
+
+std::string baseline_name(PatchMetric metric) {
+    return metric == PatchMetric::norm_logit_diff ? "logit_diff" : to_string(metric);
+}
+
 PatchHook parse_patch_hook(const TaskModel& model, const std::string& name) {
     decoder_of(model, "patch");
     static const std::vector<std::string> per_head = {"q", "k", "v", "z", "pattern", "scores"};
@@ -188,6 +202,7 @@ PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs
     PatchResult result;
     result.clean = patch_metric(run(model, pairs.clean, nullptr), pairs, options.metric);
     result.corrupt = patch_metric(run(model, pairs.corrupt, nullptr), pairs, options.metric);
+    check_normalisable(result.clean, result.corrupt, options.metric, "patch");
     auto score = [&](const Tensor& logits) {
         return normalised(patch_metric(logits, pairs, options.metric), result.clean, result.corrupt, options.metric);
     };
@@ -278,6 +293,7 @@ PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, 
     PathPatchResult result;
     result.clean = patch_metric(run(model, pairs.clean, nullptr), pairs, metric);
     result.corrupt = patch_metric(run(model, pairs.corrupt, nullptr), pairs, metric);
+    check_normalisable(result.clean, result.corrupt, metric, "path-patch");
     Hooks clean, corrupt;  // every component's output on both prompts
     for (Hooks* h : {&clean, &corrupt}) {
         h->record("embed").record("blocks.*.attn.z");

@@ -97,5 +97,11 @@ PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, 
 // The metric of logits (B, T, V) against the pairs' answers, and its normalisation.
 double patch_metric(const Tensor& logits, const PromptPairs& pairs, PatchMetric metric);
 double normalised(double value, double clean, double corrupt, PatchMetric metric);
+// norm_logit_diff is undefined when the clean and corrupted logit differences
+// agree to float32 precision (clean into clean): an Error "[what] ..." saying so.
+void check_normalisable(double clean, double corrupt, PatchMetric metric, const char* what);
+// The metric the unpatched runs are reported in: norm_logit_diff's runs are
+// plain logit differences (normalised they are 1 and 0 by definition).
+std::string baseline_name(PatchMetric metric);
 
 }  // namespace attnlab

@@ -32,8 +32,11 @@ int cmd_eval(const std::vector<std::string>& args) {
     if (parsed.count("min-len") || parsed.count("max-len")) {
         const int64_t lo = parsed.count("min-len") ? number_option<int64_t>(parsed, "min-len", 1, 1 << 20) : in.config.task.min_len;
         const int64_t hi = parsed.count("max-len") ? number_option<int64_t>(parsed, "max-len", 1, 1 << 20) : in.config.task.max_len;
-        lengths = "  at lengths " + std::to_string(lo) + ".." + std::to_string(hi) + " (trained on " +
-                  std::to_string(in.config.task.min_len) + ".." + std::to_string(in.config.task.max_len) + ")";
+        if (in.config.task.name == "text")  // one window length, no range
+            lengths = "  on windows of " + std::to_string(hi) + " characters (trained on " + std::to_string(in.config.task.max_len) + ")";
+        else
+            lengths = "  at lengths " + std::to_string(lo) + ".." + std::to_string(hi) + " (trained on " +
+                      std::to_string(in.config.task.min_len) + ".." + std::to_string(in.config.task.max_len) + ")";
         set_task_lengths(in, lo, hi);
     }
     const Score s = evaluate(*in.loaded.model, fresh_batches(in));

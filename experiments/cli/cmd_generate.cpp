@@ -41,8 +41,12 @@ constexpr const char* description =
     "\n"
     "--check-cache recomputes every step with a full forward pass (DecoderLM::forward\n"
     "over the sequence so far / EncoderDecoder::decode) and compares its logits with the\n"
-    "cached step's, printing the max |cached - full| per step: any difference above\n"
-    "1e-5 prints the step and the difference and exits with status 1.";
+    "cached step's, printing the max |cached - full| per step and its limit, 1e-5 times\n"
+    "max(1, the step's largest |logit|) (the audit's rule for float32 computed in another\n"
+    "order): a step above its limit prints the step and exits with status 1.\n"
+    "\n"
+    "An encoder-decoder stops after generating <SEP>, which ends its targets; a decoder\n"
+    "stops there only with --stop-at-sep. --max-new is at most 65536.";
 
 }  // namespace
 
@@ -56,7 +60,7 @@ int cmd_generate(const std::vector<std::string>& args) {
                          ("temperature", "0 = greedy; > 0 samples from softmax(logits / T)", cxxopts::value<std::string>()->default_value("0"))
                          ("top-k", "sample among the K largest logits only (0 = all)", cxxopts::value<std::string>()->default_value("0"))
                          ("seed", "sampling seed (default: the run's seed)", cxxopts::value<std::string>())
-                         ("check-cache", "compare every cached step with a full recomputation (tolerance 1e-5; exit 1 above it)")
+                         ("check-cache", "compare every cached step with a full recomputation (limit 1e-5 max(1, |logit|); exit 1 above it)")
                          ("h,help", "this help")
                          ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"checkpoint"});
@@ -70,7 +74,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     if (!parsed.count("prompt")) throw UsageError("--prompt is required (token ids, e.g. --prompt \"3 7 5 1\")");
     GenerateOptions opts;
     constexpr int64_t most = int64_t{1} << 40;
-    opts.max_new = static_cast<size_t>(number_option<int64_t>(parsed, "max-new", 0, most));
+    opts.max_new = static_cast<size_t>(number_option<int64_t>(parsed, "max-new", 0, static_cast<int64_t>(kMaxNewTokens)));
     opts.temperature = number_option<double>(parsed, "temperature", 0.0, 1e30);
     opts.top_k = static_cast<size_t>(number_option<int64_t>(parsed, "top-k", 0, most));
     opts.stop_at_sep = parsed.count("stop-at-sep") > 0;
@@ -87,11 +91,11 @@ int cmd_generate(const std::vector<std::string>& args) {
 
     const Generation g = generate(*loaded.model, prompt, opts);
     for (size_t step = 0; step < g.step_diffs.size(); ++step)
-        std::printf("step %zu: max |cached - full| = %.3g\n", step, g.step_diffs[step]);
+        std::printf("step %zu: max |cached - full| = %.3g (limit %.3g)\n", step, g.step_diffs[step], g.step_limits[step]);
     if (g.cache_check_failed()) {
         std::fflush(stdout);
-        std::fprintf(stderr, "attnlab generate: cache check FAILED at step %zu: max |cached - full| = %.3g > %g\n",
-                     g.step_diffs.size() - 1, g.step_diffs.back(), opts.tolerance);
+        std::fprintf(stderr, "attnlab generate: cache check FAILED at step %zu: max |cached - full| = %.3g > %.3g\n",
+                     g.step_diffs.size() - 1, g.step_diffs.back(), g.step_limits.back());
         return 1;
     }
     if (config.task.name == "text") {  // the text itself: the prompt, then what the model wrote

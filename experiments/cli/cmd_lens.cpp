@@ -112,11 +112,11 @@ int cmd_lens(const std::vector<std::string>& args) {
 
     write_lens_file(out, path, checkpoint, tokens, r);
     const size_t L = r.layers, H = r.heads, T = r.positions;
-    std::printf("lens %s (step %lld): %zu tokens, %zu layers; at the last position (target %d):\n", path.c_str(),
-                static_cast<long long>(checkpoint.step), T, L, r.targets[T - 1]);
+    std::printf("lens %s (step %lld): %zu tokens, %zu layers; at the last position (target %s):\n", path.c_str(),
+                static_cast<long long>(checkpoint.step), T, L, token_label(config, r.targets[T - 1]).c_str());
     for (size_t s = 0; s <= L; ++s)
-        std::printf("  %-22s top token %4d  log p(target) %8.4f\n", r.streams[s].c_str(), r.top_token[s * T + T - 1],
-                    r.target_logprob[s * T + T - 1]);
+        std::printf("  %-22s top token %4s  log p(target) %8.4f\n", r.streams[s].c_str(),
+                    token_label(config, r.top_token[s * T + T - 1]).c_str(), r.target_logprob[s * T + T - 1]);
     if (r.attribution) {
         std::vector<std::pair<double, std::string>> heads;
         for (size_t l = 0; l < L; ++l)

@@ -99,6 +99,16 @@ inline std::vector<int32_t> tokens_argument(const Config& config, const std::str
     return tokens;
 }
 
+// One token as a person reads it: a text model's character in quotes (a newline
+// as \n, a tab as \t), else its id.
+inline std::string token_label(const Config& config, int32_t id) {
+    if (config.task.name != "text") return std::to_string(id);
+    std::string shown;
+    for (const char c : tokens_to_text({id}, config.task.alphabet))
+        shown += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
+    return "'" + shown + "'";
+}
+
 // --device cpu|cuda: where a loaded model runs. The analyses are the same code on
 // either (hook points and the ops); what has no device kernel says so in one line.
 inline void add_device_option(cxxopts::Options& options) {

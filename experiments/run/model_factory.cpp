@@ -44,10 +44,9 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t se
 
 void resolve_text_task(Config& config) {
     if (config.task.name != "text") return;
+    // the file's characters (at least two); one the config gives is checked as validate() does
     if (config.task.alphabet.empty()) config.task.alphabet = text_alphabet(config.task.path);
-    const size_t letters = decode_utf8(config.task.alphabet, "task.alphabet").size();
-    if (letters < 2) fail("text", config.task.path + ": " + std::to_string(letters) + " distinct character(s); nothing to predict");
-    config.task.vocab = static_cast<int64_t>(letters);
+    config.task.vocab = static_cast<int64_t>(alphabet_letters(config.task.alphabet, "task.alphabet").size());
 }
 
 TaskModel::TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropout_rng) {
@@ -79,15 +78,11 @@ std::vector<AttentionKind> TaskModel::kinds_for(const Batch& batch) const {
         for (size_t l = 0; l < layers(); ++l) out.push_back(stack + "." + std::to_string(l) + "." + module);
         return out;
     };
-    AttentionMask causal_padded;  // decoder self-attention: causal AND key padding
-    causal_padded.causal = true;
-    causal_padded.key_lengths = batch.lengths;
-    if (!enc_dec_) return {{"self", causal_padded, batch.lengths, names("blocks", "attn")}};
-    AttentionMask source;  // keys of the source beyond its length are ineligible
-    source.key_lengths = batch.src_lengths;
-    return {{"enc_self", source, batch.src_lengths, names("encoder", "attn")},
-            {"dec_self", causal_padded, batch.lengths, names("decoder", "attn")},
-            {"cross", source, batch.lengths, names("decoder", "cross_attn")}};
+    const ModelConfig& m = enc_dec_ ? enc_dec_->config : decoder_->config;  // the masks the model itself runs under
+    if (!enc_dec_) return {{"self", m.self_mask(batch.lengths), batch.lengths, names("blocks", "attn")}};
+    return {{"enc_self", m.encoder_mask(batch.src_lengths), batch.src_lengths, names("encoder", "attn")},
+            {"dec_self", m.self_mask(batch.lengths), batch.lengths, names("decoder", "attn")},
+            {"cross", m.cross_mask(batch.src_lengths), batch.lengths, names("decoder", "cross_attn")}};
 }
 
 std::vector<std::string> TaskModel::hidden_points(bool encoder) const {

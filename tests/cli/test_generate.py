@@ -18,7 +18,7 @@ import numpy as np
 import cli_common as cc
 
 VOCAB = 32  # the default task.vocab
-STEP_LINE = re.compile(r"^step (\d+): max \|cached - full\| = (\S+)$")
+STEP_LINE = re.compile(r"^step (\d+): max \|cached - full\| = (\S+) \(limit (\S+)\)$")
 CHECK_LINE = re.compile(r"^cache check: (\d+) steps, max \|cached - full\| = (\S+)$")
 
 
@@ -61,12 +61,13 @@ class GenerateBase(unittest.TestCase):
         step_lines = [STEP_LINE.match(l) for l in lines[:-2]]
         self.assertTrue(all(step_lines), stdout)
         self.assertEqual([int(m.group(1)) for m in step_lines], list(range(steps)), stdout)
-        for m in step_lines:
-            self.assertLessEqual(float(m.group(2)), 1e-5, stdout)
+        for m in step_lines:  # the limit scales with the logits: 1e-5 max(1, max |logit|)
+            self.assertGreaterEqual(float(m.group(3)), 1e-5, stdout)
+            self.assertLessEqual(float(m.group(2)), float(m.group(3)), stdout)
         final = CHECK_LINE.match(lines[-1])
         self.assertIsNotNone(final, "the last line is not the cache check summary:\n" + stdout)
         self.assertEqual(int(final.group(1)), steps)
-        self.assertLessEqual(float(final.group(2)), 1e-5)
+        self.assertLessEqual(float(final.group(2)), max(float(m.group(3)) for m in step_lines))
 
 
 class Decoder(GenerateBase):
@@ -172,8 +173,10 @@ class EncoderDecoder(GenerateBase):
         r = self.generate("--prompt", "5 9 4 12", "--check-cache", "--max-new", "5")
         source, generated = tokens_line(r.stdout)
         self.assertEqual(source, [5, 9, 4, 12])  # the prompt is the source; decoding starts from <BOS>
-        self.assertEqual(len(generated), 5)
-        self.check_cache_output(r.stdout, 5)
+        # a target ends with <SEP>: an encoder-decoder stops there without --stop-at-sep
+        self.assertTrue(len(generated) == 5 or generated[-1] == 1, generated)
+        self.assertNotIn(1, generated[:-1])
+        self.check_cache_output(r.stdout, len(generated))
         sep = self.generate("--prompt", "5 9 4 12", "--stop-at-sep", "--max-new", "7", "--check-cache")
         _, until_sep = tokens_line(sep.stdout)
         if 1 in until_sep:
@@ -182,15 +185,25 @@ class EncoderDecoder(GenerateBase):
         self.check_cache_output(sep.stdout, len(until_sep))
         # translate, task.max_len 6: the decoder input holds 7 positions, so 7 tokens at most
         capped = self.generate("--prompt", "5 9", "--max-new", "50", "--check-cache")
-        self.assertEqual(len(tokens_line(capped.stdout)[1]), 7)
-        self.check_cache_output(capped.stdout, 7)
-        self.assertIn("max_len = 7", capped.stderr)
+        until = tokens_line(capped.stdout)[1]
+        self.assertTrue(len(until) == 7 or until[-1] == 1, until)
+        self.check_cache_output(capped.stdout, len(until))
+        if len(until) == 7 and until[-1] != 1:
+            self.assertIn("max_len = 7", capped.stderr)
 
     def test_sampling_seeded(self):
         args = ["--prompt", "5 9 4", "--temperature", "2", "--top-k", "4", "--seed", "3", "--check-cache"]
         a = self.generate(*args).stdout
         self.assertEqual(a, self.generate(*args).stdout)
-        self.check_cache_output(a, 7)  # --max-new 16 capped at 7
+        generated = tokens_line(a)[1]
+        self.assertTrue(len(generated) == 7 or generated[-1] == 1, generated)  # --max-new 16 capped at 7, or <SEP>
+        self.check_cache_output(a, len(generated))
+
+    def test_max_new_is_bounded(self):
+        r = self.generate("--prompt", "5 9 4", "--max-new", str(2 ** 40), rc=2)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertIn("--max-new", r.stderr)
+        self.assertIn("65536", r.stderr)
 
     def test_bad_prompt_exits_2(self):
         for prompt, expected in (("5 x", "'x' at position 1"), ("5 9 40", "token id 40 at position 2")):

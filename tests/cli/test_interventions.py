@@ -67,12 +67,12 @@ class Interventions(cc.TempDirTest):
             f["clean_answers"] = np.array([[9], [9]])
             f["corrupt_answers"] = np.array([[8], [8]])
         r = self.run_ok(["patch", decoder(), "--pairs", pairs, "--noising", "--metric", "logit_diff", "--out", self.path("n.h5")])
-        self.assertIn("2 pair(s) of 9 tokens, noising, logit_diff", r.stdout)
+        self.assertIn("2 pair(s) of 9 tokens, noising, cells in logit_diff", r.stdout)
 
     def test_path_patch_prints_the_edge(self):
         r = self.run_ok(["path-patch", decoder(), "--clean", CLEAN, "--corrupt", CORRUPT, *ANSWERS, "--sender", "0.0,0.1",
                          "--receiver", "1.0:k"])
-        self.assertRegex(r.stdout, r"0\.0,0\.1 -> 1\.0:k, norm_logit_diff: clean -?[0-9.]+, corrupted -?[0-9.]+, patched -?[0-9.]+")
+        self.assertRegex(r.stdout, r"0\.0,0\.1 -> 1\.0:k: unpatched logit_diff clean -?[0-9.]+, corrupted -?[0-9.]+; patched norm_logit_diff -?[0-9.]+")
 
     def test_lens_ends_at_the_model(self):
         out = self.path("lens.h5")
@@ -136,6 +136,10 @@ class Interventions(cc.TempDirTest):
             (["patch", ckpt, "--clean", CLEAN, "--corrupt", CORRUPT, "--answers", "9-8"], ["--answers", "9-8"]),
             (["patch", ckpt, "--clean", CLEAN, "--corrupt", CORRUPT, "--positions", "20", "--answers", "9:8"], ["position 20"]),
             (["patch", ckpt, "--clean", CLEAN], ["--corrupt"]),
+            # clean into clean: norm_logit_diff would divide 0 by 0 (it printed -nan in every cell, exit 0)
+            (["patch", ckpt, "--clean", CLEAN, "--corrupt", CLEAN, *ANSWERS], ["same logit difference", "--metric logit_diff"]),
+            (["path-patch", ckpt, "--clean", CLEAN, "--corrupt", CLEAN, *ANSWERS, "--sender", "0.0", "--receiver", "1.0:q"],
+             ["same logit difference"]),
             (["patch", ckpt, "--pairs", bad_pairs], ["/corrupt", "integer"]),
             (["patch", ckpt, "--pairs", short_pairs], ["/corrupt", "2 rows"]),
             (["patch", ckpt, "--pairs", self.path("missing.h5")], ["missing.h5"]),
