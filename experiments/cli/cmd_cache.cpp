@@ -23,9 +23,16 @@ constexpr const char* kCacheHelp = R"(
 sequence so that every row has one shape; /lengths says which positions are real.
 
 --out F.h5: attrs format = "attnlab-cache", format_version, checkpoint, step, config,
-seed, batches; /tokens [N, T] (int32), /lengths [N] (int64), for an encoder-decoder
-/src [N, S] and /src_lengths [N]; /hooks/<point> [N, ...] float32, one row per
-sequence, chunked by batch.
+seed, batches; /tokens [N, T] (int32), /lengths [N] (int64), /targets [N, T]
+(int32) and /loss_mask [N, T] (uint8: 1 where the task scores the prediction;
+the loss `attnlab eval` reports is the mean cross-entropy there), for an
+encoder-decoder /src [N, S] and /src_lengths [N]; /hooks/<point> [N, ...]
+float32, one row per sequence, chunked by batch.
+
+Before anything is written, the first batch is run once to size the output:
+its bytes per batch times --batches must fit in the free space of --out's
+folder (with 10% to spare), else one line and exit 2. A signal during the
+write removes the temporary file.
 )";
 
 // `tokens` (B, T) right-padded with <PAD> to `width` columns.
@@ -35,6 +42,48 @@ Indices padded(const Indices& tokens, size_t width) {
     for (size_t b = 0; b < B; ++b)
         for (size_t t = 0; t < T && t < width; ++t) v[b * width + t] = tokens.values[b * T + t];
     return Indices({B, width}, v);
+}
+
+// `mask` (B, T) padded with false to `width` columns.
+Mask padded_mask(const Mask& mask, size_t width) {
+    const size_t B = mask.shape[0], T = mask.shape[1];
+    std::vector<uint8_t> v(B * width, 0);
+    for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; t < T && t < width; ++t) v[b * width + t] = mask.values[b * T + t];
+    return Mask({B, width}, v);
+}
+
+// Refuses, before anything is written, an output that would not fit: the first
+// batch's recorded activations (and its tokens) times the batches against the
+// free space of the output's folder, with 10% to spare.
+void check_fits_on_disk(const std::string& out, const CheckpointInput& in, Hooks& hooks) {
+    const std::unique_ptr<BatchSource> source = make_batch_source(in.config, in.seed, 2);
+    const size_t T = source->max_sequence_length();
+    Batch batch = source->next(static_cast<size_t>(in.config.train.batch));
+    hooks.clear_recorded();
+    {
+        NoGradGuard no_grad;
+        in.loaded.model->module().eval();
+        in.loaded.model->forward(batch, hooks);
+    }
+    double per_batch = static_cast<double>(batch.inputs.shape[0]) * static_cast<double>(T) * 13.0;  // tokens, targets, mask, lengths
+    for (const std::string& point : in.loaded.model->module().hook_points())
+        if (hooks.has_recorded(point)) {
+            const Tensor& value = hooks.last(point);
+            per_batch += 4.0 * static_cast<double>(value.numel()) * static_cast<double>(T) /
+                         static_cast<double>(std::max<size_t>(1, batch.inputs.shape[1]));  // padded to T, float32
+        }
+    hooks.clear_recorded();
+    const double needed = per_batch * static_cast<double>(in.batches) * 1.1;
+    const std::filesystem::path folder = std::filesystem::path(out).parent_path();
+    std::error_code ec;
+    const std::filesystem::space_info space = std::filesystem::space(folder.empty() ? "." : folder, ec);
+    if (ec) return;  // no figure to check against
+    if (needed > static_cast<double>(space.available))
+        throw UsageError("--out " + out + ": " + std::to_string(in.batches) + " batches need about " +
+                         std::to_string(static_cast<long long>(needed / 1e6)) + " MB, and its folder has " +
+                         std::to_string(static_cast<long long>(static_cast<double>(space.available) / 1e6)) +
+                         " MB free (lower --batches or record fewer --hooks)");
 }
 
 // Every batch's activations appended to `out` as it comes; returns the sequences written.
@@ -55,6 +104,8 @@ size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& ho
         f.write_attr_int("batches", in.batches);
         h5::Dataset tokens = f.create_extendible<int32_t>("tokens", {T}, batch_size);
         h5::Dataset lengths = f.create_extendible<int64_t>("lengths", {}, batch_size);
+        h5::Dataset targets = f.create_extendible<int32_t>("targets", {T}, batch_size);
+        h5::Dataset loss_mask = f.create_extendible<uint8_t>("loss_mask", {T}, batch_size);
         h5::Dataset src, src_lengths;
         if (model.encoder_decoder()) {
             src = f.create_extendible<int32_t>("src", {S}, batch_size);
@@ -65,6 +116,8 @@ size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& ho
         for (int i = 0; i < in.batches; ++i) {
             Batch batch = source->next(batch_size);
             batch.inputs = padded(batch.inputs, T);
+            batch.targets = padded(batch.targets, T);
+            batch.loss_mask = padded_mask(batch.loss_mask, T);
             if (model.encoder_decoder()) batch.src = padded(batch.src, S);
             hooks.clear_recorded();
             {
@@ -74,6 +127,8 @@ size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& ho
             }
             const size_t B = batch.inputs.shape[0];
             tokens.append(batch.inputs.values.data(), B);
+            targets.append(batch.targets.values.data(), B);
+            loss_mask.append(batch.loss_mask.values.data(), B);
             const std::vector<int64_t> n(batch.lengths.begin(), batch.lengths.end());
             lengths.append(n.data(), B);
             if (model.encoder_decoder()) {
@@ -95,8 +150,8 @@ size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& ho
             rows += B;
         }
         for (auto& [point, d] : datasets) d.close();
-        for (h5::Dataset* d : {&tokens, &lengths, &src, &src_lengths})
-            if (model.encoder_decoder() || d == &tokens || d == &lengths) d->close();
+        for (h5::Dataset* d : {&tokens, &lengths, &targets, &loss_mask, &src, &src_lengths})
+            if (model.encoder_decoder() || (d != &src && d != &src_lengths)) d->close();
         f.close();
     });
     return rows;
@@ -129,6 +184,7 @@ int cmd_cache(const std::vector<std::string>& args) {
     if (hooks.patterns().empty()) throw UsageError("--hooks: no hook point named");
     { HookScope check(model.module(), hooks); }  // an unknown name fails before anything is written
 
+    check_fits_on_disk(out, in, hooks);
     const size_t rows = stream_cache(out, in, hooks);
     std::printf("cache %s (step %lld): %zu sequences, %zu hook points -> %s\n", in.path.c_str(),
                 static_cast<long long>(in.checkpoint.step), rows, [&] {
