@@ -6,8 +6,12 @@
 // targets its last max_len, every position counted. The last tenth of the file
 // (at least one window) is held out: stream 0 samples windows from the rest,
 // any other stream from the held-out end.
+//
+// The file (task.path) must be a regular file of at most kMaxTextBytes; it is
+// read in chunks and decoded as it comes (data/data_file.h), never whole.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,13 +19,20 @@
 
 namespace attnlab {
 
+// The most bytes of text a text task reads: its tokens take 4 bytes a character
+// (1 GiB at most), on top of what the model needs.
+constexpr uint64_t kMaxTextBytes = uint64_t{256} << 20;
+
 // The code points of UTF-8 `bytes`; "[text] <where>: not UTF-8 at byte N" otherwise.
 std::u32string decode_utf8(const std::string& bytes, const std::string& where);
 std::string encode_utf8(const std::u32string& text);
-std::string read_text_file(const std::string& path);  // "[text] <path>: cannot read it (...)"
-// The sorted distinct characters of the file at `path`, as UTF-8.
+// The sorted distinct characters of the text file at `path` (task.path), as
+// UTF-8; a file with fewer than two is refused (nothing to predict).
 std::string text_alphabet(const std::string& path);
-// Characters -> token ids of `alphabet`; "[text] <where>: 'c' (U+XXXX) at character N is not in the
+// The characters of a text model's alphabet, if it is one: UTF-8, in code point
+// order with no repeats, at least two; else "[text] <where>: problem".
+std::u32string alphabet_letters(const std::string& alphabet, const std::string& where);
+// Characters -> token ids of `alphabet`; "[text] <where>: U+XXXX at character N is not in the
 // model's alphabet" for one the model never saw.
 std::vector<int32_t> text_to_tokens(const std::string& text, const std::string& alphabet, const std::string& where);
 std::string tokens_to_text(const std::vector<int32_t>& tokens, const std::string& alphabet);

@@ -3,8 +3,12 @@
 // anything is allocated, data kept in the file, no links to other files).
 #include "data/token_file.h"
 
-#include "data/tasks.h"
+#include <limits>
+
+#include "data/data_file.h"
+#include "data/h5_probe.h"
 #include "data/h5file.h"
+#include "data/tasks.h"
 
 namespace attnlab {
 
@@ -84,23 +88,36 @@ Mask read_loss_mask(const h5::File& file, const std::vector<size_t>& lengths, si
     return Mask({n, s}, std::move(flags));
 }
 
-}  // namespace
-
-TokenFile read_token_file(const std::string& path, size_t vocab) {
+TokenFile read_token_file_unprobed(const std::string& path, size_t vocab) {
     const h5::File file = h5::File::open(path, kTag, h5::File::Access::read);
     if (vocab == 0) h5::Where{kTag, path, ""}.fail("vocab must be positive", false);
 
     const h5::Dataset tokens = open_dataset(file, "tokens");
-    const std::vector<int64_t> stored = tokens.read<int64_t>(integers({h5::Expect::kAny, h5::Expect::kAny}, "[N, S]"));
-    const Shape shape = tokens.shape();
+    const h5::Expect tokens_shape = integers({h5::Expect::kAny, h5::Expect::kAny}, "[N, S]");
+    const Shape shape = tokens.require(tokens_shape);
     const size_t n = shape[0], s = shape[1];
     if (n == 0 || s == 0) tokens.where().fail("is empty " + shape_str(shape) + ": no sequences", false);
+    if (static_cast<uint64_t>(n) * s > kMaxFileTokens)
+        tokens.where().fail("declares " + shape_str(shape) + ", " + std::to_string(static_cast<uint64_t>(n) * s) +
+                                " tokens, more than the " + std::to_string(kMaxFileTokens) + " (2^28) a token file may hold",
+                            false);
+    const std::vector<int64_t> stored = tokens.read<int64_t>(tokens_shape);
 
     TokenFile result;
     result.lengths = read_lengths(file, n, s);
     result.tokens = read_tokens(tokens, stored, result.lengths, s, vocab);
     if (file.has("loss_mask")) result.loss_mask = read_loss_mask(file, result.lengths, s);
     return result;
+}
+
+}  // namespace
+
+TokenFile read_token_file(const std::string& path, size_t vocab) {
+    // What is no regular file is refused here, before the probe's child or libhdf5 opens it.
+    // HDF5 reads only what the file's metadata points to, so the file's size in
+    // bytes bounds nothing: the /tokens it declares does (kMaxFileTokens)
+    check_data_file(DataPath{kTag, "task.path", path}, std::numeric_limits<uint64_t>::max(), "a token file");
+    return h5::read_probed(path, kTag, [&] { return read_token_file_unprobed(path, vocab); });
 }
 
 }  // namespace attnlab

@@ -81,12 +81,21 @@ long long saved_count(const std::string& name, const Tensor& t, double most) {
     return static_cast<long long>(value);
 }
 
+// Saved state `name` (the checkpoint's /optimizer/<name>) into the buffer of
+// parameter `param`: the shapes must agree, and the message names both.
+void assign_saved(Tensor& buffer, const std::string& name, const std::string& param, const Tensor& saved) {
+    if (saved.shape() != buffer.shape())
+        fail("optimizer", "/optimizer/" + name + " has shape " + shape_str(saved.shape()) + ", but parameter " + param +
+                              " is " + shape_str(buffer.shape()));
+    buffer.assign(saved);
+}
+
 }  // namespace
 
 void SGD::load_state(const NamedTensors& state) {
     for (const auto& [name, t] : state)
         for (size_t i = 0; i < params_.size(); ++i) {
-            if (name == "velocity." + params_[i].first) velocity_[i].assign(t);
+            if (name == "velocity." + params_[i].first) assign_saved(velocity_[i], name, params_[i].first, t);
             if (name == "started." + params_[i].first) started_[i] = saved_count(name, t, 1) != 0;
         }
 }
@@ -177,7 +186,7 @@ void Adam::load_state(const NamedTensors& state) {
     for (const auto& [name, t] : state) {
         for (size_t i = 0; i < params_.size(); ++i) {
             if (name == "step." + params_[i].first) steps_[i] = saved_count(name, t, 9007199254740991.0);
-            if (name == "m." + params_[i].first) m_[i].assign(t);
+            if (name == "m." + params_[i].first) assign_saved(m_[i], name, params_[i].first, t);
             if (name == "v." + params_[i].first) {
                 // a second moment below 0 would put NaN into sqrt(v) at the next step
                 const std::vector<double> values = t.values();
@@ -185,7 +194,7 @@ void Adam::load_state(const NamedTensors& state) {
                 if (negative != values.end())
                     fail("optimizer", name + ": element " + std::to_string(negative - values.begin()) + " is " +
                                           std::to_string(*negative) + "; a second moment is never negative");
-                v_[i].assign(t);
+                assign_saved(v_[i], name, params_[i].first, t);
             }
         }
     }

@@ -29,9 +29,12 @@ to itself). What the report holds depends on PATH:
 
 The file embeds plotly.js (Debian's python3-plotly) and makes no network request:
 it opens offline. It is written to a temporary name and renamed. Bad input (a
-missing path, a folder that is neither run nor sweep, an unreadable file, a
-non-checkpoint with --tokens, an --out in a missing folder) prints one line and
-exits with status 2, writing nothing.
+missing path, a folder that is neither run nor sweep, an unreadable or garbled
+file, a non-checkpoint with --tokens, an --out in a missing folder) prints one
+line naming it and exits with status 2, writing nothing. --out never replaces an
+input or an existing file that is not an HTML report, and inside a run or sweep
+folder it must be an .html file outside the folders attnlab writes (checkpoints/,
+cells/, logs/, tb/).
 
 Needs Debian's /usr/bin/python3 with python3-h5py, python3-numpy and python3-plotly.
 """
@@ -69,7 +72,35 @@ def parse(argv):
     return parser.parse_args(argv)
 
 
+# Folders of a run or sweep that only attnlab writes into.
+ATTNLAB_FOLDERS = ("checkpoints", "cells", "logs", "tb")
+REPORT_SUFFIXES = (".html", ".htm")
+
+
+def is_attnlab_folder(folder):
+    """A run folder (metrics.h5, or config.toml beside checkpoints/; a sweep's cell is one) or a sweep folder."""
+    def has(name):
+        return os.path.exists(os.path.join(folder, name))
+    return has("metrics.h5") or has("sweep.toml") or has("config.toml") and has("checkpoints")
+
+
+def run_folder_of(path):
+    """The nearest folder above `path` that is a run or a sweep folder, or None."""
+    folder = os.path.dirname(os.path.realpath(path))
+    while True:
+        if is_attnlab_folder(folder):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def check_out(out, inputs):
+    """--out names a file the report may write: never an input, never a file other
+    than an HTML report (an existing file is replaced only when it is one), and
+    inside a run or sweep folder only an .html file outside the folders that
+    attnlab itself writes (checkpoints/, cells/, logs/, tb/)."""
     from report_load import ReportError
     if not out:
         raise ReportError("--out: empty path")
@@ -86,6 +117,17 @@ def check_out(out, inputs):
     for path in inputs:
         if os.path.exists(path) and os.path.exists(out) and os.path.samefile(path, out):
             raise ReportError(f"--out {out} is one of the inputs")
+    html = out.lower().endswith(REPORT_SUFFIXES)
+    if os.path.exists(out) and not html:
+        raise ReportError(f"--out {out} exists and is not an HTML report (.html); refusing to replace it")
+    owner = run_folder_of(out)
+    if owner is not None:
+        inside = os.path.relpath(os.path.realpath(out), owner).split(os.sep)
+        if not html:
+            raise ReportError(f"--out {out} is inside the attnlab folder {owner}: only a report (.html) may go there")
+        if len(inside) > 1 and inside[0] in ATTNLAB_FOLDERS:
+            raise ReportError(f"--out {out} is inside {os.path.join(owner, inside[0])}, which attnlab writes; "
+                              "put the report elsewhere")
 
 
 def kind_of(path):

@@ -206,7 +206,7 @@ def entropy_figure(kind, cells):
     """Final normalised entropy of every head (columns) of every cell (rows)."""
     rows, labels, width = [], [], 0
     for i, name, run in cells:
-        if run is None or kind not in run.attention:
+        if run is None or "entropy_norm" not in run.attention.get(kind, {}):
             continue
         final = np.asarray(run.attention[kind]["entropy_norm"][-1], dtype=float)  # [layers, heads]
         labels.append(name)

@@ -40,6 +40,13 @@ Tensor run(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows
 
 std::string block(size_t layer) { return "blocks." + std::to_string(layer) + "."; }
 
+// Where row r of one side of the pairs is: "--clean" on the command line, or
+// "pairs.h5: /clean row 3" in a pairs file.
+std::string where(const PromptPairs& p, const std::string& side, size_t r) {
+    if (p.source.empty()) return "--" + side;
+    return p.source + ": /" + side + " row " + std::to_string(r);
+}
+
 // `base` with the cells whose coordinate along each given axis (-1: any) is the
 // given index taken from `source` (same shape).
 Tensor mixed(const Tensor& base, const Tensor& source, int axis_a, size_t index_a, int axis_b = -1, size_t index_b = 0) {
@@ -91,15 +98,19 @@ void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric)
     if (p.clean.empty() || p.clean.size() != p.corrupt.size()) fail("patch", "give as many clean as corrupted prompts, at least one");
     const size_t T = p.clean.front().size();
     for (size_t r = 0; r < p.clean.size(); ++r) {
-        const std::string row = p.clean.size() > 1 ? "pair " + std::to_string(r) + ": " : "";
+        const std::string row = (p.source.empty() ? std::string() : p.source + ": ") +
+                                (p.clean.size() > 1 || !p.source.empty() ? "pair " + std::to_string(r) + ": " : "");
         if (p.clean[r].size() != T || p.corrupt[r].size() != T)
             fail("patch", row + "the clean prompt has " + std::to_string(p.clean[r].size()) + " tokens and the corrupted " +
                               std::to_string(p.corrupt[r].size()) + " (pairs must all have " + std::to_string(T) +
                               "): patching needs prompts of one length");
-        for (const auto* prompt : {&p.clean[r], &p.corrupt[r]})
-            for (int32_t id : *prompt)
-                if (id < 0 || static_cast<size_t>(id) >= vocab)
-                    fail("patch", row + "token " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+        for (const char* side : {"clean", "corrupt"}) {
+            const std::vector<int32_t>& prompt = side == std::string("clean") ? p.clean[r] : p.corrupt[r];
+            for (size_t t = 0; t < prompt.size(); ++t)
+                if (prompt[t] < 0 || static_cast<size_t>(prompt[t]) >= vocab)
+                    fail("patch", where(p, side, r) + ", position " + std::to_string(t) + ": token " + std::to_string(prompt[t]) +
+                                      " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+        }
     }
     if (T > lm.config.max_len)
         fail("patch", "prompts of " + std::to_string(T) + " tokens exceed the model's " + std::to_string(lm.config.max_len) + " positions");
@@ -114,7 +125,8 @@ void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric)
         return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
     };
     for (size_t r = 0; r < p.clean.size(); ++r) {
-        const std::string row = p.clean.size() > 1 ? "pair " + std::to_string(r) + ": " : "";
+        const std::string row = (p.source.empty() ? std::string() : p.source + ": ") +
+                                (p.clean.size() > 1 || !p.source.empty() ? "pair " + std::to_string(r) + ": " : "");
         if (p.positions[r].empty()) p.positions[r] = {T - 1};
         for (size_t t : p.positions[r])
             if (t >= T) fail("patch", row + "answer position " + std::to_string(t) + " is outside the prompt of " + std::to_string(T) + " tokens");
@@ -129,9 +141,12 @@ void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric)
         if (p.clean_answers[r].size() != p.positions[r].size() || p.corrupt_answers[r].size() != p.positions[r].size())
             fail("patch", row + "give one clean and one corrupted answer per answer position");
         for (size_t i = 0; i < p.positions[r].size(); ++i) {
-            for (int32_t id : {p.clean_answers[r][i], p.corrupt_answers[r][i]})
+            for (const char* side : {"clean_answers", "corrupt_answers"}) {
+                const int32_t id = side == std::string("clean_answers") ? p.clean_answers[r][i] : p.corrupt_answers[r][i];
                 if (id < 0 || static_cast<size_t>(id) >= vocab)
-                    fail("patch", row + "answer " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+                    fail("patch", (p.source.empty() ? std::string("--answers") : where(p, side, r)) + ", answer " + std::to_string(i) +
+                                      ": token " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+            }
             const bool two_answers = metric == PatchMetric::norm_logit_diff || metric == PatchMetric::logit_diff;
             if (two_answers && p.clean_answers[r][i] == p.corrupt_answers[r][i])
                 fail("patch", row + "the clean and corrupted answers at position " + std::to_string(p.positions[r][i]) + " are both token " +

@@ -38,6 +38,8 @@ struct PromptPairs {
     // token; empty: the last position, each run's argmax there
     std::vector<std::vector<size_t>> positions;
     std::vector<std::vector<int32_t>> clean_answers, corrupt_answers;
+    // where the pairs came from, for messages: a pairs file's path ("" = the command line)
+    std::string source;
 };
 
 // Checks the pairs against the model (lengths, token range, answers) and fills in

@@ -8,6 +8,8 @@
 #include "experiments/cli/commands.h"
 #include "experiments/config/config.h"
 #include "experiments/distributed/world.h"
+#include "experiments/files/provenance.h"
+#include "experiments/files/temp_files.h"
 
 namespace attnlab {
 
@@ -35,14 +37,33 @@ constexpr const char* usage =
     "  example                          the seed chapter's worked example, every number\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
+    "  --version                        attnlab's version and the commit it was built from\n"
+    "\n"
     "CHECKPOINT is a checkpoint file, or a run folder (its newest checkpoint).\n"
     "Under `mpirun -np N`, train runs data parallel and sweep spreads its cells over the ranks.\n"
     "Run `attnlab COMMAND --help` for a command's options.\n";
 
-// Messages are one line: newlines inside one (a library's) become spaces.
+// Messages are one short line: newlines inside one (a library's) become spaces,
+// and a word of more than 120 characters (a quoted value, a path) is cut to its
+// first 60 and how long it was, so that a culprit is named, never echoed whole.
 std::string one_line(std::string text) {
     std::replace(text.begin(), text.end(), '\n', ' ');
-    return text;
+    std::string out;
+    size_t start = 0;
+    while (start < text.size()) {
+        const size_t space = text.find(' ', start);
+        const size_t end = space == std::string::npos ? text.size() : space;
+        if (end - start > 120) {
+            size_t cut = start + 60;
+            while (cut > start && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+            out += text.substr(start, cut - start) + "...(" + std::to_string(end - start) + " characters)";
+        } else {
+            out += text.substr(start, end - start);
+        }
+        if (space != std::string::npos) out += ' ';
+        start = end + 1;
+    }
+    return out;
 }
 
 }  // namespace
@@ -96,6 +117,12 @@ int run_cli(int argc, char** argv) {
         std::cout << usage;
         return args.empty() ? 2 : 0;
     }
+    if (args[0] == "--version") {
+        std::cout << version_line() << "\n";
+        return 0;
+    }
+    set_command_line(argc, argv);
+    remove_temporaries_on_signals();  // train and sweep put their own in place (they finish the write)
     const std::string command = args[0];
     args.erase(args.begin());
     // Under mpirun every rank runs this; only rank 0 says what went wrong before

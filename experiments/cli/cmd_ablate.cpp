@@ -63,10 +63,10 @@ int cmd_ablate(const std::vector<std::string>& args) {
     const std::string path = checkpoint_argument(parsed);
     checkpoint_batches(parsed);  // a bad --batches before the output paths are looked at
     const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : default_out(path);
-    check_output("--out", out, path);
+    check_output("--out", out, {path}, "attnlab-ablation");
     const std::string maps = parsed.count("maps") ? parsed["maps"].as<std::string>() : "";
     if (parsed.count("maps")) {
-        check_output("--maps", maps, path);
+        check_output("--maps", maps, {path}, "attnlab-maps");
         if (std::filesystem::absolute(maps).lexically_normal() == std::filesystem::absolute(out).lexically_normal())
             throw UsageError("--maps and --out name the same file " + out);
     }

@@ -175,12 +175,11 @@ int cmd_cache(const std::vector<std::string>& args) {
     if (!parsed.count("hooks")) throw UsageError("--hooks is required (e.g. --hooks \"blocks.*.attn.z\")");
     if (!parsed.count("out")) throw UsageError("--out is required (the HDF5 file to write)");
     const std::string out = parsed["out"].as<std::string>();
-    check_output("--out", out, path);
+    check_output("--out", out, {path}, "attnlab-cache");
     const CheckpointInput in = load_checkpoint_input(parsed);
     const TaskModel& model = *in.loaded.model;
     Hooks hooks;
-    for (const std::string& name : split(parsed["hooks"].as<std::string>(), ','))
-        if (!name.empty()) hooks.record(name);
+    for (const std::string& name : list_option(parsed, "hooks")) hooks.record(name);
     if (hooks.patterns().empty()) throw UsageError("--hooks: no hook point named");
     { HookScope check(model.module(), hooks); }  // an unknown name fails before anything is written
 

@@ -18,6 +18,7 @@
 #include "experiments/files/checkpoint.h"
 #include "experiments/cli/command_line.h"
 #include "experiments/config/config.h"
+#include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "experiments/run/model_factory.h"
 #include "experiments/files/run_files.h"
@@ -278,16 +279,24 @@ Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& mo
         }
     } else {
         if (parsed.count("target")) throw UsageError("--target goes with --tokens; with --input put tgt in the file");
-        const h5::File in = h5::File::open(parsed["input"].as<std::string>(), "inspect", h5::File::Access::read);
-        if (model.encoder_decoder()) {
-            read_rows(in, "src", "src_lengths", vocab, batch.src, batch.src_lengths);
-            read_rows(in, "tgt", "tgt_lengths", vocab, batch.inputs, batch.lengths);
-            if (batch.src.shape[0] != batch.inputs.shape[0])
-                fail("inspect", in.path() + ": /src has " + std::to_string(batch.src.shape[0]) + " rows, /tgt has " +
-                                    std::to_string(batch.inputs.shape[0]));
-        } else {
-            read_rows(in, "tokens", "lengths", vocab, batch.inputs, batch.lengths);
-        }
+        const std::string input = parsed["input"].as<std::string>();
+        const auto read_input = [&](Batch& into) {
+            const h5::File in = h5::File::open(input, "inspect", h5::File::Access::read);
+            if (model.encoder_decoder()) {
+                read_rows(in, "src", "src_lengths", vocab, into.src, into.src_lengths);
+                read_rows(in, "tgt", "tgt_lengths", vocab, into.inputs, into.lengths);
+                if (into.src.shape[0] != into.inputs.shape[0])
+                    fail("inspect", in.path() + ": /src has " + std::to_string(into.src.shape[0]) + " rows, /tgt has " +
+                                        std::to_string(into.inputs.shape[0]));
+            } else {
+                read_rows(in, "tokens", "lengths", vocab, into.inputs, into.lengths);
+            }
+        };
+        h5::probe(input, "inspect", [&] {  // first in a child: libhdf5 may crash on a crafted file
+            Batch scratch;
+            read_input(scratch);
+        });
+        read_input(batch);
     }
     if (shape.position_table()) {  // a table of max_len rows
         auto check_fits = [&](const Indices& t, const char* what) {
@@ -306,11 +315,10 @@ Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& mo
 Hooks requested_hooks(const cxxopts::ParseResult& parsed, const TaskModel& model, Hooks& hooks) {
     Hooks asked;
     if (parsed.count("hooks"))
-        for (const std::string& name : split(parsed["hooks"].as<std::string>(), ','))
-            if (!name.empty()) {
-                asked.record(name);
-                hooks.record(name);
-            }
+        for (const std::string& name : list_option(parsed, "hooks")) {
+            asked.record(name);
+            hooks.record(name);
+        }
     { HookScope check(model.module(), asked); }
     return asked;
 }
@@ -348,17 +356,12 @@ int cmd_inspect(const std::vector<std::string>& args) {
     if (parsed.count("tokens") == parsed.count("input")) throw UsageError("give either --tokens or --input (see --help)");
     if (!parsed.count("out")) throw UsageError("--out OUT.h5 is required");
     const std::string out_path = parsed["out"].as<std::string>();
-    if (out_path.empty()) throw UsageError("--out: empty path");
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (fs::is_directory(out_path, ec)) throw UsageError("--out " + out_path + " is a directory");
-    if (fs::exists(out_path, ec) && fs::exists(path, ec) && fs::equivalent(out_path, path, ec))
-        throw UsageError("--out " + out_path + " is the checkpoint itself");
+    std::vector<std::string> inputs = {path};
+    if (parsed.count("input")) inputs.push_back(parsed["input"].as<std::string>());
+    check_output("--out", out_path, inputs, "attnlab-inspect");
     std::string png_dir, python, plot_script;
     if (parsed.count("png")) {  // checked before any work: a bad --png must not cost a forward pass
-        png_dir = parsed["png"].as<std::string>();
-        if (png_dir.empty()) throw UsageError("--png: empty directory name");
-        if (fs::exists(png_dir, ec) && !fs::is_directory(png_dir, ec)) throw UsageError("--png " + png_dir + " is not a directory");
+        png_dir = png_dir_option(parsed);
         python = python_interpreter("--png", "matplotlib");
         plot_script = find_tool("plot_attention.py", "--png").string();
     }

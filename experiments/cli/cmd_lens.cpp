@@ -87,11 +87,10 @@ int cmd_lens(const std::vector<std::string>& args) {
     const Device device = device_option(parsed);
     if (!parsed.count("tokens")) throw UsageError("--tokens is required (token ids, e.g. --tokens \"3 7 5 1\")");
     const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".lens.h5");
-    check_output("--out", out, path);
+    check_output("--out", out, {path}, "attnlab-lens");
     std::string png_dir, python, plot_script;
     if (parsed.count("png")) {
-        png_dir = parsed["png"].as<std::string>();
-        if (png_dir.empty()) throw UsageError("--png: empty directory name");
+        png_dir = png_dir_option(parsed);
         python = python_interpreter("--png", "matplotlib");
         plot_script = find_tool("plot_lens.py", "--png").string();
     }

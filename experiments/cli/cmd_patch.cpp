@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "experiments/analysis/generate.h"
 #include "experiments/analysis/patching.h"
@@ -75,9 +76,10 @@ std::vector<std::vector<int32_t>> read_rows(const h5::File& file, const std::str
     return out;
 }
 
-PromptPairs read_pairs(const std::string& path) {
+PromptPairs read_pairs_unprobed(const std::string& path) {
     const h5::File f = h5::File::open(path, "pairs", h5::File::Access::read);
     PromptPairs p;
+    p.source = path;
     p.clean = read_rows(f, "clean", "[N, T]", 0);
     p.corrupt = read_rows(f, "corrupt", "[N, T] (as /clean)", p.clean.size());
     if (f.has("positions")) {
@@ -86,6 +88,11 @@ PromptPairs read_pairs(const std::string& path) {
         p.corrupt_answers = read_rows(f, "corrupt_answers", "[N, P] (as /positions)", p.clean.size());
     }
     return p;
+}
+
+// First in a child (data/h5_probe.h): libhdf5 may crash on a crafted file.
+PromptPairs read_pairs(const std::string& path) {
+    return h5::read_probed(path, "pairs", [&] { return read_pairs_unprobed(path); });
 }
 
 // The prompts and answers from --clean/--corrupt/--positions/--answers or --pairs.
@@ -107,12 +114,20 @@ PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& confi
     if (parsed.count("positions"))
         for (int32_t t : parse_token_ids(parsed["positions"].as<std::string>(), size_t{1} << 30, "--positions")) p.positions[0].push_back(static_cast<size_t>(t));
     if (parsed.count("answers")) {
+        // each side one token: a character of a text model, else one token id
+        const auto one_answer = [&](const std::string& side, const std::string& which, const std::string& word) {
+            const std::vector<int32_t> tokens = tokens_argument(config, side, "--answers");
+            if (tokens.size() != 1)
+                throw UsageError("--answers: '" + word + "': the " + which + " answer is " + std::to_string(tokens.size()) +
+                                 (config.task.name == "text" ? " characters; an answer is one character" : " token ids; an answer is one token id"));
+            return tokens.front();
+        };
         for (const std::string& word : split(parsed["answers"].as<std::string>(), ' ')) {
             if (word.empty()) continue;
             const std::vector<std::string> pair = split(word, ':');
             if (pair.size() != 2) throw UsageError("--answers: '" + word + "' is not CLEAN:CORRUPT");
-            p.clean_answers[0].push_back(tokens_argument(config, pair[0], "--answers").front());
-            p.corrupt_answers[0].push_back(tokens_argument(config, pair[1], "--answers").front());
+            p.clean_answers[0].push_back(one_answer(pair[0], "clean", word));
+            p.corrupt_answers[0].push_back(one_answer(pair[1], "corrupt", word));
         }
         if (p.positions[0].empty()) p.positions[0] = {p.clean[0].size() - 1};
     }
@@ -226,12 +241,13 @@ int cmd_patch(const std::vector<std::string>& args) {
     }
     const std::string path = checkpoint_argument(parsed);
     const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".patch.h5");
-    check_output("--out", out, path);
+    std::vector<std::string> inputs = {path};
+    if (parsed.count("pairs")) inputs.push_back(parsed["pairs"].as<std::string>());
+    check_output("--out", out, inputs, "attnlab-patch");
     const size_t top = static_cast<size_t>(number_option<int64_t>(parsed, "top", 0, 1 << 20));
     std::string png_dir, python, plot_script;
     if (parsed.count("png")) {
-        png_dir = parsed["png"].as<std::string>();
-        if (png_dir.empty()) throw UsageError("--png: empty directory name");
+        png_dir = png_dir_option(parsed);
         python = python_interpreter("--png", "matplotlib");
         plot_script = find_tool("plot_patch.py", "--png").string();
     }
@@ -242,14 +258,14 @@ int cmd_patch(const std::vector<std::string>& args) {
 
     const Loaded l = load(parsed);
     PromptPairs pairs = prompts_from(parsed, l.config);
-    for (const std::string& name : split(parsed["hooks"].as<std::string>(), ','))
+    for (const std::string& name : list_option(parsed, "hooks"))
         o.hooks.push_back(parse_patch_hook(*l.model.model, name));
     resolve_answers(*l.model.model, pairs, o.metric);
     const PatchResult r = activation_patching(*l.model.model, pairs, o);
     write_patch_file(out, l, pairs, o, r);
-    std::printf("patch %s (step %lld): %zu pair(s) of %zu tokens, %s, %s: clean %.4f, corrupted %.4f\n", l.path.c_str(),
-                static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
-                o.noising ? "noising" : "denoising", to_string(o.metric).c_str(), r.clean, r.corrupt);
+    std::printf("patch %s (step %lld): %zu pair(s) of %zu tokens, %s, cells in %s; unpatched %s: clean %.4f, corrupted %.4f\n",
+                l.path.c_str(), static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
+                o.noising ? "noising" : "denoising", to_string(o.metric).c_str(), baseline_name(o.metric).c_str(), r.clean, r.corrupt);
     print_top(r, o.metric, top);
     std::printf("wrote %s\n", out.c_str());
     if (!png_dir.empty()) {
@@ -273,7 +289,7 @@ int cmd_path_patch(const std::vector<std::string>& args) {
     if (!parsed.count("sender")) throw UsageError("--sender is required (L.H, mlp.L, embed or all)");
     if (!parsed.count("receiver")) throw UsageError("--receiver is required (L.H:q, L.H:k or L.H:v)");
     PathPatch edge;
-    edge.senders = split(parsed["sender"].as<std::string>(), ',');
+    edge.senders = list_option(parsed, "sender");
     const std::string receiver = parsed["receiver"].as<std::string>();
     const size_t dot = receiver.find('.'), colon = receiver.find(':');
     auto whole = [&](const std::string& part) {
@@ -291,9 +307,9 @@ int cmd_path_patch(const std::vector<std::string>& args) {
     PromptPairs pairs = prompts_from(parsed, l.config);
     resolve_answers(*l.model.model, pairs, metric);
     const PathPatchResult r = path_patching(*l.model.model, pairs, edge, metric);
-    std::printf("path-patch %s (step %lld): %s -> %s, %s: clean %.4f, corrupted %.4f, patched %.4f\n", l.path.c_str(),
+    std::printf("path-patch %s (step %lld): %s -> %s: unpatched %s clean %.4f, corrupted %.4f; patched %s %.4f\n", l.path.c_str(),
                 static_cast<long long>(l.checkpoint.step), parsed["sender"].as<std::string>().c_str(), receiver.c_str(),
-                to_string(metric).c_str(), r.clean, r.corrupt, r.patched);
+                baseline_name(metric).c_str(), r.clean, r.corrupt, to_string(metric).c_str(), r.patched);
     return 0;
 }
 

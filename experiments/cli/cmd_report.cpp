@@ -36,7 +36,12 @@ PATH is one of:
 
 The report is one HTML file with plotly.js inside: it opens offline and makes
 no network request. It is written to a temporary name and renamed; on bad input
-nothing is written (one line, exit status 2).
+nothing is written (one line naming the file at fault, exit status 2). --out
+never replaces an input or a file that is not an HTML report, and inside a run
+or sweep folder it must be an .html file outside checkpoints/, cells/, logs/, tb/.
+A text model's tokens are labelled with its characters (a space as U+2423, a
+newline as 
+); a generated task's 0, 1, 2 as <PAD>, <SEP>, <BOS>.
 tools/report.py runs with /usr/bin/python3 (python3-plotly, python3-h5py,
 python3-numpy); ATTNLAB_PYTHON overrides the interpreter, ATTNLAB_TOOLS the
 folder holding the script.

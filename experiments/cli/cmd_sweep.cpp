@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include <toml++/toml.h>
 
@@ -17,20 +18,32 @@ namespace attnlab {
 
 namespace {
 
-// Whether the config file or an override sets run.name.
-bool names_the_run(const std::string& config_path, const std::vector<std::string>& overrides) {
-    for (const std::string& o : overrides) {
-        std::string key = o.substr(0, o.find('='));
-        key.erase(0, key.find_first_not_of(" \t"));
-        key.erase(key.find_last_not_of(" \t") + 1);
-        if (key == "run.name") return true;
+// The dotted keys a config document sets ("model.heads" however it is written:
+// [model] heads, model.heads, "model.heads"), as the config reader walks them.
+void keys_set(const toml::table& table, const std::string& prefix, std::set<std::string>& out) {
+    for (auto&& [name, node] : table) {
+        const std::string key = prefix + std::string(name.str());
+        const toml::table* inner = node.as_table();
+        if (inner && !inner->empty() && key != "sweep") keys_set(*inner, key + ".", out);
+        else out.insert(key);
     }
+}
+
+// Whether the config file or an override sets `key`.
+bool sets(const std::string& config_path, const std::vector<std::string>& overrides, const std::string& key) {
+    for (const std::string& o : overrides) {
+        std::string name = o.substr(0, o.find('='));
+        name.erase(0, name.find_first_not_of(" \t"));
+        name.erase(name.find_last_not_of(" \t") + 1);
+        if (name == key) return true;
+    }
+    std::set<std::string> keys;
     try {
-        const toml::table document = toml::parse_file(config_path);
-        return document["run"]["name"].node() != nullptr;
+        keys_set(toml::parse_file(config_path), "", keys);
     } catch (const toml::parse_error&) {
         return true;  // cannot happen: load_config read it
     }
+    return keys.count(key) > 0;
 }
 
 // The command line again, for the message that tells how to resume.
@@ -93,7 +106,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     if (config.sweep.empty()) throw UsageError(config_path + ": no [sweep] table (train a single run with `attnlab train`)");
     // A sweep never shares the single runs' default folder (runs/default): without
     // a run.name it is named after its config file (configs/sweeps/x.toml: runs/x).
-    if (!names_the_run(config_path, overrides)) {
+    if (!sets(config_path, overrides, "run.name")) {
         const std::string stem = std::filesystem::path(config_path).stem().string();
         if (stem.empty() || stem == "." || stem == "..")
             throw UsageError(config_path + ": give the sweep a run.name (its folder under run.out_dir)");
@@ -107,6 +120,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     SweepOptions sweep;
     sweep.config_path = config_path;
     sweep.overrides = overrides;
+    sweep.threads_given = sets(config_path, overrides, "train.threads");
     sweep.jobs = static_cast<size_t>(jobs);
     sweep.ranks_per_machine = world.size() > 1 ? static_cast<size_t>(launched_local_ranks()) : 1;  // for the threads per cell
     sweep.force = parsed.count("force") > 0;
@@ -129,7 +143,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
         array.command = {sweep.executable, "sweep", std::filesystem::absolute(config_path).string()};
         array.command.insert(array.command.end(), overrides.begin(), overrides.end());
         if (sweep.force) array.command.push_back("--force");
-        array.cells = count_cells(config, sweep);  // the grid checked as a sweep would
+        array.cells = count_cells(config, sweep);  // the grid and the folders checked as a sweep checks them
         array.cells_per_task = static_cast<size_t>(per);
         std::cout << slurm_script(array);
         return 0;

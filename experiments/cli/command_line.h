@@ -54,11 +54,22 @@ inline cxxopts::ParseResult parse_command_line(cxxopts::Options& options, const 
     check_option_names(options, args);
     std::vector<const char*> argv{"attnlab"};
     for (const auto& a : args) argv.push_back(a.c_str());
+    cxxopts::ParseResult parsed;
     try {
-        return options.parse(static_cast<int>(argv.size()), argv.data());
+        parsed = options.parse(static_cast<int>(argv.size()), argv.data());
     } catch (const cxxopts::exceptions::exception& e) {
         throw UsageError(e.what());
     }
+    // An empty value is no value: `--hooks ""` or `--run-dir ""` must not run as
+    // if the option were absent (a flag's value is "true", never empty).
+    for (const cxxopts::KeyValue& given : parsed.arguments())
+        if (given.value().empty()) {
+            const bool positional = std::find(args.begin(), args.end(), "--" + given.key()) == args.end() &&
+                                    std::none_of(args.begin(), args.end(), [&](const std::string& a) { return a.rfind("--" + given.key() + "=", 0) == 0; });
+            throw UsageError(positional ? std::string("an empty argument ('') where a value was expected; see --help")
+                                        : "--" + given.key() + ": empty value (give a value, or leave the option out)");
+        }
+    return parsed;
 }
 
 // A numeric option's value (declared as a string option, so that cxxopts never
@@ -80,6 +91,8 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 #include <memory>
 
 #include "cuda/backend.h"
+#include "data/h5_probe.h"
+#include "data/h5file.h"
 #include "data/text_task.h"
 #include "experiments/analysis/generate.h"
 #include "experiments/files/checkpoint.h"
@@ -223,14 +236,30 @@ inline std::vector<std::string> split(const std::string& text, char separator) {
     }
 }
 
+// A comma-separated option ("--hooks z,v"): its items, none of them empty
+// (",," or "z," names nothing and is refused, never read as "all" or "none").
+inline std::vector<std::string> list_option(const cxxopts::ParseResult& parsed, const std::string& name) {
+    const std::string text = parsed[name].as<std::string>();
+    std::vector<std::string> items = split(text, ',');
+    for (const std::string& item : items)
+        if (item.empty()) throw UsageError("--" + name + " '" + text.substr(0, 80) + "': an empty name in the comma-separated list");
+    return items;
+}
+
 // CHECKPOINT with its .h5 replaced by `suffix` ("step_0001500.patch.h5").
 inline std::string beside_checkpoint(const std::string& checkpoint, const std::string& suffix) {
     const std::string stem = checkpoint.size() > 3 && checkpoint.ends_with(".h5") ? checkpoint.substr(0, checkpoint.size() - 3) : checkpoint;
     return stem + suffix;
 }
 
-// An output path must name a file in an existing directory, and not the checkpoint itself.
-inline void check_output(const std::string& option, const std::string& path, const std::string& checkpoint) {
+// An output path (--out, --maps) is checked before any work. It names a file in
+// an existing folder, is none of the command's inputs, and, when it exists
+// already, is a file this same command wrote (an HDF5 file whose `format`
+// attribute is `format`): replacing anything else would lose it (a checkpoint,
+// metrics.h5, config.toml, another command's result, a user's own file). What an
+// existing file is, is read in a child process first (data/h5_probe.h).
+inline void check_output(const std::string& option, const std::string& path, const std::vector<std::string>& inputs,
+                         const std::string& format) {
     namespace fs = std::filesystem;
     if (path.empty()) throw UsageError(option + " is empty");
     std::error_code ec;
@@ -238,8 +267,35 @@ inline void check_output(const std::string& option, const std::string& path, con
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty() && !fs::is_directory(parent, ec))
         throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
-    if (fs::exists(path, ec) && fs::exists(checkpoint, ec) && fs::equivalent(path, checkpoint, ec))
-        throw UsageError(option + " " + path + " is the checkpoint itself");
+    if (!fs::exists(fs::symlink_status(path, ec))) return;
+    for (const std::string& input : inputs)
+        if (fs::exists(input, ec) && fs::equivalent(path, input, ec))
+            throw UsageError(option + " " + path + " is an input of this command (" + input + "); refusing to replace it");
+    if (!fs::is_regular_file(fs::symlink_status(path, ec)))
+        throw UsageError(option + " " + path + " exists and is not a regular file; refusing to replace it");
+    std::string found;
+    try {
+        found = h5::read_probed(path, option.substr(2), [&] {
+            const h5::File f = h5::File::open(path, option.substr(2), h5::File::Access::read);
+            return f.has_attr("format") ? f.read_attr_string("format") : std::string();
+        });
+    } catch (const Error&) {
+        found.clear();  // not HDF5, or not readable as such: not ours to replace
+    }
+    if (found != format)
+        throw UsageError(option + " " + path + " exists and is not a file of this command (" +
+                         (found.empty() ? std::string("not an attnlab file") : "format " + found) + ", not " + format +
+                         "); refusing to replace it: give a new name, or remove it first");
+}
+
+// --png DIR, checked before any work: a name, and a folder when it exists.
+inline std::string png_dir_option(const cxxopts::ParseResult& parsed) {
+    const std::string dir = parsed["png"].as<std::string>();
+    if (dir.empty()) throw UsageError("--png: empty directory name");
+    std::error_code ec;
+    if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+        throw UsageError("--png " + dir + " exists and is not a directory");
+    return dir;
 }
 
 }  // namespace attnlab

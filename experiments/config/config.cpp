@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "data/text_task.h"
 #include "experiments/config/config_schema.h"
 #include "experiments/config/memory_estimate.h"
 
@@ -160,6 +161,26 @@ size_t check_eval_lengths(const Config& c) {
     }
 }
 
+// A text task's task.alphabet, when the config has one (a run's resolved config,
+// a checkpoint's): the model's characters, UTF-8, sorted, each once, and as many
+// as task.vocab, the model's vocabulary; so that no token id reads as a wrong
+// letter, or as none.
+void check_text_alphabet(const Config::Task& task) {
+    if (task.name != "text" || task.alphabet.empty()) return;
+    size_t letters = 0;
+    try {
+        letters = alphabet_letters(task.alphabet, "task.alphabet").size();
+    } catch (const Error& e) {
+        std::string problem = e.what();
+        if (problem.rfind("[text] task.alphabet: ", 0) == 0) problem.erase(0, 22);
+        fail_key("task.alphabet", problem);
+    }
+    if (static_cast<int64_t>(letters) != task.vocab)
+        fail_key("task.alphabet", std::to_string(letters) + " characters, but task.vocab = " + std::to_string(task.vocab) +
+                                      " (a text model's vocabulary is its alphabet: give both, or leave task.alphabet out to read it"
+                                      " from task.path)");
+}
+
 // Every key's own range, then the rules between keys (not the sweep).
 void check_rules(const Config& c) {
     for (const Field& field : config_schema::fields()) {
@@ -177,6 +198,10 @@ void check_rules(const Config& c) {
     if (!from_file && !from_text && !task.path.empty())
         fail_key("task.path", "only used when task.name = \"file\" or \"text\" (task.name = \"" + task.name + "\")");
     if (!from_text && !task.alphabet.empty()) fail_key("task.alphabet", "only used when task.name = \"text\"");
+    if (!from_text && task.vocab < kFirstContent + 2)  // the special tokens and two content tokens
+        fail_key("task.vocab",
+                 "must be in [" + to_string(kFirstContent + 2) + ", " + to_string(1 << 24) + "], got " + to_string(task.vocab));
+    check_text_alphabet(task);
     const std::string kind = task.name == "translate" ? "encoder-decoder" : "decoder";
     if (model.kind != kind) fail_key("model.kind", "task.name = \"" + task.name + "\" needs \"" + kind + "\", got \"" + model.kind + "\"");
 
@@ -225,8 +250,8 @@ void check_rules(const Config& c) {
     if (model.max_len > 0 && static_cast<size_t>(model.max_len) < longest_eval)
         fail_key("model.max_len", to_string(model.max_len) + " is shorter than the longest sequence at train.eval_lengths (" +
                                       to_string(longest_eval) + " tokens; 0 derives it)");
-    longest = std::max(longest, longest_eval);
-    check_fits_in_memory(c, static_cast<double>(longest));
+    check_fits_in_memory(c, static_cast<double>(std::max(longest, longest_eval)),
+                         longest_eval > longest ? "train.eval_lengths" : "task.max_len");
 }
 
 }  // namespace

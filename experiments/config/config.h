@@ -111,6 +111,7 @@ struct Config {
         bool nesterov = false;         // sgd only
         int64_t warmup = 100;
         std::string schedule = "cosine";  // cosine | linear | constant
+        int64_t schedule_steps = 0;    // the step the schedule ends at (then its floor); 0 = train.steps
         double clip = 1.0;             // 0 = no clipping
         bool operator==(const Optim&) const = default;
     } optim;
@@ -119,6 +120,9 @@ struct Config {
 
     bool operator==(const Config&) const = default;
 };
+
+// The step the learning-rate schedule ends at: optim.schedule_steps, or train.steps when it is 0.
+inline int64_t schedule_horizon(const Config& c) { return c.optim.schedule_steps > 0 ? c.optim.schedule_steps : c.train.steps; }
 
 // The built-in default experiment (valid as it is).
 Config default_config();

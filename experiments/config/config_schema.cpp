@@ -270,7 +270,8 @@ std::vector<Field> make_fields() {
 
         choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "file", "text"},
                "toy task (data/tasks.h), tokens of the HDF5 file task.path, or characters of the text file task.path"),
-        integer(KEY(task, vocab), {kFirstContent + 2, 1 << 24}, "vocabulary size, including <PAD>, <SEP> and <BOS>"),
+        // a text model's vocabulary is its alphabet, from 2 characters; the other tasks' lower bound is a rule (config.cpp)
+        integer(KEY(task, vocab), {2, 1 << 24}, "vocabulary size, including <PAD>, <SEP> and <BOS> (text: the alphabet's size)"),
         integer(KEY(task, min_len), at_least(1), "shortest x (copy, reverse, sort, translate), r (induction), or pairs (recall)"),
         integer(KEY(task, max_len), at_least(1), "longest x or r, or most pairs (recall)"),
         integer(KEY(task, queries), at_least(1), "recall: queries per sequence"),
@@ -320,7 +321,9 @@ std::vector<Field> make_fields() {
         number(KEY(optim, momentum), fraction, "sgd momentum"),
         boolean(KEY(optim, nesterov), "sgd Nesterov momentum (needs momentum > 0)"),
         integer(KEY(optim, warmup), at_least(0), "steps of linear warm-up from 0"),
-        choice(KEY(optim, schedule), {"cosine", "linear", "constant"}, "after warm-up: decay to 0 at train.steps, or constant"),
+        choice(KEY(optim, schedule), {"cosine", "linear", "constant"}, "after warm-up: decay to 0 at the schedule's end, or constant"),
+        integer(KEY(optim, schedule_steps), at_least(0), "the step the schedule ends at (its floor after it); 0 = train.steps, "
+                                                           "so raising train.steps on resume stretches the schedule"),
         number(KEY(optim, clip), non_negative(), "largest global gradient norm; 0 = no clipping"),
     };
 }

@@ -63,7 +63,7 @@ double machine_memory_bytes() {
     return bytes;
 }
 
-void check_fits_in_memory(const Config& config, double longest) {
+void check_fits_in_memory(const Config& config, double longest, const std::string& length_key) {
     const MemoryEstimate need = estimate_training_memory(config, longest);
     const double have = machine_memory_bytes();
     if (need.total() <= have) return;
@@ -95,8 +95,11 @@ void check_fits_in_memory(const Config& config, double longest) {
         if (total < least) least = total, worst = &size;
     }
     Config copy = config;
-    const std::string key = worst ? worst->key : "task.max_len";
-    const std::string value = worst ? std::to_string(worst->get(copy)) : std::to_string(config.task.max_len);
+    const std::string key = worst ? worst->key : length_key;
+    const std::string value = worst ? std::to_string(worst->get(copy))
+                              : length_key == "train.eval_lengths"
+                                  ? "[" + std::to_string(config.train.eval_lengths[0]) + ", " + std::to_string(config.train.eval_lengths[1]) + "]"
+                                  : std::to_string(config.task.max_len);
     throw ConfigError(key, key + " = " + value +
                                       ": training this config would need about " + gib(need.total()) + " (parameters and optimiser state " +
                                       gib(need.parameters) + ", activations of one step " + gib(need.activations) +

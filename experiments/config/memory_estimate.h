@@ -3,6 +3,8 @@
 // names the key to change, instead of ending in std::bad_alloc.
 #pragma once
 
+#include <string>
+
 #include "experiments/config/config.h"
 
 namespace attnlab {
@@ -24,6 +26,8 @@ double machine_memory_bytes();
 // Throws ConfigError naming the size key whose value costs the most (the one
 // whose default would shrink the estimate most), what the config would need and
 // what this machine has, when the estimate exceeds the machine's memory.
-void check_fits_in_memory(const Config& config, double longest);
+// `length_key` names what sets `longest` when no size key explains the need
+// ("task.max_len", or "train.eval_lengths" when its sequences are the longest).
+void check_fits_in_memory(const Config& config, double longest, const std::string& length_key = "task.max_len");
 
 }  // namespace attnlab

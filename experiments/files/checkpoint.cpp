@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "autograd/tensor_impl.h"
+#include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "experiments/files/run_files.h"
 
@@ -156,7 +157,9 @@ void write_checkpoint(const std::string& path, const CheckpointData& checkpoint)
     });  // every group and dataset is closed before the file, then synced and renamed (run_files.h)
 }
 
-CheckpointData read_checkpoint(const std::string& path) {
+namespace {
+
+CheckpointData read_checkpoint_file(const std::string& path) {
     const h5::File file = h5::File::open(path, kTag, h5::File::Access::read);
     const h5::Where where{kTag, path, ""};
     if (!file.has_attr("format")) where.fail("not an attnlab checkpoint (no 'format' attribute)", false);
@@ -192,6 +195,12 @@ CheckpointData read_checkpoint(const std::string& path) {
         checkpoint.data.emplace_back(name, read_vector<int64_t>(dataset));
     });
     return checkpoint;
+}
+
+}  // namespace
+
+CheckpointData read_checkpoint(const std::string& path) {
+    return h5::read_probed(path, kTag, [&] { return read_checkpoint_file(path); });
 }
 
 std::string checkpoint_name(int64_t step) {

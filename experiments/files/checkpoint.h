@@ -42,7 +42,9 @@ void write_checkpoint(const std::string& path, const CheckpointData& checkpoint)
 // the wrong type, a negative step, a config attribute that sets nothing, a
 // dataset of the wrong type or rank or declaring more data than the file holds
 // (checked before anything is allocated), a soft or external link or a group
-// loop, and a NaN or infinite value (naming its index).
+// loop, and a NaN or infinite value (naming its index). The file is read in a
+// child process first (data/h5_probe.h), so a crash or hang of libhdf5 on a
+// crafted file is one line too.
 CheckpointData read_checkpoint(const std::string& path);
 
 // "step_0000123.h5" (at least 7 digits; steps past 9,999,999 get more).

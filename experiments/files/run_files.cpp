@@ -1,4 +1,5 @@
 #include "experiments/files/run_files.h"
+#include "experiments/files/temp_files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -33,6 +34,7 @@ void write_atomically(const fs::path& path, const std::string& tag, const std::f
     if (fs::exists(status) && !fs::is_regular_file(status))
         throw Error(tag + " " + path.string() + " exists and is not a regular file; refusing to replace it");
     const std::string tmp = path.string() + (writers == Writers::several ? "." + std::to_string(::getpid()) : "") + ".tmp";
+    const InFlight removed_on_signals(tmp);
     try {
         write(tmp);
         fsync_path(tmp, false, tag);
@@ -56,20 +58,30 @@ void write_text_atomically(const fs::path& path, const std::string& text, const 
     }, writers);
 }
 
-RunLock::RunLock(const fs::path& dir, const std::string& tag) {
-    const std::string path = (dir / ".lock").string();
+namespace {
+
+std::string in_use(const std::string& tag, const std::string& what, int fd) {
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+    const std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
+    return tag + " " + what + " is in use by another attnlab process (pid " + pid + "); wait for it to finish or stop it first";
+}
+
+}  // namespace
+
+RunLock::RunLock(const fs::path& dir, const std::string& tag) : RunLock(dir / ".lock", dir.string(), tag) {}
+
+RunLock::RunLock(const fs::path& file, const std::string& what, const std::string& tag) {
+    const std::string path = file.string();
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw Error(tag + " cannot open the lock file " + path + " (" + std::strerror(errno) + ")");
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
         const int saved = errno;
-        char holder[32] = {};
-        const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+        const std::string message = saved == EWOULDBLOCK ? in_use(tag, what, fd_) : "";
         ::close(fd_);
         fd_ = -1;
         if (saved != EWOULDBLOCK) throw Error(tag + " cannot lock " + path + " (" + std::strerror(saved) + ")");
-        const std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
-        throw Error(tag + " " + dir.string() + " is in use by another attnlab process (pid " + pid +
-                    "); wait for it to finish or stop it first");
+        throw Error(message);
     }
     // The holder's pid, for the message above; emptied again on release, so a
     // process that only read the folder leaves it byte for byte as it was.
@@ -80,6 +92,16 @@ RunLock::RunLock(const fs::path& dir, const std::string& tag) {
         fd_ = -1;
         throw Error(tag + " cannot write the lock file " + path + " (" + std::strerror(saved) + ")");
     }
+}
+
+void RunLock::check_free(const fs::path& file, const std::string& what, const std::string& tag) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;  // no lock file: nobody holds it (anything else shows when the lock is taken)
+    // A shared lock conflicts with a holder's exclusive one only; it is dropped at once.
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    const std::string message = held ? in_use(tag, what, fd) : "";
+    ::close(fd);
+    if (held) throw Error(message);
 }
 
 RunLock::~RunLock() {

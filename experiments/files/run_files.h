@@ -33,11 +33,18 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
 // An exclusive, advisory lock on a run (or sweep) folder, held until destruction
 // or process exit (the kernel drops it on SIGKILL too). Every process that writes
 // into the folder holds it; a second writer is refused at once with
-// "<tag> <dir> is in use by another attnlab process (pid N)".
+// "<tag> <dir> is in use by another attnlab process (pid N); ...".
 class RunLock {
 public:
-    RunLock(const std::filesystem::path& dir, const std::string& tag);
+    RunLock(const std::filesystem::path& dir, const std::string& tag);  // <dir>/.lock
+    // The lock of something whose folder may not exist yet (a sweep's cell): the
+    // lock file `file`, and `what` (the folder) named in the refusal.
+    RunLock(const std::filesystem::path& file, const std::string& what, const std::string& tag);
     ~RunLock();
+
+    // Refuses, as the constructor would, when another process holds `file`; reads
+    // only (a missing file is free), so a check that passes leaves no trace.
+    static void check_free(const std::filesystem::path& file, const std::string& what, const std::string& tag);
     RunLock(RunLock&& other) noexcept;
     RunLock& operator=(RunLock&&) = delete;
     RunLock(const RunLock&) = delete;

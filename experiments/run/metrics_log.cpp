@@ -5,6 +5,8 @@
 #include <optional>
 #include <set>
 
+#include "data/h5_probe.h"
+
 namespace attnlab {
 
 namespace {
@@ -45,12 +47,19 @@ void create_series(const h5::Group& group, const std::vector<std::string>& value
         group.create_extendible<double>(name, row_shape, chunk_rows, kUnwrittenValue);
 }
 
-// Cuts every dataset of `series` to the longest prefix of written rows whose
-// step is <= `step` (and to the shortest dataset, which a crash may leave).
-void truncate(Series& series, int64_t step) {
+// The steps of the rows every dataset of `series` holds (a crash may leave
+// one dataset shorter than another).
+std::vector<int64_t> steps_of(const Series& series) {
     size_t rows = series.step.rows();
     for (const h5::Dataset& values : series.values) rows = std::min(rows, values.rows());
-    const std::vector<int64_t> steps = series.step.read_rows<int64_t>(0, rows);
+    return series.step.read_rows<int64_t>(0, rows);
+}
+
+// Cuts every dataset of `series` to the longest prefix of written rows whose
+// step is <= `step`.
+void truncate(Series& series, int64_t step) {
+    const std::vector<int64_t> steps = steps_of(series);
+    const size_t rows = steps.size();
     size_t keep = 0;
     while (keep < rows && steps[keep] >= 0 && steps[keep] <= step && (keep == 0 || steps[keep] >= steps[keep - 1]))
         ++keep;
@@ -86,6 +95,10 @@ struct MetricsLog::State {
         const h5::Group groups = file.group("attention");
         for (const std::string& kind : kinds) attention.emplace_back(kind, open_series(groups.group(kind), kAttentionValues));
     }
+
+    // Checks the attributes and the series of an existing log against the
+    // layout; returns its attention kinds, with every series open.
+    std::vector<std::string> read_layout(const std::string& path);
 
     // Datasets before the file, so that closing the file really closes it.
     void close_all() {
@@ -145,7 +158,54 @@ MetricsLog MetricsLog::create(const std::string& path, const std::string& config
     return MetricsLog(std::move(state));
 }
 
+std::vector<std::string> MetricsLog::State::read_layout(const std::string& path) {
+    const h5::Where where{kTag, path, ""};
+    if (!file.has_attr("format") || file.read_attr_string("format") != kFormat)
+        where.fail("not an attnlab metrics log (no format=\"attnlab-metrics\" attribute)", false);
+    const int64_t version = file.read_attr_int("format_version");
+    if (version != kFormatVersion)
+        where.fail("format_version " + std::to_string(version) + " is not supported (this build reads version " +
+                       std::to_string(kFormatVersion) + ")",
+                   false);
+    const int64_t stored_layers = file.read_attr_int("layers"), stored_heads = file.read_attr_int("heads");
+    if (stored_layers <= 0 || stored_heads <= 0) where.fail("layers and heads attributes must be positive", false);
+    layers = static_cast<size_t>(stored_layers);
+    heads = static_cast<size_t>(stored_heads);
+    const std::vector<std::string> kinds = file.group("attention").members();
+
+    open_all(kinds);
+    const Shape row_shape{layers, heads};
+    for (auto& [kind, series] : attention)
+        for (const h5::Dataset& values : series.values) {
+            Shape shape = values.shape();
+            if (shape.size() != 3 || Shape(shape.begin() + 1, shape.end()) != row_shape)
+                values.where().fail("shape " + shape_str(shape) + " is not (K," + std::to_string(layers) + "," +
+                                        std::to_string(heads) + ")",
+                                    false);
+        }
+    return kinds;
+}
+
 MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
+    // A log from an earlier process is read first in a child (data/h5_probe.h:
+    // libhdf5 crashes on some crafted files), read-only, as below. A log whose
+    // writer died is marked "open for write", which only SWMR read accepts.
+    h5::probe(path, kTag, [&] {
+        State probe;
+        try {
+            probe.file = h5::File::open(path, kTag, h5::File::Access::read, true);
+        } catch (const Error& first) {
+            try {
+                probe.file = h5::File::open(path, kTag, h5::File::Access::read, true, /*swmr_read=*/true);
+            } catch (const Error&) {
+                throw first;
+            }
+        }
+        probe.read_layout(path);
+        for (const Series* series : {&probe.train, &probe.eval}) steps_of(*series);
+        if (probe.eval_lengths) steps_of(*probe.eval_lengths);
+        for (const auto& [kind, series] : probe.attention) steps_of(series);
+    });
     auto state = std::make_unique<State>();
     try {
         state->file = h5::File::open(path, kTag, h5::File::Access::write, /*latest_format=*/true);
@@ -158,31 +218,7 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
             throw first;
         }
     }
-    const h5::File& file = state->file;
-    const h5::Where where{kTag, path, ""};
-    if (!file.has_attr("format") || file.read_attr_string("format") != kFormat)
-        where.fail("not an attnlab metrics log (no format=\"attnlab-metrics\" attribute)", false);
-    const int64_t version = file.read_attr_int("format_version");
-    if (version != kFormatVersion)
-        where.fail("format_version " + std::to_string(version) + " is not supported (this build reads version " +
-                       std::to_string(kFormatVersion) + ")",
-                   false);
-    const int64_t layers = file.read_attr_int("layers"), heads = file.read_attr_int("heads");
-    if (layers <= 0 || heads <= 0) where.fail("layers and heads attributes must be positive", false);
-    state->layers = static_cast<size_t>(layers);
-    state->heads = static_cast<size_t>(heads);
-    const std::vector<std::string> kinds = file.group("attention").members();
-
-    state->open_all(kinds);
-    const Shape row_shape{state->layers, state->heads};
-    for (auto& [kind, series] : state->attention)
-        for (const h5::Dataset& values : series.values) {
-            Shape shape = values.shape();
-            if (shape.size() != 3 || Shape(shape.begin() + 1, shape.end()) != row_shape)
-                values.where().fail("shape " + shape_str(shape) + " is not (K," + std::to_string(layers) + "," +
-                                        std::to_string(heads) + ")",
-                                    false);
-        }
+    const std::vector<std::string> kinds = state->read_layout(path);
     truncate(state->train, step);
     truncate(state->eval, step);
     if (state->eval_lengths) truncate(*state->eval_lengths, step);

@@ -34,7 +34,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, NamedTensors params) 
 // folder was; a moved folder is still the same run.)
 const std::vector<std::string> kResumableKeys = {"train.steps", "train.log_every", "train.eval_every", "train.checkpoint_every",
                                                  "train.keep_checkpoints", "train.threads", "train.device",
-                                                 "train.target_accuracy", "train.tensorboard", "run.name", "run.out_dir"};
+                                                 "train.target_accuracy", "train.tensorboard", "optim.schedule_steps", "run.name", "run.out_dir"};
 
 bool resumable(const std::string& change) {  // "train.steps (80, was 40)"
     const std::string key = change.substr(0, change.find(' '));
@@ -78,6 +78,47 @@ std::string joined(const std::vector<std::string>& parts) {
     return out;
 }
 
+// What a resume does to the learning-rate schedule when its end moved (train.steps
+// raised with optim.schedule_steps = 0): the rate at `step` before and now, and
+// how to keep the old schedule instead. Empty when nothing changes.
+std::string schedule_change(const Config& saved, const Config& now, int64_t step) {
+    const Schedule schedule = parse_schedule(now.optim.schedule);
+    const int64_t before = schedule_horizon(saved), after = schedule_horizon(now);
+    if (schedule == Schedule::constant || before == after) return "";
+    char text[512];
+    std::snprintf(text, sizeof text,
+                  "the %s schedule now ends at step %lld instead of %lld, so the learning rate at step %lld goes from %.3g to %.3g; "
+                  "to keep the old schedule (and its floor after step %lld), set optim.schedule_steps = %lld in config.toml",
+                  now.optim.schedule.c_str(), static_cast<long long>(after), static_cast<long long>(before), static_cast<long long>(step),
+                  scheduled_lr(saved.optim.lr, schedule, step, saved.optim.warmup, before),
+                  scheduled_lr(now.optim.lr, schedule, step, now.optim.warmup, after), static_cast<long long>(before),
+                  static_cast<long long>(before));
+    return text;
+}
+
+// `model` with a positional table of config.model.max_len rows: its parameters,
+// and a learned table's rows beyond the drawn ones from a stream of their own
+// (they are used only by train.eval_lengths' evaluations, never trained).
+std::unique_ptr<TaskModel> with_wider_table(std::unique_ptr<TaskModel> model, const Config& config, size_t longest, Rng* dropout_rng) {
+    Rng extra_rows(static_cast<uint64_t>(config.run.seed), 12);
+    auto wider = std::make_unique<TaskModel>(config, longest, extra_rows, dropout_rng);
+    NamedTensors narrow = model->module().named_parameters(), values;
+    for (const auto& [name, w] : wider->module().named_parameters()) {
+        const auto same = std::find_if(narrow.begin(), narrow.end(), [&](const auto& p) { return p.first == name; });
+        if (same == narrow.end()) fail("train", "the wider model has a parameter " + name + " the drawn one lacks");
+        if (same->second.shape() == w.shape()) {
+            values.emplace_back(name, same->second);
+            continue;
+        }
+        std::vector<double> rows = w.values();  // (max_len, D): the drawn rows first
+        const std::vector<double> drawn = same->second.values();
+        std::copy(drawn.begin(), drawn.end(), rows.begin());
+        values.emplace_back(name, Tensor::from_values(rows, w.shape(), w.dtype()));
+    }
+    wider->module().load_state_dict(values);
+    return wider;
+}
+
 }  // namespace
 
 Trainer::State::State(const Config& c)
@@ -89,22 +130,30 @@ Trainer::State::State(const Config& c)
     const std::unique_ptr<BatchSource> eval_data = make_batch_source(config, seed, 1);
     for (int64_t i = 0; i < config.train.eval_batches; ++i)
         eval_batches.push_back(eval_data->next(static_cast<size_t>(config.train.batch)));
-    size_t longest = train_data->max_sequence_length();
+    const size_t trained = train_data->max_sequence_length();
+    size_t longest = trained;
     if (const auto [lo, hi] = config.train.eval_lengths; hi > 0) {  // and at other lengths: a stream of their own
         const std::unique_ptr<BatchSource> at = make_batch_source(with_task_lengths(config, lo, hi), seed, 3);
         for (int64_t i = 0; i < config.train.eval_batches; ++i)
             eval_length_batches.push_back(at->next(static_cast<size_t>(config.train.batch)));
         longest = std::max(longest, at->max_sequence_length());  // a learned table covers them (untrained beyond training)
     }
-    check_fits_in_memory(config, static_cast<double>(longest));  // a token file's lengths are known only now
+    check_fits_in_memory(config, static_cast<double>(longest),  // a token file's lengths are known only now
+                         longest > trained ? "train.eval_lengths" : "task.max_len");
     if (config.model.max_len > 0 && static_cast<size_t>(config.model.max_len) < longest)
         throw ConfigError("model.max_len", "model.max_len: " + std::to_string(config.model.max_len) +
                                                " is shorter than the longest sequence of " + config.task.path + " (" +
                                                std::to_string(longest) + " inputs)");
     // The resolved config names the positional table it built, so a checkpoint
     // describes its model without the task's data (a moved token file).
+    // The model is drawn as training alone would draw it (the table training needs,
+    // or model.max_len), whatever the evaluation lengths: an evaluation option
+    // never changes the initialisation, hence never the training series.
+    Config drawn = config;
+    if (drawn.model.max_len == 0) drawn.model.max_len = static_cast<int64_t>(trained);
+    model = std::make_unique<TaskModel>(drawn, trained, init_rng, &dropout_rng);
     if (config.model.max_len == 0) config.model.max_len = static_cast<int64_t>(longest);
-    model = std::make_unique<TaskModel>(config, longest, init_rng, &dropout_rng);
+    if (config.model.max_len != drawn.model.max_len) model = with_wider_table(std::move(model), config, longest, &dropout_rng);
     // train.device = "cuda": the same model, moved; the optimiser made after it keeps its state there too
     if (config.train.device == "cuda") model->module().to(Device::cuda);  // "[cuda] Context: <reason>" without a device
     optimizer = make_optimizer(config, model->module().named_parameters());
@@ -233,6 +282,8 @@ std::unique_ptr<Trainer::State> Trainer::resumed_state(const std::string& run_di
     }
     std::fprintf(stderr, "attnlab train: resuming %s from step %lld (%s)\n", run_dir.c_str(), static_cast<long long>(data.step),
                  fs::path(newest).filename().c_str());
+    if (const std::string note = schedule_change(saved_config, config, data.step); !note.empty())
+        std::fprintf(stderr, "attnlab train: %s\n", note.c_str());
     return state;
 }
 

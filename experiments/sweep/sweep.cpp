@@ -32,7 +32,9 @@ namespace attnlab {
 
 using sweep_plan::Action;
 using sweep_plan::CellPlan;
+using sweep_plan::cell_lock_file;
 using sweep_plan::check_grid;
+using sweep_plan::inspect_cell;
 using sweep_plan::inspect_sweep_folder;
 using sweep_plan::join;
 using sweep_plan::listed;
@@ -73,21 +75,52 @@ std::string cell_name(size_t index, size_t count, const std::vector<std::string>
 namespace {
 
 // How the cells ended: each one's status ("ok", "interrupted", "failed (exit
-// N)"), those an interrupt stopped, and how many never started.
+// N)", "refused"), those an interrupt stopped, and how many never started.
 struct CellOutcomes {
     std::map<std::string, std::string> status;
     std::vector<std::string> stopped;
     size_t not_started = 0;
 };
 
+// A resumed cell runs at this sweep's thread count: its config.toml is given it
+// (a key `train --resume` lets change, and records in resumes.log).
+void give_threads(const fs::path& dir, int64_t threads) {
+    Config config = load_config((dir / "config.toml").string());
+    if (config.train.threads == threads) return;
+    config.train.threads = threads;
+    write_text_atomically(dir / "config.toml", to_toml(config), "[sweep]");
+}
+
+// Takes the cell's lock, returned to be held until its trainer ends, then looks
+// at its folder again (another process may have run it since it was planned):
+// the leftovers of a start that never checkpointed are removed, a resumed cell's
+// config.toml gets the cell's threads. The folder's own lock is held meanwhile,
+// so that no trainer started by hand runs in it; it is let go for the cell's
+// trainer to take. An Error (nothing written) when another process holds either.
+RunLock claim_cell(const fs::path& sweep_dir, CellPlan& cell) {
+    const fs::path dir = sweep_dir / cell.name;
+    RunLock lock(cell_lock_file(sweep_dir, cell), dir.string(), "[sweep]");
+    std::error_code ec;
+    std::optional<RunLock> folder;
+    if (fs::is_directory(fs::symlink_status(dir, ec))) folder.emplace(dir, "[sweep]");
+    cell.action = inspect_cell(dir, cell.config);
+    if (cell.action == Action::restart) fs::remove_all(dir);  // nothing in it to keep (inspect_cell)
+    if (cell.action == Action::resume) give_threads(dir, cell.config.train.threads);
+    return lock;
+}
+
 // The cells to run (skipping the finished ones), at most `jobs` at a time, until
-// all have ended or an interrupt stops the rest.
+// all have ended or an interrupt stops the rest. A cell another process runs is
+// refused: an Error with `one_cell` (--cell, where nothing else runs), else that
+// cell's status while the others go on.
 CellOutcomes run_cells(const std::vector<CellPlan>& plan, const fs::path& sweep_dir, const std::string& executable,
-                       CellSlots& processes) {
+                       CellSlots& processes, bool one_cell) {
     CellOutcomes outcomes;
     std::map<std::string, std::string>& outcome = outcomes.status;
     std::vector<std::string>& stopped = outcomes.stopped;
+    std::map<std::string, RunLock> locks;  // of the cells running
     auto report = [&](const CellProcesses::Ended& ended) {
+        locks.erase(ended.name);
         const bool stopped_now = processes.interrupted() && (ended.code == 130 || ended.code > 128);
         if (stopped_now) stopped.push_back(ended.name);
         std::string& status = outcome[ended.name];
@@ -98,8 +131,7 @@ CellOutcomes run_cells(const std::vector<CellPlan>& plan, const fs::path& sweep_
     auto wait_one = [&] {
         if (const auto ended = processes.wait()) report(*ended);
     };
-    for (size_t i = 0; i < plan.size(); ++i) {
-        const CellPlan& cell = plan[i];
+    for (CellPlan cell : plan) {
         const fs::path dir = sweep_dir / cell.name;
         if (cell.action == Action::skip) {
             std::cerr << "sweep: " << cell.name << ": finished earlier, skipped\n";
@@ -111,17 +143,30 @@ CellOutcomes run_cells(const std::vector<CellPlan>& plan, const fs::path& sweep_
             ++outcomes.not_started;
             continue;
         }
+        std::optional<RunLock> lock;
+        try {
+            lock.emplace(claim_cell(sweep_dir, cell));
+        } catch (const std::exception& e) {  // taken, or its folder gone strange since the plan
+            if (one_cell) throw;
+            outcome[cell.name] = "refused";
+            std::cerr << "sweep: " << cell.name << ": refused: " << e.what() << "\n";
+            continue;
+        }
+        if (cell.action == Action::skip) {
+            std::cerr << "sweep: " << cell.name << ": finished meanwhile, skipped\n";
+            continue;
+        }
         std::vector<std::string> args{executable, "train"};
         if (cell.action == Action::resume) {
             args.insert(args.end(), {"--resume", dir.string()});
         } else {
-            if (cell.action == Action::restart) fs::remove_all(dir);  // nothing in it to keep (inspect_cell)
             const fs::path cell_config = sweep_dir / "cells" / (std::to_string(cell.index) + ".toml");
             write_text_atomically(cell_config, to_toml(cell.config), "[sweep]");
             args.insert(args.end(), {cell_config.string(), "--run-dir", dir.string()});
         }
         std::cerr << "sweep: " << cell.name << ": " << (cell.action == Action::resume ? "resuming" : "starting") << "\n";
         processes.start(cell.name, args, sweep_dir / "logs" / (cell.name + ".log"));
+        locks.emplace(cell.name, std::move(*lock));
     }
     while (processes.running() > 0) wait_one();
     return outcomes;
@@ -161,7 +206,7 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options, const Wo
     CellOutcomes outcomes;
     try {
         CellSlots slots(processes, world, sweep.jobs);  // the other ranks' too, under mpirun
-        outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots);
+        outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots, false);
     } catch (const std::exception& e) {
         if (world.size() == 1) throw;
         std::cerr << "attnlab sweep: " << e.what() << "; stopping every rank\n";  // they would wait for cells for ever
@@ -170,13 +215,13 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options, const Wo
     return tabulate(config, sweep.dir, outcomes, processes.interrupted());
 }
 
-size_t count_cells(const Config& config, const SweepOptions& options) { return sweep_plan::checked_cells(config, options).size(); }
+size_t count_cells(const Config& config, const SweepOptions& options) { return sweep_plan::plan_sweep(config, options).plan.size(); }
 
 int run_sweep_cell(const Config& config, const SweepOptions& options, size_t index) {
-    const PreparedSweep sweep = prepare_sweep(config, options, nullptr, index);  // the cell's own lock guards it
+    const PreparedSweep sweep = prepare_sweep(config, options, nullptr, index);  // the cell's own lock guards it (run_cells)
     CellProcesses processes;
     CellSlots slots(processes, single_world(), 1);
-    const CellOutcomes outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots);
+    const CellOutcomes outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots, true);
     if (processes.interrupted()) return 130;
     const auto status = outcomes.status.find(sweep.plan[0].name);
     return status == outcomes.status.end() || status->second == "ok" ? 0 : 1;  // a finished cell is skipped: ok

@@ -6,8 +6,9 @@
 // rerun continues it only when the grid and the base config are the same; any
 // other folder (a single run, another sweep, foreign files) is refused, as is a
 // bad grid or a cell that training would refuse, all before anything is written.
-// The sweep holds the folder's RunLock while it runs; SIGINT/SIGTERM are passed
-// on to the running cells, which checkpoint, and a rerun resumes them.
+// The sweep holds the folder's RunLock while it runs, and each cell's lock
+// (sweep_plan.h: cell_lock_file) while it runs that cell; SIGINT/SIGTERM are
+// passed on to the running cells, which checkpoint, and a rerun resumes them.
 //
 //   summary.csv / summary.h5   one row per cell: the swept values, final eval
 //                              loss and accuracies, the first eval step at the
@@ -37,6 +38,9 @@ struct SweepOptions {
     std::string executable;     // the attnlab binary that runs cells
     std::string config_path;    // for messages: where the grid comes from
     std::vector<std::string> overrides;  // the command line's key=value (none may name a swept key)
+    // The config file or an override sets train.threads: every cell runs with it.
+    // Otherwise each cell gets the cores split between the cells that run at once.
+    bool threads_given = false;
 };
 
 struct CellResult {
@@ -62,11 +66,14 @@ struct SweepTable {
 // rank (experiments/sweep/sweep_ranks.h); every other rank calls serve_cells.
 SweepTable run_sweep(const Config& config, const SweepOptions& options, const World& world = single_world());
 
-// The grid's cell count, the grid checked as run_sweep checks it.
+// The grid's cell count, with everything checked that run_sweep checks before it
+// writes (the grid, every cell's config, the sweep folder and the cells' folders,
+// no other process running them); writes nothing. For `--slurm`.
 size_t count_cells(const Config& config, const SweepOptions& options);
 // `--cell K`: runs (or resumes, or skips when finished) cell K alone, as one
 // array task of a Slurm job does; several may run at once, each cell under its
-// own lock. Its exit status: 0 ok, 1 failed, 130 interrupted.
+// own lock (a second process for the same cell is refused, an Error, before it
+// writes anything). Its exit status: 0 ok, 1 failed, 130 interrupted.
 int run_sweep_cell(const Config& config, const SweepOptions& options, size_t index);
 // `--summarize`: the table of whatever cells have finished (the others with
 // their status), written as summary.csv and summary.h5.

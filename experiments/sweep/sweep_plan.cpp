@@ -76,8 +76,9 @@ void check_grid(const Config& config, const SweepOptions& options) {
             throw Error(where + "sweep key " + axis.key + ": the sweep names and places its cells itself (" + axis.key +
                         " sets the sweep's folder); sweep another key");
         if (axis.key == "train.threads")
-            throw Error(where + "sweep key train.threads: each cell's threads follow --jobs (the cores split between the "
-                                "cells that run at once); sweep another key, or time cells with `attnlab train`");
+            throw Error(where + "sweep key train.threads: a sweep's cells share one thread count (train.threads in the "
+                                "config or an override, else the cores split between --jobs); sweep another key, or "
+                                "time cells with `attnlab train`");
         for (const std::string& assignment : options.overrides) {
             std::string key = assignment.substr(0, assignment.find('='));
             key.erase(0, key.find_first_not_of(" \t"));
@@ -89,9 +90,6 @@ void check_grid(const Config& config, const SweepOptions& options) {
     }
 }
 
-namespace {
-
-// What a cell's folder holds, read only; refuses one that is no earlier run of this cell.
 Action inspect_cell(const fs::path& dir, const Config& cell) {
     std::error_code ec;
     const fs::file_status status = fs::symlink_status(dir, ec);
@@ -99,9 +97,9 @@ Action inspect_cell(const fs::path& dir, const Config& cell) {
     if (!fs::is_directory(status)) throw Error("[sweep] " + dir.string() + " exists and is not a folder; remove it");
     const bool has_config = fs::exists(dir / "config.toml");
     if (has_config) {
-        // An earlier run of this cell must hold the same config (threads aside,
-        // which follow --jobs): otherwise skipping or resuming it would tabulate
-        // another experiment's results.
+        // An earlier run of this cell must hold the same config (threads aside:
+        // a rerun gives a resumed cell its own): otherwise skipping or resuming it
+        // would tabulate another experiment's results.
         Config earlier;
         try {
             earlier = load_config((dir / "config.toml").string());
@@ -129,7 +127,7 @@ Action inspect_cell(const fs::path& dir, const Config& cell) {
     auto is_leftover = [](const fs::directory_entry& entry) {
         const std::string name = entry.path().filename().string();
         return name == "config.toml" || name == "metrics.h5" || name == ".lock" || name == "checkpoints" ||
-               is_temporary(name);
+               name == "tb" || is_temporary(name);  // tb: train.tensorboard's event files
     };
     for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
         bool ok = is_leftover(entry);
@@ -145,7 +143,9 @@ Action inspect_cell(const fs::path& dir, const Config& cell) {
     return Action::restart;
 }
 
-}  // namespace
+fs::path cell_lock_file(const fs::path& sweep_dir, const CellPlan& cell) {
+    return sweep_dir / "cells" / (std::to_string(cell.index) + ".lock");
+}
 
 // Whether out_dir/run.name is absent or empty (a new sweep) or this sweep's own
 // folder (its sweep.toml has the same grid and base config); then each cell's
@@ -154,6 +154,18 @@ void inspect_sweep_folder(const fs::path& sweep_dir, const Config& config, std::
     std::error_code ec;
     for (CellPlan& cell : plan) cell.action = Action::start;
     const fs::path out_dir = sweep_dir.parent_path();
+    // The first part of out_dir that exists must be a folder: a file there would
+    // only show when the folder is made.
+    for (fs::path part = out_dir; !part.empty(); part = part.parent_path()) {
+        const fs::file_status part_status = fs::status(part, ec);
+        if (fs::exists(part_status)) {
+            if (!fs::is_directory(part_status))
+                throw Error("[sweep] run.out_dir " + out_dir.string() + ": " + part.string() +
+                            " exists and is not a folder; choose another run.out_dir");
+            break;
+        }
+        if (part == part.parent_path()) break;
+    }
     for (const char* marker : {"config.toml", "sweep.toml"})
         if (fs::exists(out_dir / marker))
             throw Error("[sweep] run.out_dir " + out_dir.string() + " is itself a " +
@@ -195,15 +207,16 @@ void inspect_sweep_folder(const fs::path& sweep_dir, const Config& config, std::
 namespace {
 
 // Every cell's config, built and checked before anything is written: the grid's
-// assignments on the base config, `threads` each, named and placed in sweep_dir.
-std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::vector<std::string>>& cells, int64_t threads,
-                                 const fs::path& sweep_dir) {
+// assignments on the base config (the command line's overrides in it), named and
+// placed in sweep_dir, with `threads` unless the config or an override set them.
+std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::vector<std::string>>& cells,
+                                 std::optional<int64_t> threads, const fs::path& sweep_dir) {
     std::vector<CellPlan> plan;
     for (size_t i = 0; i < cells.size(); ++i) {
         Config cell = config;
         cell.sweep.clear();
         for (const std::string& assignment : cells[i]) apply_override(cell, assignment);
-        cell.train.threads = threads;
+        if (threads) cell.train.threads = *threads;
         cell.run.name = cell_name(i, cells.size(), cells[i]);
         cell.run.out_dir = sweep_dir.string();
         validate(cell);
@@ -241,25 +254,55 @@ std::vector<std::vector<std::string>> checked_cells(const Config& config, const 
     return cells;
 }
 
-PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
-                            std::optional<size_t> only) {
+namespace {
+
+// Each cell's share of the cores: those this process may use (a Slurm task or a
+// bound MPI rank may have fewer than the machine) split between the cells that
+// run at once on this machine.
+int64_t threads_per_cell(size_t jobs, size_t ranks_per_machine) {
+    long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) cores = std::max(1, CPU_COUNT(&allowed));
+    return std::max<int64_t>(1, cores / static_cast<long>(jobs * std::max<size_t>(1, ranks_per_machine)));
+}
+
+// Another process running the sweep (its folder's lock), or one of the planned
+// cells (the cell's lock, or its folder's, held by a trainer started by hand):
+// refused before anything looks into their folders.
+void check_not_running(const fs::path& sweep_dir, const std::vector<CellPlan>& plan) {
+    RunLock::check_free(sweep_dir / ".lock", sweep_dir.string(), "[sweep]");
+    for (const CellPlan& cell : plan) {
+        const fs::path dir = sweep_dir / cell.name;
+        RunLock::check_free(cell_lock_file(sweep_dir, cell), dir.string(), "[sweep]");
+        RunLock::check_free(dir / ".lock", dir.string(), "[sweep]");
+    }
+}
+
+}  // namespace
+
+PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, std::optional<size_t> only) {
     const auto cells = checked_cells(config, options);
     if (only && *only >= cells.size())
         throw Error("[sweep] --cell " + std::to_string(*only) + ": the grid has cells 0 to " + std::to_string(cells.size() - 1));
     PreparedSweep out;
     out.jobs = std::max<size_t>(1, options.jobs);
-    long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    cpu_set_t allowed;  // a Slurm task or a bound MPI rank may use fewer than the machine has
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) cores = std::max(1, CPU_COUNT(&allowed));
-    const int64_t threads = std::max<int64_t>(1, cores / static_cast<long>(out.jobs * std::max<size_t>(1, options.ranks_per_machine)));
     if (config.run.name.size() > kMaxFolderName)
         throw Error("[sweep] run.name is " + std::to_string(config.run.name.size()) + " bytes long, more than " +
                     std::to_string(kMaxFolderName) + "; choose a shorter one");
     out.dir = fs::path(config.run.out_dir) / config.run.name;
+    std::optional<int64_t> threads;
+    if (!options.threads_given) threads = threads_per_cell(out.jobs, options.ranks_per_machine);
     out.plan = plan_cells(config, cells, threads, out.dir);
     if (only) out.plan = {out.plan[*only]};
+    check_not_running(out.dir, out.plan);
     inspect_sweep_folder(out.dir, config, out.plan);
     check_cells_runnable(out.plan);
+    return out;
+}
+
+PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
+                            std::optional<size_t> only) {
+    PreparedSweep out = plan_sweep(config, options, only);
     fs::create_directories(out.dir);
     if (lock) {
         lock->emplace(out.dir, "[sweep]");

@@ -33,10 +33,14 @@ struct PreparedSweep {
 // check_grid, at most options.max_cells unless options.force.
 std::vector<std::vector<std::string>> checked_cells(const Config& config, const SweepOptions& options);
 
-// Everything before the first cell starts: the grid, every cell's config, the
-// sweep folder and the cells' folders (all, or only cell `only`) checked; then,
-// under `lock` when given (another sweep may have got there first: the folder
-// is looked at again), the folder made. Nothing is written before that.
+// Everything a sweep checks before it writes anything: the grid, every cell's
+// config (built as `attnlab train` builds it), that no other process runs the
+// sweep or one of its cells (all, or only cell `only`), the sweep folder and
+// those cells' folders. Reads only: `--slurm` stops here.
+PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, std::optional<size_t> only = std::nullopt);
+
+// plan_sweep, then the folder made and sweep.toml written; under `lock` when
+// given (another sweep may have got there first: the folder is looked at again).
 PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
                             std::optional<size_t> only = std::nullopt);
 
@@ -44,6 +48,14 @@ PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, s
 void check_grid(const Config& config, const SweepOptions& options);
 // Refuses a folder that is neither absent, empty, nor this sweep's own; sets each planned cell's action.
 void inspect_sweep_folder(const std::filesystem::path& sweep_dir, const Config& config, std::vector<CellPlan>& plan);
+// What cell folder `dir` asks for; refuses one that is no earlier run of the cell `cell`. Reads only.
+Action inspect_cell(const std::filesystem::path& dir, const Config& cell);
+
+// The lock of a cell: <sweep_dir>/cells/<index>.lock, held by the process that
+// runs the cell from before it looks into the cell's folder until its trainer
+// has ended (the trainer holds the folder's own .lock). The cell's folder may
+// not exist yet, and a restart removes it: its own .lock cannot serve.
+std::filesystem::path cell_lock_file(const std::filesystem::path& sweep_dir, const CellPlan& cell);
 
 std::string join(const std::vector<std::string>& parts, const std::string& separator);
 // At most `most` items, then "and N more".

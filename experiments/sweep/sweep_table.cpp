@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "experiments/files/parse_number.h"
 #include "experiments/files/run_files.h"
@@ -108,8 +109,8 @@ private:
 
 // Per kind and layer: mean over heads of the last logged entropy rows; and the
 // largest masked mass of any row, kind, layer and head.
-void read_attention_numbers(const fs::path& metrics, std::map<std::string, double>& numbers,
-                            std::vector<std::string>& columns) {
+void read_attention_numbers_unprobed(const fs::path& metrics, std::map<std::string, double>& numbers,
+                                     std::vector<std::string>& columns) {
     h5::File file = h5::File::open(metrics.string(), "sweep", h5::File::Access::read, true, true);
     double masked_max = 0.0;
     if (!file.has("attention")) return;
@@ -134,6 +135,18 @@ void read_attention_numbers(const fs::path& metrics, std::map<std::string, doubl
             if (!std::isnan(v)) masked_max = std::max(masked_max, v);
     }
     numbers["masked_mass_max"] = masked_max;
+}
+
+// First in a child (data/h5_probe.h): a cell's metrics.h5 may be crafted, and
+// libhdf5 crashes on some crafted files.
+void read_attention_numbers(const fs::path& metrics, std::map<std::string, double>& numbers,
+                            std::vector<std::string>& columns) {
+    h5::probe(metrics.string(), "sweep", [&] {
+        std::map<std::string, double> scratch_numbers = numbers;
+        std::vector<std::string> scratch_columns = columns;
+        read_attention_numbers_unprobed(metrics, scratch_numbers, scratch_columns);
+    });
+    read_attention_numbers_unprobed(metrics, numbers, columns);
 }
 
 std::string fmt(double v, int precision = 4) {

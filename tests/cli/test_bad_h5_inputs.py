@@ -250,6 +250,8 @@ CASES = [
          want=["step_0000040.h5", "step.head.weight", "expected a whole number"]),
     dict(name="train --resume: an Adam step count of 2.5", cmd=["train", "--resume", "{broken}/adam_half_step"],
          want=["step_0000040.h5", "step.head.weight", "2.5"]),
+    dict(name="train --resume: an Adam moment of another shape", cmd=["train", "--resume", "{broken}/m_shape"],
+         want=["step_0000040.h5", "/optimizer/m.head.weight", "(3,3)", "parameter head.weight"]),
     dict(name="train --resume: a negative Adam second moment", cmd=["train", "--resume", "{broken}/negative_v"],
          want=["step_0000040.h5", "v.head.weight", "never negative"]),
     dict(name="train --resume: NaN parameter", cmd=["train", "--resume", "{broken}/nan_param"],
@@ -344,6 +346,7 @@ class BadH5Inputs(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="attnlab_cli_bad_h5_")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)  # also when setUpClass fails
         cls.runs = os.path.join(cls.tmp, "runs")
         cls.broken = os.path.join(cls.tmp, "broken")
         cls.files = os.path.join(cls.tmp, "files")
@@ -376,6 +379,14 @@ class BadH5Inputs(unittest.TestCase):
                 else:
                     data.flat[0] = value
                     f["optimizer"][key][...] = data
+        # A resume whose Adam moment has another shape than its parameter (it said only
+        # "[assign] source (3,3) does not match destination ...", naming neither).
+        run = os.path.join(cls.broken, "m_shape")
+        shutil.copytree(base, run)
+        os.remove(os.path.join(run, "summary.json"))
+        with h5py.File(cc.checkpoint_path(run, 40), "r+") as f:
+            del f["optimizer/m.head.weight"]
+            f["optimizer/m.head.weight"] = np.zeros((3, 3), dtype=np.float32)
         cls.tokens = token_variants(cls.files)
         inspect_variants(cls.files)
         # A file-task run; a copy of its checkpoint whose config names a token file that selects nothing.
@@ -390,10 +401,6 @@ class BadH5Inputs(unittest.TestCase):
             f.attrs["config"] = config.replace(cls.tokens["good"], cls.tokens["mask_zero"])
 
         cls.before = {d: cc.tree_hashes(d) for d in (cls.runs, cls.broken, cls.files)}
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def fill(self, text, cwd):
         return text.format(runs=self.runs, broken=self.broken, files=self.files, fifo=self.fifo, cwd=cwd,

@@ -388,7 +388,7 @@ class BadInput(cc.TempDirTest):
             ([checkpoint, "--input", floats, "--out", out], "integers"),
             ([encdec, "--input", decoder_file, "--out", out], "/src"),
             ([checkpoint, "--tokens", "3", "--out", occupied], "directory"),
-            ([checkpoint, "--tokens", "3", "--out", checkpoint], "checkpoint itself"),
+            ([checkpoint, "--tokens", "3", "--out", checkpoint], "an input of this command"),
             ([checkpoint, "--tokens", "3", "--out", out, "--png", a_file], "not a directory"),
         ]
         with open(checkpoint, "rb") as f:
@@ -406,7 +406,12 @@ class BadInput(cc.TempDirTest):
                 lines = r.stderr.strip().splitlines()
                 self.assertEqual(len(lines), 1, shown)
                 self.assertTrue(lines[0].startswith("attnlab inspect: "), shown)
-                self.assertIn(needle, lines[0], shown)
+                if existing:  # a file that is not an inspect file: refused before anything else, and kept
+                    self.assertTrue(needle in lines[0] or "refusing to replace" in lines[0], shown)
+                    with open(out) as f:
+                        self.assertEqual(f.read(), "old", shown)
+                else:
+                    self.assertIn(needle, lines[0], shown)
                 if not existing and os.environ.get("SHOW_MESSAGES"):
                     print(lines[0], file=sys.stderr)
                 self.assertFalse(os.path.exists(out + ".tmp"), shown)

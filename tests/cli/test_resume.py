@@ -57,12 +57,9 @@ class Resume(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="attnlab_cli_resume_")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)  # also when setUpClass fails
         # Run A, uninterrupted: the reference.
         cls.run_a = cls.train_run("a")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
     def train_run(cls, label):

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "experiments/config/config.h"
 #include "data/h5file.h"
 #include "experiments/run/trainer.h"
+#include "tests/temp_dir.h"
 
 namespace attnlab::device_trainer_test {
 namespace {
@@ -31,11 +31,7 @@ struct Finished {
 // A short recall run (the default task, a small model); checkpoints at 30 and 60.
 Finished train(const std::string& device, const std::vector<std::string>& kinds,
                const std::vector<std::string>& overrides = {}) {
-    static const fs::path root = [] {
-        const fs::path dir = fs::temp_directory_path() / ("attnlab_device_trainer_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        return dir;
-    }();
+    static const test::TempDir root("attnlab_device_trainer_");  // removed when the binary exits
     static int runs = 0;
     Config config = default_config();
     for (const char* o : {"model.width=32", "model.heads=4", "model.layers=2", "model.ffn=64", "train.steps=60",
@@ -46,7 +42,7 @@ Finished train(const std::string& device, const std::vector<std::string>& kinds,
     apply_override(config, "train.device=" + device);
     for (const std::string& o : overrides) apply_override(config, o);
     validate(config);
-    const fs::path dir = root / ("run" + std::to_string(runs++));
+    const fs::path dir = root.path() / ("run" + std::to_string(runs++));
     std::unique_ptr<Trainer> trainer = Trainer::start(config, dir.string());
     EXPECT_EQ(trainer->run(), 0);
     Finished r{trainer->summary(), read_checkpoint(list_checkpoints((dir / "checkpoints").string()).back()), {}};

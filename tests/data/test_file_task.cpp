@@ -2,19 +2,26 @@
 // file's loss mask selects the counted targets, and the last tenth of the rows
 // is held out for evaluation.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
-#include <filesystem>
+#include <functional>
 #include <set>
 
 #include "data/file_task.h"
 #include "data/h5file.h"
+#include "tests/temp_dir.h"
 
 namespace attnlab {
 namespace {
 
+const test::TempDir& temp_dir() {
+    static const test::TempDir dir("attnlab_file_task_");
+    return dir;
+}
+
 // N = 10 rows of width S = 5: row n is [n+3, n+4, ..., ] with length 2 + n % 4
 std::string write_file(bool with_mask) {
-    const std::string path = (std::filesystem::temp_directory_path() / (with_mask ? "attnlab_file_task_mask.h5" : "attnlab_file_task.h5")).string();
+    const std::string path = temp_dir().file(with_mask ? "attnlab_file_task_mask.h5" : "attnlab_file_task.h5");
     const size_t N = 10, S = 5;
     std::vector<int32_t> tokens(N * S, 0);
     std::vector<int64_t> lengths(N);
@@ -70,7 +77,7 @@ TEST(FileTask, LossMaskSelectsTargetsAndEvalUsesHeldOutRows) {
 }
 
 TEST(FileTask, TooFewRowsIsAnError) {
-    const std::string path = (std::filesystem::temp_directory_path() / "attnlab_file_task_one.h5").string();
+    const std::string path = temp_dir().file("attnlab_file_task_one.h5");
     {
         h5::File f = h5::File::create(path, "test");
         const int32_t tokens[3] = {3, 4, 5};
@@ -87,6 +94,53 @@ TEST(FileTask, TooFewRowsIsAnError) {
     }
 }
 
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+// A FIFO would hang libhdf5's open, and a directory or a device is no token
+// file: refused, naming task.path and what the path is, before libhdf5 sees it.
+TEST(FileTask, OnlyARegularFileIsOpened) {
+    const std::string fifo = temp_dir().file("pipe.h5");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const std::string dir = temp_dir().path().string();
+    const std::pair<std::string, std::string> cases[] = {{fifo, "a FIFO"}, {dir, "a directory"}, {"/dev/null", "a character device"}};
+    for (const auto& [path, what] : cases) {
+        const std::string want = "[token_file] task.path " + path + ": not a regular file (" + what + ")";
+        EXPECT_EQ(error_of([&] { read_token_file(path, 32); }), want);
+        EXPECT_EQ(error_of([&] { FileTask(path, 32, 0, 0); }), want);
+    }
+}
+
+// /tokens declaring more than kMaxFileTokens is refused from its declared shape,
+// before its (here 256 MiB, sparse on disk) data is read into memory.
+TEST(FileTask, TooManyTokensAreRefusedBeforeTheyAreRead) {
+    const std::string path = temp_dir().file("attnlab_file_task_huge.h5");
+    const hsize_t rows = (hsize_t{1} << 14) + 1, width = hsize_t{1} << 14;  // 2^28 + 2^14 int8 tokens
+    {
+        h5::File f = h5::File::create(path, "test");
+        const hsize_t dims[2] = {rows, width};
+        const hid_t space = H5Screate_simple(2, dims, nullptr);
+        const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);  // its storage allocated, never written
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+        const hid_t dataset = H5Dcreate2(f.id(), "tokens", H5T_STD_I8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        ASSERT_GE(dataset, 0);
+        H5Dclose(dataset);
+        H5Pclose(dcpl);
+        H5Sclose(space);
+        f.close();
+    }
+    EXPECT_EQ(error_of([&] { read_token_file(path, 32); }),
+              "[token_file] " + path + ": /tokens: declares (16385,16384), 268451840 tokens, more than the 268435456 (2^28) a token "
+              "file may hold");
+}
+
 }  // namespace
 }  // namespace attnlab
 
@@ -95,7 +149,7 @@ namespace {
 
 // 10 rows of width 4, all of length 4, with the given loss mask (row-major).
 std::string write_masked(const std::string& name, const std::vector<uint8_t>& mask) {
-    const std::string path = (std::filesystem::temp_directory_path() / name).string();
+    const std::string path = temp_dir().file(name);
     std::vector<int32_t> tokens(40, 5);
     h5::File f = h5::File::create(path, "test");
     f.write<int32_t>("tokens", {10, 4}, tokens.data());

@@ -1,19 +1,30 @@
 // The `text` task: UTF-8 decoding (and what is not UTF-8), the alphabet of a
 // file, windows shifted by one character, and the held-out end of the file.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <filesystem>
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "data/text_task.h"
+#include "tests/temp_dir.h"
 
 namespace attnlab {
 namespace {
 
+const test::TempDir& temp_dir() {
+    static const test::TempDir dir("attnlab_text_task_");
+    return dir;
+}
+
 std::string write_text(const std::string& name, const std::string& bytes) {
-    const std::string path = (std::filesystem::temp_directory_path() / name).string();
+    const std::string path = temp_dir().file(name);
     std::ofstream(path, std::ios::binary) << bytes;
     return path;
 }
@@ -74,9 +85,93 @@ TEST(TextTask, WindowsAreShiftedByOneAndTheEndIsHeldOut) {
 TEST(TextTask, AFileTooShortForItsWindowsIsRefused) {
     const std::string path = write_text("attnlab_text_short.txt", "abcdefghij");
     EXPECT_EQ(error_of([&] { TextTask(path, text_alphabet(path), 8, 0, 0); }),
-              "[text] " + path + ": 10 characters; windows of task.max_len + 1 = 9 need at least 18 (one to train on, one held out)");
-    EXPECT_NE(error_of([&] { text_alphabet("/nonexistent/attnlab.txt"); }).find("[text] /nonexistent/attnlab.txt: cannot read it"),
-              std::string::npos);
+              "[text] task.path " + path + ": 10 characters; windows of task.max_len + 1 = 9 need at least 18 (one to train on, one held out)");
+    EXPECT_EQ(error_of([&] { text_alphabet("/nonexistent/attnlab.txt"); }), "[text] task.path /nonexistent/attnlab.txt: no such file");
+    const std::string one = write_text("attnlab_text_one.txt", "aaaa");
+    EXPECT_EQ(error_of([&] { text_alphabet(one); }), "[text] task.path " + one + ": 1 distinct character(s); nothing to predict");
+}
+
+// Opens the FIFO's writing end (and closes it) while the test waits, so that a
+// reader that opened the FIFO gets an end of file instead of hanging the test.
+class FifoUnblocker {
+public:
+    explicit FifoUnblocker(std::string path)
+        : thread_([this, path = std::move(path)] {
+              for (int i = 0; i < 300 && !done_; ++i) {  // 3 s at most
+                  const int fd = open(path.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO while nobody reads
+                  if (fd >= 0) close(fd);
+                  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              }
+          }) {}
+    ~FifoUnblocker() {
+        done_ = true;
+        thread_.join();
+    }
+
+private:
+    std::atomic<bool> done_{false};
+    std::thread thread_;
+};
+
+// A FIFO, a directory, a device or a file beyond kMaxTextBytes is refused, named,
+// before anything is read (it used to hang, exhaust memory or read as empty text).
+TEST(TextTask, OnlyARegularFileWithinTheLimitIsRead) {
+    const std::string fifo = temp_dir().file("pipe.txt");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const std::string dir = temp_dir().path().string();
+    const std::string alphabet = "ab";
+    const std::pair<std::string, std::string> cases[] = {{fifo, "a FIFO"}, {dir, "a directory"}, {"/dev/null", "a character device"}};
+    for (const auto& [path, what] : cases) {
+        const std::string want = "[text] task.path " + path + ": not a regular file (" + what + ")";
+        const FifoUnblocker unblock(fifo);
+        EXPECT_EQ(error_of([&] { text_alphabet(path); }), want);
+        EXPECT_EQ(error_of([&] { TextTask(path, alphabet, 4, 0, 0); }), want);
+    }
+    const std::string big = write_text("attnlab_text_big.txt", "");
+    ASSERT_EQ(truncate(big.c_str(), static_cast<off_t>(kMaxTextBytes + 1)), 0);  // sparse: nothing on disk
+    const std::string want = "[text] task.path " + big + ": 268435457 bytes, more than the 268435456 (256 MiB) a text task reads";
+    EXPECT_EQ(error_of([&] { text_alphabet(big); }), want);
+    EXPECT_EQ(error_of([&] { TextTask(big, alphabet, 4, 0, 0); }), want);
+}
+
+// The file is read in chunks of 1 MiB: a character cut by a chunk's end is
+// decoded whole, and a bad byte far in is reported at its offset in the file.
+TEST(TextTask, UTF8IsDecodedAcrossChunks) {
+    std::string text = "a";
+    while (text.size() < (size_t{1} << 20) + 100) text += "\u00e9";  // bytes 1 + 2k: one cut at byte 2^20
+    const std::string path = write_text("attnlab_text_chunks.txt", text);
+    EXPECT_EQ(text_alphabet(path), "a\u00e9");
+    const size_t characters = 1 + (text.size() - 1) / 2;
+    TextTask task(path, text_alphabet(path), 4, 0, 1);
+    const Batch b = task.next(8);
+    for (const int32_t t : b.inputs.values) EXPECT_EQ(t, 1);  // the held-out end: all 'é'
+    // every character counted once: a window as long as the file names their number
+    const std::string too_short = error_of([&] { TextTask(path, text_alphabet(path), characters, 0, 0); });
+    EXPECT_EQ(too_short.rfind("[text] task.path " + path + ": " + std::to_string(characters) + " characters;", 0), 0u) << too_short;
+    text[(size_t{1} << 20) + 10] = '\xff';  // a continuation byte replaced, past the first chunk
+    const std::string bad = write_text("attnlab_text_bad_late.txt", text);
+    EXPECT_EQ(error_of([&] { text_alphabet(bad); }),
+              "[text] task.path " + bad + ": not UTF-8 at byte " + std::to_string((size_t{1} << 20) + 9));
+    const std::string cut = write_text("attnlab_text_cut.txt", "ab\xc3");  // the last character cut by the end of the file
+    EXPECT_EQ(error_of([&] { text_alphabet(cut); }), "[text] task.path " + cut + ": not UTF-8 at byte 2");
+}
+
+// A model's alphabet is its characters in code point order, each once: the
+// token id of a character is its index, so anything else reads wrong letters.
+TEST(TextTask, AnAlphabetIsSortedWithoutRepeats) {
+    EXPECT_EQ(alphabet_letters("\n ab\u00e9", "task.alphabet"), std::u32string(U"\n ab\u00e9"));
+    EXPECT_EQ(error_of([&] { alphabet_letters("aab", "task.alphabet"); }),
+              "[text] task.alphabet: U+0061 at character 1 repeats character 0 (an alphabet lists each character once)");
+    EXPECT_EQ(error_of([&] { alphabet_letters("acb", "task.alphabet"); }),
+              "[text] task.alphabet: U+0062 at character 2 comes before U+0063 at character 1 (an alphabet is sorted by code point: "
+              "token id = index)");
+    EXPECT_EQ(error_of([&] { alphabet_letters("a", "task.alphabet"); }),
+              "[text] task.alphabet: 1 character(s); a text model needs at least 2");
+    EXPECT_EQ(error_of([&] { alphabet_letters("a\xff", "task.alphabet"); }), "[text] task.alphabet: not UTF-8 at byte 1");
+    // what reads and writes text refuses such an alphabet instead of giving wrong letters
+    EXPECT_EQ(error_of([&] { text_to_tokens("ab", "ba", "--prompt"); }).rfind("[text] task.alphabet: U+0061 at character 1 comes before", 0),
+              0u);
+    EXPECT_EQ(error_of([&] { tokens_to_text({0, 1}, "aab"); }).rfind("[text] task.alphabet: U+0061 at character 1 repeats", 0), 0u);
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 // That each live test can fail, and the dense reference, are tested in
 // test_audit_live_tests.cpp.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -21,6 +20,7 @@
 #include "experiments/config/config.h"
 #include "experiments/run/attention_metrics.h"
 #include "experiments/run/evaluate.h"
+#include "tests/temp_dir.h"
 #include "tiny_runs.h"
 
 namespace attnlab::analysis_test {
@@ -249,8 +249,8 @@ TEST(Ablate, FilesFollowTheirLayouts) {
     const std::vector<Batch> data = eval_data(run.config, 1);
     const Ablation a = ablate(*loaded.model, data);
     ASSERT_EQ(a.rows.size(), 3u * 2 * 2);  // enc_self, dec_self, cross x 2 layers x 2 heads
-    const fs::path dir = fs::temp_directory_path() / ("attnlab_ablate_files_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
+    const test::TempDir temp("attnlab_ablate_files_");  // removed also when an assertion ends the test
+    const fs::path& dir = temp.path();
     const std::string table = (dir / "table.h5").string(), maps = (dir / "maps.h5").string();
     AblationSource source{run.path, run.checkpoint.step, run.checkpoint.config_toml, 0, 1};
     write_ablation_h5(table, a, source);
@@ -279,7 +279,6 @@ TEST(Ablate, FilesFollowTheirLayouts) {
         EXPECT_EQ(f.dataset("attention/cross/layer_0").shape(), (Shape{tgt[0], 2, tgt[1], src[1]}));
         EXPECT_EQ(f.dataset("attention/enc_self/layer_0").shape(), (Shape{src[0], 2, src[1], src[1]}));
     }
-    fs::remove_all(dir);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include "autograd/tensor.h"
 #include "experiments/cli/commands.h"
 #include "experiments/files/run_files.h"
+#include "tests/temp_dir.h"
 
 namespace attnlab {
 namespace {
@@ -59,8 +59,8 @@ TEST(CliErrors, OurOwnBugsAreExit1InternalError) {
 TEST(RunFiles, WriteAtomicallyNeverReplacesWhatIsNoRegularFile) {
     // The rename would put a file in place of a FIFO, a device (as root:
     // /dev/full) or a symbolic link; refused, and nothing is left behind.
-    const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attnlab_run_files_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
+    const test::TempDir temp("attnlab_run_files_");  // removed also when an assertion ends the test
+    const std::filesystem::path& dir = temp.path();
     const std::filesystem::path fifo = dir / "fifo", link = dir / "link", target = dir / "target";
     ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
     write_text_atomically(target, "keep", "[test]");
@@ -79,7 +79,6 @@ TEST(RunFiles, WriteAtomicallyNeverReplacesWhatIsNoRegularFile) {
     write_text_atomically(target, "replaced", "[test]");  // a regular file is replaced whole
     std::ifstream in(target);
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "replaced");
-    std::filesystem::remove_all(dir);
 }
 
 TEST(CliErrors, TheBodysStatusPassesThrough) {

@@ -2,7 +2,6 @@
 // masked CRC-32C, the data and its masked CRC-32C, then the Event it holds.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include "experiments/run/tensorboard.h"
 #include "experiments/run/trainer.h"
 #include "tensorboard_event.pb.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -47,11 +47,6 @@ std::vector<tensorboard::Event> read_events(const std::string& path) {
     return events;
 }
 
-fs::path temp_dir(const std::string& name) {
-    const fs::path dir = fs::temp_directory_path() / ("attnlab_tb_test_" + std::to_string(getpid()) + "_" + name);
-    fs::remove_all(dir);
-    return dir;
-}
 
 TEST(TensorBoard, MaskedCrc32cOfTheCheckString) {
     // CRC-32C("123456789") = 0xE3069283, the Castagnoli check value (RFC 3720, B.4);
@@ -63,7 +58,8 @@ TEST(TensorBoard, MaskedCrc32cOfTheCheckString) {
 }
 
 TEST(TensorBoard, ScalarsReadBackRecordByRecord) {
-    const fs::path dir = temp_dir("writer");
+    const test::TempDir temp("attnlab_tb_test_");  // removed also when an assertion ends the test
+    const fs::path dir = temp.path() / "writer";
     std::string path;
     {
         TensorBoardWriter writer(dir.string());
@@ -85,11 +81,11 @@ TEST(TensorBoard, ScalarsReadBackRecordByRecord) {
     EXPECT_EQ(events[2].step(), 10);
     EXPECT_EQ(events[2].summary().value(0).simple_value(), 1.25f);
     EXPECT_GT(events[2].wall_time(), 1.7e9);  // seconds since the epoch
-    fs::remove_all(dir);
 }
 
 TEST(TensorBoard, ATrainingRunWritesEveryScalar) {
-    const fs::path dir = temp_dir("run");
+    const test::TempDir temp("attnlab_tb_test_");
+    const fs::path dir = temp.path() / "run";
     Config config = default_config();
     for (const char* o : {"model.width=16", "model.heads=2", "model.layers=2", "model.ffn=32", "train.steps=20", "train.batch=8",
                           "train.log_every=5", "train.eval_every=10", "train.checkpoint_every=20", "train.eval_batches=1",
@@ -114,7 +110,6 @@ TEST(TensorBoard, ATrainingRunWritesEveryScalar) {
         for (const char* head : {"L0.H0", "L0.H1", "L1.H0", "L1.H1"})
             EXPECT_EQ(steps[std::string("attention/self/") + series + "/" + head], attention) << series << " " << head;
     EXPECT_EQ(steps.size(), 5u + 3u + 8u);
-    fs::remove_all(dir);
 }
 
 }  // namespace

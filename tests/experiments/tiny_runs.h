@@ -5,7 +5,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -16,6 +15,7 @@
 #include "experiments/files/checkpoint.h"
 #include "experiments/run/model_factory.h"
 #include "experiments/run/trainer.h"
+#include "tests/temp_dir.h"
 
 namespace attnlab::analysis_test {
 
@@ -30,18 +30,8 @@ struct Trained {
 
 // Trains a tiny model for 40 steps into a temporary folder (removed at exit).
 inline Trained train_tiny(const std::vector<std::string>& overrides) {
-    static const fs::path root = [] {
-        const fs::path dir = fs::temp_directory_path() / ("attnlab_audit_test_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        static struct Cleanup {
-            fs::path dir;
-            ~Cleanup() {
-                std::error_code ignored;
-                fs::remove_all(dir, ignored);
-            }
-        } cleanup{dir};
-        return dir;
-    }();
+    static const test::TempDir temp("attnlab_audit_test_");  // removed when the binary exits
+    const fs::path& root = temp.path();
     Config config = default_config();
     for (const char* o : {"model.width=16", "model.heads=2", "model.kv_heads=1", "model.layers=2", "model.ffn=32",
                           "train.steps=40", "train.batch=8", "train.log_every=20", "train.eval_every=20",

@@ -303,6 +303,14 @@ inline std::string file_bytes(const std::string& path) {
 // other input is a recipe of edits to `base` (the bytes of a real tiny file) over
 // the object and attribute `names`. `load(path)` reads the file: only bad-input
 // exceptions may leave it, and no HDF5 object may stay open afterwards.
+//
+// An image is read as the CLI reads a user's file: through the probe of
+// data/h5_probe.h, which runs the loader in a forked child first, so a crash
+// or hang inside libhdf5 must come back as an attnlab::Error. A recipe's file
+// was just written by this process through the HDF5 API, so it is read
+// without the probe (ATTNLAB_H5_PROBE=0), as attnlab reads files it wrote
+// itself: the loader then runs here, where libFuzzer sees its coverage (it
+// sees none of a child's).
 template <class Load>
 void load_hdf5_input(const uint8_t* data, size_t size, const std::string& base, std::vector<std::string> names,
                      Load&& load) {
@@ -313,6 +321,8 @@ void load_hdf5_input(const uint8_t* data, size_t size, const std::string& base, 
             FuzzedDataProvider in(data, size);
             Recipe(in, std::move(names)).apply(file.path());
         }
+        setenv("ATTNLAB_H5_PROBE", raw ? "1" : "0", 1);
+        if (raw) ++probe_tally().inputs;
         expect_bad_input_only([&] { load(file.path()); });
     }
     expect_nothing_open();

@@ -90,6 +90,33 @@ class Reports(rc.cc.TempDirTest):
                 label = json.dumps(f"self · layer {layer} · head {head}")[1:-1]  # as in the figure's JSON
                 self.assertTrue(label in page, label)
 
+    def viewer_labels(self, page):
+        """The query and key labels of every map in the attention viewer's script."""
+        start = page.index("var maps = ") + len("var maps = ")
+        maps, _ = json.JSONDecoder().raw_decode(page[start:])
+        return maps
+
+    def test_attention_labels_of_a_generated_task(self):
+        page, _ = self.make([Fixtures.checkpoint("dec", rc.DECODER), "--tokens", "1 2 0 7"])
+        for m in self.viewer_labels(page):
+            self.assertEqual(m["queries"], ["<SEP>", "<BOS>", "<PAD>", "7"], m["title"])
+
+    def test_attention_labels_of_a_text_model(self):
+        """A text model's tokens are its characters (task.alphabet): whitespace
+        escaped visibly, and no special-token names (a text model has none)."""
+        with open(os.path.join(Fixtures.folder(), "text.txt"), "w", encoding="utf-8") as f:
+            f.write('the "cat"\tsat on\nthe mat; ' * 40)
+        checkpoint = Fixtures.checkpoint("text", dict(rc.DECODER, **{"task.name": "text", "task.path": "text.txt",
+                                                                     "task.max_len": "12"}))
+        page, _ = self.make([checkpoint, "--tokens", 'a "t\n\tc'])
+        maps = self.viewer_labels(page)
+        self.assertEqual(len(maps), 4)
+        for m in maps:
+            self.assertEqual(m["queries"], ["a", "\u2423", '"', "t", "\\n", "\\t", "c"], m["title"])
+            self.assertEqual(m["keys"], m["queries"], m["title"])
+        for name in ("&lt;SEP&gt;", "&lt;PAD&gt;", "&lt;BOS&gt;", "<SEP>", "<PAD>", "<BOS>"):
+            self.assertNotIn(name, page[page.index("</head>"):], "a special-token name on a text model's page")
+
     def test_attention_of_a_run_folder(self):
         """A run folder with --tokens stands for its newest checkpoint."""
         page, charts = self.make([Fixtures.train("dec", rc.DECODER), "--tokens", rc.PROMPT])

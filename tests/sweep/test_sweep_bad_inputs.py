@@ -50,6 +50,9 @@ CASES = [
     ("duplicate value written two ways", [("optim.lr", "[1e-3, 0.001]")], [], {}, ["optim.lr", "0.001"]),
     ("duplicate list value", [("optim.betas", "[[0.9, 0.98], [0.9, 0.98]]")], [], {}, ["optim.betas", "[0.9, 0.98]"]),
     ("override of a swept key", GOOD_SWEEP, ["model.heads=4"], {}, ["model.heads=4", "model.heads", "[1, 2]"]),
+    ("override of a swept key, spaced", GOOD_SWEEP, [" model.heads = 4"], {}, ["model.heads", "[1, 2]"]),
+    ("override of the grid itself", GOOD_SWEEP, ["sweep.model.heads=[1, 4]"], {}, ["sweep.model.heads"]),
+    ("override of train.threads out of range", GOOD_SWEEP, ["train.threads=5000"], {}, ["train.threads", "5000"]),
     ("sweep over run.name", [("run.name", '["a", "b"]')], [], {}, ["run.name"]),
     ("sweep over run.out_dir", [("run.out_dir", '["a", "b"]')], [], {}, ["run.out_dir"]),
     ("sweep over train.threads", [("train.threads", "[1, 2]")], [], {}, ["train.threads", "--jobs"]),
@@ -241,6 +244,45 @@ class RefusedWithFilesAround(sc.SweepTest):
         self.assertEqual(r.returncode, 0, r.stderr)
         config = self.write_config(sc.config_text(sweep=GOOD_SWEEP, run__out_dir='"out/tiny"', run__name='"inner"'))
         self.refused(["sweep", config], ["run.out_dir", "out/tiny", "config.toml"])
+
+    def test_out_dir_is_a_file(self):
+        with open(self.path("out"), "w") as f:
+            f.write("x\n")
+        config = self.write_config(sc.config_text(sweep=GOOD_SWEEP))
+        for mode in ([], ["--cell", "0"], ["--slurm"]):
+            with self.subTest(mode=mode):
+                self.refused(["sweep", config] + mode, ["run.out_dir out", "out exists and is not a folder"])
+        # a file further up the path, too
+        self.refused(["sweep", config, "run.out_dir=out/deeper"], ["run.out_dir out/deeper", "out exists and is not a folder"])
+
+    # --- every mode checks the folder alike: --slurm writes no script, --cell runs no cell
+
+    def test_slurm_and_cell_check_the_folder(self):
+        r = sc.attnlab(["train", self.write_config(sc.config_text(), "single.toml")], self.tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        config = self.write_config(sc.config_text(sweep=GOOD_SWEEP))
+        for mode in (["--slurm"], ["--cell", "1"]):
+            with self.subTest(f"{mode}: a single run"):
+                self.refused(["sweep", config] + mode, ["out/tiny", "single run", "config.toml"])
+        shutil.rmtree(self.path("out"))
+        other = self.write_config(sc.config_text(sweep=[("model.heads", "[1, 4]")]), "other.toml")
+        self.finished_sweep()
+        for mode in (["--slurm"], ["--cell", "0"]):
+            with self.subTest(f"{mode}: another sweep"):
+                self.refused(["sweep", other] + mode, ["out/tiny", "another sweep", "sweep.model.heads"])
+            with self.subTest(f"{mode}: the out_dir is a run"):
+                self.refused(["sweep", config, "run.out_dir=out/tiny/0_model.heads=1", "run.name=inner"] + mode,
+                             ["run.out_dir", "out/tiny/0_model.heads=1", "config.toml"])
+        shutil.rmtree(self.path("out"))
+        os.makedirs(self.path("out", "tiny", "notes"))
+        for mode in (["--slurm"], ["--cell", "0"]):
+            with self.subTest(f"{mode}: foreign files"):
+                self.refused(["sweep", config] + mode, ["out/tiny", "not a sweep folder", "notes"])
+
+    def test_slurm_checks_every_cell_as_training_would(self):
+        config = self.write_config(sc.config_text(sweep=[("task.path", '["tokens.h5", "gone.h5"]')], **FILE_TASK))
+        write_tokens(self.path("tokens.h5"))
+        self.refused(["sweep", config, "--slurm"], ["1_task.path=gone.h5", "gone.h5"])
 
     # --- class 6: a finished cell's summary.json is garbled
 

@@ -159,6 +159,79 @@ class TwoByTwo(sc.SweepTest):
                                     f"{group}[{i}] {column}: csv {row[column]!r}, h5 {values[i]!r}")
 
 
+def cores():
+    return len(os.sched_getaffinity(0))
+
+
+def cell_config(sweep_dir, name):
+    with open(os.path.join(sweep_dir, name, "config.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+class OverridesReachTheCells(sc.SweepTest):
+    """Every override on the sweep's command line is in each cell's config.toml
+    (the refused ones: test_sweep_bad_inputs.py). train.threads given (override
+    or config file) is every cell's; not given, each cell gets the cores split
+    between --jobs."""
+
+    NAMES = ["0_model.heads=1", "1_model.heads=2"]
+
+    def test_overrides_of_every_kind(self):
+        threads = cores() // 2 + 1  # never what splitting the cores between 2 jobs gives
+        config = self.write_config(sc.config_text(sweep=[("model.heads", "[1, 2]")]))
+        r = self.sweep(config, "--jobs", "2", f"train.threads={threads}", "optim.lr=0.002", "model.ffn=24",
+                       "run.out_dir=elsewhere", "run.name=named", "task.max_len=5")
+        sweep_dir = self.path("elsewhere", "named")
+        self.assertFalse(os.path.exists(self.path("out")), r.shown)
+        for name, heads in zip(self.NAMES, (1, 2)):
+            cell = cell_config(sweep_dir, name)
+            self.assertEqual(cell["train"]["threads"], threads, name)
+            self.assertEqual(cell["optim"]["lr"], 0.002, name)
+            self.assertEqual(cell["model"]["ffn"], 24, name)
+            self.assertEqual(cell["model"]["heads"], heads, name)
+            self.assertEqual(cell["task"]["max_len"], 5, name)
+            self.assertEqual(cell["run"]["out_dir"], os.path.join("elsewhere", "named"), name)
+            self.assertEqual(cell["run"]["name"], name)
+            self.assertIn("run " + os.path.join("elsewhere", "named", name), self.log(sweep_dir, name))
+        with open(os.path.join(sweep_dir, "sweep.toml"), "rb") as f:
+            saved = tomllib.load(f)
+        self.assertEqual((saved["run"]["name"], saved["run"]["out_dir"], saved["train"]["threads"]),
+                         ("named", "elsewhere", threads))
+
+    def log(self, sweep_dir, name):
+        with open(os.path.join(sweep_dir, "logs", name + ".log")) as f:
+            return f.read()
+
+    def test_threads_from_the_config_file(self):
+        threads = cores() + 1
+        config = self.write_config(sc.config_text(sweep=[("model.heads", "[1, 2]")], train__threads=str(threads)))
+        self.sweep(config)
+        for name in self.NAMES:
+            self.assertEqual(cell_config(self.sweep_dir(), name)["train"]["threads"], threads, name)
+
+    def test_threads_not_given_split_the_cores(self):
+        config = self.write_config(sc.config_text(sweep=[("model.heads", "[1, 2]")]))
+        self.sweep(config, "--jobs", "2")
+        for name in self.NAMES:
+            self.assertEqual(cell_config(self.sweep_dir(), name)["train"]["threads"], max(1, cores() // 2), name)
+
+    def test_threads_of_a_rerun_reach_a_resumed_cell(self):
+        config = self.write_config(sc.config_text(sweep=[("model.heads", "[1, 2]")]))
+        self.sweep(config)
+        cell = os.path.join(self.sweep_dir(), self.NAMES[1])
+        os.remove(os.path.join(cell, "summary.json"))
+        os.remove(os.path.join(cell, "checkpoints", "step_0000060.h5"))
+        threads = cores() + 1
+        r = self.sweep(config, f"train.threads={threads}")
+        self.assertIn(f"sweep: {self.NAMES[1]}: resuming", r.stderr.splitlines(), r.shown)
+        self.assertEqual(cell_config(self.sweep_dir(), self.NAMES[1])["train"]["threads"], threads)
+        with open(os.path.join(cell, "resumes.log")) as f:
+            self.assertEqual(f.read(), f"step 30: resumed with train.threads ({threads}, was {cores()})\n")
+        self.assertEqual(sc.read_json(os.path.join(cell, "summary.json"))["steps"], 60)
+        # the finished cell was left as it was
+        self.assertEqual(cell_config(self.sweep_dir(), self.NAMES[0])["train"]["threads"], cores())
+
+
 class ListValuedAxis(sc.SweepTest):
     """An axis whose values are TOML arrays ("optim.betas"): the values hold
     commas and spaces, in the folder names (sanitised) and the tables."""

@@ -3,7 +3,9 @@ running cells (each checkpoints and exits 130), the sweep waits for all of them,
 says in one line what it stopped and how to resume, and exits 130; rerunning it
 finishes the cells. A SIGKILLed sweep takes its cells down too (they get
 SIGTERM, so they checkpoint). A second sweep of the same folder while the first
-runs is refused with the first one's pid.
+runs is refused with the first one's pid, and so is a second process for a
+running cell (`--cell K`, or a whole sweep while `--cell K` or a trainer started
+by hand runs it), before it writes anything.
 
     /usr/bin/python3 tests/sweep/test_sweep_signals.py ATTNLAB_BINARY
 """
@@ -64,9 +66,11 @@ def checkpoint_steps(cell):
     return sorted(int(n[5:-3]) for n in os.listdir(folder) if n.startswith("step_") and n.endswith(".h5"))
 
 
-class Signals(sc.SweepTest):
-    def start(self, *extra):
-        self.config = self.write_config(sc.config_text(sweep=SWEEP, **LONG))
+class SweepProcesses(sc.SweepTest):
+    """Starting a sweep of long cells, and watching it and them."""
+
+    def start(self, *extra, **changes):
+        self.config = self.write_config(sc.config_text(sweep=SWEEP, **dict(LONG, **changes)))
         args = [sc.ATTNLAB, "sweep", self.config] + list(extra)
         proc = subprocess.Popen(args, cwd=self.tmp, env=sc.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
@@ -127,6 +131,8 @@ class Signals(sc.SweepTest):
             self.assertEqual(sc.read_json(os.path.join(self.sweep_dir(), name, "summary.json"))["steps"], STEPS, r.shown)
         self.assertIn("2 of 2 cells ok", r.stdout, r.shown)
 
+
+class Signals(SweepProcesses):
     def test_sigterm_reaches_the_cells(self):
         proc = self.start("--jobs", "2")
         cells = self.wait_training(proc, NAMES)
@@ -180,6 +186,114 @@ class Signals(sc.SweepTest):
         proc.send_signal(signal.SIGTERM)
         self.check_interrupted(proc, "SIGTERM", NAMES)
         self.wait_gone(cells, timeout=1)
+
+
+class OneWriterPerCell(SweepProcesses):
+    """One writer per cell folder: while `sweep --cell 0` (or a trainer started by
+    hand) runs cell 0, a second `sweep --cell 0` or a whole sweep is refused in
+    one line naming the cell's folder and the holder's pid, exit 2, before it
+    looks into the folder or opens the cell's log; the running cell goes on."""
+
+    def refused(self, args, holder):
+        cell = os.path.join("out", "tiny", NAMES[0])
+        r = sc.attnlab(["sweep", self.config] + args, self.tmp)
+        shown = sc.shown(["sweep", self.config] + args, r)
+        self.assertEqual(r.returncode, 2, shown)
+        self.assertEqual(r.stdout, "", shown)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, shown)
+        self.assertTrue(lines[0].startswith(f"attnlab sweep: [sweep] {cell} is in use by another attnlab process "
+                                            f"(pid {holder})"), shown)
+        return shown
+
+    def check_refusals(self, holder, running):
+        cell = os.path.join(self.sweep_dir(), NAMES[0])
+        inode = os.stat(cell).st_ino
+        for args in (["--cell", "0"], ["--jobs", "2"]):
+            shown = self.refused(args, holder)
+            self.assertEqual(os.stat(cell).st_ino, inode, "the cell's folder was made anew\n" + shown)
+            self.assertTrue(all(alive(p) for p in running), "the running cell stopped\n" + shown)
+            self.assertNotIn("in use", self.log(NAMES[0]), "the refusal went into the running cell's log\n" + shown)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.sweep_dir(), "logs"))), [NAMES[0] + ".log"])
+
+    def test_second_cell_process_before_the_first_checkpoint(self):
+        proc = self.start("--cell", "0", train__checkpoint_every=str(STEPS))
+        trainers = self.wait_training(proc, NAMES[:1])
+        self.assertEqual(checkpoint_steps(os.path.join(self.sweep_dir(), NAMES[0])), [])
+        self.check_refusals(proc.pid, [proc.pid] + trainers)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130, err)
+        log = self.log(NAMES[0])
+        self.assertEqual(log.count("interrupted at step"), 1, log)  # one trainer wrote the cell
+        self.check_rerun_finishes([f"sweep: {NAMES[0]}: resuming", f"sweep: {NAMES[1]}: starting"])
+
+    def test_second_cell_process_after_a_checkpoint(self):
+        proc = self.start("--cell", "0")
+        trainers = self.wait_training(proc, NAMES[:1])
+        cell = os.path.join(self.sweep_dir(), NAMES[0])
+        deadline = time.monotonic() + 60
+        while not checkpoint_steps(cell) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        self.assertTrue(checkpoint_steps(cell), "no checkpoint")
+        self.check_refusals(proc.pid, [proc.pid] + trainers)
+        self.assertNotIn("resuming", self.log(NAMES[0]))
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130)
+
+    def test_whole_sweep_meets_a_cell_taken_meanwhile(self):
+        # The sweep checks every cell before it starts; a trainer started by hand
+        # in cell 1's folder after that (held here, stopped, while it runs) is met
+        # when the sweep reaches the cell: refused, the other cells go on.
+        proc = self.start("--jobs", "1")
+        self.wait_training(proc, NAMES[:1])
+        single = self.write_config(sc.config_text(model__heads="2", **LONG), "single.toml")
+        cell = os.path.join(self.sweep_dir(), NAMES[1])
+        other = subprocess.Popen([sc.ATTNLAB, "train", single, "--run-dir", cell], cwd=self.tmp, env=sc.env(),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: other.poll() is None and (other.kill(), other.wait()))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and other.poll() is None and not os.path.exists(os.path.join(cell, "metrics.h5")):
+            time.sleep(0.01)
+        self.assertIsNone(other.poll(), "the trainer started by hand ended early")
+        os.kill(other.pid, signal.SIGSTOP)
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            os.kill(other.pid, signal.SIGCONT)
+        shown = f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+        self.assertEqual(proc.returncode, 1, shown)
+        self.assertIn(f"sweep: {NAMES[1]}: refused: [sweep] out/tiny/{NAMES[1]} is in use by another attnlab process "
+                      f"(pid {other.pid}); wait for it to finish or stop it first", err.splitlines(), shown)
+        self.assertEqual(err.count(f"sweep: {NAMES[1]}: "), 1, shown)
+        self.assertFalse(os.path.exists(os.path.join(self.sweep_dir(), "logs", NAMES[1] + ".log")), shown)
+        _, rows, _ = sc.read_summary_csv(os.path.join(self.sweep_dir(), "summary.csv"))
+        self.assertEqual([row["status"] for row in rows], ["ok", "refused"], shown)
+
+    def test_trainer_started_by_hand_in_a_cell(self):
+        proc = self.start("--cell", "0")
+        self.wait_training(proc, NAMES[:1])
+        cell = os.path.join(self.sweep_dir(), NAMES[0])
+        deadline = time.monotonic() + 60
+        while not checkpoint_steps(cell) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130)
+        trainer = subprocess.Popen([sc.ATTNLAB, "train", "--resume", cell], cwd=self.tmp, env=sc.env(),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: trainer.poll() is None and (trainer.kill(), trainer.wait()))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and trainer.poll() is None:
+            with open(os.path.join(cell, ".lock")) as f:
+                if f.read() == str(trainer.pid):
+                    break
+            time.sleep(0.01)
+        self.assertIsNone(trainer.poll(), "the trainer ended before it could be seen running")
+        self.check_refusals(trainer.pid, [trainer.pid])
+        trainer.send_signal(signal.SIGTERM)
+        self.assertEqual(trainer.wait(timeout=120), 130)
 
 
 if __name__ == "__main__":

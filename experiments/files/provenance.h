@@ -1,0 +1,30 @@
+// Where an output came from: the attnlab version and commit, the command line,
+// the host's CPU and threads. Every run, sweep and analysis output records it
+// (config.toml's and summary.json's neighbour provenance.json, HDF5 root attributes).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attnlab {
+
+const char* attnlab_version();  // "0.27.0" (generated at build time)
+const char* attnlab_commit();   // "1a2b3c4d5e6f", "...-dirty", or "unknown"
+
+struct Provenance {
+    std::string version, commit;
+    std::string command_line;  // the arguments, shell-quoted where needed
+    std::string cpu;           // /proc/cpuinfo's model name
+    long cpus = 0;             // CPUs this process may use
+    long threads = 0;          // compute threads the command runs (0: not known to it)
+};
+
+// The command line of this process: set once by main (run_cli).
+void set_command_line(int argc, char** argv);
+Provenance provenance(long threads = 0);
+// {"version": ..., "commit": ..., "command_line": ..., "cpu": ..., "cpus": N, "threads": N} (one JSON object)
+std::string provenance_json(const Provenance& p);
+// "attnlab 0.27.0 (commit 1a2b3c4d5e6f)"
+std::string version_line();
+
+}  // namespace attnlab

@@ -1,0 +1,122 @@
+"""Outputs never replace inputs; empty and overlong values are refused in one short line.
+
+Each case must end as all bad input does (tests/cli/cli_common.run_refused):
+exit 2, nothing on stdout, one line naming the culprit, nothing written, the
+run folder unchanged. The classes:
+
+  - an output (--out, --maps, --png) that is an input or a file the command
+    does not own (metrics.h5, config.toml, a checkpoint, another command's
+    result, a user's file) is refused before any work; --png naming a file too;
+  - an empty value (`--hooks ""`, `--run-dir ""`) or an empty item of a list
+    (`--hooks ",,"`) is refused, never read as if the option were absent;
+  - a message quotes at most a bounded prefix of an overlong value;
+  - the memory estimate names the key that makes a config too big
+    (train.eval_lengths, not task.max_len).
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_common as cc  # noqa: E402
+
+CONFIG = dict(cc.TINY, **{"model.layers": "2", "task.name": "copy"})
+CLEAN = "3 9 4 12 5 1 5 12 4"
+CORRUPT = "3 8 4 11 5 1 5 12 4"
+
+
+class OutputsAndOptions(cc.TempDirTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="attnlab_outputs_")
+        r = cc.attnlab(["train"] + cc.overrides(CONFIG, **{"run.out_dir": cls.root}), cls.root)
+        assert r.returncode == 0, r.stderr
+        cls.run_dir = os.path.join(cls.root, "default")
+        cls.ckpt = cc.checkpoint_path(cls.run_dir, 40)
+        cls.older = cc.checkpoint_path(cls.run_dir, 30)
+        cls.user = os.path.join(cls.root, "notes.h5")  # a user's own HDF5 file
+        with h5py.File(cls.user, "w") as f:
+            f["x"] = np.arange(3)
+        cls.inspect = os.path.join(cls.root, "mine.h5")  # an inspect file: inspect may replace it
+        r = cc.attnlab(["inspect", cls.ckpt, "--tokens", "3 4 5", "--out", cls.inspect], cls.root)
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def refused(self, args, wants):
+        work = tempfile.mkdtemp(prefix="attnlab_outputs_work_")
+        runs = tempfile.mkdtemp(prefix="attnlab_outputs_runs_")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        self.addCleanup(shutil.rmtree, runs, ignore_errors=True)
+        before = {self.root: cc.tree_hashes(self.root)}
+        return cc.run_refused(self, args, work, runs, wants, before)
+
+    def test_outputs_never_replace_inputs(self):
+        run, ckpt = self.run_dir, self.ckpt
+        metrics, config = os.path.join(run, "metrics.h5"), os.path.join(run, "config.toml")
+        patch = ["--clean", CLEAN, "--corrupt", CORRUPT, "--answers", "9:8"]
+        cases = [
+            (["inspect", ckpt, "--tokens", "3 4 5", "--out", metrics], ["--out", "metrics.h5", "attnlab-metrics"]),
+            (["inspect", ckpt, "--tokens", "3 4 5", "--out", ckpt], ["--out", "input of this command"]),
+            (["inspect", ckpt, "--tokens", "3 4 5", "--out", self.user], ["notes.h5", "refusing to replace"]),
+            (["ablate", ckpt, "--out", config], ["--out", "config.toml", "not an attnlab file"]),
+            (["ablate", ckpt, "--out", self.inspect], ["attnlab-inspect", "not attnlab-ablation"]),
+            (["ablate", ckpt, "--maps", metrics], ["--maps", "metrics.h5"]),
+            (["patch", ckpt, *patch, "--out", self.older], ["--out", "step_0000030.h5", "attnlab-checkpoint"]),
+            (["lens", ckpt, "--tokens", CLEAN, "--out", metrics], ["--out", "metrics.h5"]),
+            (["cache", ckpt, "--hooks", "logits", "--out", config], ["--out", "config.toml"]),
+            # --png naming a file: refused before the work (it printed two lines and left the HDF5 result)
+            (["patch", ckpt, *patch, "--out", os.path.join(self.root, "p_new.h5"), "--png", config], ["--png", "not a directory"]),
+            (["lens", ckpt, "--tokens", CLEAN, "--out", os.path.join(self.root, "l_new.h5"), "--png", config],
+             ["--png", "not a directory"]),
+        ]
+        for args, wants in cases:
+            with self.subTest(args=" ".join(args)):
+                self.refused(args, wants)
+        for name in ("p_new.h5", "l_new.h5"):
+            self.assertFalse(os.path.exists(os.path.join(self.root, name)))
+
+    def test_a_file_of_the_same_command_is_replaced(self):
+        out = self.path("again.h5")
+        shutil.copy(self.inspect, out)
+        self.run_ok(["inspect", self.ckpt, "--tokens", "3 4 5 6", "--out", out])
+        with h5py.File(out) as f:
+            self.assertEqual(f["tokens"].shape[1], 4)
+
+    def test_empty_values_and_items_are_refused(self):
+        ckpt = self.ckpt
+        cases = [
+            (["inspect", ckpt, "--tokens", "3 4 5", "--out", "x.h5", "--hooks", ""], ["--hooks", "empty value"]),
+            (["inspect", ckpt, "--tokens", "3 4 5", "--out", "x.h5", "--hooks", ",,"], ["--hooks", "empty name"]),
+            (["inspect", ckpt, "--tokens", "3 4 5", "--out", "x.h5", "--hooks=blocks.0.attn.z,"], ["--hooks", "empty name"]),
+            (["cache", ckpt, "--hooks", "", "--out", "c.h5"], ["--hooks", "empty value"]),
+            (["train", "--run-dir", ""], ["--run-dir", "empty value"]),
+            (["train", "--run-dir="], ["--run-dir", "empty value"]),
+            (["path-patch", ckpt, "--clean", CLEAN, "--corrupt", CORRUPT, "--answers", "9:8", "--sender", "0.0,",
+              "--receiver", "1.0:q"], ["--sender", "empty name"]),
+            (["eval", ""], ["empty argument"]),
+        ]
+        for args, wants in cases:
+            with self.subTest(args=" ".join(args)):
+                self.refused(args, wants)
+
+    def test_messages_quote_a_bounded_prefix(self):
+        long_name = "n" * 100000
+        line, shown = self.refused(["train", f"run.name={long_name}"], ["run.name", "100000"])
+        self.assertLess(len(line), 400, shown[:500])
+        line, shown = self.refused(["eval", "/nonexistent/" + "d" * 5000 + ".h5"], ["characters"])
+        self.assertLess(len(line), 400, shown[:500])
+
+    def test_memory_estimate_names_the_key_that_asks_for_it(self):
+        self.refused(["train", "task.name=copy", "train.eval_lengths=[200000, 200000]"],
+                     ["train.eval_lengths = [200000, 200000]", "would need about"])
+
+
+if __name__ == "__main__":
+    cc.main()
