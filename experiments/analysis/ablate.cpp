@@ -1,3 +1,4 @@
+#include "experiments/files/provenance.h"
 #include "experiments/analysis/ablate.h"
 
 #include <algorithm>
@@ -53,6 +54,7 @@ template <class Body>
 void write_h5_atomically(const std::string& path, const std::string& tag, Body body) {
     write_atomically(std::filesystem::path(path), "[" + tag + "]", [&](const std::string& tmp) {
         h5::File file = h5::File::create(tmp, tag);
+        write_provenance_attrs(file, provenance());
         body(file);
         file.close();
     });

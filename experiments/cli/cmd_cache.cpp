@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 
+#include "experiments/files/provenance.h"
 #include "data/h5file.h"
 #include "experiments/cli/command_line.h"
 #include "experiments/config/config.h"
@@ -95,6 +96,7 @@ size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& ho
     const TaskModel& model = *in.loaded.model;
     write_atomically(std::filesystem::path(out), "[cache]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "cache");
+        write_provenance_attrs(f, provenance());
         f.write_attr_string("format", "attnlab-cache");
         f.write_attr_int("format_version", 1);
         f.write_attr_string("checkpoint", in.path);

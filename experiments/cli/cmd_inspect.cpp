@@ -15,6 +15,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "experiments/files/provenance.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/cli/command_line.h"
 #include "experiments/config/config.h"
@@ -160,6 +161,7 @@ void write_inspection(const std::string& path, const Inspection& in) {
     const TaskModel& model = *in.model;
     const Batch& batch = *in.batch;
     h5::File out = h5::File::create(path, "inspect");
+    write_provenance_attrs(out, provenance());
     out.write_attr_string("format", "attnlab-inspect");
     out.write_attr_int("format_version", 1);
     out.write_attr_string("checkpoint", in.checkpoint_path);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "experiments/files/provenance.h"
 #include "data/h5file.h"
 #include "experiments/analysis/generate.h"
 #include "experiments/analysis/lens.h"
@@ -41,6 +42,7 @@ void write_lens_file(const std::string& out, const std::string& path, const Chec
     const size_t L = r.layers, H = r.heads, T = r.positions;
     write_atomically(std::filesystem::path(out), "[lens]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "lens");
+        write_provenance_attrs(f, provenance());
         f.write_attr_string("format", "attnlab-lens");
         f.write_attr_int("format_version", 1);
         f.write_attr_string("checkpoint", path);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "experiments/files/provenance.h"
 #include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "experiments/analysis/generate.h"
@@ -175,6 +176,7 @@ void write_table(const h5::File& f, const std::string& name, const std::vector<s
 void write_patch_file(const std::string& path, const Loaded& l, const PromptPairs& p, const PatchOptions& o, const PatchResult& r) {
     write_atomically(std::filesystem::path(path), "[patch]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "patch");
+        write_provenance_attrs(f, provenance());
         f.write_attr_string("format", "attnlab-patch");
         f.write_attr_int("format_version", 1);
         f.write_attr_string("checkpoint", l.path);

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "data/h5file.h"
 #include "experiments/files/json_text.h"
 
 namespace attnlab {
@@ -59,6 +60,21 @@ std::string provenance_json(const Provenance& p) {
     return "{\"version\": " + json_string(p.version) + ", \"commit\": " + json_string(p.commit) +
            ", \"command_line\": " + json_string(p.command_line) + ", \"cpu\": " + json_string(p.cpu) +
            ", \"cpus\": " + std::to_string(p.cpus) + ", \"threads\": " + std::to_string(p.threads) + "}";
+}
+
+std::string provenance_json_members(const Provenance& p) {
+    return "\"attnlab_version\": " + json_string(p.version) + ", \"attnlab_commit\": " + json_string(p.commit) +
+           ", \"command_line\": " + json_string(p.command_line) + ", \"cpu\": " + json_string(p.cpu) +
+           ", \"cpus\": " + std::to_string(p.cpus) + ", \"threads\": " + std::to_string(p.threads);
+}
+
+void write_provenance_attrs(const h5::Group& file, const Provenance& p) {
+    file.write_attr_string("attnlab_version", p.version);
+    file.write_attr_string("attnlab_commit", p.commit);
+    file.write_attr_string("command_line", p.command_line);
+    file.write_attr_string("cpu", p.cpu);
+    file.write_attr_int("cpus", p.cpus);
+    file.write_attr_int("threads", p.threads);
 }
 
 std::string version_line() { return std::string("attnlab ") + attnlab_version() + " (commit " + attnlab_commit() + ")"; }

@@ -24,6 +24,13 @@ void set_command_line(int argc, char** argv);
 Provenance provenance(long threads = 0);
 // {"version": ..., "commit": ..., "command_line": ..., "cpu": ..., "cpus": N, "threads": N} (one JSON object)
 std::string provenance_json(const Provenance& p);
+// The same as flat JSON members, for summary.json: "attnlab_version": ..., "attnlab_commit": ...,
+// "command_line": ..., "cpu": ..., "cpus": N, "threads": N (no braces)
+std::string provenance_json_members(const Provenance& p);
+// The same as root attributes of an HDF5 output (attnlab_version, attnlab_commit,
+// command_line, cpu, cpus, threads).
+namespace h5 { class Group; }
+void write_provenance_attrs(const h5::Group& file, const Provenance& p);
 // "attnlab 0.27.0 (commit 1a2b3c4d5e6f)"
 std::string version_line();
 

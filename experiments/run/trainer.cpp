@@ -1,6 +1,7 @@
 // The training loop of `attnlab train` (Trainer::run): steps, logs, evaluations,
 // checkpoints, the stop on a signal or a non-finite loss, and summary.json at
 // the end. Building the run (start, resume) is in trainer_setup.cpp.
+#include "experiments/files/provenance.h"
 #include "experiments/run/trainer.h"
 #include "experiments/run/trainer_state.h"
 
@@ -126,7 +127,8 @@ void Trainer::State::finish() {
          << ",\n  \"eval_token_acc\": " << r.eval_token_acc << ",\n  \"eval_seq_acc\": " << r.eval_seq_acc
          << ",\n  \"target_accuracy\": " << config.train.target_accuracy << ",\n  \"first_step_at_target\": "
          << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << at_lengths << ",\n  \"wall_s\": " << r.wall_s
-         << ",\n  \"tokens_per_s\": " << r.tokens_per_s << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << "\n}\n";
+         << ",\n  \"tokens_per_s\": " << r.tokens_per_s << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << ",\n  "
+         << provenance_json_members(provenance(config.train.threads > 0 ? static_cast<long>(config.train.threads) : 0)) << "\n}\n";
     write_text_atomically(dir / "summary.json", json.str(), "[train]");
     std::printf("run %s: %lld steps, eval loss %.4f, token accuracy %.4f, sequence accuracy %.4f, %.1f s, %.0f tokens/s, peak memory %.0f MB\n",
                 dir.c_str(), static_cast<long long>(r.steps), r.eval_loss, r.eval_token_acc, r.eval_seq_acc, r.wall_s,

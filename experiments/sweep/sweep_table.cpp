@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "experiments/files/provenance.h"
 #include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "experiments/files/parse_number.h"
@@ -53,7 +54,10 @@ public:
     }
 
 private:
-    static bool is_number_column(const std::string& key) { return key != "run_dir"; }
+    // the strings of summary.json: where the run is, and its provenance (experiments/files/provenance.h)
+    static bool is_number_column(const std::string& key) {
+        return key != "run_dir" && key != "attnlab_version" && key != "attnlab_commit" && key != "command_line" && key != "cpu";
+    }
 
     [[noreturn]] void fail(const std::string& problem) const {
         const long line = 1 + std::count(text_.begin(), text_.begin() + static_cast<long>(std::min(pos_, text_.size())), '\n');
@@ -287,6 +291,7 @@ void write_summary_csv(const SweepTable& t, const std::string& path) {
 void write_summary_h5(const SweepTable& t, const std::string& path) {
     write_atomically(path, "[sweep]", [&](const std::string& tmp) {
         h5::File file = h5::File::create(tmp, "sweep");
+        write_provenance_attrs(file, provenance());
         file.write_attr_string("format", "attnlab-sweep");
         file.write_attr_int("format_version", 1);
         for (const auto& [group_name, rows] : {std::pair{"cells", &t.cells}, std::pair{"aggregated", &t.aggregated}}) {
