@@ -118,5 +118,30 @@ class OutputsAndOptions(cc.TempDirTest):
                      ["train.eval_lengths = [200000, 200000]", "would need about"])
 
 
+class Provenance(cc.TempDirTest):
+    """attnlab --version; a run's summary.json and an analysis file say what made them."""
+
+    def test_version_and_recorded_provenance(self):
+        r = self.run_ok(["--version"])
+        self.assertRegex(r.stdout, r"^attnlab \d+\.\d+\.\d+ \(commit \S+\)\n$")
+        commit = r.stdout.split("commit ")[1].rstrip(")\n")
+        out = self.path("runs")
+        self.run_ok(["train"] + cc.overrides(CONFIG, **{"run.out_dir": out, "train.threads": "1"}))
+        import json
+        with open(os.path.join(out, "default", "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["attnlab_commit"], commit)
+        self.assertIn("train", summary["command_line"])
+        self.assertIn("run.out_dir=" + out, summary["command_line"])
+        self.assertEqual(summary["threads"], 1)
+        self.assertGreaterEqual(summary["cpus"], 1)
+        self.assertTrue(summary["cpu"])
+        lens = self.path("l.h5")
+        self.run_ok(["lens", os.path.join(out, "default"), "--tokens", "3 4 5", "--out", lens])
+        with h5py.File(lens) as f:
+            self.assertEqual(f.attrs["attnlab_commit"], commit)
+            self.assertIn(" lens ", f.attrs["command_line"])
+
+
 if __name__ == "__main__":
     cc.main()
