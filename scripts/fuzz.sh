@@ -12,6 +12,8 @@
 # own parser, where HDF5 1.10.8 has crashes of its own: the loaders read such a
 # file in a forked child first (data/h5_probe.h), so those must come back as
 # attnlab::Error, and the run counts them (tests/fuzz/README.md).
+# FUZZ_RAW=only feeds the HDF5 targets raw files alone (no recipe seeds; its
+# working corpus is build-fuzz/corpus/<target>_raw/): the probe's stress test.
 # Each starts from its committed seeds (tests/fuzz/corpus/<target>/, never written) and a
 # working corpus in build-fuzz/corpus/<target>/ that grows between runs; a
 # finding is saved as build-fuzz/findings/<target>/crash-* (or timeout-*,
@@ -67,8 +69,9 @@ export ATTNLAB_H5_PROBE_SECONDS="${ATTNLAB_H5_PROBE_SECONDS:-2}"
 # Runs one target for `seconds`; its log is $build/logs/<target>.log.
 run_target() {
   local target="$1" corpus="$build/corpus/$1" findings="$build/findings/$1/" log="$build/logs/$1.log"
-  mkdir -p "$corpus" "$findings" "$build/logs"
   local seeds=("tests/fuzz/corpus/$target")
+  if [[ "${FUZZ_RAW:-}" == only && -d "tests/fuzz/corpus/${target}_files" ]]; then seeds=() corpus="${corpus}_raw"; fi
+  mkdir -p "$corpus" "$findings" "$build/logs"
   if [[ -n "${FUZZ_RAW:-}" && -d "tests/fuzz/corpus/${target}_files" ]]; then seeds+=("tests/fuzz/corpus/${target}_files"); fi
   # The kept libhdf5 crashes open every run of an HDF5 target: each must come
   # back from the probe as an attnlab::Error (the hang costs its 2 s).
