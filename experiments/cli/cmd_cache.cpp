@@ -36,22 +36,31 @@ folder (with 10% to spare), else one line and exit 2. A signal during the
 write removes the temporary file.
 )";
 
-// `tokens` (B, T) right-padded with <PAD> to `width` columns.
-Indices padded(const Indices& tokens, size_t width) {
-    const size_t B = tokens.shape[0], T = tokens.shape[1];
-    std::vector<int32_t> v(B * width, 0);
+// `x` (B, T) right-padded with 0 (<PAD>, or false for a mask) to `width` columns.
+template <class Grid>
+Grid padded(const Grid& x, size_t width) {
+    const size_t B = x.shape[0], T = x.shape[1];
+    decltype(x.values) v(B * width, 0);
     for (size_t b = 0; b < B; ++b)
-        for (size_t t = 0; t < T && t < width; ++t) v[b * width + t] = tokens.values[b * T + t];
-    return Indices({B, width}, v);
+        for (size_t t = 0; t < T && t < width; ++t) v[b * width + t] = x.values[b * T + t];
+    return Grid({B, width}, v);
 }
 
-// `mask` (B, T) padded with false to `width` columns.
-Mask padded_mask(const Mask& mask, size_t width) {
-    const size_t B = mask.shape[0], T = mask.shape[1];
-    std::vector<uint8_t> v(B * width, 0);
-    for (size_t b = 0; b < B; ++b)
-        for (size_t t = 0; t < T && t < width; ++t) v[b * width + t] = mask.values[b * T + t];
-    return Mask({B, width}, v);
+// The next batch of `source`, padded to the task's longest sequence (T) and
+// source (S) so that every row of the file has one shape, run through the model
+// with `hooks` recording (eval mode, no graph).
+Batch recorded_batch(BatchSource& source, const CheckpointInput& in, Hooks& hooks) {
+    const size_t T = source.max_sequence_length(), S = static_cast<size_t>(in.config.task.max_len);
+    Batch batch = source.next(static_cast<size_t>(in.config.train.batch));
+    batch.inputs = padded(batch.inputs, T);
+    batch.targets = padded(batch.targets, T);
+    batch.loss_mask = padded(batch.loss_mask, T);
+    if (in.loaded.model->encoder_decoder()) batch.src = padded(batch.src, S);
+    hooks.clear_recorded();
+    NoGradGuard no_grad;
+    in.loaded.model->module().eval();
+    in.loaded.model->forward(batch, hooks);
+    return batch;
 }
 
 // Refuses, before anything is written, an output that would not fit: the first
@@ -59,21 +68,10 @@ Mask padded_mask(const Mask& mask, size_t width) {
 // free space of the output's folder, with 10% to spare.
 void check_fits_on_disk(const std::string& out, const CheckpointInput& in, Hooks& hooks) {
     const std::unique_ptr<BatchSource> source = make_batch_source(in.config, in.seed, 2);
-    const size_t T = source->max_sequence_length();
-    Batch batch = source->next(static_cast<size_t>(in.config.train.batch));
-    hooks.clear_recorded();
-    {
-        NoGradGuard no_grad;
-        in.loaded.model->module().eval();
-        in.loaded.model->forward(batch, hooks);
-    }
-    double per_batch = static_cast<double>(batch.inputs.shape[0]) * static_cast<double>(T) * 13.0;  // tokens, targets, mask, lengths
+    const Batch batch = recorded_batch(*source, in, hooks);  // at the width the file stores
+    double per_batch = static_cast<double>(batch.inputs.values.size()) * 13.0;  // tokens, targets, mask, lengths
     for (const std::string& point : in.loaded.model->module().hook_points())
-        if (hooks.has_recorded(point)) {
-            const Tensor& value = hooks.last(point);
-            per_batch += 4.0 * static_cast<double>(value.numel()) * static_cast<double>(T) /
-                         static_cast<double>(std::max<size_t>(1, batch.inputs.shape[1]));  // padded to T, float32
-        }
+        if (hooks.has_recorded(point)) per_batch += 4.0 * static_cast<double>(hooks.last(point).numel());  // float32
     hooks.clear_recorded();
     const double needed = per_batch * static_cast<double>(in.batches) * 1.1;
     const std::filesystem::path folder = std::filesystem::path(out).parent_path();
@@ -116,17 +114,7 @@ size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& ho
         const h5::Group group = f.create_group("hooks");
         std::map<std::string, h5::Dataset> datasets;
         for (int i = 0; i < in.batches; ++i) {
-            Batch batch = source->next(batch_size);
-            batch.inputs = padded(batch.inputs, T);
-            batch.targets = padded(batch.targets, T);
-            batch.loss_mask = padded_mask(batch.loss_mask, T);
-            if (model.encoder_decoder()) batch.src = padded(batch.src, S);
-            hooks.clear_recorded();
-            {
-                NoGradGuard no_grad;
-                model.module().eval();
-                model.forward(batch, hooks);
-            }
+            const Batch batch = recorded_batch(*source, in, hooks);
             const size_t B = batch.inputs.shape[0];
             tokens.append(batch.inputs.values.data(), B);
             targets.append(batch.targets.values.data(), B);

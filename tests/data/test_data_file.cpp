@@ -15,19 +15,11 @@
 
 #include "autograd/tensor.h"
 #include "data/data_file.h"
+#include "tests/autograd/expect.h"
 #include "tests/temp_dir.h"
 
 namespace attnlab {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 class DataFileTest : public ::testing::Test {
 protected:
@@ -40,8 +32,8 @@ protected:
     std::string refusal(const DataPath& file, uint64_t max_bytes = 1000) const {
         const auto check = [&] { check_data_file(file, max_bytes, "a text task"); };
         const auto read = [&] { read_data_file(file, max_bytes, "a text task", [](std::string_view) {}); };
-        const std::string message = error_of(check);
-        EXPECT_EQ(error_of(read), message);
+        const std::string message = testing::error_message(check);
+        EXPECT_EQ(testing::error_message(read), message);
         return message;
     }
     test::TempDir dir_{"attnlab_data_file_"};

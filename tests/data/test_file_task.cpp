@@ -9,6 +9,7 @@
 
 #include "data/file_task.h"
 #include "data/h5file.h"
+#include "tests/autograd/expect.h"
 #include "tests/temp_dir.h"
 
 namespace attnlab {
@@ -94,15 +95,6 @@ TEST(FileTask, TooFewRowsIsAnError) {
     }
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
 // A FIFO would hang libhdf5's open, and a directory or a device is no token
 // file: refused, naming task.path and what the path is, before libhdf5 sees it.
 TEST(FileTask, OnlyARegularFileIsOpened) {
@@ -112,8 +104,8 @@ TEST(FileTask, OnlyARegularFileIsOpened) {
     const std::pair<std::string, std::string> cases[] = {{fifo, "a FIFO"}, {dir, "a directory"}, {"/dev/null", "a character device"}};
     for (const auto& [path, what] : cases) {
         const std::string want = "[token_file] task.path " + path + ": not a regular file (" + what + ")";
-        EXPECT_EQ(error_of([&] { read_token_file(path, 32); }), want);
-        EXPECT_EQ(error_of([&] { FileTask(path, 32, 0, 0); }), want);
+        EXPECT_EQ(testing::error_message([&] { read_token_file(path, 32); }), want);
+        EXPECT_EQ(testing::error_message([&] { FileTask(path, 32, 0, 0); }), want);
     }
 }
 
@@ -136,7 +128,7 @@ TEST(FileTask, TooManyTokensAreRefusedBeforeTheyAreRead) {
         H5Sclose(space);
         f.close();
     }
-    EXPECT_EQ(error_of([&] { read_token_file(path, 32); }),
+    EXPECT_EQ(testing::error_message([&] { read_token_file(path, 32); }),
               "[token_file] " + path + ": /tokens: declares (16385,16384), 268451840 tokens, more than the 268435456 (2^28) a token "
               "file may hold");
 }
