@@ -9,6 +9,7 @@ by hand runs it), before it writes anything.
 
     /usr/bin/python3 tests/sweep/test_sweep_signals.py ATTNLAB_BINARY
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -59,6 +60,21 @@ def processes_in(folder):
             except OSError:
                 pass
     return out
+
+
+@contextlib.contextmanager
+def frozen(pids):
+    """The trainers stopped (SIGSTOP) while the body runs, continued after: a check
+    made meanwhile (a refused second process) never races a cell that would
+    otherwise finish its steps on a loaded machine (CI runs two tests at a time)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def checkpoint_steps(cell):
@@ -173,7 +189,8 @@ class Signals(SweepProcesses):
         proc = self.start("--jobs", "2")
         cells = self.wait_training(proc, NAMES)
         args = ["sweep", self.config, "--jobs", "2"]
-        r = sc.attnlab(args, self.tmp)
+        with frozen(cells):
+            r = sc.attnlab(args, self.tmp)
         shown = sc.shown(args, r)
         self.assertEqual(r.returncode, 2, shown)
         self.assertEqual(r.stdout, "", shown)
@@ -206,11 +223,14 @@ class OneWriterPerCell(SweepProcesses):
                                             f"(pid {holder})"), shown)
         return shown
 
-    def check_refusals(self, holder, running):
+    def check_refusals(self, holder, running, trainers):
+        """`trainers` (the processes that train, a subset of `running`) are held
+        stopped while the refused processes run."""
         cell = os.path.join(self.sweep_dir(), NAMES[0])
         inode = os.stat(cell).st_ino
         for args in (["--cell", "0"], ["--jobs", "2"]):
-            shown = self.refused(args, holder)
+            with frozen(trainers):
+                shown = self.refused(args, holder)
             self.assertEqual(os.stat(cell).st_ino, inode, "the cell's folder was made anew\n" + shown)
             self.assertTrue(all(alive(p) for p in running), "the running cell stopped\n" + shown)
             self.assertNotIn("in use", self.log(NAMES[0]), "the refusal went into the running cell's log\n" + shown)
@@ -220,7 +240,7 @@ class OneWriterPerCell(SweepProcesses):
         proc = self.start("--cell", "0", train__checkpoint_every=str(STEPS))
         trainers = self.wait_training(proc, NAMES[:1])
         self.assertEqual(checkpoint_steps(os.path.join(self.sweep_dir(), NAMES[0])), [])
-        self.check_refusals(proc.pid, [proc.pid] + trainers)
+        self.check_refusals(proc.pid, [proc.pid] + trainers, trainers)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 130, err)
@@ -236,7 +256,7 @@ class OneWriterPerCell(SweepProcesses):
         while not checkpoint_steps(cell) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.01)
         self.assertTrue(checkpoint_steps(cell), "no checkpoint")
-        self.check_refusals(proc.pid, [proc.pid] + trainers)
+        self.check_refusals(proc.pid, [proc.pid] + trainers, trainers)
         self.assertNotIn("resuming", self.log(NAMES[0]))
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
@@ -281,17 +301,22 @@ class OneWriterPerCell(SweepProcesses):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 130)
-        trainer = subprocess.Popen([sc.ATTNLAB, "train", "--resume", cell], cwd=self.tmp, env=sc.env(),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Its output goes to a file: the signal below is sent once it trains (a
+        # signal during its setup ends it as SIGTERM's default would, having
+        # written nothing, not with 130).
+        output = os.path.join(self.tmp, "trainer.out")
+        with open(output, "w") as out:
+            trainer = subprocess.Popen([sc.ATTNLAB, "train", "--resume", cell], cwd=self.tmp, env=sc.env(),
+                                       stdout=out, stderr=subprocess.STDOUT)
         self.addCleanup(lambda: trainer.poll() is None and (trainer.kill(), trainer.wait()))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and trainer.poll() is None:
-            with open(os.path.join(cell, ".lock")) as f:
-                if f.read() == str(trainer.pid):
+            with open(os.path.join(cell, ".lock")) as f, open(output) as printed:
+                if f.read() == str(trainer.pid) and "step " in printed.read():
                     break
             time.sleep(0.01)
         self.assertIsNone(trainer.poll(), "the trainer ended before it could be seen running")
-        self.check_refusals(trainer.pid, [trainer.pid])
+        self.check_refusals(trainer.pid, [trainer.pid], [trainer.pid])
         trainer.send_signal(signal.SIGTERM)
         self.assertEqual(trainer.wait(timeout=120), 130)
 
