@@ -83,7 +83,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     const int64_t seed = seed_given ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max()) : 0;
 
     const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
+    const Config config = parse_saved_config(checkpoint.config_toml, path + " (config attribute)");
     const std::vector<int32_t> prompt = tokens_argument(config, parsed["prompt"].as<std::string>(), "--prompt");
     const LoadedModel loaded = load_model(config, checkpoint, path);
     place_model(loaded, device);

@@ -369,7 +369,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     }
 
     const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
+    const Config config = parse_saved_config(checkpoint.config_toml, path + " (config attribute)");
     const LoadedModel loaded = load_model(config, checkpoint, path);
     place_model(loaded, device);
     const TaskModel& model = *loaded.model;

@@ -97,7 +97,7 @@ int cmd_lens(const std::vector<std::string>& args) {
         plot_script = find_tool("plot_lens.py", "--png").string();
     }
     const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_config(checkpoint.config_toml, path + " (config attribute)");
+    const Config config = parse_saved_config(checkpoint.config_toml, path + " (config attribute)");
     const std::vector<int32_t> tokens = tokens_argument(config, parsed["tokens"].as<std::string>(), "--tokens");
     const std::vector<int32_t> target = parsed.count("target") ? tokens_argument(config, parsed["target"].as<std::string>(), "--target")
                                                                : std::vector<int32_t>();

@@ -160,7 +160,7 @@ Loaded load(const cxxopts::ParseResult& parsed) {
     l.path = checkpoint_argument(parsed);
     const Device device = device_option(parsed);
     l.checkpoint = read_checkpoint(l.path);
-    l.config = parse_config(l.checkpoint.config_toml, l.path + " (config attribute)");
+    l.config = parse_saved_config(l.checkpoint.config_toml, l.path + " (config attribute)");
     l.model = load_model(l.config, l.checkpoint, l.path);
     place_model(l.model, device);
     return l;

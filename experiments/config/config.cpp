@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "data/text_task.h"
@@ -191,13 +192,10 @@ void check_rules(const Config& c) {
     const Config::Model& model = c.model;
     using std::to_string;
 
-    if (task.min_len > task.max_len)
-        fail_key("task.min_len", to_string(task.min_len) + " is greater than task.max_len = " + to_string(task.max_len));
     const bool from_file = task.name == "file", from_text = task.name == "text";
+    if (!from_file && !from_text && task.min_len > task.max_len)
+        fail_key("task.min_len", to_string(task.min_len) + " is greater than task.max_len = " + to_string(task.max_len));
     if ((from_file || from_text) && task.path.empty()) fail_key("task.path", "required when task.name = \"" + task.name + "\"");
-    if (!from_file && !from_text && !task.path.empty())
-        fail_key("task.path", "only used when task.name = \"file\" or \"text\" (task.name = \"" + task.name + "\")");
-    if (!from_text && !task.alphabet.empty()) fail_key("task.alphabet", "only used when task.name = \"text\"");
     if (!from_text && task.vocab < kFirstContent + 2)  // the special tokens and two content tokens
         fail_key("task.vocab",
                  "must be in [" + to_string(kFirstContent + 2) + ", " + to_string(1 << 24) + "], got " + to_string(task.vocab));
@@ -254,7 +252,86 @@ void check_rules(const Config& c) {
                          longest_eval > longest ? "train.eval_lengths" : "task.max_len");
 }
 
+// Keys that only some settings read, each with whether this config reads it:
+// "key: only used when <when> (<now>)" when it does not.
+struct ReadWhen {
+    std::string key;
+    bool read;
+    std::string when, now;
+};
+
+std::vector<ReadWhen> conditional_keys(const Config& c) {
+    auto is = [](const std::string& key, const std::string& value) { return key + " = \"" + value + "\""; };
+    const std::string task = is("task.name", c.task.name), optim = is("optim.name", c.optim.name);
+    const bool file = c.task.name == "file", text = c.task.name == "text";
+    const bool adam = c.optim.name == "adam" || c.optim.name == "adamw", sgd = c.optim.name == "sgd";
+    return {
+        {"task.path", file || text, "task.name = \"file\" or \"text\"", task},
+        {"task.alphabet", text, "task.name = \"text\"", task},
+        // a text model's vocabulary is its alphabet, read from task.path; both given must agree (check_text_alphabet)
+        {"task.vocab", !text || !c.task.alphabet.empty(), "task.alphabet is given with it",
+         task + ": the vocabulary is the alphabet, read from task.path"},
+        {"task.min_len", !file && !text, "the task draws its sequences (the file's are read whole, the text's windows are "
+                                          "task.max_len characters)", task},
+        {"task.max_len", !file, "the task draws its sequences (the file's are read whole)", task},
+        {"task.queries", c.task.name == "recall", "task.name = \"recall\"", task},
+        {"model.rotary_base", c.model.positional == "rotary", "model.positional = \"rotary\"", is("model.positional", c.model.positional)},
+        {"model.norm_type", c.model.norm != "none", "model.norm = \"pre\" or \"post\"", is("model.norm", c.model.norm)},
+        {"model.activation", c.model.ffn > 0, "model.ffn > 0", "model.ffn = 0: attention-only blocks"},
+        {"train.micro_batches", c.train.reduce == "deterministic", "train.reduce = \"deterministic\"", is("train.reduce", c.train.reduce)},
+        {"optim.betas", adam, "optim.name = \"adamw\" or \"adam\"", optim},
+        {"optim.eps", adam, "optim.name = \"adamw\" or \"adam\"", optim},
+        {"optim.momentum", sgd, "optim.name = \"sgd\"", optim},
+        {"optim.schedule_steps", c.optim.schedule != "constant", "optim.schedule = \"cosine\" or \"linear\"",
+         is("optim.schedule", c.optim.schedule)},
+    };
+}
+
+bool at_default(const Config& c, const std::string& key) {
+    const Field& field = *config_schema::find(key);
+    return field.write(c) == field.write(default_config());
+}
+
+// The keys this config sets away from their defaults where nothing reads them.
+std::vector<ReadWhen> unread(const Config& c) {
+    std::vector<ReadWhen> out;
+    for (ReadWhen& k : conditional_keys(c))
+        if (!k.read && !at_default(c, k.key)) out.push_back(std::move(k));
+    return out;
+}
+
+std::string unread_problem(const ReadWhen& k) { return "only used when " + k.when + " (" + k.now + ")"; }
+
+// A config with a sweep: every cell must read the keys its axes set (cells that
+// differed only in an unread key would repeat one run), and every key of the
+// base must be read by some cell (the cells that do not read it get its default).
+void check_sweep_reads(const Config& config) {
+    std::map<std::string, ReadWhen> unread_in_base;  // key -> in the first cell that does not read it
+    std::set<std::string> read_somewhere;
+    for (const auto& cell : sweep_cells(config)) {
+        Config one = config;
+        one.sweep.clear();
+        for (const auto& assignment : cell) apply_override(one, assignment);
+        for (const ReadWhen& k : conditional_keys(one)) {
+            if (k.read) read_somewhere.insert(k.key);
+            if (k.read || at_default(one, k.key)) continue;
+            const bool swept = std::any_of(config.sweep.begin(), config.sweep.end(), [&](const SweepAxis& a) { return a.key == k.key; });
+            if (swept)
+                throw ConfigError("sweep", "sweep cell " + join(cell, " ") + ": " + k.key + ": " + unread_problem(k) +
+                                               ", so the cells that differ only in it would repeat one run");
+            unread_in_base.emplace(k.key, k);
+        }
+    }
+    for (const auto& [key, k] : unread_in_base)
+        if (!read_somewhere.count(key)) fail_key(key, unread_problem(k) + " in every cell of the sweep");
+}
+
 }  // namespace
+
+Config without_unread_keys(Config config) {
+    for (const ReadWhen& k : unread(config)) apply_override(config, k.key + "=" + config_schema::find(k.key)->write(default_config()));
+    return config;
+}
 
 Config default_config() { return Config{}; }
 
@@ -321,7 +398,10 @@ void validate(const Config& config) {
             throw ConfigError("sweep." + axis.key, "sweep: unknown key " + axis.key + config_schema::suggestion(axis.key));
         if (axis.values.empty()) fail_key("sweep." + config_schema::quote(axis.key), "needs at least one value");
     }
-    if (config.sweep.empty()) return;
+    if (config.sweep.empty()) {
+        if (const auto keys = unread(config); !keys.empty()) fail_key(keys.front().key, unread_problem(keys.front()));
+        return;
+    }
     for (const auto& cell : sweep_cells(config)) {
         Config one = config;
         one.sweep.clear();
@@ -332,9 +412,12 @@ void validate(const Config& config) {
             throw ConfigError("sweep", "sweep cell " + join(cell, " ") + ": " + e.what());
         }
     }
+    check_sweep_reads(config);
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+
+std::string read_config_file(const std::string& path) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!fs::exists(path, ec)) throw ConfigError("", path + ": no such config file");
@@ -343,10 +426,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     std::stringstream text;
     text << in.rdbuf();
     if (!in) throw ConfigError("", path + ": cannot read the config file");
-    return parse_config(text.str(), path, overrides);
+    return text.str();
 }
 
-Config parse_config(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
+Config parse(const std::string& text, const std::string& path, const std::vector<std::string>& overrides, bool saved) {
     toml::table document;
     try {
         document = toml::parse(text, std::string_view(path));
@@ -362,6 +445,7 @@ Config parse_config(const std::string& text, const std::string& path, const std:
         apply_override(config, assignment);
         set_at.erase(trim(assignment.substr(0, assignment.find('='))));  // no longer the file's value
     }
+    if (saved && config.sweep.empty()) config = without_unread_keys(config);  // an earlier version accepted them; they had no effect
     try {
         validate(config);
     } catch (const ConfigError& e) {
@@ -369,6 +453,20 @@ Config parse_config(const std::string& text, const std::string& path, const std:
     }
     return config;
 }
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    return parse_config(read_config_file(path), path, overrides);
+}
+
+Config parse_config(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
+    return parse(text, path, overrides, false);
+}
+
+Config parse_saved_config(const std::string& text, const std::string& source) { return parse(text, source, {}, true); }
+
+Config load_saved_config(const std::string& path) { return parse(read_config_file(path), path, {}, true); }
 
 bool is_config_key(const std::string& name) { return config_schema::find(name) != nullptr; }
 

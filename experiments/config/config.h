@@ -137,6 +137,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // The same from TOML text; `source` names it in messages (a checkpoint's config attribute).
 Config parse_config(const std::string& text, const std::string& source, const std::vector<std::string>& overrides = {});
 
+// A config attnlab wrote (a run's config.toml, a checkpoint's config attribute),
+// read as parse_config/load_config read a user's, except that a key nothing
+// reads under the other keys, which an earlier version accepted, is put back to
+// its default (it had no effect) instead of refused.
+Config parse_saved_config(const std::string& text, const std::string& source);
+Config load_saved_config(const std::string& path);
+
 // One `key=value` (value in TOML syntax: 8, 0.1, [0.9, 0.98], "cuda"; string
 // keys also take bare text: model.scale=sqrt). Checks the key, the value's type
 // and its range; call validate() after the last override for the cross-field rules.
@@ -145,7 +152,19 @@ void apply_override(Config& config, const std::string& assignment);
 // Every key's range, then the cross-field rules (divisibility of width and
 // heads, kv_heads, task and model kind, task.path, model.max_len against the
 // task, the task generator's own checks), then every sweep cell.
+//
+// Keys read only under some settings (model.rotary_base with rotary positions,
+// optim.betas and optim.eps with adam and adamw, optim.momentum with sgd,
+// model.activation with a feed-forward layer, task.queries for recall, ...: the
+// table in config.cpp, docs/config.md) are refused, naming the setting, when set
+// away from their defaults where nothing reads them: the run would be another
+// experiment than the one written. In a sweep, every cell must read the keys its
+// axes set, and each key of the base must be read by some cell; the other cells
+// get its default (without_unread_keys).
 void validate(const Config& config);
+
+// The config with each key that nothing reads under the other keys at its default.
+Config without_unread_keys(Config config);
 
 // The resolved config as TOML: every key, defaults included; load_config reads
 // it back to an equal Config.

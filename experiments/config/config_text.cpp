@@ -40,6 +40,8 @@ std::string describe_keys() {
         out += pad(f.key, key_width) + pad(f.write(defaults), default_width) + f.doc + " (" + f.allowed + ")\n";
     out += pad("sweep", key_width) + pad("", default_width) +
            "[sweep] \"model.heads\" = [1, 2, 4]: a grid over any keys above, one run per cell\n";
+    out += "\nA key that the other keys leave unread (model.rotary_base without rotary positions, optim.momentum with adam,\n"
+           "...) is refused unless it is at its default; the table is in docs/config.md.\n";
     return out;
 }
 

@@ -221,7 +221,7 @@ std::unique_ptr<Trainer::State> Trainer::resumed_state(const std::string& run_di
     if (!fs::exists(dir / "config.toml")) throw Error(where + "not a run directory (no config.toml)");
     std::optional<RunLock> lock;  // rank 0's, before anything is read: a second writer is refused here
     if (world.root()) lock.emplace(dir, "[train]");
-    const Config config = load_config((dir / "config.toml").string());
+    const Config config = load_saved_config((dir / "config.toml").string());
     check_split(config, world);  // any rank count resumes, if it splits the batch
     const std::vector<std::string> saved = list_checkpoints((dir / "checkpoints").string());
     if (saved.empty()) throw Error(where + "no checkpoint in " + (dir / "checkpoints").string());
@@ -234,7 +234,7 @@ std::unique_ptr<Trainer::State> Trainer::resumed_state(const std::string& run_di
                     ", its file name another step; refusing to resume from it");
     // config.toml must describe the checkpoint's model and run; only the keys of
     // kResumableKeys may have been edited.
-    const Config saved_config = parse_config(data.config_toml, newest + " (config attribute)");
+    const Config saved_config = parse_saved_config(data.config_toml, newest + " (config attribute)");
     std::vector<std::string> changed = differing_keys(saved_config, config), refused;
     std::copy_if(changed.begin(), changed.end(), std::back_inserter(refused), [](const std::string& c) { return !resumable(c); });
     if (!refused.empty())

@@ -216,6 +216,7 @@ std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::ve
         Config cell = config;
         cell.sweep.clear();
         for (const std::string& assignment : cells[i]) apply_override(cell, assignment);
+        cell = without_unread_keys(cell);  // a key of the base that this cell does not read (validate checked that some cell does)
         if (threads) cell.train.threads = *threads;
         cell.run.name = cell_name(i, cells.size(), cells[i]);
         cell.run.out_dir = sweep_dir.string();

@@ -23,7 +23,6 @@ name = "translate"
 vocab = 40
 min_len = 2
 max_len = 6
-queries = 1
 
 [model]
 kind = "encoder-decoder"
@@ -32,7 +31,7 @@ width = 96
 heads = 6
 kv_heads = 2
 head_width = 0
-ffn = 0
+ffn = 48
 norm = "post"
 positional = "sinusoidal"
 scale = 0.125
@@ -59,8 +58,6 @@ target_accuracy = 0.95
 name = "sgd"
 lr = 0.1
 weight_decay = 0
-betas = [0.8, 0.95]
-eps = 1e-6
 momentum = 0.5
 nesterov = true
 warmup = 0
@@ -102,14 +99,13 @@ TEST_F(ConfigFiles, FullFileLandsInEveryField) {
     EXPECT_EQ(c.task.vocab, 40);
     EXPECT_EQ(c.task.min_len, 2);
     EXPECT_EQ(c.task.max_len, 6);
-    EXPECT_EQ(c.task.queries, 1);
     EXPECT_EQ(c.model.kind, "encoder-decoder");
     EXPECT_EQ(c.model.layers, 3);
     EXPECT_EQ(c.model.width, 96);
     EXPECT_EQ(c.model.heads, 6);
     EXPECT_EQ(c.model.kv_heads, 2);
     EXPECT_EQ(c.model.head_width, 0);
-    EXPECT_EQ(c.model.ffn, 0);
+    EXPECT_EQ(c.model.ffn, 48);
     EXPECT_EQ(c.model.norm, "post");
     EXPECT_EQ(c.model.positional, "sinusoidal");
     EXPECT_EQ(c.model.scale, "0.125");
@@ -132,8 +128,6 @@ TEST_F(ConfigFiles, FullFileLandsInEveryField) {
     EXPECT_EQ(c.optim.name, "sgd");
     EXPECT_EQ(c.optim.lr, 0.1);
     EXPECT_EQ(c.optim.weight_decay, 0.0);  // an integer in the file, for a float key
-    EXPECT_EQ(c.optim.betas, (std::array<double, 2>{0.8, 0.95}));
-    EXPECT_EQ(c.optim.eps, 1e-6);
     EXPECT_EQ(c.optim.momentum, 0.5);
     EXPECT_TRUE(c.optim.nesterov);
     EXPECT_EQ(c.optim.warmup, 0);
@@ -154,6 +148,17 @@ TEST_F(ConfigFiles, FullFileLandsInEveryField) {
     for (const auto& assignment : cells[7]) apply_override(cell, assignment);
     EXPECT_EQ(cell.model.heads, 4);
     EXPECT_EQ(cell.model.scale, "0.25");
+}
+
+// The keys that the full file's settings do not read (recall's queries, adam's
+// betas and eps), under settings that read them.
+TEST_F(ConfigFiles, KeysOfOtherSettingsLand) {
+    const Config c = load_config(write("adam.toml", "[task]\nname = \"recall\"\nqueries = 2\n[model]\npositional = \"rotary\"\n"
+                                                    "rotary_base = 500.0\n[optim]\nname = \"adam\"\nbetas = [0.8, 0.95]\neps = 1e-6\n"));
+    EXPECT_EQ(c.task.queries, 2);
+    EXPECT_EQ(c.model.rotary_base, 500.0);
+    EXPECT_EQ(c.optim.betas, (std::array<double, 2>{0.8, 0.95}));
+    EXPECT_EQ(c.optim.eps, 1e-6);
 }
 
 TEST_F(ConfigFiles, ToTomlReadsBackEqual) {

@@ -151,7 +151,8 @@ TEST_F(ConfigFiles, CrossFieldRules) {
               path_ + ":2:16: train.eval_lengths: [2, 20]: recall needs distinct keys: max_len 20 pairs but only 14 key tokens in vocab 32");
     EXPECT_EQ(load_error("[model]\nmax_len = 20\n[train]\neval_lengths = [2, 8]\n"),
               path_ + ":2:11: model.max_len: 20 is shorter than the longest sequence at train.eval_lengths (24 tokens; 0 derives it)");
-    EXPECT_EQ(load_error("[task]\nalphabet = \"ab\"\n"), path_ + ":2:12: task.alphabet: only used when task.name = \"text\"");
+    EXPECT_EQ(load_error("[task]\nalphabet = \"ab\"\n"),
+              path_ + ":2:12: task.alphabet: only used when task.name = \"text\" (task.name = \"recall\")");
     EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nmax_len = 32\n[model]\nmax_len = 16\n"),
               path_ + ":6:11: model.max_len: 16 is shorter than task.max_len = 32 (the text task's window)");
     // recall: 20 tokens = 6 pairs, SEP, 4 queries with answers, minus the last
@@ -177,6 +178,72 @@ TEST_F(ConfigFiles, BadSweeps) {
     EXPECT_EQ(load_error("[sweep]\n\"model.heads\" = [4, 3]\n"),
               path_ + ":1:1: sweep cell model.heads=3: model.width: 64 is not divisible by model.heads = 3 "
                       "(change one, or set model.head_width)");
+}
+
+// One rule for keys that only some settings read: set away from its default
+// where nothing reads it, a key is refused at the line that sets it, naming the
+// setting that would read it; at its default it is harmless.
+TEST_F(ConfigFiles, KeysNothingReadsAreRefused) {
+    EXPECT_EQ(load_error("[model]\nrotary_base = 500.0\n"),
+              path_ + ":2:15: model.rotary_base: only used when model.positional = \"rotary\" (model.positional = \"learned\")");
+    EXPECT_EQ(load_error("[optim]\nmomentum = 0.5\n"), path_ + ":2:12: optim.momentum: only used when optim.name = \"sgd\" (optim.name = \"adamw\")");
+    EXPECT_EQ(load_error("[optim]\nname = \"sgd\"\nbetas = [0.9, 0.95]\n"),
+              path_ + ":3:9: optim.betas: only used when optim.name = \"adamw\" or \"adam\" (optim.name = \"sgd\")");
+    EXPECT_EQ(load_error("[optim]\nname = \"sgd\"\neps = 1e-6\n"),
+              path_ + ":3:7: optim.eps: only used when optim.name = \"adamw\" or \"adam\" (optim.name = \"sgd\")");
+    EXPECT_EQ(load_error("[optim]\nschedule = \"constant\"\nschedule_steps = 10\n"),
+              path_ + ":3:18: optim.schedule_steps: only used when optim.schedule = \"cosine\" or \"linear\" (optim.schedule = \"constant\")");
+    EXPECT_EQ(load_error("[task]\nname = \"copy\"\nqueries = 2\n"),
+              path_ + ":3:11: task.queries: only used when task.name = \"recall\" (task.name = \"copy\")");
+    EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nvocab = 40\n"),
+              path_ + ":4:9: task.vocab: only used when task.alphabet is given with it (task.name = \"text\": the vocabulary is "
+                      "the alphabet, read from task.path)");
+    EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nmin_len = 2\n"),
+              path_ + ":4:11: task.min_len: only used when the task draws its sequences (the file's are read whole, the text's windows "
+                      "are task.max_len characters) (task.name = \"text\")");
+    EXPECT_EQ(load_error("[task]\nname = \"file\"\npath = \"t.h5\"\nmax_len = 9\n"),
+              path_ + ":4:11: task.max_len: only used when the task draws its sequences (the file's are read whole) (task.name = \"file\")");
+    EXPECT_EQ(load_error("[model]\nffn = 0\nactivation = \"relu\"\n"),
+              path_ + ":3:14: model.activation: only used when model.ffn > 0 (model.ffn = 0: attention-only blocks)");
+    EXPECT_EQ(load_error("[model]\nnorm = \"none\"\nnorm_type = \"rmsnorm\"\n"),
+              path_ + ":3:13: model.norm_type: only used when model.norm = \"pre\" or \"post\" (model.norm = \"none\")");
+    EXPECT_EQ(load_error("[train]\nmicro_batches = 4\n"),
+              path_ + ":2:17: train.micro_batches: only used when train.reduce = \"deterministic\" (train.reduce = \"fast\")");
+    // an override is named without a place; the key at its default, or read, passes
+    EXPECT_EQ(load_error("[model]\npositional = \"rotary\"\n", {"model.positional=alibi", "model.rotary_base=100"}),
+              path_ + ": model.rotary_base: only used when model.positional = \"rotary\" (model.positional = \"alibi\")");
+    EXPECT_NO_THROW(load_config(write("ok.toml", "[model]\nrotary_base = 10000.0\n")));
+    EXPECT_NO_THROW(load_config(write("ok.toml", "[model]\npositional = \"rotary\"\nrotary_base = 500.0\n")));
+    EXPECT_NO_THROW(load_config(write("ok.toml", "[task]\nname = \"text\"\npath = \"a.txt\"\nalphabet = \"ab\"\nvocab = 2\n")));
+}
+
+// A sweep: each cell must read the keys its axes set (else two cells repeat one
+// run); a key of the base needs one cell that reads it, and the others run with
+// its default.
+TEST_F(ConfigFiles, SweepCellsReadTheirKeys) {
+    EXPECT_EQ(load_error("[sweep]\n\"model.positional\" = [\"learned\", \"rotary\"]\n\"model.rotary_base\" = [100.0, 1000.0]\n"),
+              path_ + ":1:1: sweep cell model.positional=\"learned\" model.rotary_base=100.0: model.rotary_base: only used when "
+                      "model.positional = \"rotary\" (model.positional = \"learned\"), so the cells that differ only in it would "
+                      "repeat one run");
+    EXPECT_EQ(load_error("[model]\nrotary_base = 500.0\n[sweep]\n\"model.positional\" = [\"learned\", \"alibi\"]\n"),
+              path_ + ":2:15: model.rotary_base: only used when model.positional = \"rotary\" (model.positional = \"learned\") "
+                      "in every cell of the sweep");
+    const Config config = load_config(write("ok.toml", "[model]\nrotary_base = 500.0\n[sweep]\n\"model.positional\" = [\"learned\", \"rotary\"]\n"));
+    EXPECT_EQ(config.model.rotary_base, 500.0);  // read by the rotary cell
+    Config learned = config;
+    learned.sweep.clear();
+    apply_override(learned, "model.positional=learned");
+    EXPECT_EQ(without_unread_keys(learned).model.rotary_base, 10000.0);
+    EXPECT_NO_THROW(validate(without_unread_keys(learned)));
+}
+
+// What attnlab wrote before the rule (a run's config.toml, a checkpoint's
+// config) still loads, the unread key at its default: it had no effect.
+TEST_F(ConfigFiles, SavedConfigsWithUnreadKeysLoad) {
+    const Config saved = parse_saved_config("[model]\nrotary_base = 500.0\n[optim]\nmomentum = 0.5\n", "ckpt.h5 (config attribute)");
+    EXPECT_EQ(saved.model.rotary_base, 10000.0);
+    EXPECT_EQ(saved.optim.momentum, 0.9);
+    EXPECT_EQ(load_saved_config(write("ok.toml", "[model]\npositional = \"rotary\"\nrotary_base = 500.0\n")).model.rotary_base, 500.0);
 }
 
 TEST_F(ConfigFiles, MissingFile) {

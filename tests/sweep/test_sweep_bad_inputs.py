@@ -57,9 +57,9 @@ CASES = [
     ("sweep over run.out_dir", [("run.out_dir", '["a", "b"]')], [], {}, ["run.out_dir"]),
     ("sweep over train.threads", [("train.threads", "[1, 2]")], [], {}, ["train.threads", "--jobs"]),
     # What `attnlab train` would refuse only once it reads the data.
-    ("missing token file", GOOD_SWEEP, [], {"task__name": '"file"', "task__path": '"no_tokens.h5"'},
+    ("missing token file", GOOD_SWEEP, [], {"task__name": '"file"', "task__path": '"no_tokens.h5"', "task__min_len": None, "task__max_len": None},
      ["no_tokens.h5", "0_model.heads=1"]),
-    ("token file that is not HDF5", GOOD_SWEEP, [], {"task__name": '"file"', "task__path": '"sweep.toml"'},
+    ("token file that is not HDF5", GOOD_SWEEP, [], {"task__name": '"file"', "task__path": '"sweep.toml"', "task__min_len": None, "task__max_len": None},
      ["sweep.toml", "0_model.heads=1"]),
     # Paths the filesystem cannot hold.
     ("run.name too long", GOOD_SWEEP, [], {"run__name": '"' + "n" * 300 + '"'}, ["run.name", "300"]),

@@ -259,5 +259,26 @@ class ListValuedAxis(sc.SweepTest):
         self.assertEqual([row[column] for row in rows[1:]], ["[0.9, 0.98]", "[0.9, 0.999]"] * 2)
 
 
+class KeysSomeCellsRead(sc.SweepTest):
+    """A key of the base that only some cells read (model.rotary_base with a
+    positional axis): the cells that read it run with it, the others with its
+    default, and each cell's config.toml says which; both train."""
+
+    def test_rotary_base_in_a_positional_sweep(self):
+        config = self.write_config(sc.config_text(sweep=[("model.positional", '["learned", "rotary"]')],
+                                                  model__rotary_base="500.0", train__steps="20", train__eval_every="10",
+                                                  train__checkpoint_every="10"))
+        r = self.sweep(config, "--jobs", "2")
+        d = self.sweep_dir()
+        h5 = sc.read_summary_h5(os.path.join(d, "summary.h5"))
+        self.assertEqual(h5["cells"]["status"], ["ok", "ok"], r.shown)
+        bases = {}
+        for name in h5["cells"]["name"]:
+            with open(os.path.join(d, name, "config.toml"), "rb") as f:
+                model = tomllib.load(f)["model"]
+            bases[model["positional"]] = model["rotary_base"]
+        self.assertEqual(bases, {"learned": 10000.0, "rotary": 500.0}, r.shown)
+
+
 if __name__ == "__main__":
     sc.main()
