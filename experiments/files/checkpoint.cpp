@@ -1,4 +1,5 @@
 #include "experiments/files/checkpoint.h"
+#include "experiments/files/provenance.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -146,6 +147,7 @@ void write_checkpoint(const std::string& path, const CheckpointData& checkpoint)
         file.write_attr_int("format_version", kFormatVersion);
         file.write_attr_int("step", checkpoint.step);
         file.write_attr_string("config", checkpoint.config_toml);
+        write_provenance_attrs(file, provenance());  // the process that wrote this checkpoint
         const h5::Group params = file.create_group("params");
         for (const auto& [name, tensor] : checkpoint.params) write_tensor(params, name, tensor, DType::f32);
         const h5::Group optimizer = file.create_group("optimizer");

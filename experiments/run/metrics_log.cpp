@@ -6,6 +6,7 @@
 #include <set>
 
 #include "data/h5_probe.h"
+#include "experiments/files/provenance.h"
 
 namespace attnlab {
 
@@ -144,6 +145,7 @@ MetricsLog MetricsLog::create(const std::string& path, const std::string& config
     file.write_attr_string("format", kFormat);
     file.write_attr_int("format_version", kFormatVersion);
     file.write_attr_string("config", config_toml);
+    write_provenance_attrs(file, provenance());  // the process that started the run
     file.write_attr_int("layers", static_cast<int64_t>(layers));
     file.write_attr_int("heads", static_cast<int64_t>(heads));
     create_series(file.create_group("train"), kTrainValues, {});

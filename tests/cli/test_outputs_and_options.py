@@ -119,7 +119,7 @@ class OutputsAndOptions(cc.TempDirTest):
 
 
 class Provenance(cc.TempDirTest):
-    """attnlab --version; a run's summary.json and an analysis file say what made them."""
+    """attnlab --version; a run's summary.json, metrics.h5 and checkpoints and an analysis file say what made them."""
 
     def test_version_and_recorded_provenance(self):
         r = self.run_ok(["--version"])
@@ -136,6 +136,13 @@ class Provenance(cc.TempDirTest):
         self.assertEqual(summary["threads"], 1)
         self.assertGreaterEqual(summary["cpus"], 1)
         self.assertTrue(summary["cpu"])
+        run = os.path.join(out, "default")
+        checkpoints = sorted(os.listdir(os.path.join(run, "checkpoints")))
+        for name in ("metrics.h5", os.path.join("checkpoints", checkpoints[-1])):
+            with h5py.File(os.path.join(run, name)) as f:
+                self.assertEqual(f.attrs["attnlab_commit"], commit, name)
+                self.assertIn("run.out_dir=" + out, f.attrs["command_line"], name)
+                self.assertGreaterEqual(f.attrs["cpus"], 1, name)
         lens = self.path("l.h5")
         self.run_ok(["lens", os.path.join(out, "default"), "--tokens", "3 4 5", "--out", lens])
         with h5py.File(lens) as f:

@@ -62,7 +62,8 @@ def parse_rows(text):
 def check_layout(f, args):
     expect(f.swmr_mode == (not args.plain), f"swmr_mode is {f.swmr_mode}")
     attrs = f.attrs
-    expect(set(attrs) == {"format", "format_version", "config", "layers", "heads"}, f"root attrs {sorted(attrs)}")
+    provenance = {"attnlab_version", "attnlab_commit", "command_line", "cpu", "cpus", "threads"}  # docs/file_formats.md
+    expect(set(attrs) == {"format", "format_version", "config", "layers", "heads"} | provenance, f"root attrs {sorted(attrs)}")
     expect(isinstance(attrs["format"], str) and attrs["format"] == "attnlab-metrics", f"format {attrs['format']!r}")
     for name in ("format_version", "layers", "heads"):
         expect(isinstance(attrs[name], np.integer), f"attr {name} is {type(attrs[name])}, not an integer")
