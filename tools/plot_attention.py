@@ -22,6 +22,8 @@ import sys
 import h5py
 import matplotlib
 
+import h5_probe
+
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -97,6 +99,7 @@ def plot_file(path, out_dir, seqs=None, kinds=None):
     """Returns the PNG paths written."""
     if not os.path.isfile(path):
         raise PlotError(f"{path}: no such file")
+    h5_probe.probe(path)  # a crafted file: one line naming it, not a crash
     try:
         f = h5py.File(path, "r")
     except OSError as e:

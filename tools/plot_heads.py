@@ -39,9 +39,15 @@ import sys
 import h5py
 import numpy as np
 
+import h5_probe
+
 
 def read_maps(path):
     """(kinds {kind: [layer arrays (B,H,Tq,Tk)]}, token axes {kind: (query tokens, key tokens, q lengths, k lengths)})."""
+    try:
+        h5_probe.probe(path)  # a crafted file: one line naming it, not a crash
+    except h5_probe.H5ProbeError as e:
+        sys.exit(str(e))
     with h5py.File(path, "r") as f:
         if "attention" not in f:
             sys.exit(f"{path}: no /attention group (not an attnlab maps or inspect file)")

@@ -21,6 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+import h5_probe  # noqa: E402
+
 
 def text(value):
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
@@ -66,6 +68,11 @@ def main():
     p.add_argument("--out-dir")
     args = p.parse_args()
     out_dir = args.out_dir or (args.file[:-3] if args.file.endswith(".h5") else args.file) + "_png"
+    try:
+        h5_probe.probe(args.file)  # a crafted file: one line naming it, not a crash
+    except h5_probe.H5ProbeError as e:
+        print(f"plot_patch.py: {e}", file=sys.stderr)
+        return 2
     try:
         with h5py.File(args.file, "r") as f:
             if text(f.attrs.get("format", "")) != "attnlab-patch":

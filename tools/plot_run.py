@@ -34,6 +34,8 @@ import tomllib
 import h5py
 import matplotlib
 
+import h5_probe
+
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -42,6 +44,7 @@ LINESTYLES = ["-", "--", ":", "-."]
 
 
 def open_metrics(path):
+    h5_probe.probe(path, swmr=True)  # a crafted file: one line, not a crash (its message names the file)
     try:
         return h5py.File(path, "r", libver="latest", swmr=True)
     except OSError as error:  # h5py's message does not name the file
@@ -67,6 +70,15 @@ def read_group(f, name, fields):
 
 
 def load(path):
+    """(config, train, eval, {kind: attention series}); a garbled file is an OSError naming it."""
+    try:
+        return read_metrics(path)
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:  # h5py on a damaged file
+        first = str(error).splitlines()[0] if str(error) else ""
+        raise OSError(f"{path}: cannot read ({type(error).__name__}: {first})") from None
+
+
+def read_metrics(path):
     with open_metrics(path) as f:
         attrs = dict(f.attrs)
         config_text = attrs.get("config", "")

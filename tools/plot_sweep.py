@@ -28,6 +28,8 @@ import tomllib
 import h5py
 import matplotlib
 
+import h5_probe
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -45,6 +47,7 @@ def as_number(value):
 
 
 def load(sweep_dir):
+    h5_probe.probe(os.path.join(sweep_dir, "summary.h5"))  # a crafted file: one line, not a crash
     with h5py.File(os.path.join(sweep_dir, "summary.h5"), "r") as f:
         tables = {}
         for group in ("cells", "aggregated"):
@@ -151,6 +154,7 @@ def cell_metrics(sweep_dir, name):
     path = os.path.join(sweep_dir, name, "metrics.h5")
     if not os.path.exists(path):
         return None
+    h5_probe.probe(path, swmr=True)
     return h5py.File(path, "r", libver="latest", swmr=True)
 
 

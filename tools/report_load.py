@@ -16,6 +16,8 @@ import unicodedata
 import h5py
 import numpy as np
 
+import h5_probe
+
 ATTENTION_FIELDS = ["step", "entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"]
 # The generated tasks' special tokens (data/tasks.h); a token file's ids and a
 # text model's characters have none.
@@ -124,6 +126,12 @@ def value_text(value):
 
 
 def open_h5(path, swmr=False):
+    """An HDF5 file, once a child process read it through (tools/h5_probe.py): a
+    crafted file that crashes or hangs libhdf5 is a ReportError naming it."""
+    try:
+        h5_probe.probe(path, swmr)
+    except h5_probe.H5ProbeError as e:
+        raise ReportError(str(e)) from None
     try:
         if swmr:
             return h5py.File(path, "r", libver="latest", swmr=True)

@@ -206,6 +206,29 @@ class GarbledInputs(rc.cc.TempDirTest):
                 garble(os.path.join(sweep, name))
                 self.refused([sweep], os.path.join(sweep, name), detail)
 
+    def test_files_that_crash_or_hang_libhdf5(self):
+        # tests/fuzz/libhdf5_crashes/: each crashes or hangs libhdf5 (and so h5py)
+        # when read whole; the report reads every HDF5 file in a child first
+        # (tools/h5_probe.py), so each is one line naming it, within the limit.
+        crafted = sorted(glob.glob(os.path.join(rc.cc.REPO_ROOT, "tests", "fuzz", "libhdf5_crashes", "*.h5")))
+        self.assertEqual(len(crafted), 3, crafted)
+        previous = os.environ.get("ATTNLAB_H5_PROBE_SECONDS")
+        os.environ["ATTNLAB_H5_PROBE_SECONDS"] = "2"
+        self.addCleanup(lambda: os.environ.pop("ATTNLAB_H5_PROBE_SECONDS") if previous is None
+                        else os.environ.__setitem__("ATTNLAB_H5_PROBE_SECONDS", previous))
+        for source in crafted:
+            with self.subTest(f"metrics.h5: {os.path.basename(source)}"):
+                run = self.fresh_run()
+                shutil.copyfile(source, os.path.join(run, "metrics.h5"))
+                self.refused([run], os.path.join(run, "metrics.h5"))
+            with self.subTest(f"summary.h5: {os.path.basename(source)}"):
+                sweep = self.path("sweep")
+                if os.path.exists(sweep):
+                    shutil.rmtree(sweep)
+                shutil.copytree(Fixtures.sweep(), sweep)
+                shutil.copyfile(source, os.path.join(sweep, "summary.h5"))
+                self.refused([sweep], os.path.join(sweep, "summary.h5"))
+
     def test_checkpoint(self):
         run = self.fresh_run()
         checkpoint = rc.cc.checkpoint_path(run, 40)

@@ -7,7 +7,9 @@ Plain unittest (Debian's python3 with h5py and matplotlib). Each test trains a
 tiny run (width 16, a few hundred steps at most, well under a second of CPU
 each) in a temporary directory and runs the plot script on it as a user would.
 """
+import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -105,6 +107,21 @@ class PlotRun(unittest.TestCase):
             self.assertEqual(done.returncode, 2)
             self.assertIn(not_hdf5, done.stderr)
             self.assertFalse(os.path.exists(os.path.join(folder, "plots")))
+
+    def test_files_that_crash_or_hang_libhdf5_are_one_line(self):
+        # read in a child first (tools/h5_probe.py): a crash or a hang there is one line naming the file
+        crafted = sorted(glob.glob(os.path.join(os.path.dirname(PLOT), "..", "tests", "fuzz", "libhdf5_crashes", "*.h5")))
+        self.assertEqual(len(crafted), 3, crafted)
+        env = dict(os.environ, ATTNLAB_H5_PROBE_SECONDS="2")
+        with tempfile.TemporaryDirectory(prefix="attnlab_plot_") as folder:
+            for source in crafted:
+                metrics = os.path.join(folder, "metrics.h5")
+                shutil.copyfile(source, metrics)
+                done = subprocess.run([sys.executable, PLOT, metrics], capture_output=True, text=True, timeout=60, env=env)
+                self.assertEqual(done.returncode, 2, f"{source}\n{done.stderr}")
+                self.assertEqual(len(done.stderr.strip().splitlines()), 1, f"{source}\n{done.stderr}")
+                self.assertIn(metrics, done.stderr)
+                self.assertFalse(os.path.exists(os.path.join(folder, "plots")))
 
 
 if __name__ == "__main__":
