@@ -1,5 +1,5 @@
 // Checkpoints: runs/<name>/checkpoints/step_NNNNNNN.h5 (layout fixed by
-// DESIGN.md, "Files a run writes"):
+// docs/file_formats.md, "Checkpoints"):
 //
 //   /                  attrs: format="attnlab-checkpoint", format_version=1, step, config (TOML text)
 //   /params/<dotted.name>      float32, the tensor's shape (PyTorch layout)

@@ -1,5 +1,5 @@
-// metrics.h5: the HDF5 log a run appends to (layout fixed by DESIGN.md, "Files
-// a run writes"). It is written in SWMR mode, so h5py can read it while the run
+// metrics.h5: the HDF5 log a run appends to (layout fixed by docs/file_formats.md,
+// "metrics.h5"). It is written in SWMR mode, so h5py can read it while the run
 // goes on, and after a crash, up to the last flush():
 //
 //   h5py.File(path, "r", libver="latest", swmr=True)   # then dataset.refresh()
@@ -8,12 +8,12 @@
 //   /train/step (int64), loss, lr, grad_norm, tokens_per_s, wall_s          [N]
 //   /eval/step (int64), loss, token_acc, seq_acc                            [M]
 //   /eval_lengths/step (int64), loss, token_acc, seq_acc   [M] only with train.eval_lengths:
-//                     the same evaluations at those task lengths (beyond DESIGN.md's list)
+//                     the same evaluations at those task lengths (beyond the original layout's list)
 //   /attention/<kind>/step (int64)                                          [K]
 //   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]
 //   /attention/<kind>/score_std   [K, layers, heads]  std of scale * q.k over eligible pairs
 //                                 (padded query rows included, unlike the entropies; beyond
-//                                 DESIGN.md's list; row 0 is the model at initialisation)
+//                                 the original layout's list; row 0 is the model at initialisation)
 //
 // Values are float64; every dataset is chunked with an unlimited first
 // dimension. A row that a reader sees before its values are written reads as

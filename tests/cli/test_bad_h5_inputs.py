@@ -1,7 +1,7 @@
 """Bad HDF5 input of every kind (checkpoints, token files, inspect --input) ends
 with exit status 2, one line on stderr naming what is wrong and where (the file
 and the dataset or attribute), nothing on stdout, no file written anywhere, and
-no change to an existing run (issue 13; DESIGN.md, "Command line"). Each file is
+no change to an existing run (issue 13; README.md, "Command line"). Each file is
 a real one (a tiny run made here) changed with h5py in one way: declared shapes
 far beyond the data (refused before anything is allocated), wrong types and
 ranks, links and loops, NaN weights, attributes of the wrong type, empty

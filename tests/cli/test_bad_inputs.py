@@ -1,6 +1,6 @@
 """Bad input of every kind ends with exit status 2, one line on stderr that names
 what is wrong and where (file:line:column for a config file), nothing on stdout,
-no new run directory, and no change to an existing run (DESIGN.md, "Command line").
+no new run directory, and no change to an existing run (README.md, "Command line").
 
     /usr/bin/python3 tests/cli/test_bad_inputs.py ATTNLAB_BINARY REPO_ROOT
 """

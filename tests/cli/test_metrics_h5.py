@@ -1,4 +1,4 @@
-"""metrics.h5 as DESIGN.md ("Files a run writes") fixes it: readable with h5py
+"""metrics.h5 as docs/file_formats.md ("metrics.h5") fixes it: readable with h5py
 (SWMR) while the run goes on and after it ends; root attributes, dataset names,
 shapes and dtypes; masked attention mass exactly 0 and entropy_norm in [0, 1]
 for every head at every logged step, for decoder-only and encoder-decoder

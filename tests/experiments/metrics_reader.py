@@ -6,7 +6,7 @@ Used by tests/experiments/test_h5io.cpp (Debian's /usr/bin/python3 with h5py):
   metrics_reader.py check PATH --layers L --heads H --kinds self[,cross...]
                     --rows train=N,eval=M,<kind>=K [--config-file F] [--dump OUT] [--plain]
       Opens PATH in SWMR read mode (or a plain read with --plain), checks the
-      layout of DESIGN.md "Files a run writes" (names, dtypes, shapes, chunking,
+      layout of docs/file_formats.md "metrics.h5" (names, dtypes, shapes, chunking,
       attributes) and the row counts, and writes every dataset's values to OUT,
       one line each: "<dataset path> <value> <value> ..." (repr, so exact).
 

@@ -82,7 +82,7 @@ PARAM_NAMES = ["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
 
 
 def resolve_scale(spec, head_width):
-    """attnlab's score scale (DESIGN.md, Numerics); torch's MHA always uses "sqrt"."""
+    """attnlab's score scale (docs/config.md, model.scale); torch's MHA always uses "sqrt"."""
     named = {"sqrt": 1.0 / math.sqrt(head_width), "none": 1.0, "linear": 1.0 / head_width}
     return named[spec] if spec in named else float(spec)
 

@@ -11,7 +11,7 @@ python3 with h5py; no pytest). Each test trains the tiny config below with
 
   - exit status 0 and a summary.json whose eval_token_acc (held-out batches,
     data/tasks.h's counted positions only) is at least the task's threshold;
-  - masked mass exactly 0 in every logged attention kind (DESIGN.md: a correct
+  - masked mass exactly 0 in every logged attention kind (docs/file_formats.md: a correct
     mask puts no weight on ineligible keys).
 
 The tiny configs share one small model (2 layers, width 48, 4 heads, no
