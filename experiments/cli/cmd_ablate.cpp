@@ -2,12 +2,10 @@
 // zero- and mean-ablate every head of every attention module, one at a time, and
 // report the change in eval loss and accuracy, sorted by effect (experiments/analysis/ablate.h
 // has the method and both file layouts).
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 
-#include "autograd/cpu/threads.h"
 #include "autograd/cpu/blas.h"
 #include "experiments/analysis/ablate.h"
 #include "experiments/files/checkpoint.h"
@@ -76,8 +74,6 @@ int cmd_ablate(const std::vector<std::string>& args) {
     const Config& config = in.config;
     const LoadedModel& loaded = in.loaded;
     const int batches = in.batches;
-    set_threads(config.train.threads > 0 ? static_cast<int>(config.train.threads)
-                                              : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
     std::vector<std::vector<HeadRef>> groups;
     if (parsed.count("together"))
         for (const std::string& option : parsed["together"].as<std::vector<std::string>>())

@@ -2,14 +2,12 @@
 // self-attention audit record of a checkpoint (experiments/analysis/audit.h), then its
 // live tests, each PASS or FAIL with the figure it rests on. Exit status 1 when
 // a test fails, 2 for bad input.
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
 
-#include "autograd/cpu/threads.h"
 #include "autograd/cpu/blas.h"
 #include "experiments/analysis/audit.h"
 #include "experiments/files/checkpoint.h"
@@ -341,9 +339,7 @@ int cmd_audit(const std::vector<std::string>& args) {
         std::printf("%s%s", options.help().c_str(), kHelpTail);
         return 0;
     }
-    const CheckpointInput in = load_checkpoint_input(parsed);
-    set_threads(in.config.train.threads > 0 ? static_cast<int>(in.config.train.threads)
-                                                 : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+    const CheckpointInput in = load_checkpoint_input(parsed);  // sets the threads from train.threads
     AuditOptions audit_options;
     audit_options.batches = static_cast<size_t>(in.batches);
     audit_options.seed = in.seed;

@@ -82,11 +82,10 @@ int cmd_generate(const std::vector<std::string>& args) {
     const bool seed_given = parsed.count("seed") > 0;
     const int64_t seed = seed_given ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max()) : 0;
 
-    const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_saved_config(checkpoint.config_toml, path + " (config attribute)");
+    const LoadedCheckpoint in = load_checkpoint(path, device);
+    const Config& config = in.config;
+    const LoadedModel& loaded = in.loaded;
     const std::vector<int32_t> prompt = tokens_argument(config, parsed["prompt"].as<std::string>(), "--prompt");
-    const LoadedModel loaded = load_model(config, checkpoint, path);
-    place_model(loaded, device);
     opts.seed = static_cast<uint64_t>(seed_given ? seed : config.run.seed);
 
     const Generation g = generate(*loaded.model, prompt, opts);

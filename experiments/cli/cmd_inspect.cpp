@@ -368,10 +368,10 @@ int cmd_inspect(const std::vector<std::string>& args) {
         plot_script = find_tool("plot_attention.py", "--png").string();
     }
 
-    const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_saved_config(checkpoint.config_toml, path + " (config attribute)");
-    const LoadedModel loaded = load_model(config, checkpoint, path);
-    place_model(loaded, device);
+    const LoadedCheckpoint in = load_checkpoint(path, device);
+    const CheckpointData& checkpoint = in.checkpoint;
+    const Config& config = in.config;
+    const LoadedModel& loaded = in.loaded;
     const TaskModel& model = *loaded.model;
 
     const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len), config);

@@ -96,19 +96,19 @@ int cmd_lens(const std::vector<std::string>& args) {
         python = python_interpreter("--png", "matplotlib");
         plot_script = find_tool("plot_lens.py", "--png").string();
     }
-    const CheckpointData checkpoint = read_checkpoint(path);
-    const Config config = parse_saved_config(checkpoint.config_toml, path + " (config attribute)");
+    const LoadedCheckpoint in = load_checkpoint(path, device);
+    const CheckpointData& checkpoint = in.checkpoint;
+    const Config& config = in.config;
+    const LoadedModel& loaded = in.loaded;
     const std::vector<int32_t> tokens = tokens_argument(config, parsed["tokens"].as<std::string>(), "--tokens");
     const std::vector<int32_t> target = parsed.count("target") ? tokens_argument(config, parsed["target"].as<std::string>(), "--target")
                                                                : std::vector<int32_t>();
     if (!target.empty() && target.size() != tokens.size())
         throw UsageError("--target has " + std::to_string(target.size()) + " tokens for " + std::to_string(tokens.size()) + " positions");
-    const LoadedModel loaded = load_model(config, checkpoint, path);
     const ModelConfig shape = model_config(config, loaded.max_len);
     const size_t max_len = shape.max_len;
     if (shape.position_table() && tokens.size() > max_len)
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(max_len) + " positions");
-    place_model(loaded, device);
     const LensResult r = logit_lens(*loaded.model, Indices({1, tokens.size()}, tokens), target);
 
     write_lens_file(out, path, checkpoint, tokens, r);

@@ -148,22 +148,9 @@ void add_prompt_options(cxxopts::Options& options) {
     options.parse_positional({"checkpoint"});
 }
 
-struct Loaded {
-    std::string path;
-    CheckpointData checkpoint;
-    Config config;
-    LoadedModel model;
-};
-
-Loaded load(const cxxopts::ParseResult& parsed) {
-    Loaded l;
-    l.path = checkpoint_argument(parsed);
-    const Device device = device_option(parsed);
-    l.checkpoint = read_checkpoint(l.path);
-    l.config = parse_saved_config(l.checkpoint.config_toml, l.path + " (config attribute)");
-    l.model = load_model(l.config, l.checkpoint, l.path);
-    place_model(l.model, device);
-    return l;
+LoadedCheckpoint load(const cxxopts::ParseResult& parsed) {
+    const std::string path = checkpoint_argument(parsed);
+    return load_checkpoint(path, device_option(parsed));
 }
 
 template <class T>
@@ -173,7 +160,7 @@ void write_table(const h5::File& f, const std::string& name, const std::vector<s
     f.write<int64_t>(name, Shape{rows.size(), rows.front().size()}, flat.data());
 }
 
-void write_patch_file(const std::string& path, const Loaded& l, const PromptPairs& p, const PatchOptions& o, const PatchResult& r) {
+void write_patch_file(const std::string& path, const LoadedCheckpoint& l, const PromptPairs& p, const PatchOptions& o, const PatchResult& r) {
     write_atomically(std::filesystem::path(path), "[patch]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "patch");
         write_provenance_attrs(f, provenance());
@@ -258,12 +245,12 @@ int cmd_patch(const std::vector<std::string>& args) {
     o.noising = parsed.count("noising") > 0;
     o.per_position = parsed.count("per-position") > 0;
 
-    const Loaded l = load(parsed);
+    const LoadedCheckpoint l = load(parsed);
     PromptPairs pairs = prompts_from(parsed, l.config);
     for (const std::string& name : list_option(parsed, "hooks"))
-        o.hooks.push_back(parse_patch_hook(*l.model.model, name));
-    resolve_answers(*l.model.model, pairs, o.metric);
-    const PatchResult r = activation_patching(*l.model.model, pairs, o);
+        o.hooks.push_back(parse_patch_hook(*l.loaded.model, name));
+    resolve_answers(*l.loaded.model, pairs, o.metric);
+    const PatchResult r = activation_patching(*l.loaded.model, pairs, o);
     write_patch_file(out, l, pairs, o, r);
     std::printf("patch %s (step %lld): %zu pair(s) of %zu tokens, %s, cells in %s; unpatched %s: clean %.4f, corrupted %.4f\n",
                 l.path.c_str(), static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
@@ -305,10 +292,10 @@ int cmd_path_patch(const std::vector<std::string>& args) {
     edge.receiver_input = receiver.substr(colon + 1);
     const PatchMetric metric = parse_patch_metric(parsed["metric"].as<std::string>());
 
-    const Loaded l = load(parsed);
+    const LoadedCheckpoint l = load(parsed);
     PromptPairs pairs = prompts_from(parsed, l.config);
-    resolve_answers(*l.model.model, pairs, metric);
-    const PathPatchResult r = path_patching(*l.model.model, pairs, edge, metric);
+    resolve_answers(*l.loaded.model, pairs, metric);
+    const PathPatchResult r = path_patching(*l.loaded.model, pairs, edge, metric);
     std::printf("path-patch %s (step %lld): %s -> %s: unpatched %s clean %.4f, corrupted %.4f; patched %s %.4f\n", l.path.c_str(),
                 static_cast<long long>(l.checkpoint.step), parsed["sender"].as<std::string>().c_str(), receiver.c_str(),
                 baseline_name(metric).c_str(), r.clean, r.corrupt, to_string(metric).c_str(), r.patched);

@@ -97,6 +97,7 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 #include "experiments/analysis/generate.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"
+#include "experiments/run/load_checkpoint.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -137,11 +138,6 @@ inline Device device_option(const cxxopts::ParseResult& parsed) {
     return Device::cuda;
 }
 
-// The model moved to `device` (Module::to: its parameters as one block there).
-inline void place_model(const LoadedModel& loaded, Device device) {
-    if (device != Device::cpu) loaded.model->module().to(device);
-}
-
 inline void add_checkpoint_options(cxxopts::Options& options, const std::string& default_batches) {
     add_device_option(options);
     options.positional_help("CHECKPOINT");
@@ -153,11 +149,7 @@ inline void add_checkpoint_options(cxxopts::Options& options, const std::string&
 
 // The checkpoint named on the command line (after --help was handled), its
 // config and model, and the run's data settings.
-struct CheckpointInput {
-    std::string path;
-    CheckpointData checkpoint;
-    Config config;
-    LoadedModel loaded;
+struct CheckpointInput : LoadedCheckpoint {
     uint64_t seed = 0;   // --seed, else the run's seed
     int batches = 0;     // --batches
     Device device = Device::cpu;  // --device: where the model was placed
@@ -184,13 +176,10 @@ inline int checkpoint_batches(const cxxopts::ParseResult& parsed) { return numbe
 
 inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed) {
     CheckpointInput in;
-    in.path = checkpoint_argument(parsed);
+    const std::string path = checkpoint_argument(parsed);
     in.batches = checkpoint_batches(parsed);
     in.device = device_option(parsed);
-    in.checkpoint = read_checkpoint(in.path);
-    in.config = parse_config(in.checkpoint.config_toml, in.path + " (config attribute)");
-    in.loaded = load_model(in.config, in.checkpoint, in.path);
-    place_model(in.loaded, in.device);
+    static_cast<LoadedCheckpoint&>(in) = load_checkpoint(path, in.device);
     in.seed = static_cast<uint64_t>(parsed.count("seed") ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max())
                                                          : in.config.run.seed);
     return in;

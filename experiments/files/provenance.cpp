@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "autograd/cpu/threads.h"
 #include "data/h5file.h"
 #include "experiments/files/json_text.h"
 
@@ -52,7 +53,7 @@ Provenance provenance(long threads) {
     p.cpu = cpu_model();
     cpu_set_t set;
     p.cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
-    p.threads = threads;
+    p.threads = threads > 0 ? threads : attnlab::threads();  // this process's pool
     return p;
 }
 

@@ -16,11 +16,12 @@ struct Provenance {
     std::string command_line;  // the arguments, shell-quoted where needed
     std::string cpu;           // /proc/cpuinfo's model name
     long cpus = 0;             // CPUs this process may use
-    long threads = 0;          // compute threads the command runs (0: not known to it)
+    long threads = 0;          // compute threads the command runs
 };
 
 // The command line of this process: set once by main (run_cli).
 void set_command_line(int argc, char** argv);
+// `threads`: the compute threads to record; 0 = this process's pool size now.
 Provenance provenance(long threads = 0);
 // {"version": ..., "commit": ..., "command_line": ..., "cpu": ..., "cpus": N, "threads": N} (one JSON object)
 std::string provenance_json(const Provenance& p);

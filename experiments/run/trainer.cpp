@@ -3,6 +3,7 @@
 // the end. Building the run (start, resume) is in trainer_setup.cpp.
 #include "experiments/files/provenance.h"
 #include "experiments/run/trainer.h"
+#include "experiments/run/load_checkpoint.h"
 #include "experiments/run/trainer_state.h"
 
 #include <sys/resource.h>
@@ -138,7 +139,7 @@ void Trainer::State::finish() {
 int Trainer::run() {
     State& s = *state_;
     const Config& c = s.config;
-    set_threads(c.train.threads > 0 ? static_cast<int>(c.train.threads) : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))));
+    set_threads(config_threads(c));
     stop_signal = 0;
     std::signal(SIGINT, request_stop);
     std::signal(SIGTERM, request_stop);

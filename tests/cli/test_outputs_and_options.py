@@ -148,6 +148,21 @@ class Provenance(cc.TempDirTest):
         with h5py.File(lens) as f:
             self.assertEqual(f.attrs["attnlab_commit"], commit)
             self.assertIn(" lens ", f.attrs["command_line"])
+            self.assertEqual(f.attrs["threads"], 1)
+
+    def test_analysis_commands_run_at_the_runs_thread_count(self):
+        # every command that loads a checkpoint sets its threads from train.threads (one place)
+        out = self.path("runs")
+        self.run_ok(["train"] + cc.overrides(CONFIG, **{"run.out_dir": out, "train.threads": "2"}))
+        run = os.path.join(out, "default")
+        commands = {"lens": ["lens", run, "--tokens", "3 4 5"], "inspect": ["inspect", run, "--tokens", "3 4 5"],
+                    "cache": ["cache", run, "--batches", "1", "--hooks", "blocks.0.attn.z"], "ablate": ["ablate", run, "--batches", "1"]}
+        for name, args in commands.items():
+            with self.subTest(name):
+                written = self.path(name + ".h5")
+                self.run_ok(args + ["--out", written])
+                with h5py.File(written) as f:
+                    self.assertEqual(f.attrs["threads"], 2, name)
 
 
 if __name__ == "__main__":
