@@ -165,5 +165,33 @@ class Provenance(cc.TempDirTest):
                     self.assertEqual(f.attrs["threads"], 2, name)
 
 
+class SavedConfigs(cc.TempDirTest):
+    """A run or checkpoint written before the rule on unread keys (docs/config.md)
+    may hold one, e.g. model.rotary_base = 500 with learned positions: it still
+    resumes and loads for analysis, the key at its default (it had no effect)."""
+
+    def test_unread_key_in_a_run_and_its_checkpoint(self):
+        out = self.path("runs")
+        self.run_ok(["train"] + cc.overrides(CONFIG, **{"run.out_dir": out, "train.steps": "20"}))
+        run = os.path.join(out, "default")
+        old, new = "rotary_base = 10000.0", "rotary_base = 500.0"
+        config = os.path.join(run, "config.toml")
+        with open(config) as f:
+            text = f.read()
+        self.assertIn(old, text)
+        with open(config, "w") as f:
+            f.write(text.replace(old, new).replace("\nsteps = 20\n", "\nsteps = 30\n"))  # and 10 steps more to resume
+        checkpoint = os.path.join(run, "checkpoints", sorted(os.listdir(os.path.join(run, "checkpoints")))[-1])
+        with h5py.File(checkpoint, "r+") as f:
+            f.attrs["config"] = f.attrs["config"].replace(old, new)
+        for args in (["eval", checkpoint, "--batches", "1"], ["audit", checkpoint, "--batches", "1"],
+                     ["lens", checkpoint, "--tokens", "3 4 5", "--out", self.path("l.h5")]):
+            self.run_ok(args)
+        r = self.run_ok(["train", "--resume", run])
+        self.assertNotIn("rotary_base", r.stderr)
+        with open(os.path.join(run, "summary.json")) as f:
+            self.assertIn('"steps": 30', f.read())
+
+
 if __name__ == "__main__":
     cc.main()
