@@ -70,7 +70,7 @@ Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
 LayerNorm::LayerNorm(size_t width, double eps_) : eps(eps_) {
     weight = register_parameter("weight", Tensor::ones({width}));
     bias = register_parameter("bias", Tensor::zeros({width}));
-    declare_hook_points({"out"});
+    declare_hook_points({{"out", "batch pos d_model"}});
 }
 
 NormType parse_norm_type(const std::string& name) {
@@ -83,7 +83,7 @@ std::string to_string(NormType type) { return type == NormType::layer ? "layerno
 
 RMSNorm::RMSNorm(size_t width, double eps_) : eps(eps_) {
     weight = register_parameter("weight", Tensor::ones({width}));
-    declare_hook_points({"out"});
+    declare_hook_points({{"out", "batch pos d_model"}});
 }
 
 std::unique_ptr<NormLayer> make_norm(NormType type, size_t width) {
@@ -102,7 +102,7 @@ FeedForward::FeedForward(size_t width, size_t hidden, Activation activation_, do
     register_module("fc1", fc1);
     register_module("fc2", fc2);
     register_module("drop", drop);
-    declare_hook_points({"hidden", "out"});
+    declare_hook_points({{"hidden", "batch pos d_ffn"}, {"out", "batch pos d_model"}});
 }
 
 Tensor FeedForward::forward(const Tensor& x) const {

@@ -47,7 +47,7 @@ EncoderBlock::EncoderBlock(const BlockConfig& c, Rng& init, Rng* dropout_rng)
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
     add_feed_forward(*this, c, init, dropout_rng, ffn, res2);
-    declare_hook_points({"resid_pre", "resid_mid", "resid_post"});
+    declare_hook_points({{"resid_pre", "batch pos d_model"}, {"resid_mid", "batch pos d_model"}, {"resid_post", "batch pos d_model"}});
 }
 
 Tensor EncoderBlock::forward(const Tensor& x_in, const AttentionMask& mask) const {
@@ -73,8 +73,9 @@ DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init
         register_module("res_cross", *res_cross);
     }
     add_feed_forward(*this, c, init, dropout_rng, ffn, res2);
-    if (cross_attention) declare_hook_points({"resid_pre", "resid_mid", "resid_cross", "resid_post"});
-    else declare_hook_points({"resid_pre", "resid_mid", "resid_post"});
+    declare_hook_points({{"resid_pre", "batch pos d_model"}, {"resid_mid", "batch pos d_model"}});
+    if (cross_attention) declare_hook_points({{"resid_cross", "batch pos d_model"}});
+    declare_hook_points({{"resid_post", "batch pos d_model"}});
 }
 
 Tensor DecoderBlock::forward(const Tensor& x_in, const AttentionMask& self_mask, const Tensor& memory,

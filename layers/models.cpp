@@ -84,7 +84,7 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
         register_module("ln_f", *ln_f);
     }
     register_module("head", head);
-    declare_hook_points({"embed", "logits"});
+    declare_hook_points({{"embed", "batch pos d_model"}, {"logits", "batch pos vocab"}});
 }
 
 Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
@@ -127,7 +127,8 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
         register_module("dec_ln_f", *dec_ln_f);
     }
     register_module("head", head);
-    declare_hook_points({"src_embed", "memory", "tgt_embed", "logits"});
+    declare_hook_points({{"src_embed", "batch pos d_model"}, {"memory", "batch pos d_model"}, {"tgt_embed", "batch pos d_model"},
+                         {"logits", "batch pos vocab"}});
 }
 
 Tensor EncoderDecoder::encode(const Indices& src, const std::vector<size_t>& src_lengths) const {

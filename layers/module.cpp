@@ -1,6 +1,7 @@
 #include "layers/module.h"
 
 #include <map>
+#include <sstream>
 
 #include "layers/hooks.h"
 
@@ -14,16 +15,40 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
 
 void Module::register_module(const std::string& name, Module& child) { children_.emplace_back(name, &child); }
 
-void Module::declare_hook_points(std::initializer_list<const char*> points) {
+void Module::declare_hook_points(std::initializer_list<HookPointDeclaration> points) {
     hook_points_.insert(hook_points_.end(), points.begin(), points.end());
 }
 
 std::vector<std::string> Module::hook_points() const {
     std::vector<std::string> out;
-    for (const char* point : hook_points_) out.push_back(point);
-    for (const auto& [name, child] : children_)
-        for (const std::string& point : child->hook_points()) out.push_back(name + "." + point);
+    for (const HookPoint& point : described_hook_points()) out.push_back(point.name);
     return out;
+}
+
+std::vector<Module::HookPoint> Module::described_hook_points() const {
+    std::vector<HookPoint> out;
+    for (const HookPointDeclaration& point : hook_points_) {
+        HookPoint described{point.name, {}};
+        std::istringstream axes(point.axes);
+        for (std::string axis; axes >> axis;) described.axes.push_back(axis);
+        out.push_back(std::move(described));
+    }
+    for (const auto& [name, child] : children_)
+        for (HookPoint point : child->described_hook_points()) {
+            point.name = name + "." + point.name;
+            out.push_back(std::move(point));
+        }
+    return out;
+}
+
+std::string Module::hook_point_axes(const std::string& name) const {
+    for (const HookPoint& point : described_hook_points())
+        if (point.name == name) {
+            std::string text;
+            for (const std::string& axis : point.axes) text += (text.empty() ? "" : " ") + axis;
+            return text;
+        }
+    return "";
 }
 
 void Module::attach(Hooks* hooks, const std::string& path) const {

@@ -52,13 +52,30 @@ public:
     // Every hook point of this module and its children, dotted ("blocks.0.attn.q"),
     // in registration order.
     std::vector<std::string> hook_points() const;
+    // The same with the axes of each point's activation, outermost first
+    // ({"blocks.0.attn.q", {"batch", "query_pos", "head", "d_head"}}): what an
+    // analysis reads a layout from instead of knowing it (docs/hook_points.md).
+    struct HookPoint {
+        std::string name;
+        std::vector<std::string> axes;
+    };
+    std::vector<HookPoint> described_hook_points() const;
+    // One point's axes as text, "batch query_pos head d_head" ("" for no such point).
+    std::string hook_point_axes(const std::string& name) const;
     // Attaches `hooks` (null: detaches) to this module and every child, each under
     // its dotted path. Prefer HookScope, which also detaches.
     void attach_hooks(Hooks* hooks) const { attach(hooks, ""); }
 
 protected:
-    // Names this module's hook points (relative: "q", "pattern"), for listing and checks.
-    void declare_hook_points(std::initializer_list<const char*> points);
+    // Names this module's hook points (relative: "q", "pattern") with the axes of
+    // their activations, space-separated from one vocabulary: batch, pos (the
+    // positions of the stream the point is on), query_pos, key_pos, head,
+    // kv_head, d_head, d_model, d_ffn, vocab. E.g. {"q", "batch query_pos head d_head"}.
+    struct HookPointDeclaration {
+        const char* name;
+        const char* axes;
+    };
+    void declare_hook_points(std::initializer_list<HookPointDeclaration> points);
     // A hook point: `value` itself, or what an attached hook replaced it with.
     Tensor hook(const char* point, const Tensor& value) const {
         return hooks_ == nullptr ? value : hook_slow(point, value);
@@ -85,7 +102,7 @@ private:
     std::vector<std::pair<std::string, Module*>> children_;
     std::vector<Tensor> buffers_;
     bool training_ = true;
-    std::vector<const char*> hook_points_;
+    std::vector<HookPointDeclaration> hook_points_;
     mutable Hooks* hooks_ = nullptr;  // attached for analysis; null in plain training
     mutable std::string path_;        // "blocks.0.attn." while hooks are attached
 };

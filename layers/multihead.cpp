@@ -64,8 +64,17 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("k_proj", k_proj);
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
-    declare_hook_points({"in", "in_kv", "q", "k", "v", "scores", "pattern", "z", "out"});
-    if (rotary_base > 0.0) declare_hook_points({"rot_q", "rot_k"});  // what attention reads, after the rotation
+    declare_hook_points({{"in", "batch query_pos d_model"},
+                         {"in_kv", "batch key_pos d_model"},
+                         {"q", "batch query_pos head d_head"},
+                         {"k", "batch key_pos kv_head d_head"},
+                         {"v", "batch key_pos kv_head d_head"},
+                         {"scores", "batch head query_pos key_pos"},
+                         {"pattern", "batch head query_pos key_pos"},
+                         {"z", "batch query_pos head d_head"},
+                         {"out", "batch query_pos d_model"}});
+    if (rotary_base > 0.0)  // what attention reads, after the rotation
+        declare_hook_points({{"rot_q", "batch query_pos head d_head"}, {"rot_k", "batch key_pos kv_head d_head"}});
 }
 
 Tensor MultiHeadAttention::positioned(const char* point, const Tensor& t, size_t n, size_t offset) const {

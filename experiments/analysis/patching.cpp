@@ -63,16 +63,6 @@ Tensor mixed(const Tensor& base, const Tensor& source, int axis_a, size_t index_
     return Tensor::from_values(out, s, base.dtype());
 }
 
-// Which axis of a point's activation holds the heads and which the (query) positions.
-struct Axes {
-    int head = -1, position = 1;
-};
-Axes axes_of(const std::string& point) {
-    if (point == "attn.pattern" || point == "attn.scores") return {1, 2};  // (B, H, Tq, Tk)
-    if (point == "attn.q" || point == "attn.k" || point == "attn.v" || point == "attn.z") return {2, 1};  // (B, T, H, d)
-    return {-1, 1};  // (B, T, ...)
-}
-
 }  // namespace
 
 PatchMetric parse_patch_metric(const std::string& name) {
@@ -192,20 +182,31 @@ std::string baseline_name(PatchMetric metric) {
 
 PatchHook parse_patch_hook(const TaskModel& model, const std::string& name) {
     decoder_of(model, "patch");
-    static const std::vector<std::string> per_head = {"q", "k", "v", "z", "pattern", "scores"};
+    std::vector<Module::HookPoint> points;  // block 0's, block-relative
+    for (Module::HookPoint& p : model.module().described_hook_points())
+        if (p.name.rfind("blocks.0.", 0) == 0) points.push_back({p.name.substr(9), std::move(p.axes)});
+    auto find = [&](const std::string& point) {
+        return std::find_if(points.begin(), points.end(), [&](const Module::HookPoint& p) { return p.name == point; });
+    };
+    auto found = find(name);
+    if (found == points.end()) found = find("attn." + name);  // the attention's points by their own names: z, pattern
+    if (found == points.end()) {
+        std::string list;
+        for (const Module::HookPoint& p : points) list += (list.empty() ? "" : ", ") + p.name;
+        fail("patch", "unknown hook '" + name + "' (a block's points, the attention's also without \"attn.\": " + list + ")");
+    }
+    auto axis = [&](std::initializer_list<const char*> names) {
+        for (size_t a = 0; a < found->axes.size(); ++a)
+            for (const char* n : names)
+                if (found->axes[a] == n) return static_cast<int>(a);
+        return -1;
+    };
     PatchHook h;
     h.name = name;
-    h.per_head = std::find(per_head.begin(), per_head.end(), name) != per_head.end() ||
-                 (name.rfind("attn.", 0) == 0 && std::find(per_head.begin(), per_head.end(), name.substr(5)) != per_head.end());
-    h.point = h.per_head && name.rfind("attn.", 0) != 0 ? "attn." + name : name;
-    std::vector<std::string> choices;
-    for (const std::string& p : model.module().hook_points())
-        if (p.rfind("blocks.0.", 0) == 0) choices.push_back(p.substr(9));
-    if (std::find(choices.begin(), choices.end(), h.point) == choices.end()) {
-        std::string list;
-        for (const std::string& c : choices) list += (list.empty() ? "" : ", ") + c;
-        fail("patch", "unknown hook '" + name + "' (a block's points: q, k, v, z, pattern, scores, " + list + ")");
-    }
+    h.point = found->name;
+    h.head_axis = axis({"head", "kv_head"});
+    h.per_head = h.head_axis >= 0;
+    h.position_axis = axis({"query_pos", "pos", "key_pos"});  // scores and pattern: the query's row
     return h;
 }
 
@@ -225,8 +226,7 @@ PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs
     for (const PatchHook& h : options.hooks) recorded.record("blocks.*." + h.point);
     run(model, source, &recorded);
     for (const PatchHook& h : options.hooks) {
-        const Axes axes = axes_of(h.point);
-        const size_t heads = h.per_head ? recorded.last(block(0) + h.point).size(axes.head) : 1;
+        const size_t heads = h.per_head ? recorded.last(block(0) + h.point).size(static_cast<size_t>(h.head_axis)) : 1;
         const size_t positions = options.per_position ? T : 1;
         PatchGrid grid;
         grid.hook = h.name;
@@ -241,8 +241,8 @@ PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs
                     const Tensor& clean_value = recorded.last(point);
                     Hooks patch;
                     patch.replace(point, [&](const std::string&, const Tensor& value) {
-                        return mixed(value, clean_value, h.per_head ? axes.head : -1, head,
-                                     options.per_position ? axes.position : -1, t);
+                        return mixed(value, clean_value, h.per_head ? h.head_axis : -1, head,
+                                     options.per_position ? h.position_axis : -1, t);
                     });
                     grid.values.push_back(score(run(model, base, &patch)));
                 }

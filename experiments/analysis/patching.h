@@ -54,7 +54,10 @@ void resolve_answers(const TaskModel& model, PromptPairs& pairs, PatchMetric met
 struct PatchHook {
     std::string name;   // as given
     std::string point;  // block-relative: "attn.z"
-    bool per_head = false;
+    bool per_head = false;  // the point has a head axis (head, or kv_head for k and v)
+    // Axes of the activation, from the model's own description of the point
+    // (Module::described_hook_points): its heads, and the positions patched.
+    int head_axis = -1, position_axis = 1;
 };
 // Error listing the choices for a name that is no point of this model's blocks.
 PatchHook parse_patch_hook(const TaskModel& model, const std::string& name);

@@ -132,6 +132,7 @@ size_t stream_cache(const std::string& out, const CheckpointInput& in, Hooks& ho
                 if (!datasets.count(point)) {
                     const Shape row(value.shape().begin() + 1, value.shape().end());
                     datasets[point] = group.create_extendible<float>(point, row, B);
+                    group.write_attr_string(point, model.module().hook_point_axes(point));  // "batch pos d_model"
                 }
                 const std::vector<double> v = value.values();
                 const std::vector<float> values(v.begin(), v.end());

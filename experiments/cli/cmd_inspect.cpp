@@ -204,6 +204,7 @@ void write_inspection(const std::string& path, const Inspection& in) {
         for (const std::string& point : in.extra) {
             const Tensor& value = in.hooks->last(point);
             named.write<float>(point, value.shape(), floats(value).data());
+            named.write_attr_string(point, model.module().hook_point_axes(point));  // "batch pos d_model"
         }
     }
     out.close();

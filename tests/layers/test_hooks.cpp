@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "layer_test_util.h"
@@ -82,6 +84,55 @@ TEST(Hooks, EncoderDecoderHasCrossAttentionPointsAndTheMemory) {
     EXPECT_EQ(hooks.last("decoder.1.cross_attn.in_kv").values(), hooks.last("memory").values());
     EXPECT_EQ(hooks.last("decoder.0.cross_attn.pattern").shape(), (Shape{2, 2, 4, 7}));
     EXPECT_EQ(hooks.last("decoder.0.cross_attn.pattern").at({1, 0, 2, 5}), 0.0);  // padded source key
+}
+
+// Each point's described axes (Module::described_hook_points, what analyses read
+// layouts from) name the activation's dimensions one by one, with their sizes.
+void expect_axes_describe_activations(const Module& model, const Hooks& hooks, const std::map<std::string, size_t>& sizes,
+                                      const std::function<std::map<std::string, size_t>(const std::string&)>& positions) {
+    const std::vector<Module::HookPoint> described = model.described_hook_points();
+    EXPECT_EQ(described.size(), model.hook_points().size());
+    for (const Module::HookPoint& point : described) {
+        const Shape& shape = hooks.last(point.name).shape();
+        ASSERT_EQ(point.axes.size(), shape.size()) << point.name;
+        std::map<std::string, size_t> expected = sizes;
+        for (const auto& [axis, size] : positions(point.name)) expected[axis] = size;
+        for (size_t a = 0; a < shape.size(); ++a) {
+            ASSERT_TRUE(expected.count(point.axes[a])) << point.name << ": unknown axis " << point.axes[a];
+            EXPECT_EQ(shape[a], expected.at(point.axes[a])) << point.name << " axis " << a << " (" << point.axes[a] << ")";
+        }
+        EXPECT_EQ(point.axes.front(), "batch") << point.name;
+    }
+}
+
+TEST(Hooks, EveryPointsAxesDescribeItsActivation) {
+    Rng init(1), data(2);
+    const std::map<std::string, size_t> sizes{{"batch", 2}, {"d_model", 16}, {"head", 2}, {"kv_head", 1},
+                                              {"d_head", 8}, {"d_ffn", 32},  {"vocab", 11}};
+    for (Positional positional : {Positional::learned, Positional::rotary, Positional::alibi}) {
+        DecoderLM model(small_config(Norm::pre, positional, 1), init, nullptr);
+        model.eval();
+        Hooks hooks;
+        hooks.record("*");
+        recorded_forward(model, hooks, [&] { return model.forward(random_tokens(data, 2, 5, 11)); });
+        expect_axes_describe_activations(model, hooks, sizes, [](const std::string&) {
+            return std::map<std::string, size_t>{{"pos", 5}, {"query_pos", 5}, {"key_pos", 5}};
+        });
+        EXPECT_EQ(model.hook_point_axes("blocks.0.attn.pattern"), "batch head query_pos key_pos");
+        EXPECT_EQ(model.hook_point_axes("blocks.0.attn.k"), "batch key_pos kv_head d_head");
+        EXPECT_EQ(model.hook_point_axes("no.such.point"), "");
+    }
+    EncoderDecoder model(small_config(Norm::post, Positional::learned, 1), init, nullptr);
+    model.eval();
+    Hooks hooks;
+    hooks.record("*");
+    recorded_forward(model, hooks, [&] { return model.forward(random_tokens(data, 2, 7, 11), {7, 5}, random_tokens(data, 2, 4, 11)); });
+    expect_axes_describe_activations(model, hooks, sizes, [](const std::string& name) {
+        const bool source = name.rfind("encoder.", 0) == 0 || name == "src_embed" || name == "memory" || name.rfind("enc_", 0) == 0;
+        const bool cross = name.find(".cross_attn.") != std::string::npos;
+        const size_t S = 7, T = 4;
+        return std::map<std::string, size_t>{{"pos", source ? S : T}, {"query_pos", source ? S : T}, {"key_pos", source || cross ? S : T}};
+    });
 }
 
 TEST(Hooks, RecordingEverythingChangesNoLogitOrGradient) {
