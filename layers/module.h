@@ -8,13 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/named_tensors.h"
 #include "autograd/tensor.h"
 
 namespace attnlab {
 
 class Hooks;
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;  // in registration order
 
 class Module {
 public:

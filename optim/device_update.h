@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "layers/module.h"
+#include "autograd/named_tensors.h"
 
 namespace attnlab {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/module.h"
+#include "autograd/named_tensors.h"
 
 namespace attnlab {
 

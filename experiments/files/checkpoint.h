@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "layers/module.h"
+#include "autograd/named_tensors.h"
 
 namespace attnlab {
 
