@@ -76,10 +76,10 @@ void check_attention(const AttentionDims& dims, const AttentionMask& mask, const
     check_attention_mask(op, dims, mask);
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         fail(op, "dropout " + std::to_string(options.dropout) + " is outside [0, 1)");
-    if (options.training && options.dropout > 0.0)
-        fail(op, "dropout " + std::to_string(options.dropout) +
-                     " in training is not implemented on the CUDA path; use dropout = 0 or the CPU");
     if (kernel == AttentionKernel::flash) {
+        if (options.training && options.dropout > 0.0)  // the dense kernel applies it to its weights
+            fail(op, "the flash kernel keeps no weights to apply dropout " + std::to_string(options.dropout) +
+                         " to in training; use the dense kernel");
         if (d > flash_max_head_width || d_v > flash_max_head_width)
             fail(op, "the flash kernel takes head widths up to " + std::to_string(flash_max_head_width) + ", got d = " +
                          std::to_string(d) + ", d_v = " + std::to_string(d_v) + "; use the dense kernel");

@@ -49,8 +49,9 @@ AttentionKernel kernel_for_head_width(size_t head_width);
 AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v);
 
 // Everything a device call would refuse, as attnlab::Error, before any work:
-// mask sizes, dropout in training (not on the GPU path), head widths above
-// flash_max_head_width or need_weights for flash, shapes over the launch limits
+// mask sizes, a dropout rate outside [0, 1), head widths above
+// flash_max_head_width, need_weights or dropout in training for flash (the
+// dense kernel applies dropout to its weights), shapes over the launch limits
 // (flash: B and H at most 65535, gridDim.z and y), and under masked_rows = "error"
 // the first row with no eligible key, named as the CPU op names it.
 void check_attention(const AttentionDims& dims, const AttentionMask& mask, const AttentionOptions& options,

@@ -86,9 +86,7 @@ AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const 
     const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
     const bool use_dropout = options.training && options.dropout > 0.0;
     const bool dense = options.need_weights || use_dropout || cuda::kernel_for_head_width(std::max(d, d_v)) == cuda::AttentionKernel::dense;
-    AttentionOptions checked = options;
-    checked.dropout = 0.0;  // the dense kernel takes dropout on the weights
-    cuda::check_attention(dims, mask, checked, dense ? cuda::AttentionKernel::dense : cuda::AttentionKernel::flash);
+    cuda::check_attention(dims, mask, options, dense ? cuda::AttentionKernel::dense : cuda::AttentionKernel::flash);
     const std::shared_ptr<MaskOnDevice> on_device = mask_on_device(mask, dims);
     cuda::Context& context = device_context();
     const float scale = float(options.scale);

@@ -55,15 +55,19 @@ TEST(CudaAttentionChecks, EmptyRowsFromCausalAndPaddingAreFoundToo) {
                          "batch item 1, query position 0 has no eligible key"));
 }
 
-TEST(CudaAttentionChecks, DropoutInTrainingIsRefused) {
+// Dropout in training is applied by the dense kernel to its weights (the
+// device op picks it then); the flash kernel keeps none.
+TEST(CudaAttentionChecks, DropoutInTrainingNeedsTheDenseKernel) {
     AttentionOptions options;
     options.dropout = 0.1;
     options.training = true;
-    const std::string message = error_of([&] { check_attention(small, {}, options, AttentionKernel::dense); });
-    EXPECT_TRUE(contains(message, "[attention] dropout")) << message;
-    EXPECT_TRUE(contains(message, "not implemented on the CUDA path")) << message;
+    EXPECT_NO_THROW(check_attention(small, {}, options, AttentionKernel::dense));
+    const std::string message = error_of([&] { check_attention(small, {}, options, AttentionKernel::flash); });
+    EXPECT_TRUE(contains(message, "[attention] the flash kernel keeps no weights to apply dropout")) << message;
     options.training = false;  // evaluation ignores dropout, as the CPU op does
     EXPECT_NO_THROW(check_attention(small, {}, options, AttentionKernel::flash));
+    options.dropout = 1.0;
+    EXPECT_TRUE(contains(error_of([&] { check_attention(small, {}, options, AttentionKernel::dense); }), "outside [0, 1)"));
 }
 
 TEST(CudaAttentionChecks, FlashRefusesWideHeadsAndWeights) {
