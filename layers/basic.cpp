@@ -73,6 +73,12 @@ LayerNorm::LayerNorm(size_t width, double eps_) : eps(eps_) {
     declare_hook_points({{"out", "batch pos d_model"}});
 }
 
+Tensor LayerNorm::frozen(const Tensor& component, const Tensor& stream) const {
+    const Tensor centred = stream - mean(stream, {-1}, true);                                        // (..., D)
+    const Tensor inv_sigma = pow(mean(centred * centred, {-1}, true) + eps, -0.5);  // (..., 1)
+    return (component - mean(component, {-1}, true)) * inv_sigma * weight.to(component.device());  // (..., D)
+}
+
 NormType parse_norm_type(const std::string& name) {
     if (name == "layernorm") return NormType::layer;
     if (name == "rmsnorm") return NormType::rms;
@@ -84,6 +90,11 @@ std::string to_string(NormType type) { return type == NormType::layer ? "layerno
 RMSNorm::RMSNorm(size_t width, double eps_) : eps(eps_) {
     weight = register_parameter("weight", Tensor::ones({width}));
     declare_hook_points({{"out", "batch pos d_model"}});
+}
+
+Tensor RMSNorm::frozen(const Tensor& component, const Tensor& stream) const {
+    const Tensor inv_rms = pow(mean(stream * stream, {-1}, true) + eps, -0.5);  // (..., 1)
+    return component * inv_rms * weight.to(component.device());  // (..., D)
 }
 
 std::unique_ptr<NormLayer> make_norm(NormType type, size_t width) {

@@ -60,6 +60,15 @@ std::string to_string(NormType type);
 class NormLayer : public Module {
 public:
     virtual Tensor forward(const Tensor& x) const = 0;  // (..., D) -> (..., D)
+    // The norm's linear part at the statistics of `stream`, applied to
+    // `component` (both (..., D), one shape): the centring (LayerNorm), the
+    // scale 1/sigma(stream) held fixed, the weight; no bias. Linear in the
+    // component, and forward(x) = frozen(x, x) + bias, so components that add
+    // up to the stream map to the norm's output less its bias: the direct logit
+    // attribution's linearisation, written once here, in the model's ops. It
+    // runs where the component is (the weight is copied there when the model is
+    // on another device).
+    virtual Tensor frozen(const Tensor& component, const Tensor& stream) const = 0;
     Tensor weight;                                      // (D), ones
 };
 
@@ -68,6 +77,7 @@ class LayerNorm : public NormLayer {
 public:
     explicit LayerNorm(size_t width, double eps = 1e-5);
     Tensor forward(const Tensor& x) const override { return hook("out", layer_norm(x, weight, bias, eps)); }
+    Tensor frozen(const Tensor& component, const Tensor& stream) const override;
     Tensor bias;
     double eps;
 };
@@ -77,6 +87,7 @@ class RMSNorm : public NormLayer {
 public:
     explicit RMSNorm(size_t width, double eps = 1e-5);
     Tensor forward(const Tensor& x) const override { return hook("out", rms_norm(x, weight, eps)); }
+    Tensor frozen(const Tensor& component, const Tensor& stream) const override;
     double eps;
 };
 

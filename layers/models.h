@@ -50,6 +50,8 @@ public:
     Tensor forward(const Indices& tokens, const std::vector<size_t>& lengths = {}) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
     Tensor forward_cached(const Indices& tokens, DecoderCache& cache) const;
+    // The norm before the output head (pre-norm blocks), or null.
+    const NormLayer* final_norm() const { return ln_f.get(); }
 
     ModelConfig config;
     Embedding tok_emb;

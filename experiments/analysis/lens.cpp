@@ -20,75 +20,59 @@ Tensor parameter(const TaskModel& model, const std::string& name) {
 
 std::string block(size_t layer) { return "blocks." + std::to_string(layer) + "."; }
 
+std::vector<double> flat(const Tensor& t) { return t.to(Device::cpu).values(); }
+
 // Direct logit attribution of r.targets (the header's formula) from one pass's
-// recorded embeddings, head outputs and feed-forward outputs.
+// recorded embeddings, head outputs and feed-forward outputs, in the model's
+// ops: each component goes through the final norm's own linear part at the
+// final stream's statistics (NormLayer::frozen), then onto the unembedding row
+// of the target.
 void attribute_logits(const TaskModel& model, const Hooks& pass, bool has_ffn, LensResult& r) {
-    const ModelConfig& c = model.decoder_lm()->config;
-    const size_t L = r.layers, H = r.heads, B = r.batch, T = r.positions, D = c.block.attention.width;
-    if (c.block.norm == Norm::post) {
+    const DecoderLM& lm = *model.decoder_lm();
+    const size_t L = r.layers, H = r.heads, B = r.batch, T = r.positions;
+    if (lm.config.block.norm == Norm::post) {
         r.note = "post-norm blocks end in a norm of their own: the final stream is no sum of components, so no direct logit attribution";
         return;
     }
     r.attribution = true;
-    const std::vector<double> x = pass.last(block(L - 1) + "resid_post").values();  // (B, T, D)
-    const std::vector<double> unembed = parameter(model, "head.weight").values();    // (V, D)
-    const bool pre = c.block.norm == Norm::pre, rms = c.block.norm_type == NormType::rms;
-    const std::vector<double> w = pre ? parameter(model, "ln_f.weight").values() : std::vector<double>(D, 1.0);
-    const Tensor ln_bias = pre ? parameter(model, "ln_f.bias") : Tensor();
-    std::vector<double> scale(B * T, 1.0);  // 1 / the final norm's frozen denominator
-    for (size_t i = 0; i < B * T && pre; ++i) {
-        double mean = 0, squares = 0;
-        for (size_t d = 0; d < D; ++d) mean += x[i * D + d] / static_cast<double>(D);
-        for (size_t d = 0; d < D; ++d) {
-            const double centred = rms ? x[i * D + d] : x[i * D + d] - mean;
-            squares += centred * centred / static_cast<double>(D);
-        }
-        scale[i] = 1.0 / std::sqrt(squares + 1e-5);
-    }
-    // the logit a component c (B, T, D) adds at each position
-    auto attribute = [&](const std::vector<double>& comp, size_t i) {
-        double mean = 0, dot = 0;
-        if (pre && !rms)
-            for (size_t d = 0; d < D; ++d) mean += comp[i * D + d] / static_cast<double>(D);
-        for (size_t d = 0; d < D; ++d) dot += (comp[i * D + d] - mean) * scale[i] * w[d] * unembed[r.targets[i] * D + d];
-        return dot;
-    };
-    const std::vector<double> embed = pass.last("embed").values();
-    for (size_t i = 0; i < B * T; ++i) r.layer_logit.push_back(attribute(embed, i));
+    const NormLayer* final_norm = lm.final_norm();  // pre-norm: ln_f; no norm: none
+    const Tensor stream = pass.last(block(L - 1) + "resid_post");                     // (B, T, D)
+    const Tensor unembed_rows = embedding(parameter(model, "head.weight").to(Device::cpu),
+                                          Indices({B, T}, r.targets));                  // (B, T, D): W_U[target]
+    auto normed = [&](const Tensor& component) { return final_norm ? final_norm->frozen(component, stream) : component; };
+    // the logit a component (B, T, D) adds at each position, (B * T) values
+    auto attribute = [&](const Tensor& component) { return flat(sum(normed(component) * unembed_rows, {-1})); };
+
+    r.layer_logit = attribute(pass.last("embed"));
     r.head_logit.assign(L * H * B * T, 0.0);
     for (size_t l = 0; l < L; ++l) {
-        const std::vector<double> z = pass.last(block(l) + "attn.z").values();  // (B, T, H, d_h)
-        const Tensor w_out = parameter(model, block(l) + "attn.out_proj.weight");  // (D, H d_h)
-        const std::vector<double> wo = w_out.values();
-        const size_t d_h = z.size() / (B * T * H);
+        const Tensor z = pass.last(block(l) + "attn.z");                                  // (B, T, H, d_h)
+        const size_t d_h = z.size(3);
+        const Tensor w_out = parameter(model, block(l) + "attn.out_proj.weight").to(Device::cpu);  // (D, H d_h)
         const Tensor b_out = parameter(model, block(l) + "attn.out_proj.bias");
-        std::vector<double> bias_comp(B * T * D, 0.0);
-        if (b_out.defined()) {
-            const std::vector<double> bo = b_out.values();
-            for (size_t i = 0; i < B * T; ++i) std::copy(bo.begin(), bo.end(), bias_comp.begin() + i * D);
-        }
         std::vector<double> layer_total(B * T, 0.0);
         for (size_t h = 0; h < H; ++h) {
-            std::vector<double> comp(B * T * D, 0.0);  // z_h W_O,h^T
-            for (size_t i = 0; i < B * T; ++i)
-                for (size_t d = 0; d < D; ++d)
-                    for (size_t e = 0; e < d_h; ++e) comp[i * D + d] += z[(i * H + h) * d_h + e] * wo[d * H * d_h + h * d_h + e];
-            for (size_t i = 0; i < B * T; ++i) {
-                const double a = attribute(comp, i);
-                r.head_logit[(l * H + h) * B * T + i] = a;
-                layer_total[i] += a;
-            }
+            const Tensor z_h = reshape(slice(z, 2, h, h + 1), {B, T, d_h});                // (B, T, d_h)
+            const Tensor w_h = slice(w_out, 1, h * d_h, (h + 1) * d_h);                    // (D, d_h)
+            const std::vector<double> a = attribute(matmul(z_h, transpose(w_h, 0, 1)));    // z_h W_O,h^T: (B, T, D)
+            std::copy(a.begin(), a.end(), r.head_logit.begin() + (l * H + h) * B * T);
+            for (size_t i = 0; i < B * T; ++i) layer_total[i] += a[i];
         }
-        const std::vector<double> ffn = has_ffn ? pass.last(block(l) + "ffn.out").values() : std::vector<double>();
-        for (size_t i = 0; i < B * T; ++i)
-            r.layer_logit.push_back(layer_total[i] + attribute(bias_comp, i) + (has_ffn ? attribute(ffn, i) : 0.0));
+        // the output projection's bias and the feed-forward output join the layer's row
+        std::vector<Tensor> rest;
+        if (b_out.defined()) rest.push_back(b_out.to(Device::cpu) * Tensor::ones(stream.shape(), stream.dtype()));
+        if (has_ffn) rest.push_back(pass.last(block(l) + "ffn.out"));
+        for (const Tensor& component : rest) {
+            const std::vector<double> a = attribute(component);
+            for (size_t i = 0; i < B * T; ++i) layer_total[i] += a[i];
+        }
+        r.layer_logit.insert(r.layer_logit.end(), layer_total.begin(), layer_total.end());
     }
-    const std::vector<double> nb = ln_bias.defined() ? ln_bias.values() : std::vector<double>(D, 0.0);
-    for (size_t i = 0; i < B * T; ++i) {
-        double dot = 0;
-        for (size_t d = 0; d < D; ++d) dot += nb[d] * unembed[r.targets[i] * D + d];
-        r.norm_bias_logit.push_back(dot);
-    }
+    // what the norm adds beyond its linear part (its bias): forward(x) - frozen(x, x)
+    const Tensor bias_part = final_norm ? final_norm->forward(stream.to(final_norm->weight.device())).to(Device::cpu) -
+                                              final_norm->frozen(stream, stream)
+                                        : Tensor::zeros(stream.shape(), stream.dtype());
+    r.norm_bias_logit = flat(sum(bias_part * unembed_rows, {-1}));
 }
 
 }  // namespace

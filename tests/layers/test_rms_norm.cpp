@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "layer_test_util.h"
 #include "layers/hooks.h"
@@ -25,6 +27,35 @@ TEST(RMSNorm, MatchesTheFormulaByHand) {
     // unlike LayerNorm it does not centre: a constant row stays at +-1 times the weight
     EXPECT_NEAR(rms_norm(Tensor::full({1, 3}, 5.0, DType::f64), Tensor(), eps).values()[0], 5 / std::sqrt(25 + eps), 1e-12);
     EXPECT_THROW(rms_norm(x, Tensor::ones({3}, DType::f64)), Error);
+}
+
+// NormLayer::frozen, the norm's linear part at a stream's statistics (what the
+// direct logit attribution uses): frozen(x, x) plus the bias is the norm's
+// output, and it is linear in the component.
+TEST(NormFrozen, IsTheNormLessItsBiasAtTheStreamsStatisticsAndLinear) {
+    Rng rng(5);
+    for (NormType type : {NormType::layer, NormType::rms}) {
+        std::unique_ptr<NormLayer> norm = make_norm(type, 6);
+        norm->to(DType::f64);
+        norm->weight.assign(Tensor::from_values({0.5, -1.0, 2.0, 1.5, 0.25, 3.0}, {6}, DType::f64));
+        if (auto* ln = dynamic_cast<LayerNorm*>(norm.get()))
+            ln->bias.assign(Tensor::from_values({0.1, 0.2, -0.3, 0.4, 0.0, -0.5}, {6}, DType::f64));
+        auto draw = [&] {
+            std::vector<double> v(2 * 3 * 6);
+            for (double& e : v) e = rng.normal();
+            return Tensor::from_values(v, {2, 3, 6}, DType::f64);
+        };
+        const Tensor x = draw(), a = draw();
+        const Tensor bias_part = norm->forward(x) - norm->frozen(x, x);  // the bias at every position, or zeros
+        const std::vector<double> b = bias_part.values();
+        for (size_t i = 0; i < b.size(); ++i) {
+            const double want = type == NormType::rms ? 0.0 : std::vector<double>{0.1, 0.2, -0.3, 0.4, 0.0, -0.5}[i % 6];
+            EXPECT_NEAR(b[i], want, 1e-12) << to_string(type) << " " << i;
+        }
+        const std::vector<double> whole = norm->frozen(a + x, x).values();
+        const std::vector<double> parts = (norm->frozen(a, x) + norm->frozen(x, x)).values();
+        for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], parts[i], 1e-12) << to_string(type) << " " << i;
+    }
 }
 
 TEST(RMSNorm, TakesEveryNormSlotWithAWeightAndNoBias) {
