@@ -1,0 +1,108 @@
+// Every fused op against its composition of elementary ops (autograd/composed.h),
+// in float64: the same values and the same gradients for every input, on
+// several shapes, so each fast path is checked against the maths it stands for.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/composed.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
+
+namespace attnlab {
+namespace {
+
+using Op = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// The output and every input's gradient of sum(output * direction), on fresh leaves.
+struct Run {
+    std::vector<double> out;
+    std::vector<std::vector<double>> grads;
+};
+Run run(const Op& op, const std::vector<Tensor>& inputs, Rng& rng) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : inputs) leaves.push_back(t.detach().set_requires_grad(true));
+    const Tensor out = op(leaves);
+    const Tensor direction = gradcheck_input(rng, out.shape()).detach();
+    sum(out * direction).backward();
+    Run r{out.values(), {}};
+    for (const Tensor& leaf : leaves) r.grads.push_back(leaf.grad().values());
+    return r;
+}
+
+void expect_same(const std::string& what, const Op& fused, const Op& composed, const std::vector<Tensor>& inputs) {
+    Rng a(99), b(99);  // one direction for both
+    const Run f = run(fused, inputs, a), c = run(composed, inputs, b);
+    ASSERT_EQ(f.out.size(), c.out.size()) << what;
+    for (size_t i = 0; i < f.out.size(); ++i) EXPECT_NEAR(f.out[i], c.out[i], 1e-12) << what << ": value " << i;
+    for (size_t k = 0; k < inputs.size(); ++k)
+        for (size_t i = 0; i < f.grads[k].size(); ++i)
+            EXPECT_NEAR(f.grads[k][i], c.grads[k][i], 1e-10) << what << ": gradient of input " << k << ", element " << i;
+}
+
+using V = const std::vector<Tensor>&;
+
+TEST(Composed, LinearIsXWTransposedPlusB) {
+    Rng rng(1);
+    for (const Shape& x : {Shape{3, 4}, Shape{2, 5, 4}}) {
+        const std::vector<Tensor> in = {gradcheck_input(rng, x), gradcheck_input(rng, {6, 4}), gradcheck_input(rng, {6})};
+        expect_same("linear " + shape_str(x), [](V t) { return linear(t[0], t[1], t[2]); },
+                    [](V t) { return composed::linear(t[0], t[1], t[2]); }, in);
+        expect_same("linear without bias " + shape_str(x), [](V t) { return linear(t[0], t[1], Tensor()); },
+                    [](V t) { return composed::linear(t[0], t[1], Tensor()); }, {in[0], in[1]});
+    }
+}
+
+TEST(Composed, SoftmaxIsExpOverItsSum) {
+    Rng rng(2);
+    const Tensor x = gradcheck_input(rng, {2, 3, 7}, -5, 5);
+    for (int axis : {-1, 1})
+        expect_same("softmax axis " + std::to_string(axis), [axis](V t) { return softmax(t[0], axis); },
+                    [axis](V t) { return composed::softmax(t[0], axis); }, {x});
+}
+
+TEST(Composed, LayerNormAndRmsNormAreTheirFormulas) {
+    Rng rng(3);
+    for (const Shape& x : {Shape{4, 8}, Shape{2, 3, 5}, Shape{1, 1, 1}}) {
+        const size_t D = x.back();
+        const std::vector<Tensor> in = {gradcheck_input(rng, x, -3, 3), gradcheck_input(rng, {D}), gradcheck_input(rng, {D})};
+        for (double eps : {1e-5, 0.1}) {
+            const std::string at = shape_str(x) + " eps " + std::to_string(eps);
+            expect_same("layer_norm " + at, [eps](V t) { return layer_norm(t[0], t[1], t[2], eps); },
+                        [eps](V t) { return composed::layer_norm(t[0], t[1], t[2], eps); }, in);
+            expect_same("rms_norm " + at, [eps](V t) { return rms_norm(t[0], t[1], eps); },
+                        [eps](V t) { return composed::rms_norm(t[0], t[1], eps); }, {in[0], in[1]});
+            expect_same("layer_norm without weight or bias " + at, [eps](V t) { return layer_norm(t[0], Tensor(), Tensor(), eps); },
+                        [eps](V t) { return composed::layer_norm(t[0], Tensor(), Tensor(), eps); }, {in[0]});
+        }
+    }
+}
+
+TEST(Composed, RotaryTurnsEachHeadsHalves) {
+    Rng rng(4);
+    struct Case {
+        Shape x;
+        size_t heads, offset;
+        double base;
+    };
+    for (const Case& c : {Case{{2, 3, 8}, 2, 0, 10000.0}, Case{{1, 5, 6}, 1, 7, 100.0}, Case{{2, 1, 12}, 3, 129, 10000.0}})
+        expect_same("rotary " + shape_str(c.x) + " offset " + std::to_string(c.offset),
+                    [c](V t) { return rotary(t[0], c.heads, c.offset, c.base); },
+                    [c](V t) { return composed::rotary(t[0], c.heads, c.offset, c.base); }, {gradcheck_input(rng, c.x)});
+}
+
+TEST(Composed, CrossEntropyIsTheMaskedMeanOfMinusLogSoftmax) {
+    Rng rng(5);
+    const Tensor logits = gradcheck_input(rng, {2, 3, 5}, -4, 4);
+    const Indices targets({2, 3}, {0, 4, 2, 1, 1, 3});
+    const Mask some({2, 3}, {1, 0, 1, 1, 0, 0}), none({2, 3}, {0, 0, 0, 0, 0, 0});
+    for (const auto& [name, mask] : {std::pair<std::string, Mask>{"all positions", Mask()}, {"a mask", some}, {"nothing counted", none}})
+        expect_same("cross_entropy, " + name, [&](V t) { return cross_entropy(t[0], targets, mask); },
+                    [&](V t) { return composed::cross_entropy(t[0], targets, mask); }, {logits});
+}
+
+}  // namespace
+}  // namespace attnlab
