@@ -67,89 +67,28 @@ int report(const Config& config, const SweepTable& table, const std::vector<std:
     return failed ? 1 : 0;
 }
 
-}  // namespace
+// --cell K: one cell alone, as a Slurm array task runs it.
+int run_cell_mode(const Config& config, const SweepOptions& sweep, const cxxopts::ParseResult& parsed) {
+    const int64_t cell = number_option<int64_t>(parsed, "cell", 0, int64_t{1} << 40);
+    return run_sweep_cell(config, sweep, static_cast<size_t>(cell));
+}
 
-int cmd_sweep(const std::vector<std::string>& args, const World& world) {
-    cxxopts::Options options("attnlab sweep", "Run every cell of a config's [sweep] grid and tabulate the results.");
-    options.positional_help("CONFIG [key=value ...]");
-    options.add_options()("jobs", "cells run at a time (the cores are split between them)", cxxopts::value<int>()->default_value("1"))
-                         ("force", "run a grid larger than 64 cells")
-                         ("cell", "run cell K alone (0-based, as a Slurm array task does)", cxxopts::value<int64_t>())
-                         ("summarize", "tabulate the cells that have finished")
-                         ("slurm", "print an sbatch script that runs the cells as a Slurm job array")
-                         ("cells-per-task", "with --slurm: cells each array task runs in turn", cxxopts::value<int64_t>()->default_value("1"))
-                         ("h,help", "this help")
-                         ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
-    options.parse_positional({"args"});
-    std::vector<const char*> argv{"attnlab sweep"};
-    for (const auto& a : args) argv.push_back(a.c_str());
-    cxxopts::ParseResult parsed;
-    try {
-        parsed = options.parse(static_cast<int>(argv.size()), argv.data());
-    } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
-        throw UsageError(std::string("--jobs, --cell, --cells-per-task: expected an integer (") + e.what() + ")");
-    } catch (const cxxopts::exceptions::exception& e) {
-        throw UsageError(e.what());
-    }
-    if (parsed.count("help")) {
-        std::cout << options.help();
-        return 0;
-    }
-    std::string config_path;
-    std::vector<std::string> overrides;
-    if (parsed.count("args")) split_config_and_overrides(parsed["args"].as<std::vector<std::string>>(), config_path, overrides);
-    if (config_path.empty()) throw UsageError("give the sweep's CONFIG (a TOML file with a [sweep] table)");
-    const int jobs = parsed["jobs"].as<int>();
-    if (jobs < 1) throw UsageError("--jobs must be at least 1, got " + std::to_string(jobs));
+// --slurm: an sbatch script that runs the cells as a job array.
+int slurm_mode(const Config& config, const SweepOptions& sweep, const cxxopts::ParseResult& parsed) {
+    SlurmArray array;
+    array.job_name = "attnlab-sweep-" + config.run.name;
+    array.directory = std::filesystem::current_path().string();
+    array.command = {sweep.executable, "sweep", std::filesystem::absolute(sweep.config_path).string()};
+    array.command.insert(array.command.end(), sweep.overrides.begin(), sweep.overrides.end());
+    if (sweep.force) array.command.push_back("--force");
+    array.cells = count_cells(config, sweep);  // the grid and the folders checked as a sweep checks them
+    array.cells_per_task = static_cast<size_t>(number_option<int64_t>(parsed, "cells-per-task", 1, int64_t{1} << 20));
+    std::cout << slurm_script(array);
+    return 0;
+}
 
-    Config config = load_config(config_path, overrides);
-    if (config.sweep.empty()) throw UsageError(config_path + ": no [sweep] table (train a single run with `attnlab train`)");
-    // A sweep never shares the single runs' default folder (runs/default): without
-    // a run.name it is named after its config file (configs/sweeps/x.toml: runs/x).
-    if (!sets(config_path, overrides, "run.name")) {
-        const std::string stem = std::filesystem::path(config_path).stem().string();
-        if (stem.empty() || stem == "." || stem == "..")
-            throw UsageError(config_path + ": give the sweep a run.name (its folder under run.out_dir)");
-        config.run.name = stem;
-    }
-    const int modes = static_cast<int>(parsed.count("cell") + parsed.count("summarize") + parsed.count("slurm"));
-    if (modes > 1) throw UsageError("--cell, --summarize and --slurm each do one thing: give one of them");
-    if (modes && world.size() > 1)
-        throw UsageError("--cell, --summarize and --slurm run as one process, not under mpirun (launched as " +
-                         std::to_string(world.size()) + " ranks)");
-    SweepOptions sweep;
-    sweep.config_path = config_path;
-    sweep.overrides = overrides;
-    sweep.threads_given = sets(config_path, overrides, "train.threads");
-    sweep.jobs = static_cast<size_t>(jobs);
-    sweep.ranks_per_machine = world.size() > 1 ? static_cast<size_t>(launched_local_ranks()) : 1;  // for the threads per cell
-    sweep.force = parsed.count("force") > 0;
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    sweep.executable = n > 0 ? std::string(self, static_cast<size_t>(n)) : "attnlab";
-
-    if (parsed.count("cell")) {
-        const int64_t cell = parsed["cell"].as<int64_t>();
-        if (cell < 0) throw UsageError("--cell must be 0 or more, got " + std::to_string(cell));
-        return run_sweep_cell(config, sweep, static_cast<size_t>(cell));
-    }
-    if (parsed.count("summarize")) return report(config, summarize_sweep(config, sweep), args);
-    if (parsed.count("slurm")) {
-        const int64_t per = parsed["cells-per-task"].as<int64_t>();
-        if (per < 1) throw UsageError("--cells-per-task must be at least 1, got " + std::to_string(per));
-        SlurmArray array;
-        array.job_name = "attnlab-sweep-" + config.run.name;
-        array.directory = std::filesystem::current_path().string();
-        array.command = {sweep.executable, "sweep", std::filesystem::absolute(config_path).string()};
-        array.command.insert(array.command.end(), overrides.begin(), overrides.end());
-        if (sweep.force) array.command.push_back("--force");
-        array.cells = count_cells(config, sweep);  // the grid and the folders checked as a sweep checks them
-        array.cells_per_task = static_cast<size_t>(per);
-        std::cout << slurm_script(array);
-        return 0;
-    }
-    if (parsed.count("cells-per-task") && parsed["cells-per-task"].as<int64_t>() != 1)
-        throw UsageError("--cells-per-task goes with --slurm");
+// The whole grid, on this process or across the ranks of mpirun.
+int run_mode(const Config& config, const SweepOptions& sweep, const World& world, const std::vector<std::string>& args) {
     if (!world.root()) {  // under mpirun: rank 0 plans and hands out the cells
         world.agree(nullptr);  // rank 0's checks of the grid and the folder (OtherRankFailed when they failed)
         try {
@@ -161,6 +100,70 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
         return 0;
     }
     return report(config, run_sweep(config, sweep, world), args);
+}
+
+// The sweep's config: the file with the overrides, named after the file when
+// nothing names it (a sweep never shares the single runs' runs/default).
+Config sweep_config(const std::string& config_path, const std::vector<std::string>& overrides) {
+    Config config = load_config(config_path, overrides);
+    if (config.sweep.empty()) throw UsageError(config_path + ": no [sweep] table (train a single run with `attnlab train`)");
+    if (!sets(config_path, overrides, "run.name")) {  // configs/sweeps/x.toml: runs/x
+        const std::string stem = std::filesystem::path(config_path).stem().string();
+        if (stem.empty() || stem == "." || stem == "..")
+            throw UsageError(config_path + ": give the sweep a run.name (its folder under run.out_dir)");
+        config.run.name = stem;
+    }
+    return config;
+}
+
+}  // namespace
+
+int cmd_sweep(const std::vector<std::string>& args, const World& world) {
+    cxxopts::Options options("attnlab sweep", "Run every cell of a config's [sweep] grid and tabulate the results.");
+    options.positional_help("CONFIG [key=value ...]");
+    options.add_options()("jobs", "cells run at a time (the cores are split between them)", cxxopts::value<std::string>()->default_value("1"))
+                         ("force", "run a grid larger than 64 cells")
+                         ("cell", "run cell K alone (0-based, as a Slurm array task does)", cxxopts::value<std::string>())
+                         ("summarize", "tabulate the cells that have finished")
+                         ("slurm", "print an sbatch script that runs the cells as a Slurm job array")
+                         ("cells-per-task", "with --slurm: cells each array task runs in turn", cxxopts::value<std::string>()->default_value("1"))
+                         ("h,help", "this help")
+                         ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
+    options.parse_positional({"args"});
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
+    if (parsed.count("help")) {
+        std::cout << options.help();
+        return 0;
+    }
+    std::string config_path;
+    std::vector<std::string> overrides;
+    if (parsed.count("args")) split_config_and_overrides(parsed["args"].as<std::vector<std::string>>(), config_path, overrides);
+    if (config_path.empty()) throw UsageError("give the sweep's CONFIG (a TOML file with a [sweep] table)");
+    const int jobs = number_option<int>(parsed, "jobs", 1, 4096);
+    const int modes = static_cast<int>(parsed.count("cell") + parsed.count("summarize") + parsed.count("slurm"));
+    if (modes > 1) throw UsageError("--cell, --summarize and --slurm each do one thing: give one of them");
+    if (modes && world.size() > 1)
+        throw UsageError("--cell, --summarize and --slurm run as one process, not under mpirun (launched as " +
+                         std::to_string(world.size()) + " ranks)");
+    if (!parsed.count("slurm") && parsed["cells-per-task"].as<std::string>() != "1")
+        throw UsageError("--cells-per-task goes with --slurm");
+    const Config config = sweep_config(config_path, overrides);
+
+    SweepOptions sweep;
+    sweep.config_path = config_path;
+    sweep.overrides = overrides;
+    sweep.threads_given = sets(config_path, overrides, "train.threads");
+    sweep.jobs = static_cast<size_t>(jobs);
+    sweep.ranks_per_machine = world.size() > 1 ? static_cast<size_t>(launched_local_ranks()) : 1;  // for the threads per cell
+    sweep.force = parsed.count("force") > 0;
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    sweep.executable = n > 0 ? std::string(self, static_cast<size_t>(n)) : "attnlab";
+
+    if (parsed.count("cell")) return run_cell_mode(config, sweep, parsed);
+    if (parsed.count("summarize")) return report(config, summarize_sweep(config, sweep), args);
+    if (parsed.count("slurm")) return slurm_mode(config, sweep, parsed);
+    return run_mode(config, sweep, world, args);
 }
 
 }  // namespace attnlab

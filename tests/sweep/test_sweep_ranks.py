@@ -116,7 +116,7 @@ class SweepRanks(sc.SweepTest):
         self.assertEqual(sorted(status for _, status in self.cells_numbers().values()), ["ok"] * 6, outputs)
         self.assertFalse([n for n in os.listdir(self.sweep_dir()) if n.endswith(".tmp")])
         r = self.sweep(config, "--slurm", "--cells-per-task", "0", expect=2)
-        self.assertIn("--cells-per-task must be at least 1", r.stderr)
+        self.assertIn("--cells-per-task: must be in [1, ", r.stderr)
 
 
 if __name__ == "__main__":
