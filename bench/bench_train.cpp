@@ -34,7 +34,7 @@
 #include "autograd/rng.h"
 #include "autograd/cpu/threads.h"
 #include "bench/bench_common.h"
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "autograd/device/context.h"
 #include "data/tasks.h"
 #include "layers/models.h"

@@ -2,7 +2,7 @@
 // Unreachable in practice (no Context can be made), but every entry point still
 // refuses, saying why.
 #include "autograd/device/attention.h"
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 
 namespace attnlab::cuda {
 

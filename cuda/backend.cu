@@ -1,7 +1,7 @@
 // The real backend (compiled by nvcc when -DATTNLAB_CUDA=ON). A CUDA build
 // must still run on a machine without a GPU, so nothing here assumes a device:
 // probe() turns every runtime failure into a reason string.
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 
 #include <cuda_runtime.h>
 

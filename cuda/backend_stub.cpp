@@ -1,6 +1,6 @@
 // Compiled in place of backend.cu when attnlab is configured without CUDA
 // (-DATTNLAB_CUDA=OFF, the default): every device request is refused, saying why.
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 
 #include "autograd/tensor.h"
 

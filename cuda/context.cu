@@ -1,7 +1,7 @@
 // The real Context and allocator (nvcc, -DATTNLAB_CUDA=ON).
 #include "autograd/device/context.h"
 
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "cuda/check.cuh"
 
 namespace attnlab::cuda {

@@ -1,6 +1,6 @@
 // Compiled in place of context.cu without CUDA: no Context can be made, so no
 // buffer is ever allocated; the other definitions exist only to link.
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "autograd/device/context.h"
 #include "autograd/tensor.h"
 

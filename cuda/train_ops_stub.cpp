@@ -2,7 +2,7 @@
 // CUDA. Unreachable in practice (no Context can be made), but every entry
 // point still refuses, saying why.
 #include "autograd/tensor.h"
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "autograd/device/kernels.h"
 
 namespace attnlab::cuda {

@@ -29,7 +29,7 @@
 #include "autograd/attention.h"
 #include "autograd/rng.h"
 #include "autograd/device/attention.h"
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 
 namespace {
 

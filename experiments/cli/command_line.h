@@ -90,7 +90,7 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 #include <filesystem>
 #include <memory>
 
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "data/text_task.h"

@@ -11,7 +11,7 @@
 #include <iterator>
 #include <optional>
 
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "experiments/config/memory_estimate.h"
 
 namespace fs = std::filesystem;

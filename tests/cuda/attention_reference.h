@@ -16,7 +16,7 @@
 #include "autograd/attention.h"
 #include "autograd/rng.h"
 #include "cuda/attention_host.h"
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "device_context_test.h"
 
 namespace attnlab::cuda {

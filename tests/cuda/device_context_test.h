@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "autograd/device/context.h"
 
 namespace attnlab::cuda_test {

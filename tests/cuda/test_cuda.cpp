@@ -7,7 +7,7 @@
 #include <string>
 
 #include "autograd/tensor.h"
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 
 namespace {
 

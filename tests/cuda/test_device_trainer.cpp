@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "device_context_test.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"

@@ -20,7 +20,7 @@
 
 #include "autograd/tensor.h"
 #include "autograd/device/attention.h"
-#include "cuda/backend.h"
+#include "autograd/device/backend.h"
 #include "autograd/device/context.h"
 #include "autograd/device/kernels.h"
 

@@ -1,8 +1,10 @@
-// The CUDA backend seen from plain C++: whether it was built, whether a device
-// is usable here, and the one check every CUDA entry point makes first.
+// The device seen from plain C++ (part of the device seam, autograd/device/):
+// whether the backend was built, whether a device is usable here, and the one
+// check every device entry point makes first. Code above the engine
+// (experiments/, bench/) asks here and never includes cuda/.
 //
-// This header includes no CUDA header, so CPU-only code can call it. With
-// -DATTNLAB_CUDA=OFF, CMake compiles backend_stub.cpp in place of backend.cu;
+// This header includes no CUDA header, so CPU-only code can call it. cuda/
+// implements it: backend.cu, or backend_stub.cpp with -DATTNLAB_CUDA=OFF;
 // callers never need an #ifdef, they ask built_with_cuda() or probe().
 #pragma once
 
