@@ -36,9 +36,10 @@ logit_diff (LD itself), prob (of the clean answer), loss (-log of it).
 Denoising (default): the corrupted prompt with one clean activation patched in.
 --noising: the clean prompt with one corrupted activation patched in.
 
---hooks (default z): a block's points, per head for q, k, v, z, pattern, scores
-(k and v have the K/V heads), per layer for resid_pre, resid_mid, resid_post,
-attn.out, ffn.out, ffn.hidden, ln1.out, ln2.out; --per-position: per position too.
+--hooks (default z): a block's points, per head for those with a head axis (q, k,
+v, z, pattern, scores, and rot_q, rot_k with rotary positions; k and v have the
+K/V heads), per layer for the others (resid_pre, resid_mid, resid_post, attn.out,
+ffn.out, ffn.hidden, ln1.out, ln2.out); --per-position: per position too.
 
 --out (default: CHECKPOINT with .patch.h5): attrs format = "attnlab-patch",
 format_version, checkpoint, step, metric, direction, clean_metric, corrupt_metric;
