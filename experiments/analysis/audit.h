@@ -27,21 +27,8 @@ namespace attnlab {
 struct Config;
 class TaskModel;
 
-// One attention module of a model, in the order of TaskModel::kinds() then layers:
-//   decoder:          self     = blocks.<l>.attn
-//   encoder-decoder:  enc_self = encoder.<l>.attn, dec_self = decoder.<l>.attn,
-//                     cross    = decoder.<l>.cross_attn
-struct AttentionSite {
-    std::string kind;
-    size_t layer = 0;
-    std::string name;  // parameter and hook-point prefix: "blocks.0.attn"
-    const MultiHeadAttention* attn = nullptr;  // the module, for the live tests that run it
-    // its configuration
-    size_t heads = 0, kv_heads = 0, head_width = 0;
-    double scale = 0;
-    MaskedRows masked_rows = MaskedRows::error;
-};
-std::vector<AttentionSite> attention_sites(const TaskModel& model);
+// The model's attention sites (kind, layer, module): AttentionSite and
+// attention_sites in experiments/run/model_factory.h, beside the kinds' masks.
 
 // One forward pass (eval mode, no graph) recording every attention module's hook
 // points ("*attn.*": in, in_kv, q, k, v, scores, pattern, z, out).

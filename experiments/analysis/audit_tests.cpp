@@ -15,7 +15,7 @@
 #include "experiments/config/config.h"
 #include "experiments/run/model_factory.h"
 
-// The audit's attention sites and its live tests on one attention module
+// The audit's live tests on one attention module
 // (causal perturbation, padding invariance, bidirectional encoder). Those on the
 // whole model are in audit_model_tests.cpp; those of the op itself, with the
 // dense reference, in audit_op_tests.cpp.
@@ -23,23 +23,7 @@ namespace attnlab {
 
 using namespace audit_detail;
 
-// --- sites ---
-
-std::vector<AttentionSite> attention_sites(const TaskModel& model) {
-    std::vector<AttentionSite> sites;
-    auto add = [&](const std::string& kind, size_t layer, const std::string& name, const MultiHeadAttention& attn) {
-        sites.push_back({kind, layer, name, &attn, attn.heads, attn.kv_heads, attn.head_width, attn.scale, attn.masked_rows});
-    };
-    auto at = [](const std::string& stack, size_t l, const std::string& module) { return stack + "." + std::to_string(l) + "." + module; };
-    if (DecoderLM* d = model.decoder_lm()) {
-        for (size_t l = 0; l < d->blocks.size(); ++l) add("self", l, at("blocks", l, "attn"), d->blocks[l]->attn);
-    } else if (EncoderDecoder* e = model.enc_dec()) {
-        for (size_t l = 0; l < e->encoder.size(); ++l) add("enc_self", l, at("encoder", l, "attn"), e->encoder[l]->attn);
-        for (size_t l = 0; l < e->decoder.size(); ++l) add("dec_self", l, at("decoder", l, "attn"), e->decoder[l]->attn);
-        for (size_t l = 0; l < e->decoder.size(); ++l) add("cross", l, at("decoder", l, "cross_attn"), *e->decoder[l]->cross_attn);
-    }
-    return sites;
-}
+// --- the pass every live test reads ---
 
 const AttentionKind& AttentionPass::kind_of(const AttentionSite& site) const {
     for (const AttentionKind& k : kinds)

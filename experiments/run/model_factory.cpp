@@ -129,4 +129,20 @@ LoadedModel load_model(const Config& config, const CheckpointData& checkpoint, c
     return loaded;
 }
 
+std::vector<AttentionSite> attention_sites(const TaskModel& model) {
+    std::vector<AttentionSite> sites;
+    auto add = [&](const std::string& kind, size_t layer, const std::string& name, const MultiHeadAttention& attn) {
+        sites.push_back({kind, layer, name, &attn, attn.heads, attn.kv_heads, attn.head_width, attn.scale, attn.masked_rows});
+    };
+    auto at = [](const std::string& stack, size_t l, const std::string& module) { return stack + "." + std::to_string(l) + "." + module; };
+    if (DecoderLM* d = model.decoder_lm()) {
+        for (size_t l = 0; l < d->blocks.size(); ++l) add("self", l, at("blocks", l, "attn"), d->blocks[l]->attn);
+    } else if (EncoderDecoder* e = model.enc_dec()) {
+        for (size_t l = 0; l < e->encoder.size(); ++l) add("enc_self", l, at("encoder", l, "attn"), e->encoder[l]->attn);
+        for (size_t l = 0; l < e->decoder.size(); ++l) add("dec_self", l, at("decoder", l, "attn"), e->decoder[l]->attn);
+        for (size_t l = 0; l < e->decoder.size(); ++l) add("cross", l, at("decoder", l, "cross_attn"), *e->decoder[l]->cross_attn);
+    }
+    return sites;
+}
+
 }  // namespace attnlab

@@ -50,6 +50,25 @@ private:
     std::unique_ptr<EncoderDecoder> enc_dec_;
 };
 
+// One attention module of a model, in the order of TaskModel::kinds() then layers:
+//   decoder:          self     = blocks.<l>.attn
+//   encoder-decoder:  enc_self = encoder.<l>.attn, dec_self = decoder.<l>.attn,
+//                     cross    = decoder.<l>.cross_attn
+struct AttentionSite {
+    std::string kind;
+    size_t layer = 0;
+    std::string name;  // parameter and hook-point prefix: "blocks.0.attn"
+    const MultiHeadAttention* attn = nullptr;  // the module, for the live tests that run it
+    // its configuration
+    size_t heads = 0, kv_heads = 0, head_width = 0;
+    double scale = 0;
+    MaskedRows masked_rows = MaskedRows::error;
+};
+// The model's attention modules with their kinds, layers and hook-point
+// prefixes (kinds_for gives each kind's mask for a batch): what the audit and
+// ablation iterate over.
+std::vector<AttentionSite> attention_sites(const TaskModel& model);
+
 // Whether the model has this hook point ("blocks.0.ffn.out": attention-only blocks have none).
 bool has_hook_point(const TaskModel& model, const std::string& point);
 
