@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/choices.h"
 #include "autograd/tensor.h"
 
 namespace attnlab {
@@ -22,7 +23,8 @@ class Rng;
 // A query row with no eligible key: "error" (default) names the batch item and
 // query position; "zero" gives zero weights, a zero context and zero gradient.
 enum class MaskedRows { error, zero };
-MaskedRows parse_masked_rows(const std::string& name);  // "error" | "zero"
+const Choices<MaskedRows>& masked_rows_choices();        // "error" | "zero"
+MaskedRows parse_masked_rows(const std::string& name);
 std::string to_string(MaskedRows policy);
 
 // Which keys each query may attend to. Boolean eligibility (true = may attend),

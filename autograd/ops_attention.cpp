@@ -12,13 +12,14 @@
 
 namespace attnlab {
 
-MaskedRows parse_masked_rows(const std::string& name) {
-    if (name == "error") return MaskedRows::error;
-    if (name == "zero") return MaskedRows::zero;
-    fail("attention", "masked_rows must be \"error\" or \"zero\", got \"" + name + "\"");
+const Choices<MaskedRows>& masked_rows_choices() {
+    static const Choices<MaskedRows> choices{"attention", "masked_rows ", {{MaskedRows::error, "error"}, {MaskedRows::zero, "zero"}}};
+    return choices;
 }
 
-std::string to_string(MaskedRows policy) { return policy == MaskedRows::error ? "error" : "zero"; }
+MaskedRows parse_masked_rows(const std::string& name) { return masked_rows_choices().parse(name); }
+
+std::string to_string(MaskedRows policy) { return masked_rows_choices().name(policy); }
 
 void check_attention_mask(const char* op, const AttentionDims& d, const AttentionMask& mask) {
     if (!mask.key_lengths.empty()) {

@@ -23,24 +23,16 @@ Embedding::Embedding(size_t vocab, size_t width, Rng& init, double init_std) {
     weight = register_parameter("weight", init.normal({vocab, width}, 0.0, init_std));
 }
 
-Positional parse_positional(const std::string& name) {
-    if (name == "learned") return Positional::learned;
-    if (name == "sinusoidal") return Positional::sinusoidal;
-    if (name == "none") return Positional::none;
-    if (name == "rotary") return Positional::rotary;
-    if (name == "alibi") return Positional::alibi;
-    fail("positional", "must be \"learned\", \"sinusoidal\", \"none\", \"rotary\" or \"alibi\", got \"" + name + "\"");
+const Choices<Positional>& positional_choices() {
+    static const Choices<Positional> choices{"positional", "", {{Positional::learned, "learned"}, {Positional::sinusoidal, "sinusoidal"},
+                                                               {Positional::none, "none"}, {Positional::rotary, "rotary"},
+                                                               {Positional::alibi, "alibi"}}};
+    return choices;
 }
 
-std::string to_string(Positional kind) {
-    switch (kind) {
-        case Positional::learned: return "learned";
-        case Positional::sinusoidal: return "sinusoidal";
-        case Positional::rotary: return "rotary";
-        case Positional::alibi: return "alibi";
-        default: return "none";
-    }
-}
+Positional parse_positional(const std::string& name) { return positional_choices().parse(name); }
+
+std::string to_string(Positional kind) { return positional_choices().name(kind); }
 
 PositionalEncoding::PositionalEncoding(Positional kind_, size_t max_len_, size_t width, Rng& init)
     : kind(kind_), max_len(max_len_) {
@@ -79,13 +71,19 @@ Tensor LayerNorm::frozen(const Tensor& component, const Tensor& stream) const {
     return (component - mean(component, {-1}, true)) * inv_sigma * weight.to(component.device());  // (..., D)
 }
 
-NormType parse_norm_type(const std::string& name) {
-    if (name == "layernorm") return NormType::layer;
-    if (name == "rmsnorm") return NormType::rms;
-    fail("norm_type", "must be \"layernorm\" or \"rmsnorm\", got \"" + name + "\"");
+const Choices<NormType>& norm_type_choices() {
+    static const Choices<NormType> choices{"norm_type", "", {{NormType::layer, "layernorm"}, {NormType::rms, "rmsnorm"}}};
+    return choices;
 }
 
-std::string to_string(NormType type) { return type == NormType::layer ? "layernorm" : "rmsnorm"; }
+NormType parse_norm_type(const std::string& name) { return norm_type_choices().parse(name); }
+
+std::string to_string(NormType type) { return norm_type_choices().name(type); }
+
+const Choices<Activation>& activation_choices() {
+    static const Choices<Activation> choices{"activation", "", {{Activation::gelu, "gelu"}, {Activation::relu, "relu"}}};
+    return choices;
+}
 
 RMSNorm::RMSNorm(size_t width, double eps_) : eps(eps_) {
     weight = register_parameter("weight", Tensor::ones({width}));

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "autograd/choices.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "layers/module.h"
@@ -36,7 +37,8 @@ public:
 // none either; self-attention's scores get ALiBi's linear bias (the models set
 // AttentionMask::alibi on their self-attention masks).
 enum class Positional { learned, sinusoidal, none, rotary, alibi };
-Positional parse_positional(const std::string& name);  // "learned" | "sinusoidal" | "none" | "rotary" | "alibi"
+const Choices<Positional>& positional_choices();  // "learned" | "sinusoidal" | "none" | "rotary" | "alibi"
+Positional parse_positional(const std::string& name);
 std::string to_string(Positional kind);
 
 // Adds a position code to x (B, T, D) for positions offset .. offset+T-1.
@@ -54,7 +56,8 @@ public:
 // The normalisations a block or a model's end can use, over the last axis.
 // Hook point: out.
 enum class NormType { layer, rms };
-NormType parse_norm_type(const std::string& name);  // "layernorm" | "rmsnorm"
+const Choices<NormType>& norm_type_choices();  // "layernorm" | "rmsnorm"
+NormType parse_norm_type(const std::string& name);
 std::string to_string(NormType type);
 
 class NormLayer : public Module {
@@ -103,6 +106,7 @@ public:
 };
 
 enum class Activation { gelu, relu };
+const Choices<Activation>& activation_choices();  // "gelu" | "relu"
 
 // D -> F -> D: fc2(act(fc1(x))), then dropout.
 // Hook points: hidden (..., F) after the activation, out (..., D).

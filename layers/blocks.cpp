@@ -2,14 +2,14 @@
 
 namespace attnlab {
 
-Norm parse_norm(const std::string& name) {
-    if (name == "pre") return Norm::pre;
-    if (name == "post") return Norm::post;
-    if (name == "none") return Norm::none;
-    fail("norm", "must be \"pre\", \"post\" or \"none\", got \"" + name + "\"");
+const Choices<Norm>& norm_choices() {
+    static const Choices<Norm> choices{"norm", "", {{Norm::pre, "pre"}, {Norm::post, "post"}, {Norm::none, "none"}}};
+    return choices;
 }
 
-std::string to_string(Norm norm) { return norm == Norm::pre ? "pre" : norm == Norm::post ? "post" : "none"; }
+Norm parse_norm(const std::string& name) { return norm_choices().parse(name); }
+
+std::string to_string(Norm norm) { return norm_choices().name(norm); }
 
 Residual::Residual(Norm norm_, NormType norm_type, size_t width, double dropout, Rng* dropout_rng)
     : norm(norm_), drop(dropout, dropout_rng) {

@@ -12,7 +12,8 @@
 namespace attnlab {
 
 enum class Norm { pre, post, none };
-Norm parse_norm(const std::string& name);  // "pre" | "post" | "none"
+const Choices<Norm>& norm_choices();  // "pre" | "post" | "none"
+Norm parse_norm(const std::string& name);
 std::string to_string(Norm norm);
 
 struct BlockConfig {

@@ -10,6 +10,7 @@
 
 #include "experiments/config/edit_distance.h"
 #include "experiments/files/run_files.h"
+#include "layers/blocks.h"  // the architecture options' choices, listed once there
 
 namespace attnlab::config_schema {
 
@@ -285,16 +286,16 @@ std::vector<Field> make_fields() {
         integer(KEY(model, kv_heads), at_least(0), "K/V heads (grouped attention), dividing heads; 0 = heads"),
         integer(KEY(model, head_width), at_least(0), "per-head width d_h; 0 = width / heads (which must divide)"),
         integer(KEY(model, ffn), at_least(0), "feed-forward hidden width; 0 = attention-only blocks"),
-        choice(KEY(model, norm), {"pre", "post", "none"}, "LayerNorm before each sublayer, after the residual sum, or none"),
-        choice(KEY(model, norm_type), {"layernorm", "rmsnorm"}, "the norm model.norm places: LayerNorm, or RMSNorm (no centring, no bias)"),
-        choice(KEY(model, positional), {"learned", "sinusoidal", "none", "rotary", "alibi"}, "positional encoding (rotary: on q and k; alibi: a bias on the scores)"),
+        choice(KEY(model, norm), norm_choices().names(), "LayerNorm before each sublayer, after the residual sum, or none"),
+        choice(KEY(model, norm_type), norm_type_choices().names(), "the norm model.norm places: LayerNorm, or RMSNorm (no centring, no bias)"),
+        choice(KEY(model, positional), positional_choices().names(), "positional encoding (rotary: on q and k; alibi: a bias on the scores)"),
         number(KEY(model, rotary_base), above(1), "rotary positions' base: pair c of a head turns by p base^(-2c/d_h)"),
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
-        choice(KEY(model, masked_rows), {"error", "zero"}, "a query row with no eligible key: error, or zero context"),
+        choice(KEY(model, masked_rows), masked_rows_choices().names(), "a query row with no eligible key: error, or zero context"),
         number(KEY(model, dropout), fraction, "dropout on embeddings and sublayer outputs"),
         number(KEY(model, attn_dropout), fraction, "dropout on attention weights"),
         boolean(KEY(model, bias), "biases in the attention projections"),
-        choice(KEY(model, activation), {"gelu", "relu"}, "feed-forward activation"),
+        choice(KEY(model, activation), activation_choices().names(), "feed-forward activation"),
         integer(KEY(model, max_len), at_least(0), "positions the model covers; 0 = the task's longest sequence"),
 
         integer(KEY(train, steps), at_least(1), "optimiser steps"),

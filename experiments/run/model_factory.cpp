@@ -27,7 +27,7 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.attention.dropout = c.model.attn_dropout;
     b.attention.masked_rows = parse_masked_rows(c.model.masked_rows);
     b.ffn = static_cast<size_t>(c.model.ffn);
-    b.activation = c.model.activation == "relu" ? Activation::relu : Activation::gelu;
+    b.activation = activation_choices().parse(c.model.activation);
     b.norm = parse_norm(c.model.norm);
     b.norm_type = parse_norm_type(c.model.norm_type);
     b.dropout = c.model.dropout;
