@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string_view>
 
 #include "data/data_file.h"
@@ -209,11 +211,25 @@ std::vector<int32_t> read_text_tokens(const std::string& path, const std::string
     return tokens;
 }
 
+// The tokens of (path, alphabet), read once while any task holds them: the
+// training and evaluation streams of a run share one array (a 165 MB text is
+// 660 MB of int32 tokens; two copies used to be held).
+std::shared_ptr<const std::vector<int32_t>> shared_text_tokens(const std::string& path, const std::string& alphabet) {
+    static std::mutex mutex;
+    static std::map<std::pair<std::string, std::string>, std::weak_ptr<const std::vector<int32_t>>> held;
+    const std::lock_guard<std::mutex> lock(mutex);
+    std::weak_ptr<const std::vector<int32_t>>& entry = held[{path, alphabet}];
+    if (std::shared_ptr<const std::vector<int32_t>> tokens = entry.lock()) return tokens;
+    auto tokens = std::make_shared<const std::vector<int32_t>>(read_text_tokens(path, alphabet));
+    entry = tokens;
+    return tokens;
+}
+
 }  // namespace
 
 TextTask::TextTask(const std::string& path, const std::string& alphabet, size_t window, uint64_t seed, uint64_t stream)
-    : tokens_(read_text_tokens(path, alphabet)), window_(window), rng_(seed, stream) {
-    const size_t n = tokens_.size(), span = window + 1;  // a window's characters
+    : tokens_(shared_text_tokens(path, alphabet)), window_(window), rng_(seed, stream) {
+    const size_t n = tokens_->size(), span = window + 1;  // a window's characters
     const size_t held_out = std::max(n / 10, span);
     if (n < held_out + span)
         text_file(path).fail(std::to_string(n) + " characters; windows of task.max_len + 1 = " + std::to_string(span) +
@@ -228,8 +244,8 @@ Batch TextTask::next(size_t batch_size) {
     Batch batch;
     for (size_t b = 0; b < batch_size; ++b) {
         const size_t start = first_ + static_cast<size_t>(rng_.integer(0, static_cast<int64_t>(last_ - first_)));
-        std::copy_n(tokens_.begin() + static_cast<std::ptrdiff_t>(start), T, inputs.begin() + static_cast<std::ptrdiff_t>(b * T));
-        std::copy_n(tokens_.begin() + static_cast<std::ptrdiff_t>(start + 1), T, targets.begin() + static_cast<std::ptrdiff_t>(b * T));
+        std::copy_n(tokens_->begin() + static_cast<std::ptrdiff_t>(start), T, inputs.begin() + static_cast<std::ptrdiff_t>(b * T));
+        std::copy_n(tokens_->begin() + static_cast<std::ptrdiff_t>(start + 1), T, targets.begin() + static_cast<std::ptrdiff_t>(b * T));
         batch.lengths.push_back(T);
     }
     batch.inputs = Indices({batch_size, T}, std::move(inputs));

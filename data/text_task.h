@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,9 @@ public:
     Rng& rng() override { return rng_; }
 
 private:
-    std::vector<int32_t> tokens_;
+    // The file's tokens, one array for every stream of this file in the process
+    // (training and held-out evaluation read the same text): shared, never copied.
+    std::shared_ptr<const std::vector<int32_t>> tokens_;
     size_t window_ = 0;
     size_t first_ = 0, last_ = 0;  // [first, last): where this stream's windows may start
     Rng rng_;
