@@ -88,12 +88,29 @@ class Interventions(cc.TempDirTest):
             np.testing.assert_allclose(total, f["dla/target_logit"][()], atol=1e-3)
         self.assertEqual(sorted(os.listdir(self.path("png"))), ["dla_heads.png", "lens.png"])
 
+    def test_patch_reads_each_points_axes_from_the_model(self):
+        # rotary positions add rot_q and rot_k; their head axis comes from the
+        # model's description, so they patch per head like q and k
+        rotary = Trained.checkpoint("rotary", dict(CONFIG, **{"model.positional": "rotary"}))
+        out = self.path("r.h5")
+        self.run_ok(["patch", rotary, "--clean", CLEAN, "--corrupt", CORRUPT, *ANSWERS, "--hooks", "rot_q,attn.rot_k,k",
+                     "--out", out])
+        with h5py.File(out) as f:
+            for hook in ("rot_q", "attn.rot_k", "k"):
+                self.assertEqual(f[f"grid/{hook}"].attrs["axes"], "layer,head", hook)
+                self.assertEqual(f[f"grid/{hook}/values"].shape, (2, 2), hook)
+            # rot_k is k turned: patching either per head gives the same cells
+            np.testing.assert_allclose(f["grid/attn.rot_k/values"][()], f["grid/k/values"][()], atol=1e-5)
+
     def test_inspect_hooks_and_cache(self):
         out = self.path("i.h5")
         self.run_ok(["inspect", decoder(), "--tokens", CLEAN, "--out", out, "--hooks", "blocks.1.attn.z,blocks.*.resid_mid"])
         with h5py.File(out) as f:
             self.assertEqual(f["hooks/blocks.1.attn.z"].shape, (1, 9, 2, 8))
             self.assertEqual(sorted(f["hooks"].keys()), ["blocks.0.resid_mid", "blocks.1.attn.z", "blocks.1.resid_mid"])
+            # each point's axes, as the model describes them
+            self.assertEqual(f["hooks"].attrs["blocks.1.attn.z"], "batch query_pos head d_head")
+            self.assertEqual(f["hooks"].attrs["blocks.0.resid_mid"], "batch pos d_model")
         cache = self.path("c.h5")
         r = self.run_ok(["cache", decoder(), "--hooks", "blocks.*.attn.pattern,logits", "--batches", "3", "--out", cache])
         self.assertIn("24 sequences, 3 hook points", r.stdout)
@@ -104,6 +121,8 @@ class Interventions(cc.TempDirTest):
             self.assertEqual(f["hooks/blocks.0.attn.pattern"].shape, (24, 2, T, T))
             self.assertEqual(f["hooks/logits"].shape, (24, T, 32))
             self.assertEqual(f["hooks/logits"].chunks[0], 8)
+            self.assertEqual(f["hooks"].attrs["blocks.0.attn.pattern"], "batch head query_pos key_pos")
+            self.assertEqual(f["hooks"].attrs["logits"], "batch pos vocab")
             w = f["hooks/blocks.1.attn.pattern"][()]
             lengths = f["lengths"][()]
             for b in range(24):  # rows over the real keys sum to 1
