@@ -1,5 +1,7 @@
 // What the device attention refuses, checked on the host before any work.
-// Plain C++, compiled in both builds (the tests run these checks without a GPU).
+// Plain C++, part of the engine (the seam says what a device call refuses; the
+// kernels in cuda/ only carry calls out), compiled in both builds: the tests run
+// these checks without a GPU.
 #include <climits>
 #include <cstdint>
 
