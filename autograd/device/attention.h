@@ -18,7 +18,7 @@
 //
 // Device-pointer functions below take pointers into DeviceBuffers of one Context
 // and only launch work on its stream; validate first with check_attention.
-// attention_host.h wraps them for host Tensors (tests, benchmarks).
+// tests/cuda/attention_host.h wraps them for host Tensors (the tests).
 #pragma once
 
 #include <cstdint>

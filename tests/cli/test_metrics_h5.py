@@ -22,9 +22,9 @@ TRAIN = ["step", "loss", "lr", "grad_norm", "tokens_per_s", "wall_s"]
 EVAL = ["step", "loss", "token_acc", "seq_acc"]
 ATTENTION = ["step", "entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"]
 
-LIVE_STEPS = 200
+LIVE_STEPS = 1000  # a few seconds: long enough that a reader opens the file while it trains, even on an idle fast machine
 LIVE = dict(cc.TINY, **{"model.width": "32", "model.layers": "2", "model.ffn": "64", "train.batch": "16",
-                        "train.steps": str(LIVE_STEPS), "train.log_every": "5", "train.eval_every": "50"})
+                        "train.steps": str(LIVE_STEPS), "train.log_every": "5", "train.eval_every": "250"})
 # Decoder, 2 layers x 4 heads, grouped K/V, padding (recall has 3 to 6 pairs).
 DECODER = dict(cc.TINY, **{"model.layers": "2", "model.heads": "4", "model.kv_heads": "2", "train.steps": "30"})
 # Encoder-decoder on translate: 2 layers x 2 heads per stack.

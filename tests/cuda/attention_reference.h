@@ -15,7 +15,7 @@
 
 #include "autograd/attention.h"
 #include "autograd/rng.h"
-#include "cuda/attention_host.h"
+#include "attention_host.h"
 #include "autograd/device/backend.h"
 #include "device_context_test.h"
 

@@ -14,7 +14,7 @@
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "autograd/device/context.h"
-#include "cuda/tensor_copy.h"
+#include "tensor_copy.h"
 #include "autograd/device/kernels.h"
 #include "device_context_test.h"
 #include "optim/optimizer.h"

@@ -1,5 +1,6 @@
 // Float32 host Tensors to and from device buffers, over the copies of
-// context.h. Plain C++, compiled in both builds.
+// context.h, for the tests. Plain C++, compiled into test_cuda in both builds,
+// test_device_host and the emulated suite.
 #pragma once
 
 #include "autograd/tensor.h"

@@ -1,8 +1,8 @@
 // Host Tensors in and out of the device attention. Plain C++ over the device
 // interface, compiled in both builds.
-#include "cuda/attention_host.h"
+#include "attention_host.h"
 
-#include "cuda/tensor_copy.h"
+#include "tensor_copy.h"
 
 namespace attnlab::cuda {
 

@@ -1,5 +1,6 @@
-// Device attention on host Tensors: copy in, run, copy out. For tests and
-// benchmarks; real use keeps its tensors on the device (autograd/device/attention.h).
+// Device attention on host Tensors: copy in, run, copy out. For the tests
+// (compiled into test_cuda and the emulated suite); real use keeps its tensors
+// on the device (autograd/device/attention.h).
 #pragma once
 
 #include <memory>

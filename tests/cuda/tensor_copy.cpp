@@ -1,4 +1,4 @@
-#include "cuda/tensor_copy.h"
+#include "tensor_copy.h"
 
 #include "autograd/tensor_impl.h"
 
