@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -55,6 +56,11 @@ MemoryEstimate estimate_training_memory(const Config& c, double longest) {
     e.parameters = kFloat * per_param * params;
     e.activations = kFloat * activations;
     e.data = static_cast<double>(c.train.eval_batches) * tokens * 4 * sizeof(int32_t);  // tokens, targets, mask, source
+    if (c.task.name == "text") {  // the file's characters as int32 tokens, held once (at most one per byte)
+        std::error_code ec;
+        const uintmax_t bytes = std::filesystem::file_size(c.task.path, ec);
+        if (!ec) e.data += static_cast<double>(bytes) * sizeof(int32_t);
+    }
     return e;
 }
 

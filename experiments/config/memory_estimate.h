@@ -13,7 +13,7 @@ namespace attnlab {
 struct MemoryEstimate {
     double parameters = 0;   // weights, their gradients and the optimiser's state
     double activations = 0;  // what one training step keeps for its backward pass
-    double data = 0;         // the held-out batches kept for every evaluation
+    double data = 0;         // the held-out batches kept for every evaluation, and a text task's tokens
     double total() const { return parameters + activations + data; }
 };
 

@@ -9,6 +9,7 @@
 
 #include "config_files_test.h"
 #include "experiments/config/config.h"
+#include "experiments/config/memory_estimate.h"
 
 namespace attnlab::config_test {
 namespace {
@@ -159,6 +160,16 @@ TEST_F(ConfigFiles, KeysOfOtherSettingsLand) {
     EXPECT_EQ(c.model.rotary_base, 500.0);
     EXPECT_EQ(c.optim.betas, (std::array<double, 2>{0.8, 0.95}));
     EXPECT_EQ(c.optim.eps, 1e-6);
+}
+
+// A text task holds its file's characters as int32 tokens while it trains.
+TEST_F(ConfigFiles, TheMemoryEstimateCountsATextTasksTokens) {
+    Config c;
+    c.task.name = "text";
+    c.task.path = write("a.txt", std::string(1000, 'a'));
+    const double with_file = estimate_training_memory(c, 64).data;
+    c.task.path = (dir_ / "missing.txt").string();
+    EXPECT_EQ(with_file - estimate_training_memory(c, 64).data, 4000.0);
 }
 
 TEST_F(ConfigFiles, ToTomlReadsBackEqual) {
