@@ -49,6 +49,18 @@ Tensor rotary(const Tensor& x, size_t heads, size_t offset, double base) {
     return reshape(turned, {B, T, heads * d});
 }
 
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads, const AttentionMask& mask,
+                 double scale, MaskedRows masked_rows) {
+    const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1), d_v = v.size(2) / kv_heads;
+    check_masked_rows(mask, masked_rows, B, Tq, Tk);
+    Mask empty_rows;
+    ineligible_keys(mask, B, Tq, Tk, empty_rows);
+    Tensor pattern = composed::softmax(attention_scores(q, k, heads, kv_heads, mask, scale), -1);  // (B, H, Tq, Tk)
+    pattern = masked_fill(pattern, empty_rows, 0.0);                                     // policy "zero"
+    const Tensor z = matmul(pattern, heads_first(v, kv_heads, d_v, heads));              // (B, H, Tq, d_v)
+    return reshape(permute(z, {0, 2, 1, 3}), {B, Tq, heads * d_v});
+}
+
 Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& loss_mask) {
     const size_t C = logits.shape().back(), N = targets.values.size();
     std::vector<double> one_hot(N * C, 0.0), counted(N, 1.0);

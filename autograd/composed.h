@@ -8,6 +8,7 @@
 
 #include <cstddef>
 
+#include "autograd/attention.h"
 #include "autograd/tensor.h"
 
 namespace attnlab::composed {
@@ -32,5 +33,13 @@ Tensor rotary(const Tensor& x, size_t heads, size_t offset, double base);
 // logits (..., C), targets (...): -log softmax(logits)[target], averaged over the
 // positions loss_mask selects (all when it is empty); 0 when none does
 Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& loss_mask = Mask());
+
+// Attention on the packed layout, q (B, Tq, H d), k (B, Tk, H_kv d), v (B, Tk,
+// H_kv d_v) -> context (B, Tq, H d_v):
+//   A = softmax(scale Q K^T + bias, ineligible keys -inf)   (attention_scores)
+//   C = A V per head, a row with no eligible key 0 under masked_rows = "zero"
+// (no dropout: the fused op's maths in evaluation)
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads, const AttentionMask& mask,
+                 double scale, MaskedRows masked_rows);
 
 }  // namespace attnlab::composed

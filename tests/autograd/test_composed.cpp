@@ -3,6 +3,7 @@
 // several shapes, so each fast path is checked against the maths it stands for.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -102,6 +103,41 @@ TEST(Composed, CrossEntropyIsTheMaskedMeanOfMinusLogSoftmax) {
     for (const auto& [name, mask] : {std::pair<std::string, Mask>{"all positions", Mask()}, {"a mask", some}, {"nothing counted", none}})
         expect_same("cross_entropy, " + name, [&](V t) { return cross_entropy(t[0], targets, mask); },
                     [&](V t) { return composed::cross_entropy(t[0], targets, mask); }, {logits});
+}
+
+TEST(Composed, AttentionIsSoftmaxOfTheScoresTimesV) {
+    Rng rng(6);
+    struct Case {
+        const char* what;
+        size_t B, H, H_kv, Tq, Tk, d, d_v;
+        AttentionMask mask;
+        MaskedRows rows = MaskedRows::error;
+    };
+    AttentionMask none, causal, padding, both, alibi, empty_row;
+    causal.causal = true;
+    padding.key_lengths = {5, 2};
+    both = padding;
+    both.causal = true;
+    alibi = both;
+    alibi.alibi = true;
+    empty_row.key_lengths = {5, 0};  // item 1 has no eligible key at all
+    for (const Case& c : {Case{"no mask", 2, 2, 2, 5, 5, 4, 4, none}, Case{"causal", 2, 2, 2, 5, 5, 4, 4, causal},
+                          Case{"causal and padding, grouped K/V", 2, 4, 2, 5, 5, 4, 4, both},
+                          Case{"cached decoding, Tq 2 < Tk 6", 2, 2, 2, 2, 6, 4, 3, causal},
+                          Case{"cross shapes", 2, 2, 1, 3, 7, 4, 3, padding}, Case{"ALiBi", 2, 4, 2, 5, 5, 4, 4, alibi},
+                          Case{"rows with no key, policy zero", 2, 2, 2, 5, 5, 4, 4, empty_row, MaskedRows::zero}}) {
+        const std::vector<Tensor> in = {gradcheck_input(rng, {c.B, c.Tq, c.H * c.d}), gradcheck_input(rng, {c.B, c.Tk, c.H_kv * c.d}),
+                                        gradcheck_input(rng, {c.B, c.Tk, c.H_kv * c.d_v})};
+        const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+        expect_same(std::string("attention, ") + c.what,
+                    [&](V t) {
+                        AttentionOptions options;
+                        options.scale = scale;
+                        options.masked_rows = c.rows;
+                        return attention_packed(t[0], t[1], t[2], c.H, c.H_kv, c.mask, options).context;
+                    },
+                    [&](V t) { return composed::attention(t[0], t[1], t[2], c.H, c.H_kv, c.mask, scale, c.rows); }, in);
+    }
 }
 
 }  // namespace
