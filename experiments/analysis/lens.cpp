@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "autograd/ops.h"
+#include "data/h5file.h"
 #include "experiments/analysis/log_prob.h"
+#include "experiments/files/provenance.h"
+#include "experiments/files/run_files.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -75,7 +79,40 @@ void attribute_logits(const TaskModel& model, const Hooks& pass, bool has_ffn, L
     r.norm_bias_logit = flat(sum(bias_part * unembed_rows, {-1}));
 }
 
+std::vector<int64_t> wide(const std::vector<int32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
+
 }  // namespace
+
+void write_lens_file(const std::string& out, const std::string& path, int64_t step, const std::vector<int32_t>& tokens,
+                     const LensResult& r) {
+    const size_t L = r.layers, H = r.heads, T = r.positions;
+    write_atomically(std::filesystem::path(out), "[lens]", [&](const std::string& tmp) {
+        h5::File f = h5::File::create(tmp, "lens");
+        write_provenance_attrs(f, provenance());
+        f.write_attr_string("format", "attnlab-lens");
+        f.write_attr_int("format_version", 1);
+        f.write_attr_string("checkpoint", path);
+        f.write_attr_int("step", step);
+        f.write_attr_int("attribution", r.attribution ? 1 : 0);
+        if (!r.note.empty()) f.write_attr_string("note", r.note);
+        f.write<int64_t>("tokens", Shape{1, T}, wide(tokens).data());
+        f.write<int64_t>("targets", Shape{1, T}, wide(r.targets).data());
+        f.write_strings("streams", r.streams);
+        const h5::Group lens = f.create_group("lens");
+        const std::vector<double> logits = r.lens_logits.values();
+        lens.write<double>("logits", r.lens_logits.shape(), logits.data());
+        lens.write<double>("target_logprob", Shape{L + 1, 1, T}, r.target_logprob.data());
+        lens.write<int64_t>("top_token", Shape{L + 1, 1, T}, wide(r.top_token).data());
+        if (r.attribution) {
+            const h5::Group dla = f.create_group("dla");
+            dla.write<double>("head", Shape{L, H, 1, T}, r.head_logit.data());
+            dla.write<double>("layer", Shape{L + 1, 1, T}, r.layer_logit.data());
+            dla.write<double>("norm_bias", Shape{1, T}, r.norm_bias_logit.data());
+            dla.write<double>("target_logit", Shape{1, T}, r.target_logit.data());
+        }
+        f.close();
+    });
+}
 
 LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::vector<int32_t>& targets) {
     if (model.encoder_decoder() || model.decoder_lm() == nullptr) fail("lens", "the lens takes decoder models; this is an encoder-decoder");

@@ -46,4 +46,9 @@ struct LensResult {
 // tokens (B, T); targets (B, T) or empty (the model's argmax at each position).
 LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::vector<int32_t>& targets = {});
 
+// The lens file (format "attnlab-lens", docs/file_formats.md), written whole
+// (atomically) to `out`: `checkpoint` and `step` name what it read.
+void write_lens_file(const std::string& out, const std::string& checkpoint, int64_t step, const std::vector<int32_t>& tokens,
+                     const LensResult& r);
+
 }  // namespace attnlab

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "autograd/ops.h"
+#include "data/h5file.h"
 #include "experiments/analysis/log_prob.h"
+#include "experiments/files/provenance.h"
+#include "experiments/files/run_files.h"
 #include "experiments/analysis/tolerance.h"
 #include "experiments/run/model_factory.h"
 
@@ -63,7 +67,44 @@ Tensor mixed(const Tensor& base, const Tensor& source, int axis_a, size_t index_
     return Tensor::from_values(out, s, base.dtype());
 }
 
+template <class T>
+void write_table(const h5::File& f, const std::string& name, const std::vector<std::vector<T>>& rows) {
+    std::vector<int64_t> flat;
+    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+    f.write<int64_t>(name, Shape{rows.size(), rows.front().size()}, flat.data());
+}
+
 }  // namespace
+
+void write_patch_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& p,
+                      const PatchOptions& o, const PatchResult& r) {
+    write_atomically(std::filesystem::path(path), "[patch]", [&](const std::string& tmp) {
+        h5::File f = h5::File::create(tmp, "patch");
+        write_provenance_attrs(f, provenance());
+        f.write_attr_string("format", "attnlab-patch");
+        f.write_attr_int("format_version", 1);
+        f.write_attr_string("checkpoint", checkpoint);
+        f.write_attr_int("step", step);
+        f.write_attr_string("metric", to_string(o.metric));
+        f.write_attr_string("direction", o.noising ? "noising" : "denoising");
+        f.write_attr_double("clean_metric", r.clean);
+        f.write_attr_double("corrupt_metric", r.corrupt);
+        write_table(f, "clean", p.clean);
+        write_table(f, "corrupt", p.corrupt);
+        write_table(f, "positions", p.positions);
+        write_table(f, "clean_answers", p.clean_answers);
+        write_table(f, "corrupt_answers", p.corrupt_answers);
+        const h5::Group g = f.create_group("grid");
+        for (const PatchGrid& grid : r.grids) {
+            std::string axes;
+            for (const std::string& a : grid.axes) axes += (axes.empty() ? "" : ",") + a;
+            const h5::Group one = g.create_group(grid.hook);
+            one.write_attr_string("axes", axes);
+            one.write<double>("values", grid.shape, grid.values.data());
+        }
+        f.close();
+    });
+}
 
 PatchMetric parse_patch_metric(const std::string& name) {
     if (name == "norm_logit_diff") return PatchMetric::norm_logit_diff;

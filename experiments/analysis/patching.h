@@ -83,6 +83,11 @@ struct PatchResult {
 
 PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs, const PatchOptions& options);
 
+// The patch file (format "attnlab-patch", docs/file_formats.md), written whole
+// (atomically) to `path`: `checkpoint` and `step` name what it read.
+void write_patch_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
+                      const PatchOptions& options, const PatchResult& result);
+
 // One edge: the sender heads' outputs (clean) reaching the receiver head's query,
 // key or value input only, every other component frozen at its value on the
 // corrupted prompt (Wang et al. 2022). Senders are "L.H" heads, "mlp L" feed-

@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "experiments/files/provenance.h"
-#include "data/h5file.h"
 #include "experiments/analysis/generate.h"
 #include "experiments/analysis/lens.h"
 #include "experiments/cli/command_line.h"
@@ -34,39 +32,6 @@ format_version, checkpoint, step, attribution (1, or 0 for post-norm with a note
 --png DIR: the lens (log p(target) per layer and position) and the heads'
 attributions at the last position (tools/plot_lens.py, matplotlib).
 )";
-
-std::vector<int64_t> wide(const std::vector<int32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }
-
-void write_lens_file(const std::string& out, const std::string& path, const CheckpointData& checkpoint,
-                     const std::vector<int32_t>& tokens, const LensResult& r) {
-    const size_t L = r.layers, H = r.heads, T = r.positions;
-    write_atomically(std::filesystem::path(out), "[lens]", [&](const std::string& tmp) {
-        h5::File f = h5::File::create(tmp, "lens");
-        write_provenance_attrs(f, provenance());
-        f.write_attr_string("format", "attnlab-lens");
-        f.write_attr_int("format_version", 1);
-        f.write_attr_string("checkpoint", path);
-        f.write_attr_int("step", checkpoint.step);
-        f.write_attr_int("attribution", r.attribution ? 1 : 0);
-        if (!r.note.empty()) f.write_attr_string("note", r.note);
-        f.write<int64_t>("tokens", Shape{1, T}, wide(tokens).data());
-        f.write<int64_t>("targets", Shape{1, T}, wide(r.targets).data());
-        f.write_strings("streams", r.streams);
-        const h5::Group lens = f.create_group("lens");
-        const std::vector<double> logits = r.lens_logits.values();
-        lens.write<double>("logits", r.lens_logits.shape(), logits.data());
-        lens.write<double>("target_logprob", Shape{L + 1, 1, T}, r.target_logprob.data());
-        lens.write<int64_t>("top_token", Shape{L + 1, 1, T}, wide(r.top_token).data());
-        if (r.attribution) {
-            const h5::Group dla = f.create_group("dla");
-            dla.write<double>("head", Shape{L, H, 1, T}, r.head_logit.data());
-            dla.write<double>("layer", Shape{L + 1, 1, T}, r.layer_logit.data());
-            dla.write<double>("norm_bias", Shape{1, T}, r.norm_bias_logit.data());
-            dla.write<double>("target_logit", Shape{1, T}, r.target_logit.data());
-        }
-        f.close();
-    });
-}
 
 }  // namespace
 
@@ -111,7 +76,7 @@ int cmd_lens(const std::vector<std::string>& args) {
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(max_len) + " positions");
     const LensResult r = logit_lens(*loaded.model, Indices({1, tokens.size()}, tokens), target);
 
-    write_lens_file(out, path, checkpoint, tokens, r);
+    write_lens_file(out, path, checkpoint.step, tokens, r);
     const size_t L = r.layers, H = r.heads, T = r.positions;
     std::printf("lens %s (step %lld): %zu tokens, %zu layers; at the last position (target %s):\n", path.c_str(),
                 static_cast<long long>(checkpoint.step), T, L, token_label(config, r.targets[T - 1]).c_str());

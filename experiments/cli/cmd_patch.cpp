@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "experiments/files/provenance.h"
 #include "data/h5_probe.h"
 #include "data/h5file.h"
 #include "experiments/analysis/generate.h"
@@ -154,42 +153,6 @@ LoadedCheckpoint load(const cxxopts::ParseResult& parsed) {
     return load_checkpoint(path, device_option(parsed));
 }
 
-template <class T>
-void write_table(const h5::File& f, const std::string& name, const std::vector<std::vector<T>>& rows) {
-    std::vector<int64_t> flat;
-    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
-    f.write<int64_t>(name, Shape{rows.size(), rows.front().size()}, flat.data());
-}
-
-void write_patch_file(const std::string& path, const LoadedCheckpoint& l, const PromptPairs& p, const PatchOptions& o, const PatchResult& r) {
-    write_atomically(std::filesystem::path(path), "[patch]", [&](const std::string& tmp) {
-        h5::File f = h5::File::create(tmp, "patch");
-        write_provenance_attrs(f, provenance());
-        f.write_attr_string("format", "attnlab-patch");
-        f.write_attr_int("format_version", 1);
-        f.write_attr_string("checkpoint", l.path);
-        f.write_attr_int("step", l.checkpoint.step);
-        f.write_attr_string("metric", to_string(o.metric));
-        f.write_attr_string("direction", o.noising ? "noising" : "denoising");
-        f.write_attr_double("clean_metric", r.clean);
-        f.write_attr_double("corrupt_metric", r.corrupt);
-        write_table(f, "clean", p.clean);
-        write_table(f, "corrupt", p.corrupt);
-        write_table(f, "positions", p.positions);
-        write_table(f, "clean_answers", p.clean_answers);
-        write_table(f, "corrupt_answers", p.corrupt_answers);
-        const h5::Group g = f.create_group("grid");
-        for (const PatchGrid& grid : r.grids) {
-            std::string axes;
-            for (const std::string& a : grid.axes) axes += (axes.empty() ? "" : ",") + a;
-            const h5::Group one = g.create_group(grid.hook);
-            one.write_attr_string("axes", axes);
-            one.write<double>("values", grid.shape, grid.values.data());
-        }
-        f.close();
-    });
-}
-
 // The cells of every grid, best first ("z 1.0 pos 3: 0.93").
 void print_top(const PatchResult& r, PatchMetric metric, size_t count) {
     struct Cell {
@@ -252,7 +215,7 @@ int cmd_patch(const std::vector<std::string>& args) {
         o.hooks.push_back(parse_patch_hook(*l.loaded.model, name));
     resolve_answers(*l.loaded.model, pairs, o.metric);
     const PatchResult r = activation_patching(*l.loaded.model, pairs, o);
-    write_patch_file(out, l, pairs, o, r);
+    write_patch_file(out, l.path, l.checkpoint.step, pairs, o, r);
     std::printf("patch %s (step %lld): %zu pair(s) of %zu tokens, %s, cells in %s; unpatched %s: clean %.4f, corrupted %.4f\n",
                 l.path.c_str(), static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
                 o.noising ? "noising" : "denoising", to_string(o.metric).c_str(), baseline_name(o.metric).c_str(), r.clean, r.corrupt);
