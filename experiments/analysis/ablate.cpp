@@ -54,17 +54,13 @@ template <class Body>
 void write_h5_atomically(const std::string& path, const std::string& tag, Body body) {
     write_atomically(std::filesystem::path(path), "[" + tag + "]", [&](const std::string& tmp) {
         h5::File file = h5::File::create(tmp, tag);
-        write_provenance_attrs(file, provenance());
         body(file);
         file.close();
     });
 }
 
 void write_source_attrs(const h5::File& file, const std::string& format, const AblationSource& source) {
-    file.write_attr_string("format", format);
-    file.write_attr_int("format_version", 1);
-    file.write_attr_string("checkpoint", source.checkpoint);
-    file.write_attr_int("step", source.step);
+    write_output_attrs(file, format, source.checkpoint, source.step);
     file.write_attr_string("config", source.config_toml);
 }
 

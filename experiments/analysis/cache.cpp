@@ -60,11 +60,7 @@ size_t write_cache(const std::string& out, const CacheRequest& request, Hooks& h
     const TaskModel& model = *in.loaded.model;
     write_atomically(std::filesystem::path(out), "[cache]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "cache");
-        write_provenance_attrs(f, provenance());
-        f.write_attr_string("format", "attnlab-cache");
-        f.write_attr_int("format_version", 1);
-        f.write_attr_string("checkpoint", in.path);
-        f.write_attr_int("step", in.checkpoint.step);
+        write_output_attrs(f, "attnlab-cache", in.path, in.checkpoint.step);
         f.write_attr_string("config", in.checkpoint.config_toml);
         f.write_attr_int("seed", static_cast<int64_t>(request.seed));
         f.write_attr_int("batches", request.batches);

@@ -46,11 +46,7 @@ void write_inspection(const std::string& path, const Inspection& in) {
     const TaskModel& model = *in.model;
     const Batch& batch = *in.batch;
     h5::File out = h5::File::create(path, "inspect");
-    write_provenance_attrs(out, provenance());
-    out.write_attr_string("format", "attnlab-inspect");
-    out.write_attr_int("format_version", 1);
-    out.write_attr_string("checkpoint", in.checkpoint_path);
-    out.write_attr_int("step", in.checkpoint->step);
+    write_output_attrs(out, "attnlab-inspect", in.checkpoint_path, in.checkpoint->step);
     out.write_attr_string("config", in.checkpoint->config_toml);
     out.write_attr_string("kind", model.encoder_decoder() ? "encoder-decoder" : "decoder");
     out.write_attr_int("layers", static_cast<int64_t>(model.layers()));

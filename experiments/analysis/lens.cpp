@@ -88,11 +88,7 @@ void write_lens_file(const std::string& out, const std::string& path, int64_t st
     const size_t L = r.layers, H = r.heads, T = r.positions;
     write_atomically(std::filesystem::path(out), "[lens]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "lens");
-        write_provenance_attrs(f, provenance());
-        f.write_attr_string("format", "attnlab-lens");
-        f.write_attr_int("format_version", 1);
-        f.write_attr_string("checkpoint", path);
-        f.write_attr_int("step", step);
+        write_output_attrs(f, "attnlab-lens", path, step);
         f.write_attr_int("attribution", r.attribution ? 1 : 0);
         if (!r.note.empty()) f.write_attr_string("note", r.note);
         f.write<int64_t>("tokens", Shape{1, T}, wide(tokens).data());

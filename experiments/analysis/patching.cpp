@@ -80,11 +80,7 @@ void write_patch_file(const std::string& path, const std::string& checkpoint, in
                       const PatchOptions& o, const PatchResult& r) {
     write_atomically(std::filesystem::path(path), "[patch]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "patch");
-        write_provenance_attrs(f, provenance());
-        f.write_attr_string("format", "attnlab-patch");
-        f.write_attr_int("format_version", 1);
-        f.write_attr_string("checkpoint", checkpoint);
-        f.write_attr_int("step", step);
+        write_output_attrs(f, "attnlab-patch", checkpoint, step);
         f.write_attr_string("metric", to_string(o.metric));
         f.write_attr_string("direction", o.noising ? "noising" : "denoising");
         f.write_attr_double("clean_metric", r.clean);

@@ -78,6 +78,14 @@ void write_provenance_attrs(const h5::Group& file, const Provenance& p) {
     file.write_attr_int("threads", p.threads);
 }
 
+void write_output_attrs(const h5::Group& file, const std::string& format, const std::string& checkpoint, int64_t step) {
+    write_provenance_attrs(file, provenance());
+    file.write_attr_string("format", format);
+    file.write_attr_int("format_version", 1);
+    file.write_attr_string("checkpoint", checkpoint);
+    file.write_attr_int("step", step);
+}
+
 std::string version_line() { return std::string("attnlab ") + attnlab_version() + " (commit " + attnlab_commit() + ")"; }
 
 }  // namespace attnlab

@@ -3,6 +3,7 @@
 // (config.toml's and summary.json's neighbour provenance.json, HDF5 root attributes).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ std::string provenance_json_members(const Provenance& p);
 // command_line, cpu, cpus, threads).
 namespace h5 { class Group; }
 void write_provenance_attrs(const h5::Group& file, const Provenance& p);
+// The root attributes every analysis output of a checkpoint starts with
+// (docs/file_formats.md): this process's provenance, format, format_version 1,
+// and the checkpoint file and step it read.
+void write_output_attrs(const h5::Group& file, const std::string& format, const std::string& checkpoint, int64_t step);
 // "attnlab 0.27.0 (commit 1a2b3c4d5e6f)"
 std::string version_line();
 
