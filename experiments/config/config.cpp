@@ -305,13 +305,11 @@ std::string unread_problem(const ReadWhen& k) { return "only used when " + k.whe
 // A config with a sweep: every cell must read the keys its axes set (cells that
 // differed only in an unread key would repeat one run), and every key of the
 // base must be read by some cell (the cells that do not read it get its default).
-void check_sweep_reads(const Config& config) {
+// `cells`: each cell's assignments and its config (the base with them applied).
+void check_sweep_reads(const Config& config, const std::vector<std::pair<std::vector<std::string>, Config>>& cells) {
     std::map<std::string, ReadWhen> unread_in_base;  // key -> in the first cell that does not read it
     std::set<std::string> read_somewhere;
-    for (const auto& cell : sweep_cells(config)) {
-        Config one = config;
-        one.sweep.clear();
-        for (const auto& assignment : cell) apply_override(one, assignment);
+    for (const auto& [cell, one] : cells) {
         for (const ReadWhen& k : conditional_keys(one)) {
             if (k.read) read_somewhere.insert(k.key);
             if (k.read || at_default(one, k.key)) continue;
@@ -402,7 +400,8 @@ void validate(const Config& config) {
         if (const auto keys = unread(config); !keys.empty()) fail_key(keys.front().key, unread_problem(keys.front()));
         return;
     }
-    for (const auto& cell : sweep_cells(config)) {
+    std::vector<std::pair<std::vector<std::string>, Config>> cells;  // each cell's assignments and config
+    for (auto& cell : sweep_cells(config)) {
         Config one = config;
         one.sweep.clear();
         try {
@@ -411,8 +410,9 @@ void validate(const Config& config) {
         } catch (const ConfigError& e) {
             throw ConfigError("sweep", "sweep cell " + join(cell, " ") + ": " + e.what());
         }
+        cells.emplace_back(std::move(cell), std::move(one));
     }
-    check_sweep_reads(config);
+    check_sweep_reads(config, cells);
 }
 
 namespace {
