@@ -14,6 +14,7 @@ naming that file and exit 2, never an internal error.
 import glob
 import os
 import shutil
+from unittest import mock
 
 import h5py
 import numpy as np
@@ -134,12 +135,18 @@ class GarbledInputs(rc.cc.TempDirTest):
         self.assertNotIn("internal error", lines[0], shown)
         self.assertFalse(written, shown)
 
+    def fresh_copy(self, name, source):
+        folder = self.path(name)
+        if os.path.exists(folder):
+            shutil.rmtree(folder)
+        shutil.copytree(source, folder)
+        return folder
+
     def fresh_run(self):
-        run = self.path("run")
-        if os.path.exists(run):
-            shutil.rmtree(run)
-        shutil.copytree(Fixtures.analysed_run(), run)
-        return run
+        return self.fresh_copy("run", Fixtures.analysed_run())
+
+    def fresh_sweep(self):
+        return self.fresh_copy("sweep", Fixtures.sweep())
 
     def test_run_files(self):
         def ablation_of(run):
@@ -184,12 +191,6 @@ class GarbledInputs(rc.cc.TempDirTest):
                 self.refused([run], ablation_of(run), detail)
 
     def test_sweep_files(self):
-        def fresh():
-            sweep = self.path("sweep")
-            if os.path.exists(sweep):
-                shutil.rmtree(sweep)
-            shutil.copytree(Fixtures.sweep(), sweep)
-            return sweep
         cases = [
             ("sweep.toml", lambda p: write_bytes(p, b'[sweep]\n"run.seed" = ["\xff"]\n'), "not UTF-8"),
             ("sweep.toml", lambda p: write_bytes(p, b"sweep = [1]\n"), "sweep is not a table"),
@@ -202,7 +203,7 @@ class GarbledInputs(rc.cc.TempDirTest):
         ]
         for name, garble, detail in cases:
             with self.subTest(f"{name}: {detail}"):
-                sweep = fresh()
+                sweep = self.fresh_sweep()
                 garble(os.path.join(sweep, name))
                 self.refused([sweep], os.path.join(sweep, name), detail)
 
@@ -212,22 +213,13 @@ class GarbledInputs(rc.cc.TempDirTest):
         # (tools/h5_probe.py), so each is one line naming it, within the limit.
         crafted = sorted(glob.glob(os.path.join(rc.cc.REPO_ROOT, "tests", "fuzz", "libhdf5_crashes", "*.h5")))
         self.assertEqual(len(crafted), 3, crafted)
-        previous = os.environ.get("ATTNLAB_H5_PROBE_SECONDS")
-        os.environ["ATTNLAB_H5_PROBE_SECONDS"] = "2"
-        self.addCleanup(lambda: os.environ.pop("ATTNLAB_H5_PROBE_SECONDS") if previous is None
-                        else os.environ.__setitem__("ATTNLAB_H5_PROBE_SECONDS", previous))
+        self.enterContext(mock.patch.dict(os.environ, {"ATTNLAB_H5_PROBE_SECONDS": "2"}))
         for source in crafted:
-            with self.subTest(f"metrics.h5: {os.path.basename(source)}"):
-                run = self.fresh_run()
-                shutil.copyfile(source, os.path.join(run, "metrics.h5"))
-                self.refused([run], os.path.join(run, "metrics.h5"))
-            with self.subTest(f"summary.h5: {os.path.basename(source)}"):
-                sweep = self.path("sweep")
-                if os.path.exists(sweep):
-                    shutil.rmtree(sweep)
-                shutil.copytree(Fixtures.sweep(), sweep)
-                shutil.copyfile(source, os.path.join(sweep, "summary.h5"))
-                self.refused([sweep], os.path.join(sweep, "summary.h5"))
+            for name, fresh in (("metrics.h5", self.fresh_run), ("summary.h5", self.fresh_sweep)):
+                with self.subTest(f"{name}: {os.path.basename(source)}"):
+                    folder = fresh()
+                    shutil.copyfile(source, os.path.join(folder, name))
+                    self.refused([folder], os.path.join(folder, name))
 
     def test_checkpoint(self):
         run = self.fresh_run()
