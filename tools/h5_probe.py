@@ -57,9 +57,20 @@ def time_limit(path):
     return seconds + size / BYTES_PER_SECOND, size
 
 
+def h5_file(path, swmr):
+    """The file opened read-only, as a SWMR reader (a run's metrics.h5 while it trains) or plainly."""
+    return h5py.File(path, "r", libver="latest", swmr=True) if swmr else h5py.File(path, "r")
+
+
+def open_file(path, swmr=False):
+    """probe(path), then the file opened in this process (h5py's own OSError if it is no HDF5)."""
+    probe(path, swmr)
+    return h5_file(path, swmr)
+
+
 def read_everything(path, swmr):
     """What any reader of the file may touch: every attribute and every dataset."""
-    with (h5py.File(path, "r", libver="latest", swmr=True) if swmr else h5py.File(path, "r")) as f:
+    with h5_file(path, swmr) as f:
         def visit(_name, obj):
             for key in obj.attrs:
                 obj.attrs[key]

@@ -19,7 +19,6 @@ import os
 import tomllib
 import sys
 
-import h5py
 import matplotlib
 
 import h5_probe
@@ -99,9 +98,10 @@ def plot_file(path, out_dir, seqs=None, kinds=None):
     """Returns the PNG paths written."""
     if not os.path.isfile(path):
         raise PlotError(f"{path}: no such file")
-    h5_probe.probe(path)  # a crafted file: one line naming it, not a crash
     try:
-        f = h5py.File(path, "r")
+        f = h5_probe.open_file(path)  # a crafted file: one line naming it, not a crash
+    except h5_probe.H5ProbeError:
+        raise  # its message names the file
     except OSError as e:
         raise PlotError(f"{path}: cannot open as HDF5 ({str(e).splitlines()[0]})") from None
     written = []

@@ -47,8 +47,7 @@ def as_number(value):
 
 
 def load(sweep_dir):
-    h5_probe.probe(os.path.join(sweep_dir, "summary.h5"))  # a crafted file: one line, not a crash
-    with h5py.File(os.path.join(sweep_dir, "summary.h5"), "r") as f:
+    with h5_probe.open_file(os.path.join(sweep_dir, "summary.h5")) as f:  # a crafted file: one line, not a crash
         tables = {}
         for group in ("cells", "aggregated"):
             g = f[group]
@@ -154,8 +153,7 @@ def cell_metrics(sweep_dir, name):
     path = os.path.join(sweep_dir, name, "metrics.h5")
     if not os.path.exists(path):
         return None
-    h5_probe.probe(path, swmr=True)
-    return h5py.File(path, "r", libver="latest", swmr=True)
+    return h5_probe.open_file(path, swmr=True)
 
 
 def entropy_grid(sweep_dir, cells, path):

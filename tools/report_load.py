@@ -129,13 +129,9 @@ def open_h5(path, swmr=False):
     """An HDF5 file, once a child process read it through (tools/h5_probe.py): a
     crafted file that crashes or hangs libhdf5 is a ReportError naming it."""
     try:
-        h5_probe.probe(path, swmr)
+        return h5_probe.open_file(path, swmr)
     except h5_probe.H5ProbeError as e:
         raise ReportError(str(e)) from None
-    try:
-        if swmr:
-            return h5py.File(path, "r", libver="latest", swmr=True)
-        return h5py.File(path, "r")
     except Exception as e:  # noqa: BLE001: OSError mostly; a crafted file can give others
         raise ReportError(f"{path}: cannot read as HDF5 ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
 
