@@ -8,6 +8,14 @@
 
 namespace attnlab::composed {
 
+namespace {
+// A constant of `values` in `shape`, with like's dtype, on like's device.
+Tensor constant(const std::vector<double>& values, const Shape& shape, const Tensor& like) {
+    const Tensor t = Tensor::from_values(values, shape, like.dtype());
+    return like.device() == Device::cpu ? t : t.to(like.device());
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const Tensor y = matmul(x, transpose(weight, 0, 1));  // (..., in) @ (in, out)
     return bias.defined() ? y + bias : y;
@@ -41,8 +49,8 @@ Tensor rotary(const Tensor& x, size_t heads, size_t offset, double base) {
             cos_values[t * half + c] = std::cos(angle);
             sin_values[t * half + c] = std::sin(angle);
         }
-    const Tensor cos = Tensor::from_values(cos_values, {T, 1, half}, x.dtype());  // broadcasts over (B, T, H, d/2)
-    const Tensor sin = Tensor::from_values(sin_values, {T, 1, half}, x.dtype());
+    const Tensor cos = constant(cos_values, {T, 1, half}, x);  // broadcasts over (B, T, H, d/2)
+    const Tensor sin = constant(sin_values, {T, 1, half}, x);
     const Tensor per_head = reshape(x, {B, T, heads, d});
     const Tensor lo = slice(per_head, 3, 0, half), hi = slice(per_head, 3, half, d);
     const Tensor turned = concat({lo * cos - hi * sin, hi * cos + lo * sin}, 3);  // (B, T, H, d)
@@ -68,8 +76,8 @@ Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& l
     if (!loss_mask.values.empty())
         for (size_t i = 0; i < N; ++i) counted[i] = loss_mask.values[i] ? 1.0 : 0.0;
     const double count = std::max(1.0, static_cast<double>(std::count(counted.begin(), counted.end(), 1.0)));
-    const Tensor picked = sum(log_softmax(logits, -1) * Tensor::from_values(one_hot, logits.shape(), logits.dtype()), {-1});  // (...)
-    return -sum(picked * Tensor::from_values(counted, picked.shape(), logits.dtype())) / count;
+    const Tensor picked = sum(log_softmax(logits, -1) * constant(one_hot, logits.shape(), logits), {-1});  // (...)
+    return -sum(picked * constant(counted, picked.shape(), logits)) / count;
 }
 
 }  // namespace attnlab::composed

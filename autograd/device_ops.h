@@ -14,6 +14,7 @@
 
 #include "autograd/attention.h"
 #include "autograd/device/kernels.h"
+#include "autograd/device/primitives.h"
 #include "autograd/tensor_impl.h"
 
 namespace attnlab {
@@ -108,6 +109,29 @@ Tensor dropout_device(const Tensor& x, double p, Rng& rng);
 Tensor rotary_device(const Tensor& x, size_t heads, size_t offset, double base);
 // counted: the positions the loss mask keeps (each target checked already)
 Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const Mask& loss_mask, size_t counted);
+// On the primitives (autograd/device/ops_elementwise.cpp, ops_reduce.cpp, ops_layout.cpp):
+Tensor binary_device(const char* op, cuda::BinaryOp kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
+Tensor unary_device(const char* op, cuda::UnaryOp kind, const Tensor& x, double param = 0.0);
+Tensor masked_fill_device(const Tensor& x, const std::vector<uint8_t>& fill, double value);  // fill: x's numel
+Tensor sum_device(const char* op, const Tensor& x, const std::vector<size_t>& axes, double scale, const Shape& out_shape);
+Tensor max_device(const Tensor& x, const std::vector<size_t>& axes, const Shape& out_shape);
+Tensor softmax_device(const char* op, const Tensor& x, size_t axis, bool log);
+Tensor permute_device(const Tensor& x, const std::vector<size_t>& order);
+Tensor slice_device(const Tensor& x, size_t axis, size_t start, size_t stop, const Shape& out_shape);
+Tensor matmul_device(const Tensor& a, const Tensor& b, size_t batch, size_t M, size_t N, size_t K, bool shared_b,
+                     const Shape& out_shape);
+
+// The views the primitives read inputs through (ops_layout.cpp); a rank above
+// cuda::max_rank is refused naming `op`.
+cuda::Strided broadcast_view(const char* op, const Shape& in, const Shape& out);  // in broadcast to out
+cuda::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order);
+// x broadcast to `shape` (a copy; x itself when the shapes agree), no graph.
+Tensor expand_device(const char* op, const Tensor& x, const Shape& shape);
+// g summed over the axes `target` broadcasts along (g itself when the shapes agree), no graph.
+Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target);
+// send_device_grad of g summed to the input's shape.
+void send_summed_grad(const char* op, const Tensor& input, const Tensor& g);
+
 AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& dims,
                                         const AttentionMask& mask, const AttentionOptions& options);
 

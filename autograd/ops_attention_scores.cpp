@@ -1,6 +1,7 @@
 // The attention scores written out of ops (autograd/attention.h,
 // attention_scores), and the layout helpers attention composed of separate ops
-// shares with it. On the device: one kernel (autograd/device/attention.h).
+// shares with it. On the device: one kernel (autograd/device/attention.h) where
+// no gradient is taken, else the same composition as on the CPU.
 #include <cmath>
 
 #include "autograd/attention.h"
@@ -49,9 +50,9 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
                      std::to_string(heads) + " d) and (B, Tk, " + std::to_string(kv_heads) + " d)");
     const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1), d = q.size(2) / heads;
     check_same_device(op, {&q, &k});
-    if (on_device(q)) {  // for recording: the kernel has no backward
-        if (grad_enabled() && (q.requires_grad() || k.requires_grad()))
-            no_device_kernel(op, "the gradient of the scores (attention composed of separate ops)");
+    // On the device without a gradient to take, one kernel; otherwise the
+    // composition below, on either device.
+    if (on_device(q) && !(grad_enabled() && (q.requires_grad() || k.requires_grad()))) {
         const AttentionDims dims{B, heads, kv_heads, Tq, Tk, d, d};
         check_attention_mask(op, dims, mask);
         const cuda::DeviceMask on_device(device_context(), mask, dims);
@@ -76,7 +77,8 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
                 if (empty_rows.values[b * Tq + i]) continue;
                 for (size_t j = 0; j < Tk; ++j) bias[((b * heads + h) * Tq + i) * Tk + j] = alibi_bias(h, heads, i, j, Tq, Tk);
             }
-    return scores + Tensor::from_values(bias, {B, heads, Tq, Tk}, q.dtype());
+    const Tensor bias_tensor = Tensor::from_values(bias, {B, heads, Tq, Tk}, q.dtype());
+    return scores + (on_device(q) ? bias_tensor.to(Device::cuda) : bias_tensor);
 }
 
 }  // namespace attnlab

@@ -3,8 +3,6 @@
 #include <cmath>
 #include <numbers>
 
-#include <string_view>
-
 #include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/cpu/kernels.h"
@@ -52,16 +50,19 @@ Array<T> elementwise(const Array<T>& A, const Shape& sa, const Array<T>& B, cons
 }
 
 // forward(A, B) -> out; grad_a/grad_b(g, A, B, out) -> gradient in out's shape.
+// kind: the op on the device's binary primitive.
 template <class Forward, class GradA, class GradB>
-Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Forward forward, GradA grad_a, GradB grad_b) {
+Tensor binary_op(const char* op, cuda::BinaryOp kind, const Tensor& a, const Tensor& b, Forward forward, GradA grad_a,
+                 GradB grad_b) {
     check_defined(op, a, "first operand");
     check_defined(op, b, "second operand");
     check_same_dtype(op, a, b);
-    broadcast_shapes(op, a.shape(), b.shape());  // throws with both shapes when they do not broadcast
+    const Shape out_shape = broadcast_shapes(op, a.shape(), b.shape());  // throws with both shapes when they do not broadcast
     check_same_device(op, {&a, &b});
-    if (on_device(a)) {
-        if (std::string_view(op) != "add") no_device_kernel(op, "this op");
-        return add_device(a, b);
+    if (on_device(a)) {  // add has a fused path where one operand repeats the other
+        const bool repeats = is_trailing(b.shape(), a.shape()) || is_trailing(a.shape(), b.shape());
+        if (kind == cuda::BinaryOp::add && repeats) return add_device(a, b);
+        return binary_device(op, kind, a, b, out_shape);
     }
     return dispatch(a.dtype(), [&]<class T>() {
         const Array<T>& A = values_of<T>(a);
@@ -76,15 +77,12 @@ Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Forward forwa
     });
 }
 
-// forward(X) -> out; grad(g, X, out) -> gradient.
-template <class Forward, class Grad>
-Tensor unary_op(const char* op, const Tensor& x, Forward forward, Grad grad) {
+// forward(X) -> out; grad(g, X, out) -> gradient. On the device, `on_device(x)`
+// gives the device branch.
+template <class Forward, class Grad, class OnDevice>
+Tensor unary_op(const char* op, const Tensor& x, Forward forward, Grad grad, OnDevice device_branch) {
     check_defined(op, x, "input");
-    if (on_device(x)) {  // gelu and relu have their own kernels
-        const std::string_view name(op);
-        if (name != "gelu" && name != "relu") no_device_kernel(op, "this op");
-        return activation_device(op, name == "gelu" ? cuda::DeviceActivation::gelu : cuda::DeviceActivation::relu, x);
-    }
+    if (on_device(x)) return device_branch(x);
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = forward(values_of<T>(x));
         return record<T>(op, std::move(out), {x}, [x, grad](const Array<T>& g, const Array<T>& y) {
@@ -97,7 +95,7 @@ Tensor unary_op(const char* op, const Tensor& x, Forward forward, Grad grad) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "add";
-    return binary_op(op, a, b,
+    return binary_op(op, cuda::BinaryOp::add, a, b,
         [](const auto& A, const auto& B) { return A + B; },
         [](const auto& g, const auto&, const auto&, const auto&) { return g; },
         [](const auto& g, const auto&, const auto&, const auto&) { return g; });
@@ -105,7 +103,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor sub(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "sub";
-    return binary_op(op, a, b,
+    return binary_op(op, cuda::BinaryOp::sub, a, b,
         [](const auto& A, const auto& B) { return A - B; },
         [](const auto& g, const auto&, const auto&, const auto&) { return g; },
         [](const auto& g, const auto&, const auto&, const auto&) { return -g; });
@@ -113,7 +111,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "mul";
-    return binary_op(op, a, b,
+    return binary_op(op, cuda::BinaryOp::mul, a, b,
         [](const auto& A, const auto& B) { return A * B; },
         [](const auto& g, const auto&, const auto& B, const auto&) { return g * B; },
         [](const auto& g, const auto& A, const auto&, const auto&) { return g * A; });
@@ -122,7 +120,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "div";
     // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
-    return binary_op(op, a, b,
+    return binary_op(op, cuda::BinaryOp::div, a, b,
         [](const auto& A, const auto& B) { return A / B; },
         [](const auto& g, const auto&, const auto& B, const auto&) { return g / B; },
         [](const auto& g, const auto&, const auto& B, const auto& out) { return -g * out / B; });
@@ -132,21 +130,24 @@ Tensor neg(const Tensor& x) {
     constexpr const char* op = "neg";
     return unary_op(op, x,
         [](const auto& X) { return -X; },
-        [](const auto& g, const auto&, const auto&) { return -g; });
+        [](const auto& g, const auto&, const auto&) { return -g; },
+        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::neg, t); });
 }
 
 Tensor exp(const Tensor& x) {
     constexpr const char* op = "exp";
     return unary_op(op, x,
         [](const auto& X) { return xt::exp(X); },
-        [](const auto& g, const auto&, const auto& out) { return g * out; });
+        [](const auto& g, const auto&, const auto& out) { return g * out; },
+        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::exp, t); });
 }
 
 Tensor log(const Tensor& x) {
     constexpr const char* op = "log";
     return unary_op(op, x,
         [](const auto& X) { return xt::log(X); },
-        [](const auto& g, const auto& X, const auto&) { return g / X; });
+        [](const auto& g, const auto& X, const auto&) { return g / X; },
+        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::log, t); });
 }
 
 Tensor sqrt(const Tensor& x) {
@@ -154,7 +155,8 @@ Tensor sqrt(const Tensor& x) {
     // d sqrt(x) = 1 / (2 sqrt(x))
     return unary_op(op, x,
         [](const auto& X) { return xt::sqrt(X); },
-        [](const auto& g, const auto&, const auto& out) { return g / (out + out); });
+        [](const auto& g, const auto&, const auto& out) { return g / (out + out); },
+        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::sqrt, t); });
 }
 
 Tensor pow(const Tensor& x, double exponent) {
@@ -164,7 +166,8 @@ Tensor pow(const Tensor& x, double exponent) {
         [exponent]<class T>(const Array<T>& X) { return Array<T>(xt::pow(X, static_cast<T>(exponent))); },
         [exponent]<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
             return Array<T>(g * static_cast<T>(exponent) * xt::pow(X, static_cast<T>(exponent - 1.0)));
-        });
+        },
+        [exponent](const Tensor& t) { return unary_device(op, cuda::UnaryOp::pow, t, exponent); });
 }
 
 Tensor tanh(const Tensor& x) {
@@ -172,7 +175,8 @@ Tensor tanh(const Tensor& x) {
     // d tanh = 1 - tanh^2
     return unary_op(op, x,
         [](const auto& X) { return xt::tanh(X); },
-        [](const auto& g, const auto&, const auto& out) { return g * (1 - out * out); });
+        [](const auto& g, const auto&, const auto& out) { return g * (1 - out * out); },
+        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::tanh, t); });
 }
 
 Tensor relu(const Tensor& x) {
@@ -182,7 +186,8 @@ Tensor relu(const Tensor& x) {
         []<class T>(const Array<T>& X) { return Array<T>(xt::where(X < T(0), T(0), X)); },
         []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
             return Array<T>(xt::where(X > T(0), g, T(0)));
-        });
+        },
+        [](const Tensor& t) { return activation_device(op, cuda::DeviceActivation::relu, t); });
 }
 
 Tensor gelu(const Tensor& x) {
@@ -201,7 +206,8 @@ Tensor gelu(const Tensor& x) {
                 kernels::gelu_backward(g.data() + i0, X.data() + i0, Y.data() + i0, gx.data() + i0, i1 - i0);
             }, kElementGrain);
             return gx;
-        });
+        },
+        [](const Tensor& t) { return activation_device(op, cuda::DeviceActivation::gelu, t); });
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -209,11 +215,20 @@ Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& x) { return neg(x); }
-Tensor operator+(const Tensor& a, double b) { return add(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator/(const Tensor& a, double b) { return div(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator*(double a, const Tensor& b) { return mul(Tensor::scalar(a, b.dtype()), b); }
+namespace {
+// A 0-d tensor of `value` with t's dtype, on t's device.
+Tensor scalar_like(double value, const Tensor& t) {
+    if (!t.defined()) return Tensor::scalar(value, DType::f32);  // the op names the undefined operand
+    const Tensor s = Tensor::scalar(value, t.dtype());
+    return on_device(t) ? s.to(Device::cuda) : s;
+}
+}  // namespace
+
+Tensor operator+(const Tensor& a, double b) { return add(a, scalar_like(b, a)); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_like(b, a)); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_like(b, a)); }
+Tensor operator/(const Tensor& a, double b) { return div(a, scalar_like(b, a)); }
+Tensor operator*(double a, const Tensor& b) { return mul(scalar_like(a, b), b); }
 
 void add_elementwise_cases(std::vector<GradcheckCase>& cases) {
     Rng rng(11);

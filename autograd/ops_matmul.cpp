@@ -40,6 +40,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Shape out_shape = batch_a;
     out_shape.push_back(M);
     out_shape.push_back(N);
+    check_same_device(op, {&a, &b});
+    if (on_device(a)) return matmul_device(a, b, batch, M, N, K, shared_b, out_shape);
 
     return dispatch(a.dtype(), [&]<class T>() {
         const Array<T>& A = values_of<T>(a);

@@ -15,7 +15,9 @@ namespace attnlab {
 Tensor softmax(const Tensor& x, int axis_in) {
     constexpr const char* op = "softmax";
     check_defined(op, x, "input");
-    const AxisSplit s = split_at_axis(x.shape(), normalize_axis(op, axis_in, x.shape()));
+    const size_t axis = normalize_axis(op, axis_in, x.shape());
+    if (on_device(x)) return softmax_device(op, x, axis, false);
+    const AxisSplit s = split_at_axis(x.shape(), axis);
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
         Array<T> out = make_array<T>(x.shape());
@@ -53,7 +55,9 @@ Tensor softmax(const Tensor& x, int axis_in) {
 Tensor log_softmax(const Tensor& x, int axis_in) {
     constexpr const char* op = "log_softmax";
     check_defined(op, x, "input");
-    const AxisSplit s = split_at_axis(x.shape(), normalize_axis(op, axis_in, x.shape()));
+    const size_t axis = normalize_axis(op, axis_in, x.shape());
+    if (on_device(x)) return softmax_device(op, x, axis, true);
+    const AxisSplit s = split_at_axis(x.shape(), axis);
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
         Array<T> out = make_array<T>(x.shape());
@@ -101,6 +105,7 @@ Tensor masked_fill(const Tensor& x, const Mask& mask, double value) {
         Array<uint8_t> expanded = xt::broadcast(m, x.shape());
         std::copy(expanded.begin(), expanded.end(), fill.begin());
     }
+    if (on_device(x)) return masked_fill_device(x, fill, value);
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = values_of<T>(x);
         for (size_t k = 0; k < fill.size(); ++k)

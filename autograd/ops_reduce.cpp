@@ -1,7 +1,9 @@
 // Reductions over axes, with keepdim. Backward broadcasts the gradient back
 // over the reduced axes (re-inserting them as size-1 axes first).
 #include <algorithm>
+#include <cmath>
 
+#include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -42,6 +44,7 @@ Tensor sum(const Tensor& x, std::vector<int> axes_in, bool keepdim) {
     check_defined(op, x, "input");
     const std::vector<size_t> axes = normalize_axes(op, axes_in, x.shape());
     const Shape in_shape = x.shape();
+    if (on_device(x)) return sum_device(op, x, axes, 1.0, reduced_shape(in_shape, axes, keepdim));
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = xt::sum(values_of<T>(x), axes);
         out.reshape(reduced_shape(in_shape, axes, keepdim));
@@ -59,6 +62,7 @@ Tensor mean(const Tensor& x, std::vector<int> axes_in, bool keepdim) {
     size_t count = 1;
     for (size_t a : axes) count *= in_shape[a];
     if (count == 0) fail(op, "mean over an empty axis of " + shape_str(in_shape));
+    if (on_device(x)) return sum_device(op, x, axes, 1.0 / double(count), reduced_shape(in_shape, axes, keepdim));
     return dispatch(x.dtype(), [&]<class T>() {
         const T scale = T(1) / static_cast<T>(count);
         Array<T> out = xt::sum(values_of<T>(x), axes);
@@ -77,6 +81,7 @@ Tensor max(const Tensor& x, std::vector<int> axes_in, bool keepdim) {
     const Shape in_shape = x.shape();
     for (size_t a : axes)
         if (in_shape[a] == 0) fail(op, "max over an empty axis of " + shape_str(in_shape));
+    if (on_device(x)) return max_device(x, axes, reduced_shape(in_shape, axes, keepdim));
     // Move reduced axes last: each output element then owns one contiguous run.
     std::vector<size_t> order;
     for (size_t i = 0; i < in_shape.size(); ++i)
@@ -90,9 +95,9 @@ Tensor max(const Tensor& x, std::vector<int> axes_in, bool keepdim) {
         std::vector<size_t> argmax(outputs);  // flat index into `moved`
         for (size_t o = 0; o < outputs; ++o) {
             const T* row = moved.data() + o * run;
-            size_t best = 0;
-            for (size_t j = 1; j < run; ++j)
-                if (row[j] > row[best]) best = j;
+            size_t best = 0;  // the first maximum; a NaN is the maximum (as torch.max)
+            for (size_t j = 1; j < run && !std::isnan(row[best]); ++j)
+                if (row[j] > row[best] || std::isnan(row[j])) best = j;
             argmax[o] = o * run + best;
             out.data()[o] = row[best];
         }

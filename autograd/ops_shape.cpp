@@ -78,6 +78,7 @@ Tensor permute(const Tensor& x, const std::vector<int>& order_in) {
         if (inverse[order[i]] != order.size()) fail(op, "repeated axis in permutation of " + shape_str(s));
         inverse[order[i]] = i;
     }
+    if (on_device(x)) return permute_device(x, order);
     return dispatch(x.dtype(), [&]<class T>() {
         Array<T> out = permuted(values_of<T>(x), order);
         return record<T>(op, std::move(out), {x}, [x, inverse](const Array<T>& g, const Array<T>&) {
@@ -106,10 +107,8 @@ Tensor slice(const Tensor& x, int axis_in, size_t start, size_t stop) {
     const size_t width = stop - start;
     Shape out_shape = in_shape;
     out_shape[axis] = width;
-    if (on_device(x)) {
-        if (axis != 0) no_device_kernel(op, "a slice along axis " + std::to_string(axis));
-        return slice_rows_device(x, start, stop, out_shape);
-    }
+    if (on_device(x))  // along the first axis a view, else a copy
+        return axis == 0 ? slice_rows_device(x, start, stop, out_shape) : slice_device(x, axis, start, stop, out_shape);
     return dispatch(x.dtype(), [&]<class T>() {
         // Each outer index owns one contiguous block of `width * inner` values.
         const Array<T>& X = values_of<T>(x);

@@ -3,6 +3,7 @@
 // inputs first). Forward beside backward.
 #include <memory>
 
+#include "autograd/composed.h"
 #include "autograd/device_ops.h"
 #include "autograd/rng.h"
 
@@ -33,7 +34,7 @@ Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& o
 
 // Over the last axis: (x - mean) rstd weight + bias; the kernel keeps mean and rstd per row.
 Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-    if (!weight.defined() || !bias.defined()) no_device_kernel("layer_norm", "a layer norm without weight and bias");
+    if (!weight.defined() || !bias.defined()) return composed::layer_norm(x, weight, bias, eps);  // the kernel takes both
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
     Tensor out = device_tensor(x.shape()), mean = device_tensor({rows}), rstd = device_tensor({rows});
     cuda::layer_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), device_in(bias), float(eps),
@@ -51,7 +52,7 @@ Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bi
 
 // Over the last axis: x rstd weight, rstd = 1 / sqrt(mean(x^2) + eps) kept per row.
 Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps) {
-    if (!weight.defined()) no_device_kernel("rms_norm", "an RMS norm without weight");
+    if (!weight.defined()) return composed::rms_norm(x, weight, eps);  // the kernel takes a weight
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
     Tensor out = device_tensor(x.shape()), rstd = device_tensor({rows});
     cuda::rms_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), float(eps), device_out(out),

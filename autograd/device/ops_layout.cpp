@@ -1,0 +1,157 @@
+// The device branches of permute, slice (any axis) and matmul, and the
+// strided views the primitives read their inputs through (primitives.h):
+// broadcasting, permuting, and a gradient summed back to its input's shape.
+// Forward beside backward.
+#include <algorithm>
+#include <numeric>
+
+#include "autograd/device/primitives.h"
+#include "autograd/device_ops.h"
+#include "autograd/shape.h"
+
+namespace attnlab {
+
+namespace {
+
+// Row-major strides of a contiguous tensor of `shape`.
+std::vector<size_t> strides_of(const Shape& shape) {
+    std::vector<size_t> strides(shape.size(), 1);
+    for (size_t axis = shape.size(); axis-- > 1;) strides[axis - 1] = strides[axis] * shape[axis];
+    return strides;
+}
+
+void check_rank(const char* op, const Shape& shape) {
+    if (shape.size() > cuda::max_rank)
+        no_device_kernel(op, "a tensor of " + std::to_string(shape.size()) + " axes (the device takes at most " +
+                                 std::to_string(cuda::max_rank) + ")");
+}
+
+}  // namespace
+
+cuda::Strided broadcast_view(const char* op, const Shape& in, const Shape& out) {
+    check_rank(op, out);
+    cuda::Strided at;
+    at.rank = unsigned(out.size());
+    const std::vector<size_t> strides = strides_of(in);
+    const size_t lead = out.size() - in.size();  // in's axes align with out's last ones
+    for (size_t axis = 0; axis < out.size(); ++axis) {
+        at.sizes[axis] = out[axis];
+        at.strides[axis] = axis < lead || in[axis - lead] == 1 ? 0 : strides[axis - lead];
+    }
+    return at;
+}
+
+cuda::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order) {
+    check_rank(op, in);
+    cuda::Strided at;
+    at.rank = unsigned(in.size());
+    const std::vector<size_t> strides = strides_of(in);
+    for (size_t axis = 0; axis < order.size(); ++axis) {
+        at.sizes[axis] = in[order[axis]];
+        at.strides[axis] = strides[order[axis]];
+    }
+    return at;
+}
+
+Tensor expand_device(const char* op, const Tensor& x, const Shape& shape) {
+    if (x.shape() == shape) return x;
+    Tensor out = device_tensor(shape);
+    cuda::copy_strided(device_context(), out.numel(), device_in(x), broadcast_view(op, x.shape(), shape), device_out(out),
+                       false);
+    return out;
+}
+
+Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target) {
+    if (g.shape() == target) return g;
+    // The axes target broadcasts along (missing or of size 1) are summed: moved
+    // last, in order, then summed per row of the kept ones.
+    const Shape& full = g.shape();
+    const size_t lead = full.size() - target.size();
+    std::vector<size_t> kept, summed;
+    for (size_t axis = 0; axis < full.size(); ++axis)
+        (axis < lead || (target[axis - lead] == 1 && full[axis] != 1) ? summed : kept).push_back(axis);
+    size_t cols = 1;
+    for (size_t axis : summed) cols *= full[axis];
+    const size_t rows = g.numel() / std::max<size_t>(cols, 1);
+    Tensor out = device_tensor(target);
+    if (cols == 0) {
+        cuda::fill_zero(device_context(), device_out(out), out.numel() * sizeof(float));
+        return out;
+    }
+    std::vector<size_t> order = kept;
+    order.insert(order.end(), summed.begin(), summed.end());
+    Tensor moved = g;
+    if (!std::is_sorted(order.begin(), order.end())) {
+        moved = device_tensor(full);
+        cuda::copy_strided(device_context(), g.numel(), device_in(g), permute_view(op, full, order), device_out(moved), false);
+    }
+    cuda::sum_rows(device_context(), rows, cols, device_in(moved), 1.0f, device_out(out), false);
+    return out;
+}
+
+void send_summed_grad(const char* op, const Tensor& input, const Tensor& g) {
+    if (input.defined() && input.requires_grad()) send_device_grad(input, sum_to_shape_device(op, g, input.shape()));
+}
+
+// y = x with its axes in `order`: a strided copy; the backward copies back with
+// the inverse order, adding into x's gradient.
+Tensor permute_device(const Tensor& x, const std::vector<size_t>& order) {
+    constexpr const char* op = "permute";
+    const cuda::Strided at = permute_view(op, x.shape(), order);
+    Shape out_shape;
+    for (size_t axis : order) out_shape.push_back(x.shape()[axis]);
+    Tensor out = device_tensor(out_shape);
+    cuda::copy_strided(device_context(), x.numel(), device_in(x), at, device_out(out), false);
+    return record_device(op, out, {x}, [x, order, out_shape](const Tensor& g, const float*) {
+        std::vector<size_t> inverse(order.size());
+        for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = i;
+        const GradTarget target = grad_target(x);
+        if (target)
+            cuda::copy_strided(device_context(), x.numel(), device_in(g), permute_view(op, out_shape, inverse),
+                               target.data, target.accumulate);
+    });
+}
+
+// [start, stop) along `axis`: rows of (outer, width inner) out of (outer, n inner).
+Tensor slice_device(const Tensor& x, size_t axis, size_t start, size_t stop, const Shape& out_shape) {
+    const AxisSplit split = split_at_axis(x.shape(), axis);
+    const size_t width = (stop - start) * split.inner, row = split.n * split.inner;
+    Tensor out = device_tensor(out_shape);
+    cuda::copy_rows(device_context(), split.outer, width, device_in(x) + start * split.inner, row, device_out(out), width,
+                    false);
+    return record_device("slice", out, {x}, [x, split, start, width, row](const Tensor& g, const float*) {
+        float* gx = grad_to_add(x);
+        if (gx != nullptr)
+            cuda::copy_rows(device_context(), split.outer, width, device_in(g), width, gx + start * split.inner, row, true);
+    });
+}
+
+// C (batch, M, N) = A (batch, M, K) B (batch or shared, K, N), one batched GEMM
+// each way; a shared B's gradient sums over the batch as one (K, batch M) product.
+Tensor matmul_device(const Tensor& a, const Tensor& b, size_t batch, size_t M, size_t N, size_t K, bool shared_b,
+                     const Shape& out_shape) {
+    Tensor out = device_tensor(out_shape);
+    const size_t stride_b = shared_b ? 0 : K * N;
+    cuda::gemm(device_context(), batch, M, N, K, 1.0f, {device_in(a), K, M * K, false}, {device_in(b), N, stride_b, false},
+               0.0f, device_out(out));
+    return record_device("matmul", out, {a, b}, [a, b, batch, M, N, K, shared_b, stride_b](const Tensor& g, const float*) {
+        cuda::Context& context = device_context();
+        // dA (batch, M, K) (+)= dC B^T
+        const GradTarget ga = grad_target(a);
+        if (ga)
+            cuda::gemm(context, batch, M, K, N, 1.0f, {device_in(g), N, M * N, false}, {device_in(b), N, stride_b, true},
+                       ga.accumulate ? 1.0f : 0.0f, ga.data);
+        // dB (+)= A^T dC per item, or for a shared B, (K, batch M) (batch M, N) at once
+        const GradTarget gb = grad_target(b);
+        if (!gb) return;
+        const float beta = gb.accumulate ? 1.0f : 0.0f;
+        if (shared_b)
+            cuda::gemm(context, 1, K, N, batch * M, 1.0f, {device_in(a), K, 0, true}, {device_in(g), N, 0, false}, beta,
+                       gb.data);
+        else
+            cuda::gemm(context, batch, K, N, M, 1.0f, {device_in(a), K, M * K, true}, {device_in(g), N, M * N, false}, beta,
+                       gb.data);
+    });
+}
+
+}  // namespace attnlab

@@ -1,0 +1,128 @@
+// The device branches of the reductions (sum, mean, max over any axes) and of
+// softmax and log_softmax over any axis, on the primitives of primitives.h:
+// the reduced axes are moved last (a strided copy, skipped when they already
+// are), then each row of the kept axes is reduced. Forward beside backward.
+#include <algorithm>
+
+#include "autograd/device/primitives.h"
+#include "autograd/device_ops.h"
+#include "autograd/shape.h"
+
+namespace attnlab {
+
+namespace {
+
+// x's axes in the order kept-then-reduced, and the rows (kept) and cols (reduced) that makes.
+struct Moved {
+    std::vector<size_t> order;
+    size_t rows = 1, cols = 1;
+    bool in_place() const { return std::is_sorted(order.begin(), order.end()); }
+};
+
+Moved move_last(const Shape& shape, const std::vector<size_t>& axes) {
+    Moved m;
+    for (size_t axis = 0; axis < shape.size(); ++axis)
+        if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
+            m.order.push_back(axis);
+            m.rows *= shape[axis];
+        }
+    for (size_t axis = 0; axis < shape.size(); ++axis)
+        if (std::find(axes.begin(), axes.end(), axis) != axes.end()) {
+            m.order.push_back(axis);
+            m.cols *= shape[axis];
+        }
+    return m;
+}
+
+// x with its axes in m.order, contiguous (x itself when they already are).
+Tensor moved_copy(const char* op, const Tensor& x, const Moved& m) {
+    if (m.in_place()) return x;
+    Tensor out = device_tensor(x.shape());
+    cuda::copy_strided(device_context(), x.numel(), device_in(x), permute_view(op, x.shape(), m.order), device_out(out),
+                       false);
+    return out;
+}
+
+// Adds `moved` (x's values in m.order) back into x's gradient in x's own order.
+void send_moved_grad(const char* op, const Tensor& x, const Moved& m, const Tensor& moved) {
+    if (m.in_place()) return send_device_grad(x, device_view(moved.impl().device_block, device_out(moved), x.shape()));
+    const GradTarget target = grad_target(x);
+    if (!target) return;
+    Shape moved_shape;
+    for (size_t axis : m.order) moved_shape.push_back(x.shape()[axis]);
+    std::vector<size_t> inverse(m.order.size());
+    for (size_t i = 0; i < m.order.size(); ++i) inverse[m.order[i]] = i;
+    cuda::copy_strided(device_context(), x.numel(), device_in(moved), permute_view(op, moved_shape, inverse), target.data,
+                       target.accumulate);
+}
+
+}  // namespace
+
+// sum (scale 1) or mean (scale 1 / count) over `axes` into out_shape.
+Tensor sum_device(const char* op, const Tensor& x, const std::vector<size_t>& axes, double scale, const Shape& out_shape) {
+    const Moved m = move_last(x.shape(), axes);
+    Tensor out = device_tensor(out_shape);
+    if (m.cols == 0) cuda::fill_zero(device_context(), device_out(out), out.numel() * sizeof(float));
+    else cuda::sum_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), float(scale), device_out(out), false);
+    return record_device(op, out, {x}, [op, x, m, scale](const Tensor& g, const float*) {
+        // every reduced position receives its row's gradient times scale
+        Shape moved_shape;
+        for (size_t axis : m.order) moved_shape.push_back(x.shape()[axis]);
+        Tensor spread = device_tensor(moved_shape);
+        cuda::copy_strided(device_context(), spread.numel(), device_in(g),
+                           broadcast_view(op, {m.rows, 1}, {m.rows, m.cols}), device_out(spread), false);
+        if (scale != 1.0)
+            cuda::scale(device_context(), spread.numel(), device_in(spread), float(scale), nullptr, device_out(spread), false);
+        send_moved_grad(op, x, m, spread);
+    });
+}
+
+// The maximum over `axes`; its gradient goes to the first maximal element.
+Tensor max_device(const Tensor& x, const std::vector<size_t>& axes, const Shape& out_shape) {
+    constexpr const char* op = "max";
+    const Moved m = move_last(x.shape(), axes);
+    Tensor out = device_tensor(out_shape);
+    const auto index = std::make_shared<cuda::DeviceBuffer>(device_context().allocate(m.rows * sizeof(int32_t)));
+    int32_t* at = static_cast<int32_t*>(index->data());
+    cuda::max_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), device_out(out), at);
+    return record_device(op, out, {x}, [x, m, index, at](const Tensor& g, const float*) {
+        if (!x.requires_grad()) return;
+        Shape moved_shape;
+        for (size_t axis : m.order) moved_shape.push_back(x.shape()[axis]);
+        Tensor spread = device_tensor(moved_shape);
+        cuda::fill_zero(device_context(), device_out(spread), spread.numel() * sizeof(float));
+        cuda::scatter_rows(device_context(), m.rows, m.cols, at, device_in(g), device_out(spread));
+        send_moved_grad(op, x, m, spread);
+    });
+}
+
+// softmax (or log_softmax) along `axis`: rows of the axis's values, the axis moved last when it is not.
+Tensor softmax_device(const char* op, const Tensor& x, size_t axis, bool log) {
+    const Moved m = move_last(x.shape(), {axis});
+    Tensor moved_out = device_tensor(x.shape());  // in m.order
+    cuda::softmax_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), log, device_out(moved_out));
+    Tensor out = moved_out;
+    if (!m.in_place()) {
+        Shape moved_shape;
+        for (size_t a : m.order) moved_shape.push_back(x.shape()[a]);
+        std::vector<size_t> inverse(m.order.size());
+        for (size_t i = 0; i < m.order.size(); ++i) inverse[m.order[i]] = i;
+        out = device_tensor(x.shape());
+        cuda::copy_strided(device_context(), x.numel(), device_in(moved_out), permute_view(op, moved_shape, inverse),
+                           device_out(out), false);
+    }
+    // the backward reads the values in m.order: the output's own (y) when that is x's
+    // order (the closure must not own its output), else the moved copy
+    const Tensor moved_values = m.in_place() ? Tensor() : moved_out;
+    return record_device(op, out, {x}, [op, x, m, log, moved_values](const Tensor& g, const float* y) {
+        if (!x.requires_grad()) return;
+        const Tensor moved_g = moved_copy(op, g, m);
+        Tensor dx = device_tensor(x.shape());  // in m.order
+        cuda::softmax_rows_backward(device_context(), m.rows, m.cols, m.in_place() ? y : device_in(moved_values),
+                                    device_in(moved_g), log,
+                                    device_out(dx), false);
+        send_moved_grad(op, x, m, dx);
+    });
+}
+
+}  // namespace attnlab
