@@ -163,7 +163,7 @@ class Arch:
         checks = [
             (self.kind in ("decoder", "encoder-decoder"), f"model.kind '{self.kind}'"),
             (self.norm in ("pre", "post", "none"), f"model.norm '{self.norm}'"),
-            (self.norm_type in ("layernorm", "rmsnorm"), f"model.norm_type '{self.norm_type}'"),
+            (self.norm_type in NORMS, f"model.norm_type '{self.norm_type}'"),
             (self.positional in ("learned", "sinusoidal", "none", "rotary", "alibi"), f"model.positional '{self.positional}'"),
             (self.activation in ("gelu", "relu"), f"model.activation '{self.activation}'"),
             (self.heads % self.kv_heads == 0, f"model.kv_heads {self.kv_heads} for {self.heads} heads"),
@@ -338,9 +338,16 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+# model.norm_type -> the norm of that width, as attnlab's make_norm (layers/basic.cpp)
+NORMS = {
+    "layernorm": lambda width: nn.LayerNorm(width, eps=1e-5),
+    "rmsnorm": lambda width: RMSNorm(width, eps=1e-5),
+}
+
+
 def make_norm(a):
     """The norm model.norm_type names, as attnlab's make_norm."""
-    return RMSNorm(a.width, eps=1e-5) if a.norm_type == "rmsnorm" else nn.LayerNorm(a.width, eps=1e-5)
+    return NORMS[a.norm_type](a.width)
 
 
 def sublayer(norm, ln, x, f):

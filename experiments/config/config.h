@@ -65,7 +65,7 @@ struct Config {
         int64_t head_width = 0;        // 0 = width / heads
         int64_t ffn = 256;             // 0 = attention-only blocks
         std::string norm = "pre";      // pre | post | none
-        std::string norm_type = "layernorm";  // layernorm | rmsnorm
+        std::string norm_type = "layernorm";  // norm_type_choices() (layers/basic.h)
         std::string positional = "learned";  // learned | sinusoidal | none | rotary | alibi
         double rotary_base = 10000.0;  // rotary: theta_c = base^(-2c/d_h)
         std::string scale = "sqrt";    // sqrt | none | linear | a positive number ("0.125")

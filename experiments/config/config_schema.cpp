@@ -287,7 +287,7 @@ std::vector<Field> make_fields() {
         integer(KEY(model, head_width), at_least(0), "per-head width d_h; 0 = width / heads (which must divide)"),
         integer(KEY(model, ffn), at_least(0), "feed-forward hidden width; 0 = attention-only blocks"),
         choice(KEY(model, norm), norm_choices().names(), "LayerNorm before each sublayer, after the residual sum, or none"),
-        choice(KEY(model, norm_type), norm_type_choices().names(), "the norm model.norm places: LayerNorm, or RMSNorm (no centring, no bias)"),
+        choice(KEY(model, norm_type), norm_type_choices().names(), "the norm model.norm places (each is defined in README, \"The norms\")"),
         choice(KEY(model, positional), positional_choices().names(), "positional encoding (rotary: on q and k; alibi: a bias on the scores)"),
         number(KEY(model, rotary_base), above(1), "rotary positions' base: pair c of a head turns by p base^(-2c/d_h)"),
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
