@@ -72,7 +72,7 @@ Tensor LayerNorm::frozen(const Tensor& component, const Tensor& stream) const {
 }
 
 const Choices<NormType>& norm_type_choices() {
-    static const Choices<NormType> choices{"norm_type", "", {{NormType::layer, "layernorm"}, {NormType::rms, "rmsnorm"}}};
+    static const Choices<NormType> choices{"norm_type", "", {{NormType::layer, "layernorm"}, {NormType::rms, "rmsnorm"}, {NormType::scale, "scalenorm"}}};
     return choices;
 }
 
@@ -95,8 +95,19 @@ Tensor RMSNorm::frozen(const Tensor& component, const Tensor& stream) const {
     return component * inv_rms * weight.to(component.device());  // (..., D)
 }
 
+ScaleNorm::ScaleNorm(size_t width, double eps_) : eps(eps_) {
+    weight = register_parameter("weight", Tensor::full({1}, std::sqrt(static_cast<double>(width))));
+    declare_hook_points({{"out", "batch pos d_model"}});
+}
+
+Tensor ScaleNorm::frozen(const Tensor& component, const Tensor& stream) const {
+    const Tensor inv_norm = pow(sum(stream * stream, {-1}, true) + eps, -0.5);  // (..., 1)
+    return component * inv_norm * weight.to(component.device());  // (..., D) * (1)
+}
+
 std::unique_ptr<NormLayer> make_norm(NormType type, size_t width) {
     if (type == NormType::rms) return std::make_unique<RMSNorm>(width);
+    if (type == NormType::scale) return std::make_unique<ScaleNorm>(width);
     return std::make_unique<LayerNorm>(width);
 }
 

@@ -55,8 +55,8 @@ public:
 
 // The normalisations a block or a model's end can use, over the last axis.
 // Hook point: out.
-enum class NormType { layer, rms };
-const Choices<NormType>& norm_type_choices();  // "layernorm" | "rmsnorm"
+enum class NormType { layer, rms, scale };
+const Choices<NormType>& norm_type_choices();  // "layernorm" | "rmsnorm" | "scalenorm"
 NormType parse_norm_type(const std::string& name);
 std::string to_string(NormType type);
 
@@ -72,7 +72,7 @@ public:
     // runs where the component is (the weight is copied there when the model is
     // on another device).
     virtual Tensor frozen(const Tensor& component, const Tensor& stream) const = 0;
-    Tensor weight;                                      // (D), ones
+    Tensor weight;                                      // (D), ones; ScaleNorm's (1)
 };
 
 // (x - mean) / sqrt(var + eps) * weight + bias; bias zeros.
@@ -90,6 +90,16 @@ class RMSNorm : public NormLayer {
 public:
     explicit RMSNorm(size_t width, double eps = 1e-5);
     Tensor forward(const Tensor& x) const override { return hook("out", rms_norm(x, weight, eps)); }
+    Tensor frozen(const Tensor& component, const Tensor& stream) const override;
+    double eps;
+};
+
+// g x / sqrt(|x|^2 + eps), one learned scale g (weight (1), initially sqrt(D))
+// (Nguyen & Salazar 2019, ScaleNorm): no centring, no bias, one parameter.
+class ScaleNorm : public NormLayer {
+public:
+    explicit ScaleNorm(size_t width, double eps = 1e-5);
+    Tensor forward(const Tensor& x) const override { return hook("out", frozen(x, x)); }
     Tensor frozen(const Tensor& component, const Tensor& stream) const override;
     double eps;
 };

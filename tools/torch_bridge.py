@@ -338,10 +338,23 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+class ScaleNorm(nn.Module):
+    """g x / sqrt(|x|^2 + eps), one learned scale g, initially sqrt(width) (Nguyen & Salazar 2019)."""
+
+    def __init__(self, width, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((1,), float(width) ** 0.5))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + self.eps) * self.weight
+
+
 # model.norm_type -> the norm of that width, as attnlab's make_norm (layers/basic.cpp)
 NORMS = {
     "layernorm": lambda width: nn.LayerNorm(width, eps=1e-5),
     "rmsnorm": lambda width: RMSNorm(width, eps=1e-5),
+    "scalenorm": lambda width: ScaleNorm(width, eps=1e-5),
 }
 
 

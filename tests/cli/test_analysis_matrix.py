@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_common as cc  # noqa: E402
 
 POSITIONAL = None  # argv[3]
-NORMS = [("pre", "layernorm"), ("pre", "rmsnorm"), ("post", "layernorm"), ("post", "rmsnorm"), ("none", "layernorm")]
+NORMS = [("pre", "layernorm"), ("pre", "rmsnorm"), ("pre", "scalenorm"), ("post", "layernorm"), ("post", "rmsnorm"),
+         ("post", "scalenorm"), ("none", "layernorm")]
 KINDS = ["decoder", "encoder-decoder"]
 KV_HEADS = [0, 1]  # 0: one K/V head per query head; 1: grouped, both heads read one
 

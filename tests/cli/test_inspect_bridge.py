@@ -236,6 +236,11 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder post/rmsnorm, 2 layers", model__norm_type="rmsnorm", model__norm="post",
                            model__layers=2)
 
+    def test_decoder_scalenorm_pre_and_post(self):
+        self.check_variant("decoder pre/scalenorm", model__norm_type="scalenorm")
+        self.check_variant("decoder post/scalenorm, 2 layers", model__norm_type="scalenorm", model__norm="post",
+                           model__layers=2)
+
     def test_decoder_rotary(self):
         self.check_variant("decoder rotary, 2 layers, kv_heads 2", model__positional="rotary", model__layers=2,
                            model__heads=4, model__kv_heads=2)

@@ -138,5 +138,10 @@ TEST_F(DeviceTrainer, TrainsAnRmsNormModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.norm_type=rmsnorm"});
 }
 
+// ScaleNorm has no kernel of its own: its ops' primitives run it on the device.
+TEST_F(DeviceTrainer, TrainsAScaleNormModelAsTheCpuRunDoes) {
+    expect_same_run({"self"}, {"model.norm_type=scalenorm", "model.norm=post"});
+}
+
 }  // namespace
 }  // namespace attnlab::device_trainer_test

@@ -1,12 +1,14 @@
-// RMSNorm (model.norm_type = "rmsnorm"): the op against the formula by hand, its
-// place in both model kinds (the same slots as LayerNorm, a weight and no bias),
-// and its hook point.
+// RMSNorm (model.norm_type = "rmsnorm") and ScaleNorm ("scalenorm"): each
+// against its formula by hand, RMSNorm's place in both model kinds (the same
+// slots as LayerNorm, a weight and no bias) and its hook point; every norm's
+// frozen linear part; ScaleNorm's gradients in float64.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
 #include <vector>
 
+#include "autograd/gradcheck.h"
 #include "layer_test_util.h"
 #include "layers/hooks.h"
 
@@ -34,10 +36,11 @@ TEST(RMSNorm, MatchesTheFormulaByHand) {
 // output, and it is linear in the component.
 TEST(NormFrozen, IsTheNormLessItsBiasAtTheStreamsStatisticsAndLinear) {
     Rng rng(5);
-    for (NormType type : {NormType::layer, NormType::rms}) {
+    for (NormType type : {NormType::layer, NormType::rms, NormType::scale}) {
         std::unique_ptr<NormLayer> norm = make_norm(type, 6);
         norm->to(DType::f64);
-        norm->weight.assign(Tensor::from_values({0.5, -1.0, 2.0, 1.5, 0.25, 3.0}, {6}, DType::f64));
+        if (type == NormType::scale) norm->weight.assign(Tensor::from_values({1.75}, {1}, DType::f64));
+        else norm->weight.assign(Tensor::from_values({0.5, -1.0, 2.0, 1.5, 0.25, 3.0}, {6}, DType::f64));
         if (auto* ln = dynamic_cast<LayerNorm*>(norm.get()))
             ln->bias.assign(Tensor::from_values({0.1, 0.2, -0.3, 0.4, 0.0, -0.5}, {6}, DType::f64));
         auto draw = [&] {
@@ -49,13 +52,41 @@ TEST(NormFrozen, IsTheNormLessItsBiasAtTheStreamsStatisticsAndLinear) {
         const Tensor bias_part = norm->forward(x) - norm->frozen(x, x);  // the bias at every position, or zeros
         const std::vector<double> b = bias_part.values();
         for (size_t i = 0; i < b.size(); ++i) {
-            const double want = type == NormType::rms ? 0.0 : std::vector<double>{0.1, 0.2, -0.3, 0.4, 0.0, -0.5}[i % 6];
+            const double want = type != NormType::layer ? 0.0 : std::vector<double>{0.1, 0.2, -0.3, 0.4, 0.0, -0.5}[i % 6];
             EXPECT_NEAR(b[i], want, 1e-12) << to_string(type) << " " << i;
         }
         const std::vector<double> whole = norm->frozen(a + x, x).values();
         const std::vector<double> parts = (norm->frozen(a, x) + norm->frozen(x, x)).values();
         for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], parts[i], 1e-12) << to_string(type) << " " << i;
     }
+}
+
+TEST(ScaleNorm, MatchesTheFormulaByHandAndItsGradients) {
+    // rows (3, 4) and (1, -1): norms 5 and sqrt 2; one scale g, initially sqrt(D)
+    std::unique_ptr<NormLayer> norm = make_norm(NormType::scale, 2);
+    norm->to(DType::f64);
+    EXPECT_EQ(norm->weight.shape(), (Shape{1}));
+    EXPECT_NEAR(norm->weight.values()[0], std::sqrt(2.0), 1e-7);
+    norm->weight.assign(Tensor::from_values({1.5}, {1}, DType::f64));
+    const Tensor x = Tensor::from_values({3, 4, 1, -1}, {2, 2}, DType::f64);
+    const double r0 = 1.5 / std::sqrt(25 + 1e-5), r1 = 1.5 / std::sqrt(2 + 1e-5);
+    const std::vector<double> y = norm->forward(x).values();
+    const std::vector<double> want = {3 * r0, 4 * r0, 1 * r1, -1 * r1};
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(y[i], want[i], 1e-12) << i;
+    EXPECT_EQ(parse_norm_type("scalenorm"), NormType::scale);
+    // float64 gradients of input and scale against central differences (the
+    // case's scale tensor stands in the layer's weight slot, so the graph runs through it)
+    Rng rng(9);
+    std::unique_ptr<NormLayer> layer = make_norm(NormType::scale, 5);
+    layer->to(DType::f64);
+    const GradcheckCase c{"scalenorm", "(2,3,5) with scale 1.3",
+                          {gradcheck_input(rng, {2, 3, 5}), Tensor::from_values({1.3}, {1}, DType::f64).set_requires_grad(true)},
+                          [&](const std::vector<Tensor>& t) {
+                              layer->weight = t[1];
+                              return layer->forward(t[0]);
+                          }};
+    const GradcheckResult r = gradcheck(c);
+    EXPECT_TRUE(r.passed) << r.failure;
 }
 
 TEST(RMSNorm, TakesEveryNormSlotWithAWeightAndNoBias) {
