@@ -23,7 +23,7 @@ class Rng;
 
 // The process's device (device 0), made on first use; throws "[cuda] ..." when
 // there is none (a CPU build, no GPU). Never destroyed: tensors may outlive main.
-cuda::Context& device_context();
+device::Context& device_context();
 
 inline bool on_device(const Tensor& t) { return t.defined() && t.impl().device == Device::cuda; }
 
@@ -36,11 +36,11 @@ void check_same_device(const char* op, std::initializer_list<const Tensor*> tens
 // An uninitialised float32 tensor on the device, no graph.
 Tensor device_tensor(const Shape& shape);
 // A float32 tensor over `count` values of `block` from `data` on (a view), no graph.
-Tensor device_view(const std::shared_ptr<cuda::DeviceBuffer>& block, float* data, const Shape& shape);
+Tensor device_view(const std::shared_ptr<device::DeviceBuffer>& block, float* data, const Shape& shape);
 inline const float* device_in(const Tensor& t) { return t.defined() ? t.impl().device_data : nullptr; }
 inline float* device_out(const Tensor& t) { return t.defined() ? t.impl().device_data : nullptr; }
 // Host values to a new device buffer (token ids, targets, weights: one copy each).
-cuda::DeviceBuffer upload(const void* values, size_t bytes);
+device::DeviceBuffer upload(const void* values, size_t bytes);
 
 // Tensor's methods on the device (tensor.cpp calls them for a device tensor).
 std::vector<double> device_values(const TensorImpl& impl);  // a copy to the host
@@ -89,7 +89,7 @@ void write_device_grad(const Tensor& input, Write&& write) {
     if (!target.accumulate) return write(target.data);
     const Tensor scratch = device_tensor(input.shape());
     write(scratch.impl().device_data);
-    cuda::add_into(device_context(), input.numel(), scratch.impl().device_data, target.data);
+    device::add_into(device_context(), input.numel(), scratch.impl().device_data, target.data);
 }
 
 // ---- the device branches of the ops (autograd/device/ops_*.cpp) ----
@@ -98,7 +98,7 @@ void write_device_grad(const Tensor& input, Write&& write) {
 Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, const Shape& out_shape);
 std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
 Tensor add_device(const Tensor& a, const Tensor& b);
-Tensor activation_device(const char* op, cuda::DeviceActivation activation, const Tensor& x);
+Tensor activation_device(const char* op, device::DeviceActivation activation, const Tensor& x);
 Tensor reshape_device(const Tensor& x, const Shape& shape);
 Tensor slice_rows_device(const Tensor& x, size_t start, size_t stop, const Shape& out_shape);
 Tensor concat_device(const std::vector<Tensor>& parts, size_t axis, const Shape& out_shape);
@@ -110,8 +110,8 @@ Tensor rotary_device(const Tensor& x, size_t heads, size_t offset, double base);
 // counted: the positions the loss mask keeps (each target checked already)
 Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const Mask& loss_mask, size_t counted);
 // On the primitives (autograd/device/ops_elementwise.cpp, ops_reduce.cpp, ops_layout.cpp):
-Tensor binary_device(const char* op, cuda::BinaryOp kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
-Tensor unary_device(const char* op, cuda::UnaryOp kind, const Tensor& x, double param = 0.0);
+Tensor binary_device(const char* op, device::BinaryOp kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
+Tensor unary_device(const char* op, device::UnaryOp kind, const Tensor& x, double param = 0.0);
 Tensor masked_fill_device(const Tensor& x, const std::vector<uint8_t>& fill, double value);  // fill: x's numel
 Tensor sum_device(const char* op, const Tensor& x, const std::vector<size_t>& axes, double scale, const Shape& out_shape);
 Tensor max_device(const Tensor& x, const std::vector<size_t>& axes, const Shape& out_shape);
@@ -122,9 +122,9 @@ Tensor matmul_device(const Tensor& a, const Tensor& b, size_t batch, size_t M, s
                      const Shape& out_shape);
 
 // The views the primitives read inputs through (ops_layout.cpp); a rank above
-// cuda::max_rank is refused naming `op`.
-cuda::Strided broadcast_view(const char* op, const Shape& in, const Shape& out);  // in broadcast to out
-cuda::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order);
+// device::max_rank is refused naming `op`.
+device::Strided broadcast_view(const char* op, const Shape& in, const Shape& out);  // in broadcast to out
+device::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order);
 // x broadcast to `shape` (a copy; x itself when the shapes agree), no graph.
 Tensor expand_device(const char* op, const Tensor& x, const Shape& shape);
 // g summed over the axes `target` broadcasts along (g itself when the shapes agree), no graph.

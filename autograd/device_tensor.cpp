@@ -6,8 +6,8 @@
 
 namespace attnlab {
 
-cuda::Context& device_context() {
-    static cuda::Context* context = new cuda::Context(0);  // leaked on purpose: see device_ops.h
+device::Context& device_context() {
+    static device::Context* context = new device::Context(0);  // leaked on purpose: see device_ops.h
     return *context;
 }
 
@@ -30,7 +30,7 @@ void no_device_kernel(const char* op, const std::string& what) {
     fail(op, what + " has no device kernel; move the tensors to the cpu (Tensor::to)");
 }
 
-Tensor device_view(const std::shared_ptr<cuda::DeviceBuffer>& block, float* data, const Shape& shape) {
+Tensor device_view(const std::shared_ptr<device::DeviceBuffer>& block, float* data, const Shape& shape) {
     auto impl = std::make_shared<TensorImpl>();
     impl->shape = shape;
     impl->device = Device::cuda;
@@ -40,11 +40,11 @@ Tensor device_view(const std::shared_ptr<cuda::DeviceBuffer>& block, float* data
 }
 
 Tensor device_tensor(const Shape& shape) {
-    auto block = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(std::max<size_t>(numel_of(shape), 1)));
+    auto block = std::make_shared<device::DeviceBuffer>(device_context().allocate_floats(std::max<size_t>(numel_of(shape), 1)));
     return device_view(block, block->floats(), shape);
 }
 
-cuda::DeviceBuffer upload(const void* values, size_t bytes) { return cuda::to_device(device_context(), values, bytes); }
+device::DeviceBuffer upload(const void* values, size_t bytes) { return device::to_device(device_context(), values, bytes); }
 
 // ---- gradients ----
 
@@ -82,7 +82,7 @@ GradTarget grad_target(const Tensor& input) {
 
 float* grad_to_add(const Tensor& input) {
     const GradTarget target = grad_target(input);
-    if (target && !target.accumulate) cuda::fill_zero(device_context(), target.data, input.numel() * sizeof(float));
+    if (target && !target.accumulate) device::fill_zero(device_context(), target.data, input.numel() * sizeof(float));
     return target.data;
 }
 
@@ -107,8 +107,8 @@ void send_device_grad(const Tensor& input, const Tensor& grad) {
         return;
     }
     const GradTarget target = grad_target(input);
-    if (target.accumulate) cuda::add_into(device_context(), n, device_in(grad), target.data);
-    else cuda::copy_device(device_context(), device_in(grad), target.data, n * sizeof(float));
+    if (target.accumulate) device::add_into(device_context(), n, device_in(grad), target.data);
+    else device::copy_device(device_context(), device_in(grad), target.data, n * sizeof(float));
 }
 
 // ---- Tensor on the device ----
@@ -118,7 +118,7 @@ namespace {
 // The device values of impl, copied into `host` (numel floats).
 void copy_out(const TensorImpl& impl, float* host) {
     const size_t n = numel_of(impl.shape);
-    if (n > 0) cuda::copy_to_host(device_context(), impl.device_data, host, n * sizeof(float));
+    if (n > 0) device::copy_to_host(device_context(), impl.device_data, host, n * sizeof(float));
 }
 
 void check_float32(const Tensor& t) {
@@ -144,14 +144,14 @@ Tensor Tensor::to(Device device) const {
     check_float32(*this);
     Tensor out = device_tensor(self.shape);
     const Array<float>& a = self.array<float>();
-    if (a.size() > 0) cuda::copy_to_device(device_context(), a.data(), out.impl().device_data, a.size() * sizeof(float));
+    if (a.size() > 0) device::copy_to_device(device_context(), a.data(), out.impl().device_data, a.size() * sizeof(float));
     return out;
 }
 
 Tensor device_clone(const TensorImpl& impl) {
     Tensor out = device_tensor(impl.shape);
     const size_t n = numel_of(impl.shape);
-    if (n > 0) cuda::copy_device(device_context(), impl.device_data, out.impl().device_data, n * sizeof(float));
+    if (n > 0) device::copy_device(device_context(), impl.device_data, out.impl().device_data, n * sizeof(float));
     return out;
 }
 
@@ -159,12 +159,12 @@ void device_assign(TensorImpl& dst, const Tensor& src) {
     const size_t n = numel_of(dst.shape);
     if (n == 0) return;
     if (on_device(src)) {
-        cuda::copy_device(device_context(), src.impl().device_data, dst.device_data, n * sizeof(float));
+        device::copy_device(device_context(), src.impl().device_data, dst.device_data, n * sizeof(float));
         return;
     }
     const std::vector<double> values = src.values();
     const std::vector<float> floats(values.begin(), values.end());
-    cuda::copy_to_device(device_context(), floats.data(), dst.device_data, n * sizeof(float));
+    device::copy_to_device(device_context(), floats.data(), dst.device_data, n * sizeof(float));
 }
 
 namespace {
@@ -184,13 +184,13 @@ void move_to_device(const std::vector<Tensor>& leaves) {
             total += t.numel();
         }
     if (order.empty()) return;
-    auto values = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(total));
-    auto grads = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(total));
+    auto values = std::make_shared<device::DeviceBuffer>(device_context().allocate_floats(total));
+    auto grads = std::make_shared<device::DeviceBuffer>(device_context().allocate_floats(total));
     size_t offset = 0;
     for (size_t i : order) {
         TensorImpl& impl = leaves[i].impl();
         const Array<float>& host = impl.array<float>();
-        if (host.size() > 0) cuda::copy_to_device(device_context(), host.data(), values->floats() + offset, host.size() * sizeof(float));
+        if (host.size() > 0) device::copy_to_device(device_context(), host.data(), values->floats() + offset, host.size() * sizeof(float));
         impl.data = Array<float>();
         impl.device = Device::cuda;
         impl.device_block = values;

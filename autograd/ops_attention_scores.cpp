@@ -55,12 +55,12 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
     if (on_device(q) && !(grad_enabled() && (q.requires_grad() || k.requires_grad()))) {
         const AttentionDims dims{B, heads, kv_heads, Tq, Tk, d, d};
         check_attention_mask(op, dims, mask);
-        const cuda::DeviceMask on_device(device_context(), mask, dims);
+        const device::DeviceMask on_device(device_context(), mask, dims);
         const Tensor q_h = device_tensor({B, heads, Tq, d}), k_h = device_tensor({B, kv_heads, Tk, d});
-        cuda::split_heads(device_context(), B, heads, Tq, d, device_in(q), device_out(q_h));
-        cuda::split_heads(device_context(), B, kv_heads, Tk, d, device_in(k), device_out(k_h));
+        device::split_heads(device_context(), B, heads, Tq, d, device_in(q), device_out(q_h));
+        device::split_heads(device_context(), B, kv_heads, Tk, d, device_in(k), device_out(k_h));
         Tensor scores = device_tensor({B, heads, Tq, Tk});
-        cuda::attention_scores(device_context(), dims, device_in(q_h), device_in(k_h), on_device.view(), float(scale),
+        device::attention_scores(device_context(), dims, device_in(q_h), device_in(k_h), on_device.view(), float(scale),
                                device_out(scores));
         return scores;
     }

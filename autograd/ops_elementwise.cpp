@@ -52,7 +52,7 @@ Array<T> elementwise(const Array<T>& A, const Shape& sa, const Array<T>& B, cons
 // forward(A, B) -> out; grad_a/grad_b(g, A, B, out) -> gradient in out's shape.
 // kind: the op on the device's binary primitive.
 template <class Forward, class GradA, class GradB>
-Tensor binary_op(const char* op, cuda::BinaryOp kind, const Tensor& a, const Tensor& b, Forward forward, GradA grad_a,
+Tensor binary_op(const char* op, device::BinaryOp kind, const Tensor& a, const Tensor& b, Forward forward, GradA grad_a,
                  GradB grad_b) {
     check_defined(op, a, "first operand");
     check_defined(op, b, "second operand");
@@ -61,7 +61,7 @@ Tensor binary_op(const char* op, cuda::BinaryOp kind, const Tensor& a, const Ten
     check_same_device(op, {&a, &b});
     if (on_device(a)) {  // add has a fused path where one operand repeats the other
         const bool repeats = is_trailing(b.shape(), a.shape()) || is_trailing(a.shape(), b.shape());
-        if (kind == cuda::BinaryOp::add && repeats) return add_device(a, b);
+        if (kind == device::BinaryOp::add && repeats) return add_device(a, b);
         return binary_device(op, kind, a, b, out_shape);
     }
     return dispatch(a.dtype(), [&]<class T>() {
@@ -95,7 +95,7 @@ Tensor unary_op(const char* op, const Tensor& x, Forward forward, Grad grad, OnD
 
 Tensor add(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "add";
-    return binary_op(op, cuda::BinaryOp::add, a, b,
+    return binary_op(op, device::BinaryOp::add, a, b,
         [](const auto& A, const auto& B) { return A + B; },
         [](const auto& g, const auto&, const auto&, const auto&) { return g; },
         [](const auto& g, const auto&, const auto&, const auto&) { return g; });
@@ -103,7 +103,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor sub(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "sub";
-    return binary_op(op, cuda::BinaryOp::sub, a, b,
+    return binary_op(op, device::BinaryOp::sub, a, b,
         [](const auto& A, const auto& B) { return A - B; },
         [](const auto& g, const auto&, const auto&, const auto&) { return g; },
         [](const auto& g, const auto&, const auto&, const auto&) { return -g; });
@@ -111,7 +111,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "mul";
-    return binary_op(op, cuda::BinaryOp::mul, a, b,
+    return binary_op(op, device::BinaryOp::mul, a, b,
         [](const auto& A, const auto& B) { return A * B; },
         [](const auto& g, const auto&, const auto& B, const auto&) { return g * B; },
         [](const auto& g, const auto& A, const auto&, const auto&) { return g * A; });
@@ -120,7 +120,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
     constexpr const char* op = "div";
     // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b
-    return binary_op(op, cuda::BinaryOp::div, a, b,
+    return binary_op(op, device::BinaryOp::div, a, b,
         [](const auto& A, const auto& B) { return A / B; },
         [](const auto& g, const auto&, const auto& B, const auto&) { return g / B; },
         [](const auto& g, const auto&, const auto& B, const auto& out) { return -g * out / B; });
@@ -131,7 +131,7 @@ Tensor neg(const Tensor& x) {
     return unary_op(op, x,
         [](const auto& X) { return -X; },
         [](const auto& g, const auto&, const auto&) { return -g; },
-        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::neg, t); });
+        [](const Tensor& t) { return unary_device(op, device::UnaryOp::neg, t); });
 }
 
 Tensor exp(const Tensor& x) {
@@ -139,7 +139,7 @@ Tensor exp(const Tensor& x) {
     return unary_op(op, x,
         [](const auto& X) { return xt::exp(X); },
         [](const auto& g, const auto&, const auto& out) { return g * out; },
-        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::exp, t); });
+        [](const Tensor& t) { return unary_device(op, device::UnaryOp::exp, t); });
 }
 
 Tensor log(const Tensor& x) {
@@ -147,7 +147,7 @@ Tensor log(const Tensor& x) {
     return unary_op(op, x,
         [](const auto& X) { return xt::log(X); },
         [](const auto& g, const auto& X, const auto&) { return g / X; },
-        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::log, t); });
+        [](const Tensor& t) { return unary_device(op, device::UnaryOp::log, t); });
 }
 
 Tensor sqrt(const Tensor& x) {
@@ -156,7 +156,7 @@ Tensor sqrt(const Tensor& x) {
     return unary_op(op, x,
         [](const auto& X) { return xt::sqrt(X); },
         [](const auto& g, const auto&, const auto& out) { return g / (out + out); },
-        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::sqrt, t); });
+        [](const Tensor& t) { return unary_device(op, device::UnaryOp::sqrt, t); });
 }
 
 Tensor pow(const Tensor& x, double exponent) {
@@ -167,7 +167,7 @@ Tensor pow(const Tensor& x, double exponent) {
         [exponent]<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
             return Array<T>(g * static_cast<T>(exponent) * xt::pow(X, static_cast<T>(exponent - 1.0)));
         },
-        [exponent](const Tensor& t) { return unary_device(op, cuda::UnaryOp::pow, t, exponent); });
+        [exponent](const Tensor& t) { return unary_device(op, device::UnaryOp::pow, t, exponent); });
 }
 
 Tensor tanh(const Tensor& x) {
@@ -176,7 +176,7 @@ Tensor tanh(const Tensor& x) {
     return unary_op(op, x,
         [](const auto& X) { return xt::tanh(X); },
         [](const auto& g, const auto&, const auto& out) { return g * (1 - out * out); },
-        [](const Tensor& t) { return unary_device(op, cuda::UnaryOp::tanh, t); });
+        [](const Tensor& t) { return unary_device(op, device::UnaryOp::tanh, t); });
 }
 
 Tensor relu(const Tensor& x) {
@@ -187,7 +187,7 @@ Tensor relu(const Tensor& x) {
         []<class T>(const Array<T>& g, const Array<T>& X, const Array<T>&) {
             return Array<T>(xt::where(X > T(0), g, T(0)));
         },
-        [](const Tensor& t) { return activation_device(op, cuda::DeviceActivation::relu, t); });
+        [](const Tensor& t) { return activation_device(op, device::DeviceActivation::relu, t); });
 }
 
 Tensor gelu(const Tensor& x) {
@@ -207,7 +207,7 @@ Tensor gelu(const Tensor& x) {
             }, kElementGrain);
             return gx;
         },
-        [](const Tensor& t) { return activation_device(op, cuda::DeviceActivation::gelu, t); });
+        [](const Tensor& t) { return activation_device(op, device::DeviceActivation::gelu, t); });
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -18,7 +18,7 @@ struct TensorImpl {
     // On the device (Device::cuda; float32 only): the values at device_data,
     // inside device_block, which views share (a reshape, a slice of rows, the
     // parameters of a model moved as one flat block: Module::to). `data` is then empty.
-    std::shared_ptr<cuda::DeviceBuffer> device_block;
+    std::shared_ptr<device::DeviceBuffer> device_block;
     float* device_data = nullptr;
     bool requires_grad = false;
 

@@ -227,7 +227,7 @@ int run(int argc, char** argv) {
     label = args["label"].as<std::string>();
     const std::string device = args["device"].as<std::string>();
     if (device != "cpu" && device != "cuda") throw Error("[bench_train] --device must be cpu or cuda, got \"" + device + "\"");
-    if (device == "cuda") cuda::require_device("bench_train --device");  // refused here, before any output, without a GPU
+    if (device == "cuda") device::require_device("bench_train --device");  // refused here, before any output, without a GPU
 
     std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
               << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename()) << "}" << std::endl;

@@ -20,7 +20,7 @@
 #include "autograd/device/kernels.h"
 #include "cuda/warp.cuh"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -222,4 +222,4 @@ void dense_attention_backward(Context& context, const AttentionDims& dims, const
     }
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

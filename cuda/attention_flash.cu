@@ -27,7 +27,7 @@
 #include "cuda/tile.cuh"
 #include "cuda/warp.cuh"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -394,4 +394,4 @@ void flash_attention_backward(Context& context, const AttentionDims& dims, const
         backward<128>(context, p, dims, lse, dcontext, row_dot, dq, dk, dv);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -4,7 +4,7 @@
 #include "autograd/device/attention.h"
 #include "autograd/device/backend.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 [[noreturn]] void refuse(const std::string& where) { fail("cuda", where + ": " + probe().reason); }
@@ -35,4 +35,4 @@ void flash_attention_backward(Context&, const AttentionDims&, const float*, cons
 std::vector<KernelResources> flash_kernel_resources(Context&) { refuse("flash_kernel_resources"); }
 std::vector<KernelResources> dense_kernel_resources(Context&) { refuse("dense_kernel_resources"); }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -7,7 +7,7 @@
 
 #include "autograd/tensor.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 bool built_with_cuda() { return true; }
 
@@ -48,4 +48,4 @@ void require_device(const std::string& where) {
     if (!info.available) fail("cuda", where + ": " + info.reason);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

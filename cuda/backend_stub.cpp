@@ -4,7 +4,7 @@
 
 #include "autograd/tensor.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 bool built_with_cuda() { return false; }
 
@@ -19,4 +19,4 @@ void require_device(const std::string& where) {
     if (!info.available) fail("cuda", where + ": " + info.reason);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

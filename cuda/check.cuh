@@ -10,7 +10,7 @@
 #include "autograd/tensor.h"
 #include "autograd/device/attention.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 inline void check_cuda(cudaError_t status, const std::string& where) {
     if (status == cudaSuccess) return;
@@ -43,4 +43,4 @@ KernelResources resources_of(const char* name, Kernel* kernel, int threads, size
             threads, blocks};
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -4,7 +4,7 @@
 #include "autograd/device/backend.h"
 #include "cuda/check.cuh"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 DeviceBuffer DeviceAllocator::allocate(size_t bytes) {
     if (bytes == 0) return {};
@@ -131,4 +131,4 @@ std::vector<float> to_host_floats(Context& context, const DeviceBuffer& buffer, 
     return values;
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -4,7 +4,7 @@
 #include "autograd/device/context.h"
 #include "autograd/tensor.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 [[noreturn]] void refuse(const std::string& where) { fail("cuda", where + ": " + probe().reason); }
@@ -30,4 +30,4 @@ void copy_to_device(Context&, const void*, void*, size_t) { refuse("copy_to_devi
 void copy_to_host(Context&, const void*, void*, size_t) { refuse("copy_to_host"); }
 void copy_device(Context&, const void*, void*, size_t) { refuse("copy_device"); }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -5,7 +5,7 @@
 
 #include "autograd/device/attention.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 DeviceMask::DeviceMask(Context& context, const AttentionMask& mask, const AttentionDims& dims) {
     view_.causal = mask.causal;
@@ -23,4 +23,4 @@ DeviceMask::DeviceMask(Context& context, const AttentionMask& mask, const Attent
     }
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -8,7 +8,7 @@
 #include "cuda/check.cuh"
 #include "autograd/device/context.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 struct GemmOperand {
     const float* data;
@@ -25,4 +25,4 @@ inline void gemm_batched(Context& context, int M, int N, int K, float alpha, con
                  where);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -4,7 +4,7 @@
 
 #include "autograd/device/attention.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 // Keys j >= mask_key_end(...) are ineligible by the causal and padding parts.
 __device__ __forceinline__ int mask_key_end(const MaskView& mask, int b, int i, int Tq, int Tk) {
@@ -33,4 +33,4 @@ __device__ __forceinline__ float alibi_term(float slope, int i, int j, int Tq, i
     return -slope * fabsf(float(i + Tk - Tq - j));
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

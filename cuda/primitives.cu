@@ -13,7 +13,7 @@
 #include "cuda/gemm.cuh"
 #include "cuda/warp.cuh"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -419,4 +419,4 @@ void gemm(Context& context, size_t batch, size_t M, size_t N, size_t K, float al
                  as_long(M * N, "M N"), as_int(batch, "batch"), "gemm");
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -4,7 +4,7 @@
 #include "autograd/device/backend.h"
 #include "autograd/device/primitives.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 [[noreturn]] void refuse(const std::string& where) { fail("cuda", where + ": " + probe().reason); }
@@ -30,4 +30,4 @@ void gemm(Context&, size_t, size_t, size_t, size_t, float, const MatrixArg&, con
     refuse("gemm");
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -7,7 +7,7 @@
 
 #include "cuda/warp.cuh"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 constexpr int tile_rows = 64;      // queries per block, keys per step
 constexpr int tile_threads = 128;  // 16 row groups x 8 column lanes
@@ -74,4 +74,4 @@ __device__ __forceinline__ float row_sum8(float value) {
     return value;
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -7,7 +7,7 @@
 #include "cuda/gemm.cuh"
 #include "autograd/device/kernels.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -52,4 +52,4 @@ void linear_backward(Context& context, size_t M, size_t N, size_t K, const float
     if (db != nullptr) column_sums(context, M, N, dy, db, true, groups);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

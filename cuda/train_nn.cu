@@ -9,7 +9,7 @@
 #include "autograd/device/kernels.h"
 #include "cuda/warp.cuh"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -321,4 +321,4 @@ void cross_entropy_forward_backward(Context& context, size_t M, size_t V, const 
     check_launch("cross_entropy_forward_backward");
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

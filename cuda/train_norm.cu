@@ -8,7 +8,7 @@
 #include "cuda/check.cuh"
 #include "cuda/warp.cuh"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -132,4 +132,4 @@ void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x
     column_sums(context, rows, D, dy, dbeta, true);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

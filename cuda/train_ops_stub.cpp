@@ -5,7 +5,7 @@
 #include "autograd/device/backend.h"
 #include "autograd/device/kernels.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 [[noreturn]] void refuse(const std::string& where) { fail("cuda", where + ": " + probe().reason); }
@@ -69,4 +69,4 @@ void sgd_update(Context&, size_t, float*, const float*, float*, const SgdScalars
 }
 void fill_zero(Context&, void*, size_t) { refuse("fill_zero"); }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -5,7 +5,7 @@
 #include "cuda/check.cuh"
 #include "autograd/device/kernels.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -105,4 +105,4 @@ void fill_zero(Context& context, void* data, size_t bytes) {
     check_cuda(cudaMemsetAsync(data, 0, bytes, context.stream()), "fill_zero");
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -2,7 +2,7 @@
 // the maximum every kernel reduces with.
 #pragma once
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 // max(a, b), NaN if either is NaN. fmaxf would drop the NaN (fmaxf(NaN, x) = x),
 // so a row of NaN scores would look like a row without eligible keys; this way
@@ -20,4 +20,4 @@ __device__ __forceinline__ float warp_sum(float value) {
     return value;
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

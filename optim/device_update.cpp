@@ -62,9 +62,9 @@ size_t count_of(const NamedTensors& params, const std::vector<size_t>& run) {
 // Two doubles of zero: the update kernels' [loss, squared norm] (clipping and
 // the finite check happen before the step here, as on the CPU).
 const double* no_stats() {
-    static const cuda::DeviceBuffer stats = [] {
-        cuda::DeviceBuffer b = device_context().allocate(2 * sizeof(double));
-        cuda::fill_zero(device_context(), b.data(), b.bytes());
+    static const device::DeviceBuffer stats = [] {
+        device::DeviceBuffer b = device_context().allocate(2 * sizeof(double));
+        device::fill_zero(device_context(), b.data(), b.bytes());
         return b;
     }();
     return static_cast<const double*>(stats.data());
@@ -86,8 +86,8 @@ std::vector<Tensor> device_zeros_like(const NamedTensors& params) {
     const std::vector<size_t> order = by_address(params, [](size_t) { return true; });
     size_t total = 0;
     for (const auto& [name, p] : params) total += p.numel();
-    auto block = std::make_shared<cuda::DeviceBuffer>(device_context().allocate_floats(std::max<size_t>(total, 1)));
-    cuda::fill_zero(device_context(), block->data(), total * sizeof(float));
+    auto block = std::make_shared<device::DeviceBuffer>(device_context().allocate_floats(std::max<size_t>(total, 1)));
+    device::fill_zero(device_context(), block->data(), total * sizeof(float));
     std::vector<Tensor> out(params.size());
     size_t offset = 0;
     for (size_t i : order) {
@@ -106,21 +106,21 @@ void device_zero_grad(const NamedTensors& params) {
     const std::vector<size_t> order = with_grad(params);
     for (const auto& run : runs(params, order, [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; },
                                 [](size_t, size_t) { return true; }))
-        cuda::fill_zero(device_context(), params[run[0]].second.impl().grad->device_data, count_of(params, run) * sizeof(float));
+        device::fill_zero(device_context(), params[run[0]].second.impl().grad->device_data, count_of(params, run) * sizeof(float));
 }
 
 double device_clip_grad_norm(const NamedTensors& params, double max_norm) {
     for (const auto& [name, p] : params) writable_grad(p);  // scaled in place below
     auto grad_of = [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; };
     const auto grouped = runs(params, with_grad(params), grad_of, [](size_t, size_t) { return true; });
-    cuda::Context& context = device_context();
-    const cuda::DeviceBuffer sums = context.allocate(std::max<size_t>(grouped.size(), 1) * sizeof(double));
-    const cuda::DeviceBuffer partials = context.allocate(cuda::reduce_partials * sizeof(double));
+    device::Context& context = device_context();
+    const device::DeviceBuffer sums = context.allocate(std::max<size_t>(grouped.size(), 1) * sizeof(double));
+    const device::DeviceBuffer partials = context.allocate(device::reduce_partials * sizeof(double));
     for (size_t r = 0; r < grouped.size(); ++r)
-        cuda::sum_to_double(context, count_of(params, grouped[r]), grad_of(grouped[r][0])[0], true,
+        device::sum_to_double(context, count_of(params, grouped[r]), grad_of(grouped[r][0])[0], true,
                             static_cast<double*>(sums.data()) + r, static_cast<double*>(partials.data()));
     std::vector<double> host(grouped.size());
-    cuda::copy_to_host(context, sums.data(), host.data(), host.size() * sizeof(double));
+    device::copy_to_host(context, sums.data(), host.data(), host.size() * sizeof(double));
     double total = 0.0;
     for (double s : host) total += s;
     total = std::sqrt(total);
@@ -128,7 +128,7 @@ double device_clip_grad_norm(const NamedTensors& params, double max_norm) {
     if (factor < 1.0)
         for (const auto& run : grouped) {
             float* g = grad_of(run[0])[0];
-            cuda::scale(context, count_of(params, run), g, float(factor), nullptr, g, false);
+            device::scale(context, count_of(params, run), g, float(factor), nullptr, g, false);
         }
     return total;
 }
@@ -147,7 +147,7 @@ void Adam::step_on_device() {
         const double correction1 = 1.0 - std::pow(beta1, step), correction2 = 1.0 - std::pow(beta2, step);
         size_t n_decay = 0;
         for (size_t i : run) n_decay += decay[i] ? params_[i].second.numel() : 0;
-        cuda::AdamScalars a{};
+        device::AdamScalars a{};
         a.beta1 = static_cast<float>(beta1);
         a.beta2 = static_cast<float>(beta2);
         a.one_minus_beta1 = static_cast<float>(1 - beta1);
@@ -160,7 +160,7 @@ void Adam::step_on_device() {
         a.decoupled = decoupled;
         a.max_norm = std::numeric_limits<double>::infinity();
         const auto p = pointers(run[0]);
-        cuda::adam_update(device_context(), count_of(params_, run), n_decay, p[0], p[1], p[2], p[3], a, no_stats());
+        device::adam_update(device_context(), count_of(params_, run), n_decay, p[0], p[1], p[2], p[3], a, no_stats());
     }
 }
 
@@ -172,10 +172,10 @@ void SGD::step_on_device() {
     };
     auto same = [&](size_t a, size_t b) { return started_[a] == started_[b]; };
     for (const auto& run : runs(params_, order, pointers, same)) {
-        const cuda::SgdScalars scalars{static_cast<float>(lr), static_cast<float>(momentum), static_cast<float>(weight_decay),
+        const device::SgdScalars scalars{static_cast<float>(lr), static_cast<float>(momentum), static_cast<float>(weight_decay),
                                        nesterov, bool(started_[run[0]]), std::numeric_limits<double>::infinity()};
         const auto p = pointers(run[0]);
-        cuda::sgd_update(device_context(), count_of(params_, run), p[0], p[1], p[2], scalars, no_stats());
+        device::sgd_update(device_context(), count_of(params_, run), p[0], p[1], p[2], scalars, no_stats());
     }
     if (momentum != 0.0)
         for (size_t i : order) started_[i] = true;

@@ -28,7 +28,7 @@
 #include "autograd/attention.h"
 #include "autograd/device/context.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 enum class AttentionKernel { dense, flash };
 std::string to_string(AttentionKernel kernel);    // "dense" | "flash"
@@ -151,4 +151,4 @@ struct KernelResources {
 std::vector<KernelResources> flash_kernel_resources(Context& context);  // the six flash instantiations, row_dot
 std::vector<KernelResources> dense_kernel_resources(Context& context);  // the softmax kernels, live_keys
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -7,7 +7,7 @@
 
 #include "autograd/device/attention.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -91,4 +91,4 @@ void check_attention(const AttentionDims& dims, const AttentionMask& mask, const
     check_masked_rows(mask, options.masked_rows, B, Tq, Tk);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

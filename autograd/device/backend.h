@@ -10,7 +10,7 @@
 
 #include <string>
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 struct DeviceInfo {
     bool available = false;  // at least one device can be used
@@ -30,4 +30,4 @@ DeviceInfo probe();
 // `where` names the caller, e.g. "train.device" or "attention_forward".
 void require_device(const std::string& where);
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -12,7 +12,7 @@
 struct CUstream_st;    // cudaStream_t is CUstream_st*
 struct cublasContext;  // cublasHandle_t is cublasContext*
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 class DeviceAllocator;
 
@@ -154,4 +154,4 @@ void copy_to_device(Context& context, const void* host, void* device, size_t byt
 void copy_to_host(Context& context, const void* device, void* host, size_t bytes);
 void copy_device(Context& context, const void* from, void* to, size_t bytes);
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -25,7 +25,7 @@
 #include "autograd/device/attention.h"
 #include "autograd/device/context.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 // ---- embedding + positions (train_nn.cu) --------------------------------------
 
@@ -186,4 +186,4 @@ void sgd_update(Context& context, size_t n, float* P, const float* G, float* vel
 // bytes of device memory set to zero, queued on the stream
 void fill_zero(Context& context, void* data, size_t bytes);
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -20,26 +20,26 @@ namespace {
 // layer of a forward shares its stack's mask.
 struct MaskOnDevice {
     size_t B = 0, Tq = 0, Tk = 0;
-    cuda::DeviceMask mask;
+    device::DeviceMask mask;
 };
 
 std::shared_ptr<MaskOnDevice> mask_on_device(const AttentionMask& mask, const AttentionDims& dims) {
     auto cached = std::static_pointer_cast<MaskOnDevice>(mask.device_copy.data);
     if (cached && cached->B == dims.B && cached->Tq == dims.Tq && cached->Tk == dims.Tk) return cached;
-    cached = std::make_shared<MaskOnDevice>(MaskOnDevice{dims.B, dims.Tq, dims.Tk, cuda::DeviceMask(device_context(), mask, dims)});
+    cached = std::make_shared<MaskOnDevice>(MaskOnDevice{dims.B, dims.Tq, dims.Tk, device::DeviceMask(device_context(), mask, dims)});
     mask.device_copy.data = cached;
     return cached;
 }
 
 // Per query head, the std of the scaled scores over eligible pairs (the weights' companion).
 std::vector<double> score_std_on_device(const AttentionDims& dims, const Tensor& q, const Tensor& k,
-                                        const cuda::MaskView& mask, float scale) {
-    cuda::Context& context = device_context();
-    const cuda::DeviceBuffer moments = context.allocate(dims.H * 3 * sizeof(double));
-    cuda::fill_zero(context, moments.data(), moments.bytes());
-    cuda::score_moments(context, dims, device_in(q), device_in(k), mask, scale, static_cast<double*>(moments.data()));
+                                        const device::MaskView& mask, float scale) {
+    device::Context& context = device_context();
+    const device::DeviceBuffer moments = context.allocate(dims.H * 3 * sizeof(double));
+    device::fill_zero(context, moments.data(), moments.bytes());
+    device::score_moments(context, dims, device_in(q), device_in(k), mask, scale, static_cast<double*>(moments.data()));
     std::vector<double> m(dims.H * 3), out(dims.H);
-    cuda::copy_to_host(context, moments.data(), m.data(), moments.bytes());
+    device::copy_to_host(context, moments.data(), m.data(), moments.bytes());
     for (size_t h = 0; h < dims.H; ++h) out[h] = std_from_moments(m[h * 3], m[h * 3 + 1], m[h * 3 + 2]);
     return out;
 }
@@ -54,8 +54,8 @@ Tensor flash_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Att
     const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
     const Tensor lse = device_tensor({B, H, Tq});
     Tensor out = device_tensor({B, Tq, H * d_v});
-    cuda::flash_attention_forward(device_context(), dims, device_in(q), device_in(k), device_in(v), on_device->mask.view(),
-                                  scale, device_out(out), device_out(lse), cuda::AttentionLayout::packed);
+    device::flash_attention_forward(device_context(), dims, device_in(q), device_in(k), device_in(v), on_device->mask.view(),
+                                  scale, device_out(out), device_out(lse), device::AttentionLayout::packed);
     return record_device("attention_packed", out, {q, k, v}, [q, k, v, lse, dims, on_device, scale](const Tensor& g, const float* context) {
         const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
         const GradTarget gq = grad_target(q), gk = grad_target(k), gv = grad_target(v);
@@ -70,12 +70,12 @@ Tensor flash_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Att
         float* dk = into(k, gk, sk);
         float* dv = into(v, gv, sv);
         const Tensor row_dot = device_tensor({B, H, Tq});
-        cuda::flash_attention_backward(device_context(), dims, device_in(q), device_in(k), device_in(v), context,
+        device::flash_attention_backward(device_context(), dims, device_in(q), device_in(k), device_in(v), context,
                                        device_in(lse), device_in(g), on_device->mask.view(), scale, dq, dk, dv,
-                                       device_out(row_dot), cuda::AttentionLayout::packed);
+                                       device_out(row_dot), device::AttentionLayout::packed);
         for (const auto& [scratch, target] : {std::pair{&sq, gq}, std::pair{&sk, gk}, std::pair{&sv, gv}})
             if (target && target.accumulate)
-                cuda::add_into(device_context(), scratch->numel(), device_in(*scratch), target.data);
+                device::add_into(device_context(), scratch->numel(), device_in(*scratch), target.data);
     });
 }
 
@@ -85,10 +85,10 @@ AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const 
                                         const AttentionMask& mask, const AttentionOptions& options) {
     const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
     const bool use_dropout = options.training && options.dropout > 0.0;
-    const bool dense = options.need_weights || use_dropout || cuda::kernel_for_head_width(std::max(d, d_v)) == cuda::AttentionKernel::dense;
-    cuda::check_attention(dims, mask, options, dense ? cuda::AttentionKernel::dense : cuda::AttentionKernel::flash);
+    const bool dense = options.need_weights || use_dropout || device::kernel_for_head_width(std::max(d, d_v)) == device::AttentionKernel::dense;
+    device::check_attention(dims, mask, options, dense ? device::AttentionKernel::dense : device::AttentionKernel::flash);
     const std::shared_ptr<MaskOnDevice> on_device = mask_on_device(mask, dims);
-    cuda::Context& context = device_context();
+    device::Context& context = device_context();
     const float scale = float(options.scale);
     if (!dense) {
         AttentionResult result;
@@ -98,21 +98,21 @@ AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const 
 
     // the dense kernel takes heads first: (B, T, n w) -> (B, n, T, w)
     const Tensor qh = device_tensor({B, H, Tq, d}), kh = device_tensor({B, H_kv, Tk, d}), vh = device_tensor({B, H_kv, Tk, d_v});
-    cuda::split_heads(context, B, H, Tq, d, device_in(q), device_out(qh));
-    cuda::split_heads(context, B, H_kv, Tk, d, device_in(k), device_out(kh));
-    cuda::split_heads(context, B, H_kv, Tk, d_v, device_in(v), device_out(vh));
+    device::split_heads(context, B, H, Tq, d, device_in(q), device_out(qh));
+    device::split_heads(context, B, H_kv, Tk, d, device_in(k), device_out(kh));
+    device::split_heads(context, B, H_kv, Tk, d_v, device_in(v), device_out(vh));
     const Tensor context_h = device_tensor({B, H, Tq, d_v}), weights = device_tensor({B, H, Tq, Tk});
     Tensor dropped;
-    cuda::WeightDropout drop;
+    device::WeightDropout drop;
     if (use_dropout) {
         if (options.rng == nullptr) fail("attention", "dropout in training needs an Rng");
         dropped = device_tensor({B, H, Tq, Tk});
         drop = {float(options.dropout), options.rng->next_u64(), device_out(dropped)};
     }
-    cuda::dense_attention_forward(context, dims, device_in(qh), device_in(kh), device_in(vh), on_device->mask.view(), scale,
+    device::dense_attention_forward(context, dims, device_in(qh), device_in(kh), device_in(vh), on_device->mask.view(), scale,
                                   device_out(context_h), device_out(weights), drop);
     Tensor out = device_tensor({B, Tq, H * d_v});
-    cuda::merge_heads(context, B, H, Tq, d_v, device_in(context_h), device_out(out));
+    device::merge_heads(context, B, H, Tq, d_v, device_in(context_h), device_out(out));
 
     AttentionResult result;
     if (options.need_weights) {
@@ -123,18 +123,18 @@ AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const 
         [q, k, v, qh, kh, vh, weights, dropped, drop, dims, on_device, scale](const Tensor& g, const float*) {
             // plain names, not a structured binding: the lambdas below capture them (clang 14)
             const size_t B = dims.B, H = dims.H, H_kv = dims.H_kv, Tq = dims.Tq, Tk = dims.Tk, d = dims.d, d_v = dims.d_v;
-            cuda::Context& context = device_context();
+            device::Context& context = device_context();
             const Tensor dcontext = device_tensor({B, H, Tq, d_v});
-            cuda::split_heads(context, B, H, Tq, d_v, device_in(g), device_out(dcontext));
+            device::split_heads(context, B, H, Tq, d_v, device_in(g), device_out(dcontext));
             const Tensor dq = device_tensor(qh.shape()), dk = device_tensor(kh.shape()), dv = device_tensor(vh.shape());
             const Tensor scratch = device_tensor({B, H, Tq, Tk});
-            cuda::dense_attention_backward(context, dims, device_in(qh), device_in(kh), device_in(vh), device_in(weights),
+            device::dense_attention_backward(context, dims, device_in(qh), device_in(kh), device_in(vh), device_in(weights),
                                            device_in(dcontext), scale, device_out(dq), device_out(dk), device_out(dv),
                                            device_out(scratch), drop, on_device->mask.view());
             // (B, n, T, w) -> (B, T, n w)
-            write_device_grad(q, [&](float* to) { cuda::merge_heads(context, B, H, Tq, d, device_in(dq), to); });
-            write_device_grad(k, [&](float* to) { cuda::merge_heads(context, B, H_kv, Tk, d, device_in(dk), to); });
-            write_device_grad(v, [&](float* to) { cuda::merge_heads(context, B, H_kv, Tk, d_v, device_in(dv), to); });
+            write_device_grad(q, [&](float* to) { device::merge_heads(context, B, H, Tq, d, device_in(dq), to); });
+            write_device_grad(k, [&](float* to) { device::merge_heads(context, B, H_kv, Tk, d, device_in(dk), to); });
+            write_device_grad(v, [&](float* to) { device::merge_heads(context, B, H_kv, Tk, d_v, device_in(dv), to); });
         });
     return result;
 }

@@ -12,14 +12,14 @@ namespace attnlab {
 Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, const Shape& out_shape) {
     const size_t in = weight.size(1), out_features = weight.size(0), rows = x.numel() / std::max<size_t>(in, 1);
     Tensor out = device_tensor(out_shape);
-    cuda::linear_forward(device_context(), rows, out_features, in, device_in(x), device_in(weight), device_in(bias),
+    device::linear_forward(device_context(), rows, out_features, in, device_in(x), device_in(weight), device_in(bias),
                          device_out(out));
     return record_device("linear", out, {x, weight, bias}, [x, weight, bias, rows, in, out_features](const Tensor& g, const float*) {
         // dX (+)= g W; dW += g^T X; db += column sums of g (the kernel adds into both)
         const GradTarget gx = grad_target(x);
         Tensor unwanted;
         float* gw = grad_to_add_or_scratch(weight, unwanted);
-        cuda::linear_backward(device_context(), rows, out_features, in, device_in(x), device_in(weight), device_in(g),
+        device::linear_backward(device_context(), rows, out_features, in, device_in(x), device_in(weight), device_in(g),
                               gx.data, gx.accumulate, gw, grad_to_add(bias));
     });
 }
@@ -64,10 +64,10 @@ struct Run {
 // parameters' gradient slots lie side by side (else one projection at a time).
 void run_backward(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, const Run& r,
                   std::vector<bool>& written, const Tensor& g) {
-    cuda::Context& context = device_context();
+    device::Context& context = device_context();
     const size_t part = r.rows * r.N;
     for (size_t i = 0; i < r.G; ++i)  // a part nothing depended on has no gradient written: zero
-        if (!written[i]) cuda::fill_zero(context, device_out(g) + i * part, part * sizeof(float));
+        if (!written[i]) device::fill_zero(context, device_out(g) + i * part, part * sizeof(float));
     std::fill(written.begin(), written.end(), false);
     const GradTarget gx = grad_target(x);
     std::vector<Tensor> scratch;
@@ -75,11 +75,11 @@ void run_backward(const Tensor& x, const std::vector<Tensor>& weights, const std
     float* gb = biases[r.first].defined() ? run_grads(biases, r.first, r.G, scratch, false) : nullptr;
     const bool bias_apart = biases[r.first].defined() && biases[r.first].requires_grad() && gb == nullptr;
     if (gw != nullptr && !bias_apart)
-        return cuda::linear_backward(context, r.rows, r.N, r.in, device_in(x), device_in(weights[r.first]), device_in(g),
+        return device::linear_backward(context, r.rows, r.N, r.in, device_in(x), device_in(weights[r.first]), device_in(g),
                                      gx.data, gx.accumulate, gw, gb, r.G);
     for (size_t i = 0; i < r.G; ++i) {
         Tensor unwanted;
-        cuda::linear_backward(context, r.rows, r.N, r.in, device_in(x), device_in(weights[r.first + i]),
+        device::linear_backward(context, r.rows, r.N, r.in, device_in(x), device_in(weights[r.first + i]),
                               device_in(g) + i * part, gx.data, gx.accumulate || i > 0,
                               grad_to_add_or_scratch(weights[r.first + i], unwanted), grad_to_add(biases[r.first + i]));
     }
@@ -96,7 +96,7 @@ std::vector<Tensor> linear_run_device(const Tensor& x, const std::vector<Tensor>
     Shape part_shape = x.shape();
     part_shape.back() = run.N;
     Tensor y = device_tensor({G, run.rows, run.N});
-    cuda::linear_forward(device_context(), run.rows, run.N, run.in, device_in(x), device_in(W), device_in(biases[first]),
+    device::linear_forward(device_context(), run.rows, run.N, run.in, device_in(x), device_in(W), device_in(biases[first]),
                          device_out(y), G);
     std::vector<Tensor> inputs{x};
     for (size_t i = first; i < first + G; ++i) inputs.insert(inputs.end(), {weights[i], biases[i]});
@@ -113,7 +113,7 @@ std::vector<Tensor> linear_run_device(const Tensor& x, const std::vector<Tensor>
             float* slot = home.device_data + i * part_size;
             part = record_device("linear", part, {y}, [y, written, i, slot, part_size](const Tensor& g, const float*) {
                 // written in place, in y's gradient (grad_target), unless it was set apart (a root's seed)
-                if (device_in(g) != slot) cuda::copy_device(device_context(), device_in(g), slot, part_size * sizeof(float));
+                if (device_in(g) != slot) device::copy_device(device_context(), device_in(g), slot, part_size * sizeof(float));
                 (*written)[i] = true;
                 grad_target(y);  // y's backward now runs
             });
@@ -151,25 +151,25 @@ Tensor add_device(const Tensor& a, const Tensor& b) {
     const Tensor& whole = b_repeats ? a : b;
     const Tensor& part = b_repeats ? b : a;
     Tensor out = device_tensor(whole.shape());
-    cuda::add_broadcast(device_context(), whole.numel(), part.numel(), device_in(whole), device_in(part), device_out(out));
+    device::add_broadcast(device_context(), whole.numel(), part.numel(), device_in(whole), device_in(part), device_out(out));
     return record_device("add", out, {whole, part}, [whole, part](const Tensor& g, const float*) {
         send_device_grad(whole, g);
         if (part.numel() == whole.numel()) return send_device_grad(part, g);
         // the repeated operand receives the sum over its repeats
         const GradTarget target = grad_target(part);
         if (target)
-            cuda::column_sums(device_context(), whole.numel() / std::max<size_t>(part.numel(), 1), part.numel(),
+            device::column_sums(device_context(), whole.numel() / std::max<size_t>(part.numel(), 1), part.numel(),
                               device_in(g), target.data, target.accumulate);
     });
 }
 
 // gelu (exact) or relu, elementwise.
-Tensor activation_device(const char* op, cuda::DeviceActivation activation, const Tensor& x) {
+Tensor activation_device(const char* op, device::DeviceActivation activation, const Tensor& x) {
     Tensor out = device_tensor(x.shape());
-    cuda::activation_forward(device_context(), activation, x.numel(), device_in(x), device_out(out));
+    device::activation_forward(device_context(), activation, x.numel(), device_in(x), device_out(out));
     return record_device(op, out, {x}, [x, activation](const Tensor& g, const float*) {
         write_device_grad(x, [&](float* dx) {  // dx = g f'(x)
-            cuda::activation_backward(device_context(), activation, x.numel(), device_in(x), device_in(g), dx);
+            device::activation_backward(device_context(), activation, x.numel(), device_in(x), device_in(g), dx);
         });
     });
 }
@@ -189,7 +189,7 @@ Tensor slice_rows_device(const Tensor& x, size_t start, size_t stop, const Shape
     Tensor out = device_view(x.impl().device_block, x.impl().device_data + start * row, out_shape);
     return record_device("slice", out, {x}, [x, start, stop, row](const Tensor& g, const float*) {
         float* gx = grad_to_add(x);
-        if (gx != nullptr) cuda::add_into(device_context(), (stop - start) * row, device_in(g), gx + start * row);
+        if (gx != nullptr) device::add_into(device_context(), (stop - start) * row, device_in(g), gx + start * row);
     });
 }
 
@@ -203,7 +203,7 @@ Tensor concat_device(const std::vector<Tensor>& parts, size_t axis, const Shape&
     size_t offset = 0;
     for (const Tensor& p : parts) {
         const size_t row = p.shape()[axis] * split.inner;
-        cuda::copy_rows(device_context(), split.outer, row, device_in(p), row, device_out(out) + offset * split.inner, out_row, false);
+        device::copy_rows(device_context(), split.outer, row, device_in(p), row, device_out(out) + offset * split.inner, out_row, false);
         offsets.push_back(offset);
         offset += p.shape()[axis];
     }
@@ -212,7 +212,7 @@ Tensor concat_device(const std::vector<Tensor>& parts, size_t axis, const Shape&
             const GradTarget target = grad_target(parts[i]);
             const size_t row = parts[i].shape()[axis] * split.inner;
             if (target)
-                cuda::copy_rows(device_context(), split.outer, row, device_in(g) + offsets[i] * split.inner, out_row,
+                device::copy_rows(device_context(), split.outer, row, device_in(g) + offsets[i] * split.inner, out_row,
                                 target.data, row, target.accumulate);
         }
     });

@@ -21,16 +21,16 @@ std::vector<size_t> strides_of(const Shape& shape) {
 }
 
 void check_rank(const char* op, const Shape& shape) {
-    if (shape.size() > cuda::max_rank)
+    if (shape.size() > device::max_rank)
         no_device_kernel(op, "a tensor of " + std::to_string(shape.size()) + " axes (the device takes at most " +
-                                 std::to_string(cuda::max_rank) + ")");
+                                 std::to_string(device::max_rank) + ")");
 }
 
 }  // namespace
 
-cuda::Strided broadcast_view(const char* op, const Shape& in, const Shape& out) {
+device::Strided broadcast_view(const char* op, const Shape& in, const Shape& out) {
     check_rank(op, out);
-    cuda::Strided at;
+    device::Strided at;
     at.rank = unsigned(out.size());
     const std::vector<size_t> strides = strides_of(in);
     const size_t lead = out.size() - in.size();  // in's axes align with out's last ones
@@ -41,9 +41,9 @@ cuda::Strided broadcast_view(const char* op, const Shape& in, const Shape& out) 
     return at;
 }
 
-cuda::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order) {
+device::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order) {
     check_rank(op, in);
-    cuda::Strided at;
+    device::Strided at;
     at.rank = unsigned(in.size());
     const std::vector<size_t> strides = strides_of(in);
     for (size_t axis = 0; axis < order.size(); ++axis) {
@@ -56,7 +56,7 @@ cuda::Strided permute_view(const char* op, const Shape& in, const std::vector<si
 Tensor expand_device(const char* op, const Tensor& x, const Shape& shape) {
     if (x.shape() == shape) return x;
     Tensor out = device_tensor(shape);
-    cuda::copy_strided(device_context(), out.numel(), device_in(x), broadcast_view(op, x.shape(), shape), device_out(out),
+    device::copy_strided(device_context(), out.numel(), device_in(x), broadcast_view(op, x.shape(), shape), device_out(out),
                        false);
     return out;
 }
@@ -75,7 +75,7 @@ Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target)
     const size_t rows = g.numel() / std::max<size_t>(cols, 1);
     Tensor out = device_tensor(target);
     if (cols == 0) {
-        cuda::fill_zero(device_context(), device_out(out), out.numel() * sizeof(float));
+        device::fill_zero(device_context(), device_out(out), out.numel() * sizeof(float));
         return out;
     }
     std::vector<size_t> order = kept;
@@ -83,9 +83,9 @@ Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target)
     Tensor moved = g;
     if (!std::is_sorted(order.begin(), order.end())) {
         moved = device_tensor(full);
-        cuda::copy_strided(device_context(), g.numel(), device_in(g), permute_view(op, full, order), device_out(moved), false);
+        device::copy_strided(device_context(), g.numel(), device_in(g), permute_view(op, full, order), device_out(moved), false);
     }
-    cuda::sum_rows(device_context(), rows, cols, device_in(moved), 1.0f, device_out(out), false);
+    device::sum_rows(device_context(), rows, cols, device_in(moved), 1.0f, device_out(out), false);
     return out;
 }
 
@@ -97,17 +97,17 @@ void send_summed_grad(const char* op, const Tensor& input, const Tensor& g) {
 // the inverse order, adding into x's gradient.
 Tensor permute_device(const Tensor& x, const std::vector<size_t>& order) {
     constexpr const char* op = "permute";
-    const cuda::Strided at = permute_view(op, x.shape(), order);
+    const device::Strided at = permute_view(op, x.shape(), order);
     Shape out_shape;
     for (size_t axis : order) out_shape.push_back(x.shape()[axis]);
     Tensor out = device_tensor(out_shape);
-    cuda::copy_strided(device_context(), x.numel(), device_in(x), at, device_out(out), false);
+    device::copy_strided(device_context(), x.numel(), device_in(x), at, device_out(out), false);
     return record_device(op, out, {x}, [x, order, out_shape](const Tensor& g, const float*) {
         std::vector<size_t> inverse(order.size());
         for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = i;
         const GradTarget target = grad_target(x);
         if (target)
-            cuda::copy_strided(device_context(), x.numel(), device_in(g), permute_view(op, out_shape, inverse),
+            device::copy_strided(device_context(), x.numel(), device_in(g), permute_view(op, out_shape, inverse),
                                target.data, target.accumulate);
     });
 }
@@ -117,12 +117,12 @@ Tensor slice_device(const Tensor& x, size_t axis, size_t start, size_t stop, con
     const AxisSplit split = split_at_axis(x.shape(), axis);
     const size_t width = (stop - start) * split.inner, row = split.n * split.inner;
     Tensor out = device_tensor(out_shape);
-    cuda::copy_rows(device_context(), split.outer, width, device_in(x) + start * split.inner, row, device_out(out), width,
+    device::copy_rows(device_context(), split.outer, width, device_in(x) + start * split.inner, row, device_out(out), width,
                     false);
     return record_device("slice", out, {x}, [x, split, start, width, row](const Tensor& g, const float*) {
         float* gx = grad_to_add(x);
         if (gx != nullptr)
-            cuda::copy_rows(device_context(), split.outer, width, device_in(g), width, gx + start * split.inner, row, true);
+            device::copy_rows(device_context(), split.outer, width, device_in(g), width, gx + start * split.inner, row, true);
     });
 }
 
@@ -132,24 +132,24 @@ Tensor matmul_device(const Tensor& a, const Tensor& b, size_t batch, size_t M, s
                      const Shape& out_shape) {
     Tensor out = device_tensor(out_shape);
     const size_t stride_b = shared_b ? 0 : K * N;
-    cuda::gemm(device_context(), batch, M, N, K, 1.0f, {device_in(a), K, M * K, false}, {device_in(b), N, stride_b, false},
+    device::gemm(device_context(), batch, M, N, K, 1.0f, {device_in(a), K, M * K, false}, {device_in(b), N, stride_b, false},
                0.0f, device_out(out));
     return record_device("matmul", out, {a, b}, [a, b, batch, M, N, K, shared_b, stride_b](const Tensor& g, const float*) {
-        cuda::Context& context = device_context();
+        device::Context& context = device_context();
         // dA (batch, M, K) (+)= dC B^T
         const GradTarget ga = grad_target(a);
         if (ga)
-            cuda::gemm(context, batch, M, K, N, 1.0f, {device_in(g), N, M * N, false}, {device_in(b), N, stride_b, true},
+            device::gemm(context, batch, M, K, N, 1.0f, {device_in(g), N, M * N, false}, {device_in(b), N, stride_b, true},
                        ga.accumulate ? 1.0f : 0.0f, ga.data);
         // dB (+)= A^T dC per item, or for a shared B, (K, batch M) (batch M, N) at once
         const GradTarget gb = grad_target(b);
         if (!gb) return;
         const float beta = gb.accumulate ? 1.0f : 0.0f;
         if (shared_b)
-            cuda::gemm(context, 1, K, N, batch * M, 1.0f, {device_in(a), K, 0, true}, {device_in(g), N, 0, false}, beta,
+            device::gemm(context, 1, K, N, batch * M, 1.0f, {device_in(a), K, 0, true}, {device_in(g), N, 0, false}, beta,
                        gb.data);
         else
-            cuda::gemm(context, batch, K, N, M, 1.0f, {device_in(a), K, M * K, true}, {device_in(g), N, M * N, false}, beta,
+            device::gemm(context, batch, K, N, M, 1.0f, {device_in(a), K, M * K, true}, {device_in(g), N, M * N, false}, beta,
                        gb.data);
     });
 }

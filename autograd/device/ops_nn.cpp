@@ -11,8 +11,8 @@ namespace attnlab {
 
 namespace {
 
-std::shared_ptr<cuda::DeviceBuffer> upload_shared(const void* values, size_t bytes) {
-    return std::make_shared<cuda::DeviceBuffer>(upload(values, bytes));
+std::shared_ptr<device::DeviceBuffer> upload_shared(const void* values, size_t bytes) {
+    return std::make_shared<device::DeviceBuffer>(upload(values, bytes));
 }
 
 }  // namespace
@@ -22,12 +22,12 @@ Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& o
     const size_t n = ids.values.size(), D = weight.size(1);
     const auto tokens = upload_shared(ids.values.data(), n * sizeof(int32_t));
     Tensor out = device_tensor(out_shape);
-    cuda::embedding_forward(device_context(), 1, n, D, static_cast<const int32_t*>(tokens->data()), device_in(weight),
+    device::embedding_forward(device_context(), 1, n, D, static_cast<const int32_t*>(tokens->data()), device_in(weight),
                             nullptr, device_out(out));
     return record_device("embedding", out, {weight}, [weight, tokens, n, D](const Tensor& g, const float*) {
         float* gw = grad_to_add(weight);
         if (gw != nullptr)
-            cuda::embedding_backward(device_context(), 1, n, D, static_cast<const int32_t*>(tokens->data()),
+            device::embedding_backward(device_context(), 1, n, D, static_cast<const int32_t*>(tokens->data()),
                                      device_in(g), gw, nullptr);
     });
 }
@@ -37,7 +37,7 @@ Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bi
     if (!weight.defined() || !bias.defined()) return composed::layer_norm(x, weight, bias, eps);  // the kernel takes both
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
     Tensor out = device_tensor(x.shape()), mean = device_tensor({rows}), rstd = device_tensor({rows});
-    cuda::layer_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), device_in(bias), float(eps),
+    device::layer_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), device_in(bias), float(eps),
                              device_out(out), device_out(mean), device_out(rstd));
     return record_device("layer_norm", out, {x, weight, bias}, [x, weight, bias, mean, rstd, rows, D](const Tensor& g, const float*) {
         Tensor unwanted_w, unwanted_b, unwanted_x;
@@ -45,7 +45,7 @@ Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bi
         float* gb = grad_to_add_or_scratch(bias, unwanted_b);
         const GradTarget gx = grad_or_scratch(x, unwanted_x);
         const Tensor scratch = device_tensor(x.shape());
-        cuda::layer_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(mean),
+        device::layer_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(mean),
                                   device_in(rstd), device_in(g), gx.data, gx.accumulate, gw, gb, device_out(scratch));
     });
 }
@@ -55,14 +55,14 @@ Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps) {
     if (!weight.defined()) return composed::rms_norm(x, weight, eps);  // the kernel takes a weight
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
     Tensor out = device_tensor(x.shape()), rstd = device_tensor({rows});
-    cuda::rms_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), float(eps), device_out(out),
+    device::rms_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), float(eps), device_out(out),
                            device_out(rstd));
     return record_device("rms_norm", out, {x, weight}, [x, weight, rstd, rows, D](const Tensor& g, const float*) {
         Tensor unwanted_w, unwanted_x;
         float* gw = grad_to_add_or_scratch(weight, unwanted_w);
         const GradTarget gx = grad_or_scratch(x, unwanted_x);
         const Tensor scratch = device_tensor(x.shape());
-        cuda::rms_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(rstd), device_in(g),
+        device::rms_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(rstd), device_in(g),
                                 gx.data, gx.accumulate, gw, device_out(scratch));
     });
 }
@@ -74,9 +74,9 @@ Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps) {
 Tensor dropout_device(const Tensor& x, double p, Rng& rng) {
     const uint64_t seed = rng.next_u64();
     Tensor out = device_tensor(x.shape());
-    cuda::dropout_forward(device_context(), x.numel(), device_in(x), float(p), seed, device_out(out));
+    device::dropout_forward(device_context(), x.numel(), device_in(x), float(p), seed, device_out(out));
     return record_device("dropout", out, {x}, [x, p, seed](const Tensor& g, const float*) {
-        write_device_grad(x, [&](float* dx) { cuda::dropout_backward(device_context(), x.numel(), device_in(g), float(p), seed, dx); });
+        write_device_grad(x, [&](float* dx) { device::dropout_backward(device_context(), x.numel(), device_in(g), float(p), seed, dx); });
     });
 }
 
@@ -84,9 +84,9 @@ Tensor dropout_device(const Tensor& x, double p, Rng& rng) {
 Tensor rotary_device(const Tensor& x, size_t heads, size_t offset, double base) {
     const size_t B = x.size(0), T = x.size(1), d = x.size(2) / heads;
     Tensor out = device_tensor(x.shape());
-    cuda::rotary(device_context(), B, T, heads, d, offset, base, 1.0, device_in(x), device_out(out));
+    device::rotary(device_context(), B, T, heads, d, offset, base, 1.0, device_in(x), device_out(out));
     return record_device("rotary", out, {x}, [x, B, T, heads, d, offset, base](const Tensor& g, const float*) {
-        write_device_grad(x, [&](float* dx) { cuda::rotary(device_context(), B, T, heads, d, offset, base, -1.0, device_in(g), dx); });
+        write_device_grad(x, [&](float* dx) { device::rotary(device_context(), B, T, heads, d, offset, base, -1.0, device_in(g), dx); });
     });
 }
 
@@ -103,19 +103,19 @@ Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const 
             ids[k] = targets.values[k];
             weight[k] = 1.0f / float(counted);
         }
-    const cuda::DeviceBuffer ids_on_device = upload(ids.data(), M * sizeof(int32_t));
-    const cuda::DeviceBuffer weight_on_device = upload(weight.data(), M * sizeof(float));
+    const device::DeviceBuffer ids_on_device = upload(ids.data(), M * sizeof(int32_t));
+    const device::DeviceBuffer weight_on_device = upload(weight.data(), M * sizeof(float));
     const Tensor rows = device_tensor({M}), dlogits = device_tensor({M, C});
     Tensor loss = device_tensor({});
-    cuda::Context& context = device_context();
-    cuda::cross_entropy_forward_backward(context, M, C, device_in(logits), static_cast<const int32_t*>(ids_on_device.data()),
+    device::Context& context = device_context();
+    device::cross_entropy_forward_backward(context, M, C, device_in(logits), static_cast<const int32_t*>(ids_on_device.data()),
                                          weight_on_device.floats(), device_out(rows), device_out(dlogits));
-    if (M == 0) cuda::fill_zero(context, device_out(loss), sizeof(float));
-    else cuda::column_sums(context, M, 1, device_in(rows), device_out(loss), false);
+    if (M == 0) device::fill_zero(context, device_out(loss), sizeof(float));
+    else device::column_sums(context, M, 1, device_in(rows), device_out(loss), false);
     return record_device("cross_entropy", loss, {logits}, [logits, dlogits](const Tensor& g, const float*) {
         const GradTarget target = grad_target(logits);  // d logits = g (softmax - onehot) weight
         if (target)
-            cuda::scale(device_context(), logits.numel(), device_in(dlogits), 1.0f, device_in(g), target.data, target.accumulate);
+            device::scale(device_context(), logits.numel(), device_in(dlogits), 1.0f, device_in(g), target.data, target.accumulate);
     });
 }
 

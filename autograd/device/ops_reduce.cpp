@@ -38,7 +38,7 @@ Moved move_last(const Shape& shape, const std::vector<size_t>& axes) {
 Tensor moved_copy(const char* op, const Tensor& x, const Moved& m) {
     if (m.in_place()) return x;
     Tensor out = device_tensor(x.shape());
-    cuda::copy_strided(device_context(), x.numel(), device_in(x), permute_view(op, x.shape(), m.order), device_out(out),
+    device::copy_strided(device_context(), x.numel(), device_in(x), permute_view(op, x.shape(), m.order), device_out(out),
                        false);
     return out;
 }
@@ -52,7 +52,7 @@ void send_moved_grad(const char* op, const Tensor& x, const Moved& m, const Tens
     for (size_t axis : m.order) moved_shape.push_back(x.shape()[axis]);
     std::vector<size_t> inverse(m.order.size());
     for (size_t i = 0; i < m.order.size(); ++i) inverse[m.order[i]] = i;
-    cuda::copy_strided(device_context(), x.numel(), device_in(moved), permute_view(op, moved_shape, inverse), target.data,
+    device::copy_strided(device_context(), x.numel(), device_in(moved), permute_view(op, moved_shape, inverse), target.data,
                        target.accumulate);
 }
 
@@ -62,17 +62,17 @@ void send_moved_grad(const char* op, const Tensor& x, const Moved& m, const Tens
 Tensor sum_device(const char* op, const Tensor& x, const std::vector<size_t>& axes, double scale, const Shape& out_shape) {
     const Moved m = move_last(x.shape(), axes);
     Tensor out = device_tensor(out_shape);
-    if (m.cols == 0) cuda::fill_zero(device_context(), device_out(out), out.numel() * sizeof(float));
-    else cuda::sum_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), float(scale), device_out(out), false);
+    if (m.cols == 0) device::fill_zero(device_context(), device_out(out), out.numel() * sizeof(float));
+    else device::sum_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), float(scale), device_out(out), false);
     return record_device(op, out, {x}, [op, x, m, scale](const Tensor& g, const float*) {
         // every reduced position receives its row's gradient times scale
         Shape moved_shape;
         for (size_t axis : m.order) moved_shape.push_back(x.shape()[axis]);
         Tensor spread = device_tensor(moved_shape);
-        cuda::copy_strided(device_context(), spread.numel(), device_in(g),
+        device::copy_strided(device_context(), spread.numel(), device_in(g),
                            broadcast_view(op, {m.rows, 1}, {m.rows, m.cols}), device_out(spread), false);
         if (scale != 1.0)
-            cuda::scale(device_context(), spread.numel(), device_in(spread), float(scale), nullptr, device_out(spread), false);
+            device::scale(device_context(), spread.numel(), device_in(spread), float(scale), nullptr, device_out(spread), false);
         send_moved_grad(op, x, m, spread);
     });
 }
@@ -82,16 +82,16 @@ Tensor max_device(const Tensor& x, const std::vector<size_t>& axes, const Shape&
     constexpr const char* op = "max";
     const Moved m = move_last(x.shape(), axes);
     Tensor out = device_tensor(out_shape);
-    const auto index = std::make_shared<cuda::DeviceBuffer>(device_context().allocate(m.rows * sizeof(int32_t)));
+    const auto index = std::make_shared<device::DeviceBuffer>(device_context().allocate(m.rows * sizeof(int32_t)));
     int32_t* at = static_cast<int32_t*>(index->data());
-    cuda::max_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), device_out(out), at);
+    device::max_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), device_out(out), at);
     return record_device(op, out, {x}, [x, m, index, at](const Tensor& g, const float*) {
         if (!x.requires_grad()) return;
         Shape moved_shape;
         for (size_t axis : m.order) moved_shape.push_back(x.shape()[axis]);
         Tensor spread = device_tensor(moved_shape);
-        cuda::fill_zero(device_context(), device_out(spread), spread.numel() * sizeof(float));
-        cuda::scatter_rows(device_context(), m.rows, m.cols, at, device_in(g), device_out(spread));
+        device::fill_zero(device_context(), device_out(spread), spread.numel() * sizeof(float));
+        device::scatter_rows(device_context(), m.rows, m.cols, at, device_in(g), device_out(spread));
         send_moved_grad(op, x, m, spread);
     });
 }
@@ -100,7 +100,7 @@ Tensor max_device(const Tensor& x, const std::vector<size_t>& axes, const Shape&
 Tensor softmax_device(const char* op, const Tensor& x, size_t axis, bool log) {
     const Moved m = move_last(x.shape(), {axis});
     Tensor moved_out = device_tensor(x.shape());  // in m.order
-    cuda::softmax_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), log, device_out(moved_out));
+    device::softmax_rows(device_context(), m.rows, m.cols, device_in(moved_copy(op, x, m)), log, device_out(moved_out));
     Tensor out = moved_out;
     if (!m.in_place()) {
         Shape moved_shape;
@@ -108,7 +108,7 @@ Tensor softmax_device(const char* op, const Tensor& x, size_t axis, bool log) {
         std::vector<size_t> inverse(m.order.size());
         for (size_t i = 0; i < m.order.size(); ++i) inverse[m.order[i]] = i;
         out = device_tensor(x.shape());
-        cuda::copy_strided(device_context(), x.numel(), device_in(moved_out), permute_view(op, moved_shape, inverse),
+        device::copy_strided(device_context(), x.numel(), device_in(moved_out), permute_view(op, moved_shape, inverse),
                            device_out(out), false);
     }
     // the backward reads the values in m.order: the output's own (y) when that is x's
@@ -118,7 +118,7 @@ Tensor softmax_device(const char* op, const Tensor& x, size_t axis, bool log) {
         if (!x.requires_grad()) return;
         const Tensor moved_g = moved_copy(op, g, m);
         Tensor dx = device_tensor(x.shape());  // in m.order
-        cuda::softmax_rows_backward(device_context(), m.rows, m.cols, m.in_place() ? y : device_in(moved_values),
+        device::softmax_rows_backward(device_context(), m.rows, m.cols, m.in_place() ? y : device_in(moved_values),
                                     device_in(moved_g), log,
                                     device_out(dx), false);
         send_moved_grad(op, x, m, dx);

@@ -26,7 +26,7 @@
 
 #include "autograd/device/context.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 constexpr unsigned max_rank = 8;  // axes of a Strided view (an op with more is refused before the kernel)
 
@@ -97,4 +97,4 @@ struct MatrixArg {
 void gemm(Context& context, size_t batch, size_t M, size_t N, size_t K, float alpha, const MatrixArg& A,
           const MatrixArg& B, float beta, float* C);
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

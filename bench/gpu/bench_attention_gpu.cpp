@@ -34,8 +34,8 @@
 namespace {
 
 using namespace attnlab;
-using attnlab::cuda::AttentionDims;
-using attnlab::cuda::AttentionKernel;
+using attnlab::device::AttentionDims;
+using attnlab::device::AttentionKernel;
 
 struct BenchShape {
     size_t B, H, S, d;
@@ -50,7 +50,7 @@ void check(cudaError_t status, const char* what) {
 }
 
 // Median and minimum over `reps` runs of `work`, each between two events on the stream.
-Timing time_gpu(cuda::Context& context, int reps, const std::function<void()>& work) {
+Timing time_gpu(device::Context& context, int reps, const std::function<void()>& work) {
     cudaEvent_t start, stop;
     check(cudaEventCreate(&start), "cudaEventCreate");
     check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -131,7 +131,7 @@ void bench_cpu(const BenchShape& s, const std::vector<float>& q_host, const std:
     }
 }
 
-void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double max_dense_gib, bool cpu,
+void bench_shape(device::Context& context, const BenchShape& s, int reps, double max_dense_gib, bool cpu,
                  const std::string& device) {
     const AttentionDims dims{s.B, s.H, s.H, s.S, s.S, s.d, s.d};
     AttentionMask mask;
@@ -143,29 +143,29 @@ void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double m
     Rng rng(1);
     const std::vector<float> q_host = random_values(rng, n), k_host = random_values(rng, n),
                              v_host = random_values(rng, n), dc_host = random_values(rng, n);
-    const cuda::DeviceBuffer q = cuda::to_device(context, q_host), k = cuda::to_device(context, k_host),
-                             v = cuda::to_device(context, v_host), dC = cuda::to_device(context, dc_host);
-    cuda::DeviceBuffer out = context.allocate_floats(n), dq = context.allocate_floats(n),
+    const device::DeviceBuffer q = device::to_device(context, q_host), k = device::to_device(context, k_host),
+                             v = device::to_device(context, v_host), dC = device::to_device(context, dc_host);
+    device::DeviceBuffer out = context.allocate_floats(n), dq = context.allocate_floats(n),
                        dk = context.allocate_floats(n), dv = context.allocate_floats(n);
-    const cuda::DeviceMask device_mask(context, mask, dims);
+    const device::DeviceMask device_mask(context, mask, dims);
     const double flops = forward_flops(s);
     std::vector<float> flash_context;
 
     for (AttentionKernel kernel : {AttentionKernel::flash, AttentionKernel::dense}) {
-        cuda::check_attention(dims, mask, options, kernel);
-        const std::string name = cuda::to_string(kernel);
-        cuda::DeviceBuffer weights, scratch, lse, row_dot;
+        device::check_attention(dims, mask, options, kernel);
+        const std::string name = device::to_string(kernel);
+        device::DeviceBuffer weights, scratch, lse, row_dot;
         std::function<void()> forward, backward;
         if (kernel == AttentionKernel::dense) {
             if (!dense_fits(s, max_dense_gib)) continue;
             weights = context.allocate_floats(s.B * s.H * s.S * s.S);
             scratch = context.allocate_floats(s.B * s.H * s.S * s.S);
             forward = [&] {
-                cuda::dense_attention_forward(context, dims, q.floats(), k.floats(), v.floats(), device_mask.view(),
+                device::dense_attention_forward(context, dims, q.floats(), k.floats(), v.floats(), device_mask.view(),
                                               scale, out.floats(), weights.floats());
             };
             backward = [&] {
-                cuda::dense_attention_backward(context, dims, q.floats(), k.floats(), v.floats(), weights.floats(),
+                device::dense_attention_backward(context, dims, q.floats(), k.floats(), v.floats(), weights.floats(),
                                                dC.floats(), scale, dq.floats(), dk.floats(), dv.floats(),
                                                scratch.floats(), {}, device_mask.view());
             };
@@ -173,11 +173,11 @@ void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double m
             lse = context.allocate_floats(s.B * s.H * s.S);
             row_dot = context.allocate_floats(s.B * s.H * s.S);
             forward = [&] {
-                cuda::flash_attention_forward(context, dims, q.floats(), k.floats(), v.floats(), device_mask.view(),
+                device::flash_attention_forward(context, dims, q.floats(), k.floats(), v.floats(), device_mask.view(),
                                               scale, out.floats(), lse.floats());
             };
             backward = [&] {
-                cuda::flash_attention_backward(context, dims, q.floats(), k.floats(), v.floats(), out.floats(),
+                device::flash_attention_backward(context, dims, q.floats(), k.floats(), v.floats(), out.floats(),
                                                lse.floats(), dC.floats(), device_mask.view(), scale, dq.floats(),
                                                dk.floats(), dv.floats(), row_dot.floats());
             };
@@ -190,7 +190,7 @@ void bench_shape(cuda::Context& context, const BenchShape& s, int reps, double m
                    reps, device);
         // The two kernels must agree (the tests check both against the CPU op on small shapes).
         forward();
-        const std::vector<float> result = cuda::to_host_floats(context, out, n);
+        const std::vector<float> result = device::to_host_floats(context, out, n);
         if (kernel == AttentionKernel::flash) {
             flash_context = result;
         } else {
@@ -226,20 +226,20 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    const cuda::DeviceInfo info = cuda::probe();
+    const device::DeviceInfo info = device::probe();
     if (!info.available) {
         std::fprintf(stderr, "bench_attention_gpu: %s\n", info.reason.c_str());
         return 1;
     }
     try {
-        cuda::Context context;
+        device::Context context;
         std::vector<BenchShape> shapes{{8, 8, 1024, 64}, {4, 8, 4096, 64}, {1, 8, 16384, 64}};
         if (quick) shapes.resize(1);
         for (size_t i = 0; i < shapes.size(); ++i) {
             bench_shape(context, shapes[i], reps, max_dense_gib, cpu && i == 0, info.name);
             context.empty_cache();  // each shape's buffers go back to the device
         }
-        const cuda::AllocatorStats stats = context.memory_stats();
+        const device::AllocatorStats stats = context.memory_stats();
         std::printf("{\"framework\": \"attnlab\", \"peak_device_bytes\": %zu, \"device_allocations\": %zu}\n",
                     stats.peak_bytes_in_use, stats.device_allocations);
     } catch (const std::exception& error) {

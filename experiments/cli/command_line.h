@@ -133,7 +133,7 @@ inline Device device_option(const cxxopts::ParseResult& parsed) {
     const std::string name = parsed["device"].as<std::string>();
     if (name == "cpu") return Device::cpu;
     if (name != "cuda") throw UsageError("--device: must be \"cpu\" or \"cuda\", got '" + name + "'");
-    const cuda::DeviceInfo info = cuda::probe();
+    const device::DeviceInfo info = device::probe();
     if (!info.available) throw UsageError("--device cuda: " + info.reason);
     return Device::cuda;
 }

@@ -168,7 +168,7 @@ const RunSummary& Trainer::summary() const { return state_->summary; }
 std::unique_ptr<Trainer::State> Trainer::build_state(const Config& config, const World& world) {
     validate(config);
     check_split(config, world);
-    if (config.train.device == "cuda") cuda::require_device("train.device");
+    if (config.train.device == "cuda") device::require_device("train.device");
     auto state = std::make_unique<State>(config);
     state->world = &world;
     return state;

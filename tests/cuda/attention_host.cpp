@@ -4,7 +4,7 @@
 
 #include "tensor_copy.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -96,4 +96,4 @@ HostAttentionGrads attention_backward_host(Context& context, AttentionKernel ker
     return DeviceAttentionPass(context, kernel, q, k, v, mask, options).backward(dcontext);
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -7,7 +7,7 @@
 
 #include "autograd/device/attention.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 struct HostAttention {
     Tensor context;  // (B, H, Tq, d_v)
@@ -53,4 +53,4 @@ private:
     std::unique_ptr<Buffers> buffers_;
 };
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

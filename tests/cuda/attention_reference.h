@@ -19,15 +19,15 @@
 #include "autograd/device/backend.h"
 #include "device_context_test.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 // gtest prints parameters with this (else as raw bytes in the test list)
 inline void PrintTo(AttentionKernel kernel, std::ostream* os) { *os << to_string(kernel); }
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device
 
 namespace attnlab::cuda_test {
 
-using attnlab::cuda::AttentionDims;
-using attnlab::cuda::AttentionKernel;
+using attnlab::device::AttentionDims;
+using attnlab::device::AttentionKernel;
 
 // fp32 agreement with the CPU op: |gpu - cpu| <= abs_tolerance + rel_tolerance |cpu|,
 // element by element, for context, weights, lse and every gradient.
@@ -142,7 +142,7 @@ struct Param {
     AttentionKernel kernel;
 };
 
-inline void PrintTo(const Param& param, std::ostream* os) { *os << param.c.name << ", " << cuda::to_string(param.kernel); }
+inline void PrintTo(const Param& param, std::ostream* os) { *os << param.c.name << ", " << device::to_string(param.kernel); }
 
 // Every case on both kernels, named "<case>_<kernel>" by param_name.
 inline std::vector<Param> params(const std::vector<Case>& cases) {
@@ -152,13 +152,13 @@ inline std::vector<Param> params(const std::vector<Case>& cases) {
     return all;
 }
 inline std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-    return info.param.c.name + "_" + cuda::to_string(info.param.kernel);
+    return info.param.c.name + "_" + device::to_string(info.param.kernel);
 }
 
 // The kernel against the CPU op on random inputs drawn from `seed`: the context
 // (and the weights for dense, the log-sum-exp for flash), then dq, dk, dv for a
 // random dcontext, each within the tolerance above.
-inline void expect_agreement(cuda::Context& context, AttentionKernel kernel, const AttentionDims& dims,
+inline void expect_agreement(device::Context& context, AttentionKernel kernel, const AttentionDims& dims,
                              const AttentionMask& mask, MaskedRows masked_rows, uint64_t seed) {
     const Inputs in = random_inputs(dims, seed);
     AttentionOptions options;
@@ -166,7 +166,7 @@ inline void expect_agreement(cuda::Context& context, AttentionKernel kernel, con
     options.masked_rows = masked_rows;
     const Reference cpu = cpu_reference(in, mask, options);
     options.need_weights = kernel == AttentionKernel::dense;
-    const cuda::HostAttention gpu = cuda::attention_host(context, kernel, in.q, in.k, in.v, mask, options);
+    const device::HostAttention gpu = device::attention_host(context, kernel, in.q, in.k, in.v, mask, options);
     expect_close(gpu.context, cpu.context, "context");
     if (kernel == AttentionKernel::dense) expect_close(gpu.weights, cpu.weights, "weights");
     if (kernel == AttentionKernel::flash) {
@@ -174,8 +174,8 @@ inline void expect_agreement(cuda::Context& context, AttentionKernel kernel, con
         expect_close(gpu.lse.values(), reference_lse(in, mask, options.scale), "lse");
     }
     options.need_weights = false;
-    const cuda::HostAttentionGrads grads =
-        cuda::attention_backward_host(context, kernel, in.q, in.k, in.v, mask, options, in.dcontext);
+    const device::HostAttentionGrads grads =
+        device::attention_backward_host(context, kernel, in.q, in.k, in.v, mask, options, in.dcontext);
     expect_close(grads.dq, cpu.dq, "dq");
     expect_close(grads.dk, cpu.dk, "dk");
     expect_close(grads.dv, cpu.dv, "dv");

@@ -1,4 +1,4 @@
-// The fixture of every test that needs a cuda::Context: a GPU's in test_cuda,
+// The fixture of every test that needs a device::Context: a GPU's in test_cuda,
 // the host's in test_device_host (tests/device_host/, whose probe answers that
 // the host is the device); skipped, with the probe's reason, where no device
 // is present (no GPU, or the stub of a CPU build).
@@ -16,11 +16,11 @@ namespace attnlab::cuda_test {
 class DeviceTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        const cuda::DeviceInfo info = cuda::probe();
+        const device::DeviceInfo info = device::probe();
         if (!info.available) GTEST_SKIP() << info.reason;
-        context = std::make_unique<cuda::Context>();
+        context = std::make_unique<device::Context>();
     }
-    std::unique_ptr<cuda::Context> context;
+    std::unique_ptr<device::Context> context;
 };
 
 }  // namespace attnlab::cuda_test

@@ -2,7 +2,7 @@
 
 #include "autograd/tensor_impl.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 DeviceBuffer upload(Context& context, const Tensor& t) {
     if (t.dtype() != DType::f32) fail("cuda", "upload: the device holds float32, got " + to_string(t.dtype()));
@@ -15,4 +15,4 @@ Tensor download(Context& context, const DeviceBuffer& buffer, const Shape& shape
     return wrap<float>(std::move(values));
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

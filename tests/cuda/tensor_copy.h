@@ -6,11 +6,11 @@
 #include "autograd/tensor.h"
 #include "autograd/device/context.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 // A float32 tensor's values (row-major) in a new buffer of the context.
 DeviceBuffer upload(Context& context, const Tensor& t);
 // The buffer's first numel(shape) floats as a new tensor without a graph.
 Tensor download(Context& context, const DeviceBuffer& buffer, const Shape& shape);
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

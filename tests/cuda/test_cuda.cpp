@@ -11,9 +11,9 @@
 
 namespace {
 
-using attnlab::cuda::built_with_cuda;
-using attnlab::cuda::probe;
-using attnlab::cuda::require_device;
+using attnlab::device::built_with_cuda;
+using attnlab::device::probe;
+using attnlab::device::require_device;
 
 bool starts_with(const std::string& text, const std::string& prefix) {
     return text.rfind(prefix, 0) == 0;

@@ -85,10 +85,10 @@ TEST_P(CudaMaskedRows, EmptyRowsAreExactlyZero) {
     options.scale = 0.25;
     options.masked_rows = MaskedRows::zero;
     options.need_weights = GetParam() == AttentionKernel::dense;
-    const cuda::HostAttention out = cuda::attention_host(*context, GetParam(), in.q, in.k, in.v, mask, options);
+    const device::HostAttention out = device::attention_host(*context, GetParam(), in.q, in.k, in.v, mask, options);
     options.need_weights = false;
-    const cuda::HostAttentionGrads grads =
-        cuda::attention_backward_host(*context, GetParam(), in.q, in.k, in.v, mask, options, in.dcontext);
+    const device::HostAttentionGrads grads =
+        device::attention_backward_host(*context, GetParam(), in.q, in.k, in.v, mask, options, in.dcontext);
     for (size_t b = 0; b < 2; ++b)
         for (size_t h = 0; h < 2; ++h)
             for (size_t i = 0; i < 20; ++i) {
@@ -114,7 +114,7 @@ TEST_P(CudaMaskedRows, EmptyRowsAreExactlyZero) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaMaskedRows, ::testing::Values(AttentionKernel::dense, AttentionKernel::flash),
                          [](const ::testing::TestParamInfo<AttentionKernel>& info) {
-                             return cuda::to_string(info.param);
+                             return device::to_string(info.param);
                          });
 
 }  // namespace

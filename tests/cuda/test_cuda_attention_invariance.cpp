@@ -51,11 +51,11 @@ TEST_P(CudaAttentionInvariance, CausalPerturbationLeavesEarlierOutputsBitwiseUnc
     options.scale = 0.25;
     const auto future = [&](size_t, size_t j) { return j > t; };
     const Tensor k2 = perturb_keys(in.k, 1, future), v2 = perturb_keys(in.v, 2, future);
-    const auto before = cuda::attention_host(*context, GetParam(), in.q, in.k, in.v, mask, options);
-    const auto after = cuda::attention_host(*context, GetParam(), in.q, k2, v2, mask, options);
+    const auto before = device::attention_host(*context, GetParam(), in.q, in.k, in.v, mask, options);
+    const auto after = device::attention_host(*context, GetParam(), in.q, k2, v2, mask, options);
     expect_rows_identical(before.context, after.context, [&](size_t) { return t + 1; }, "context rows 0..t");
-    const auto grads_before = cuda::attention_backward_host(*context, GetParam(), in.q, in.k, in.v, mask, options, in.dcontext);
-    const auto grads_after = cuda::attention_backward_host(*context, GetParam(), in.q, k2, v2, mask, options, in.dcontext);
+    const auto grads_before = device::attention_backward_host(*context, GetParam(), in.q, in.k, in.v, mask, options, in.dcontext);
+    const auto grads_after = device::attention_backward_host(*context, GetParam(), in.q, k2, v2, mask, options, in.dcontext);
     expect_rows_identical(grads_before.dq, grads_after.dq, [&](size_t) { return t + 1; }, "dq rows 0..t");
     // and the later rows do change (the perturbation is real)
     EXPECT_NE(before.context.at({0, 0, 149, 0}), after.context.at({0, 0, 149, 0}));
@@ -73,12 +73,12 @@ TEST_P(CudaAttentionInvariance, ChangingPaddedKeysChangesNothing) {
         options.scale = 0.25;
         const auto padding = [&](size_t b, size_t j) { return j >= lengths[b]; };
         const Tensor k2 = perturb_keys(in.k, 3, padding), v2 = perturb_keys(in.v, 4, padding);
-        const auto before = cuda::attention_host(*context, GetParam(), in.q, in.k, in.v, mask, options);
-        const auto after = cuda::attention_host(*context, GetParam(), in.q, k2, v2, mask, options);
+        const auto before = device::attention_host(*context, GetParam(), in.q, in.k, in.v, mask, options);
+        const auto after = device::attention_host(*context, GetParam(), in.q, k2, v2, mask, options);
         const auto all_rows = [&](size_t) { return dims.Tq; };
         expect_rows_identical(before.context, after.context, all_rows, is_causal ? "causal context" : "context");
-        const auto g1 = cuda::attention_backward_host(*context, GetParam(), in.q, in.k, in.v, mask, options, in.dcontext);
-        const auto g2 = cuda::attention_backward_host(*context, GetParam(), in.q, k2, v2, mask, options, in.dcontext);
+        const auto g1 = device::attention_backward_host(*context, GetParam(), in.q, in.k, in.v, mask, options, in.dcontext);
+        const auto g2 = device::attention_backward_host(*context, GetParam(), in.q, k2, v2, mask, options, in.dcontext);
         expect_rows_identical(g1.dq, g2.dq, all_rows, "dq");
         // padded keys get exactly zero gradient
         for (size_t b = 0; b < 2; ++b)
@@ -99,9 +99,9 @@ TEST_F(CudaDenseWeights, ReturningWeightsNeverChangesTheContext) {
     mask.causal = true;
     AttentionOptions options;
     options.scale = 0.25;
-    const auto without = cuda::attention_host(*context, AttentionKernel::dense, in.q, in.k, in.v, mask, options);
+    const auto without = device::attention_host(*context, AttentionKernel::dense, in.q, in.k, in.v, mask, options);
     options.need_weights = true;
-    const auto with = cuda::attention_host(*context, AttentionKernel::dense, in.q, in.k, in.v, mask, options);
+    const auto with = device::attention_host(*context, AttentionKernel::dense, in.q, in.k, in.v, mask, options);
     EXPECT_EQ(without.context.values(), with.context.values());
     EXPECT_FALSE(without.weights.defined());
     EXPECT_TRUE(with.weights.defined());
@@ -110,7 +110,7 @@ TEST_F(CudaDenseWeights, ReturningWeightsNeverChangesTheContext) {
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionInvariance,
                          ::testing::Values(AttentionKernel::dense, AttentionKernel::flash),
                          [](const ::testing::TestParamInfo<AttentionKernel>& info) {
-                             return cuda::to_string(info.param);
+                             return device::to_string(info.param);
                          });
 
 }  // namespace

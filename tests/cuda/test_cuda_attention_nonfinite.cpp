@@ -43,7 +43,7 @@ TEST_P(CudaNonFinite, NanQueryRowGivesANanRowOnly) {
     AttentionOptions options;
     options.scale = 0.3;
     const Tensor cpu = attention(in.q, in.k, in.v, {}, options).context;
-    const cuda::HostAttention gpu = cuda::attention_host(*context, GetParam(), in.q, in.k, in.v, {}, options);
+    const device::HostAttention gpu = device::attention_host(*context, GetParam(), in.q, in.k, in.v, {}, options);
     const std::vector<bool> expected{false, false, true, false};
     EXPECT_EQ(nan_rows(cpu), expected);
     EXPECT_EQ(nan_rows(gpu.context), expected);
@@ -69,7 +69,7 @@ TEST_P(CudaNonFinite, NanLeadingKeyTileGivesNanRows) {
         EXPECT_EQ(nan_rows(attention(in.q, in.k, in.v, {}, options).context), all);
     }
     options.path = AttentionPath::automatic;
-    const cuda::HostAttention gpu = cuda::attention_host(*context, GetParam(), in.q, in.k, in.v, {}, options);
+    const device::HostAttention gpu = device::attention_host(*context, GetParam(), in.q, in.k, in.v, {}, options);
     EXPECT_EQ(nan_rows(gpu.context), all);
     if (gpu.lse.defined()) {
         for (double lse : gpu.lse.values()) EXPECT_TRUE(std::isnan(lse)) << lse;
@@ -110,10 +110,10 @@ TEST_P(CudaNonFinite, PaddedKeysMayHoldInfAndNan) {
         expect_close(cpu.dk, expected.dk, "cpu dk");
         expect_close(cpu.dv, expected.dv, "cpu dv");
 
-        const cuda::HostAttention gpu = cuda::attention_host(*context, GetParam(), dirty.q, dirty.k, dirty.v, mask, options);
+        const device::HostAttention gpu = device::attention_host(*context, GetParam(), dirty.q, dirty.k, dirty.v, mask, options);
         expect_close(gpu.context, expected.context, "context");
-        const cuda::HostAttentionGrads grads =
-            cuda::attention_backward_host(*context, GetParam(), dirty.q, dirty.k, dirty.v, mask, options, dirty.dcontext);
+        const device::HostAttentionGrads grads =
+            device::attention_backward_host(*context, GetParam(), dirty.q, dirty.k, dirty.v, mask, options, dirty.dcontext);
         expect_close(grads.dq, expected.dq, "dq");
         expect_close(grads.dk, expected.dk, "dk");  // includes the padded rows: exactly 0 there
         expect_close(grads.dv, expected.dv, "dv");
@@ -122,7 +122,7 @@ TEST_P(CudaNonFinite, PaddedKeysMayHoldInfAndNan) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaNonFinite, ::testing::Values(AttentionKernel::dense, AttentionKernel::flash),
                          [](const ::testing::TestParamInfo<AttentionKernel>& info) {
-                             return cuda::to_string(info.param);
+                             return device::to_string(info.param);
                          });
 
 }  // namespace

@@ -55,7 +55,7 @@ TEST_F(CudaAttentionLimits, BatchAboveTheGridLimit) {
     const Inputs in = random_inputs(dims, 2);
     const size_t allocations = context->memory_stats().device_allocations;
     try {
-        cuda::attention_host(*context, AttentionKernel::flash, in.q, in.k, in.v, {}, {});
+        device::attention_host(*context, AttentionKernel::flash, in.q, in.k, in.v, {}, {});
         ADD_FAILURE() << "flash took B = 70000";
     } catch (const Error& error) {
         EXPECT_EQ(std::string(error.what()),

@@ -8,8 +8,8 @@
 namespace attnlab::cuda_test {
 namespace {
 
-using cuda::attention_dims;
-using cuda::check_attention;
+using device::attention_dims;
+using device::check_attention;
 
 std::string error_of(const std::function<void()>& call) {
     try {
@@ -118,9 +118,9 @@ TEST(CudaAttentionChecks, ShapesAndMasksAreCheckedAsTheCpuOpChecksThem) {
 }
 
 TEST(CudaAttentionChecks, KernelNames) {
-    EXPECT_EQ(cuda::parse_attention_kernel("flash"), AttentionKernel::flash);
-    EXPECT_EQ(cuda::to_string(AttentionKernel::dense), "dense");
-    EXPECT_TRUE(contains(error_of([] { cuda::parse_attention_kernel("fast"); }), "\"dense\" or \"flash\""));
+    EXPECT_EQ(device::parse_attention_kernel("flash"), AttentionKernel::flash);
+    EXPECT_EQ(device::to_string(AttentionKernel::dense), "dense");
+    EXPECT_TRUE(contains(error_of([] { device::parse_attention_kernel("fast"); }), "\"dense\" or \"flash\""));
 }
 
 }  // namespace

@@ -6,13 +6,13 @@
 namespace attnlab::cuda_test {
 namespace {
 
-using cuda::DeviceAllocator;
+using device::DeviceAllocator;
 
 TEST(CudaContext, RefusedWithoutADeviceNamingTheReason) {
-    const cuda::DeviceInfo info = cuda::probe();
+    const device::DeviceInfo info = device::probe();
     if (info.available) GTEST_SKIP() << "a CUDA device is present: " << info.name;
     try {
-        cuda::Context context;
+        device::Context context;
         FAIL() << "a Context was made without a device";
     } catch (const Error& error) {
         EXPECT_EQ(std::string(error.what()), "[cuda] Context: " + info.reason);
@@ -32,16 +32,16 @@ TEST_F(CudaAllocator, ReusesFreedBlocksOfTheSameRoundedSize) {
     if (!context->caching_memory()) GTEST_SKIP() << "ATTNLAB_NO_CUDA_CACHING is set: every buffer is its own block";
     const size_t allocations_before = context->memory_stats().device_allocations;
     {
-        cuda::DeviceBuffer a = context->allocate(1000);  // 1024 bytes
+        device::DeviceBuffer a = context->allocate(1000);  // 1024 bytes
         EXPECT_EQ(a.bytes(), 1000u);
         EXPECT_EQ(context->memory_stats().bytes_in_use, 1024u);
     }
     EXPECT_EQ(context->memory_stats().bytes_in_use, 0u);
     EXPECT_EQ(context->memory_stats().bytes_cached, 1024u);
     {
-        cuda::DeviceBuffer b = context->allocate(900);  // same granule: from the cache
+        device::DeviceBuffer b = context->allocate(900);  // same granule: from the cache
         EXPECT_EQ(context->memory_stats().bytes_cached, 0u);
-        cuda::DeviceBuffer c = context->allocate(3000);  // a new block
+        device::DeviceBuffer c = context->allocate(3000);  // a new block
         EXPECT_EQ(context->memory_stats().peak_bytes_in_use, 1024u + 3072u);
     }
     EXPECT_EQ(context->memory_stats().device_allocations, allocations_before + 2);
@@ -51,10 +51,10 @@ TEST_F(CudaAllocator, ReusesFreedBlocksOfTheSameRoundedSize) {
 
 TEST_F(CudaAllocator, CopiesRoundTrip) {
     const std::vector<float> values{1.5f, -2.0f, 3.25f, 1e-30f, 7.0f};
-    const cuda::DeviceBuffer buffer = cuda::to_device(*context, values);
-    EXPECT_EQ(cuda::to_host_floats(*context, buffer, values.size()), values);
+    const device::DeviceBuffer buffer = device::to_device(*context, values);
+    EXPECT_EQ(device::to_host_floats(*context, buffer, values.size()), values);
     std::vector<float> too_many(6);
-    EXPECT_THROW(cuda::to_host(*context, buffer, too_many.data(), 6 * sizeof(float)), Error);
+    EXPECT_THROW(device::to_host(*context, buffer, too_many.data(), 6 * sizeof(float)), Error);
 }
 
 }  // namespace

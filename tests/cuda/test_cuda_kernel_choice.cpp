@@ -8,12 +8,12 @@
 namespace attnlab::cuda_test {
 namespace {
 
-using cuda::AttentionKernel;
+using device::AttentionKernel;
 
 TEST(DeviceAttentionKernel, FlashForHeadWidthsItsTilesHold) {
-    EXPECT_EQ(cuda::kernel_for_head_width(64), AttentionKernel::flash);
-    EXPECT_EQ(cuda::kernel_for_head_width(cuda::flash_max_head_width), AttentionKernel::flash);
-    EXPECT_EQ(cuda::kernel_for_head_width(cuda::flash_max_head_width + 1), AttentionKernel::dense);
+    EXPECT_EQ(device::kernel_for_head_width(64), AttentionKernel::flash);
+    EXPECT_EQ(device::kernel_for_head_width(device::flash_max_head_width), AttentionKernel::flash);
+    EXPECT_EQ(device::kernel_for_head_width(device::flash_max_head_width + 1), AttentionKernel::dense);
 }
 
 }  // namespace

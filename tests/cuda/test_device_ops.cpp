@@ -22,20 +22,20 @@
 namespace attnlab::device_ops_test {
 namespace {
 
-using cuda::DeviceBuffer;
+using device::DeviceBuffer;
 
 class DeviceOps : public cuda_test::DeviceTest {
 protected:
-    DeviceBuffer up(const Tensor& t) { return cuda::upload(*context, t); }
+    DeviceBuffer up(const Tensor& t) { return device::upload(*context, t); }
     DeviceBuffer up(const std::vector<int32_t>& ids) {
-        return cuda::to_device(*context, ids.data(), ids.size() * sizeof(int32_t));
+        return device::to_device(*context, ids.data(), ids.size() * sizeof(int32_t));
     }
     DeviceBuffer zeros(size_t n) {
         DeviceBuffer b = context->allocate_floats(n);
-        cuda::fill_zero(*context, b.data(), n * sizeof(float));
+        device::fill_zero(*context, b.data(), n * sizeof(float));
         return b;
     }
-    Tensor down(const DeviceBuffer& b, const Shape& shape) { return cuda::download(*context, b, shape); }
+    Tensor down(const DeviceBuffer& b, const Shape& shape) { return device::download(*context, b, shape); }
     Rng rng{21};
 };
 
@@ -58,11 +58,11 @@ TEST_F(DeviceOps, EmbeddingWithPositions) {
     const Tensor y = embedding(E, Indices({B, T}, ids)) + slice(P, 0, 0, T);
     y.backward(dy);
     const DeviceBuffer dE_in = up(E), dP_in = up(P), tokens = up(ids), x = zeros(B * T * D);
-    cuda::embedding_forward(*context, B, T, D, static_cast<const int32_t*>(tokens.data()), dE_in.floats(),
+    device::embedding_forward(*context, B, T, D, static_cast<const int32_t*>(tokens.data()), dE_in.floats(),
                             dP_in.floats(), x.floats());
     expect_close(down(x, {B, T, D}), y.detach(), "x");
     const DeviceBuffer gE = zeros(V * D), gP = zeros((T + 2) * D), g = up(dy);
-    cuda::embedding_backward(*context, B, T, D, static_cast<const int32_t*>(tokens.data()), g.floats(), gE.floats(),
+    device::embedding_backward(*context, B, T, D, static_cast<const int32_t*>(tokens.data()), g.floats(), gE.floats(),
                              gP.floats());
     expect_close(down(gE, {V, D}), E.grad(), "dE");
     expect_close(down(gP, {T + 2, D}), P.grad(), "dP");
@@ -77,12 +77,12 @@ TEST_F(DeviceOps, LayerNormForwardAndBackward) {
         y.backward(dy);
         const DeviceBuffer X = up(x), W = up(w), Bi = up(b), Y = zeros(rows * D), mean = zeros(rows),
                            rstd = zeros(rows);
-        cuda::layer_norm_forward(*context, rows, D, X.floats(), W.floats(), Bi.floats(), 1e-5f, Y.floats(),
+        device::layer_norm_forward(*context, rows, D, X.floats(), W.floats(), Bi.floats(), 1e-5f, Y.floats(),
                                  mean.floats(), rstd.floats());
         expect_close(down(Y, {rows, D}), y.detach(), "y, D = " + std::to_string(D));
         const DeviceBuffer G = up(dy), dX = up(x), dW = zeros(D), dB = zeros(D), scratch = zeros(rows * D);
         // accumulate onto x's own values: dX ends as x + the gradient
-        cuda::layer_norm_backward(*context, rows, D, X.floats(), W.floats(), mean.floats(), rstd.floats(), G.floats(),
+        device::layer_norm_backward(*context, rows, D, X.floats(), W.floats(), mean.floats(), rstd.floats(), G.floats(),
                                   dX.floats(), true, dW.floats(), dB.floats(), scratch.floats());
         expect_close(down(dX, {rows, D}), x.detach() + x.grad(), "x + dx, D = " + std::to_string(D));
         expect_close(down(dW, {D}), w.grad(), "dgamma");
@@ -92,13 +92,13 @@ TEST_F(DeviceOps, LayerNormForwardAndBackward) {
 
 TEST_F(DeviceOps, Activations) {
     const size_t n = 1000;
-    for (const auto activation : {cuda::DeviceActivation::gelu, cuda::DeviceActivation::relu}) {
+    for (const auto activation : {device::DeviceActivation::gelu, device::DeviceActivation::relu}) {
         const Tensor x = leaf(rng, {n}, 3.0), dy = rng.normal({n}, 0, 1);
-        const Tensor y = activation == cuda::DeviceActivation::gelu ? gelu(x) : relu(x);
+        const Tensor y = activation == device::DeviceActivation::gelu ? gelu(x) : relu(x);
         y.backward(dy);
         const DeviceBuffer X = up(x), Y = zeros(n), G = up(dy), dX = zeros(n);
-        cuda::activation_forward(*context, activation, n, X.floats(), Y.floats());
-        cuda::activation_backward(*context, activation, n, X.floats(), G.floats(), dX.floats());
+        device::activation_forward(*context, activation, n, X.floats(), Y.floats());
+        device::activation_backward(*context, activation, n, X.floats(), G.floats(), dX.floats());
         expect_close(down(Y, {n}), y.detach(), "y");
         expect_close(down(dX, {n}), x.grad(), "dx");
     }
@@ -110,7 +110,7 @@ TEST_F(DeviceOps, ReluKeepsNaN) {
     const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
     const Tensor x = Tensor::from_values({nan, -1.0, 2.0, -inf, inf, 0.0}, {6}, DType::f32);
     const DeviceBuffer X = up(x), Y = zeros(6);
-    cuda::activation_forward(*context, cuda::DeviceActivation::relu, 6, X.floats(), Y.floats());
+    device::activation_forward(*context, device::DeviceActivation::relu, 6, X.floats(), Y.floats());
     const std::vector<double> y = down(Y, {6}).values();
     EXPECT_TRUE(std::isnan(y[0])) << y[0];
     EXPECT_EQ(std::vector<double>(y.begin() + 1, y.end()), (std::vector<double>{0.0, 2.0, 0.0, inf, 0.0}));
@@ -122,9 +122,9 @@ TEST_F(DeviceOps, DropoutDropsAFractionPAndScalesTheRest) {
     const size_t n = 200000;
     const float p = 0.3f;
     const DeviceBuffer ones = up(Tensor::ones({n})), y = zeros(n), dx = zeros(n), other = zeros(n);
-    cuda::dropout_forward(*context, n, ones.floats(), p, 42, y.floats());
-    cuda::dropout_backward(*context, n, ones.floats(), p, 42, dx.floats());
-    cuda::dropout_forward(*context, n, ones.floats(), p, 43, other.floats());
+    device::dropout_forward(*context, n, ones.floats(), p, 42, y.floats());
+    device::dropout_backward(*context, n, ones.floats(), p, 42, dx.floats());
+    device::dropout_forward(*context, n, ones.floats(), p, 43, other.floats());
     const std::vector<double> kept = down(y, {n}).values(), grad = down(dx, {n}).values(), again = down(other, {n}).values();
     size_t dropped = 0, differ = 0;
     for (size_t e = 0; e < n; ++e) {
@@ -146,10 +146,10 @@ TEST_F(DeviceOps, LinearForwardAndBackward) {
         const Tensor y = linear(x, W, b);
         y.backward(dy);
         const DeviceBuffer X = up(x), Wd = up(W), Bd = bias ? up(b) : DeviceBuffer(), Y = zeros(M * N);
-        cuda::linear_forward(*context, M, N, K, X.floats(), Wd.floats(), bias ? Bd.floats() : nullptr, Y.floats());
+        device::linear_forward(*context, M, N, K, X.floats(), Wd.floats(), bias ? Bd.floats() : nullptr, Y.floats());
         expect_close(down(Y, {M, N}), y.detach(), "y");
         const DeviceBuffer G = up(dy), dX = zeros(M * K), dW = zeros(N * K), dB = zeros(N);
-        cuda::linear_backward(*context, M, N, K, X.floats(), Wd.floats(), G.floats(), dX.floats(), false, dW.floats(),
+        device::linear_backward(*context, M, N, K, X.floats(), Wd.floats(), G.floats(), dX.floats(), false, dW.floats(),
                               bias ? dB.floats() : nullptr);
         expect_close(down(dX, {M, K}), x.grad(), "dx");
         expect_close(down(dW, {N, K}), W.grad(), "dW");
@@ -166,10 +166,10 @@ TEST_F(DeviceOps, LinearForwardAndBackwardInGroups) {
     const Tensor y = reshape(concat(ys, 0), {G, M, N});
     y.backward(dy);
     const DeviceBuffer X = up(x), Wd = up(W), Bd = up(b), Y = zeros(G * M * N);
-    cuda::linear_forward(*context, M, N, K, X.floats(), Wd.floats(), Bd.floats(), Y.floats(), G);
+    device::linear_forward(*context, M, N, K, X.floats(), Wd.floats(), Bd.floats(), Y.floats(), G);
     expect_close(down(Y, {G, M, N}), y.detach(), "y");
     const DeviceBuffer D = up(dy), dX = up(Tensor::ones({M, K})), dW = zeros(G * N * K), dB = zeros(G * N);
-    cuda::linear_backward(*context, M, N, K, X.floats(), Wd.floats(), D.floats(), dX.floats(), true, dW.floats(), dB.floats(), G);
+    device::linear_backward(*context, M, N, K, X.floats(), Wd.floats(), D.floats(), dX.floats(), true, dW.floats(), dB.floats(), G);
     expect_close(down(dX, {M, K}), x.grad() + 1.0, "1 + dx, summed over the groups");
     expect_close(down(dW, {G * N, K}), W.grad(), "dW");
     expect_close(down(dB, {G * N}), b.grad(), "db");
@@ -191,15 +191,15 @@ TEST_F(DeviceOps, CrossEntropyWithALossMask) {
     for (uint8_t c : counted) count += c;
     std::vector<float> weight(M);
     for (size_t i = 0; i < M; ++i) weight[i] = counted[i] ? 1.0f / float(count) : 0.0f;
-    const DeviceBuffer Z = up(z), T = up(targets), Wt = cuda::to_device(*context, weight), rows = zeros(M),
+    const DeviceBuffer Z = up(z), T = up(targets), Wt = device::to_device(*context, weight), rows = zeros(M),
                        dZ = zeros(M * V);
-    cuda::cross_entropy_forward_backward(*context, M, V, Z.floats(), static_cast<const int32_t*>(T.data()),
+    device::cross_entropy_forward_backward(*context, M, V, Z.floats(), static_cast<const int32_t*>(T.data()),
                                          Wt.floats(), rows.floats(), dZ.floats());
-    DeviceBuffer total = context->allocate(sizeof(double)), partials = context->allocate(cuda::reduce_partials * 8);
-    cuda::sum_to_double(*context, M, rows.floats(), false, static_cast<double*>(total.data()),
+    DeviceBuffer total = context->allocate(sizeof(double)), partials = context->allocate(device::reduce_partials * 8);
+    device::sum_to_double(*context, M, rows.floats(), false, static_cast<double*>(total.data()),
                         static_cast<double*>(partials.data()));
     double value = 0;
-    cuda::to_host(*context, total, &value, sizeof value);
+    device::to_host(*context, total, &value, sizeof value);
     EXPECT_NEAR(value, loss.item(), 1e-5);
     expect_close(down(dZ, {M, V}), z.grad(), "dlogits");
 }
@@ -210,9 +210,9 @@ TEST_F(DeviceOps, LayoutsAreThePermutationsOfReshapeAndPermute) {
     const auto heads = [&](const Tensor& t, size_t n) { return permute(reshape(t, {B, T, n, d}), {0, 2, 1, 3}); };
     const DeviceBuffer q = up(heads(x, H));
     const DeviceBuffer merged = zeros(B * T * H * d), split_again = zeros(B * H * T * d);
-    cuda::merge_heads(*context, B, H, T, d, q.floats(), merged.floats());
+    device::merge_heads(*context, B, H, T, d, q.floats(), merged.floats());
     expect_close(down(merged, {B, T, H * d}), x, "merge_heads");
-    cuda::split_heads(*context, B, H, T, d, merged.floats(), split_again.floats());
+    device::split_heads(*context, B, H, T, d, merged.floats(), split_again.floats());
     expect_close(down(split_again, {B, H, T, d}), heads(x, H), "split_heads");
 }
 
@@ -220,16 +220,16 @@ TEST_F(DeviceOps, ColumnSumsAndSumOfSquares) {
     const size_t rows = 300, cols = 70;
     const Tensor x = rng.normal({rows, cols}, 0, 1);
     const DeviceBuffer X = up(x), out = up(Tensor::ones({cols}));
-    cuda::column_sums(*context, rows, cols, X.floats(), out.floats(), true);  // onto ones
+    device::column_sums(*context, rows, cols, X.floats(), out.floats(), true);  // onto ones
     expect_close(down(out, {cols}), sum(x, {0}) + 1.0, "1 + column sums");
     const DeviceBuffer grouped = zeros(3 * cols);  // x as 3 groups of 100 rows
-    cuda::column_sums(*context, rows / 3, cols, X.floats(), grouped.floats(), false, 3);
+    device::column_sums(*context, rows / 3, cols, X.floats(), grouped.floats(), false, 3);
     expect_close(down(grouped, {3, cols}), sum(reshape(x, {3, rows / 3, cols}), {1}), "column sums of each group");
-    DeviceBuffer total = context->allocate(sizeof(double)), partials = context->allocate(cuda::reduce_partials * 8);
-    cuda::sum_to_double(*context, rows * cols, X.floats(), true, static_cast<double*>(total.data()),
+    DeviceBuffer total = context->allocate(sizeof(double)), partials = context->allocate(device::reduce_partials * 8);
+    device::sum_to_double(*context, rows * cols, X.floats(), true, static_cast<double*>(total.data()),
                         static_cast<double*>(partials.data()));
     double value = 0;
-    cuda::to_host(*context, total, &value, sizeof value);
+    device::to_host(*context, total, &value, sizeof value);
     double expected = 0;  // in double, as the device sums
     for (double v : x.values()) expected += v * v;
     EXPECT_NEAR(value, expected, 1e-9 * expected);
@@ -253,12 +253,12 @@ TEST_F(DeviceOps, AdamUpdateIsAdamStep) {
     const DeviceBuffer P = up(Tensor::from_values(all, {n})), G = up(Tensor::from_values(grads, {n})), M = zeros(n),
                        V = zeros(n);
     const double stats_host[2] = {1.0, squares};
-    const DeviceBuffer stats = cuda::to_device(*context, stats_host, sizeof stats_host);
+    const DeviceBuffer stats = device::to_device(*context, stats_host, sizeof stats_host);
     for (int t = 1; t <= 2; ++t) {
         for (auto& [name, p] : params) p.zero_grad();
         (sum(params[0].second * (g_decayed * factor)) + sum(params[1].second * (g_kept * factor))).backward();
         adamw->step();
-        cuda::AdamScalars s{};
+        device::AdamScalars s{};
         s.beta1 = 0.9f;
         s.beta2 = 0.999f;
         s.one_minus_beta1 = static_cast<float>(1 - 0.9);
@@ -270,7 +270,7 @@ TEST_F(DeviceOps, AdamUpdateIsAdamStep) {
         s.shrink = 1.0f - 1e-2f * 0.1f;
         s.decoupled = true;
         s.max_norm = max_norm;
-        cuda::adam_update(*context, n, n_decay, P.floats(), G.floats(), M.floats(), V.floats(), s,
+        device::adam_update(*context, n, n_decay, P.floats(), G.floats(), M.floats(), V.floats(), s,
                           static_cast<const double*>(stats.data()));
     }
     const Tensor updated = down(P, {n});

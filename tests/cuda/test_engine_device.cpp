@@ -36,7 +36,7 @@ TEST_F(EngineDevice, TensorsMoveThereAndBack) {
 
 TEST_F(EngineDevice, WhatTheDeviceCannotTakeIsSaid) {
     const Tensor d = Tensor::ones({2, 3}).to(Device::cuda);
-    try {  // the strided views take at most cuda::max_rank axes
+    try {  // the strided views take at most device::max_rank axes
         (void)permute(reshape(d, {1, 1, 1, 1, 1, 1, 1, 2, 3}), {8, 7, 6, 5, 4, 3, 2, 1, 0});
         FAIL() << "permute took 9 axes on the device";
     } catch (const Error& e) {

@@ -110,7 +110,7 @@ TEST(CuemuContext, NothingLeaksWhenCublasSetupFails) {
         const int streams = cuemu::live_streams(), handles = cuemu::live_blas_handles();
         cuemu::fail_next_call(call);
         try {
-            cuda::Context context;
+            device::Context context;
             ADD_FAILURE() << call << " failed, yet a Context was made";
         } catch (const Error& error) {
             EXPECT_EQ(std::string(error.what()).rfind(std::string("[cuda] Context: ") + call + ": cuBLAS", 0), 0u)
@@ -122,7 +122,7 @@ TEST(CuemuContext, NothingLeaksWhenCublasSetupFails) {
 }
 
 struct Fault {
-    cuda::AttentionKernel kernel;
+    device::AttentionKernel kernel;
     const char* faulting_kernel;  // the launch that faults
     bool in_backward;
     const char* reported;  // how the error must begin
@@ -135,13 +135,13 @@ class CuemuKernelFault : public DeviceTest, public ::testing::WithParamInterface
 // The fault is reported by the synchronisation after the pass, naming its entry point.
 TEST_P(CuemuKernelFault, IsReportedByTheKernelsName) {
     const Fault& f = GetParam();
-    const cuda::AttentionDims dims{1, 2, 2, 70, 70, 16, 16};
+    const device::AttentionDims dims{1, 2, 2, 70, 70, 16, 16};
     const cuda_test::Inputs in = cuda_test::random_inputs(dims, 3);
     AttentionOptions options;
     options.scale = 0.25;
     try {
         if (!f.in_backward) cuemu::fault_in_kernel(f.faulting_kernel);
-        const cuda::DeviceAttentionPass pass(*context, f.kernel, in.q, in.k, in.v, {}, options);
+        const device::DeviceAttentionPass pass(*context, f.kernel, in.q, in.k, in.v, {}, options);
         if (f.in_backward) cuemu::fault_in_kernel(f.faulting_kernel);
         if (f.in_backward) pass.backward(in.dcontext);
         else pass.result(false);
@@ -154,10 +154,10 @@ TEST_P(CuemuKernelFault, IsReportedByTheKernelsName) {
 
 INSTANTIATE_TEST_SUITE_P(
     Passes, CuemuKernelFault,
-    ::testing::Values(Fault{cuda::AttentionKernel::flash, "flash_forward_kernel", false, "[cuda] flash_attention_forward"},
-                      Fault{cuda::AttentionKernel::dense, "masked_softmax_kernel", false, "[cuda] dense_attention_forward"},
-                      Fault{cuda::AttentionKernel::flash, "flash_backward_q_kernel", true, "[cuda] flash_attention_backward"},
-                      Fault{cuda::AttentionKernel::dense, "softmax_backward_kernel", true,
+    ::testing::Values(Fault{device::AttentionKernel::flash, "flash_forward_kernel", false, "[cuda] flash_attention_forward"},
+                      Fault{device::AttentionKernel::dense, "masked_softmax_kernel", false, "[cuda] dense_attention_forward"},
+                      Fault{device::AttentionKernel::flash, "flash_backward_q_kernel", true, "[cuda] flash_attention_backward"},
+                      Fault{device::AttentionKernel::dense, "softmax_backward_kernel", true,
                             "[cuda] dense_attention_backward"}),
     [](const ::testing::TestParamInfo<Fault>& info) { return std::string(info.param.faulting_kernel); });
 

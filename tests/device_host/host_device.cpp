@@ -24,7 +24,7 @@
 #include "autograd/device/context.h"
 #include "autograd/device/kernels.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 // ---- the device: one, the host ----
 
@@ -301,4 +301,4 @@ void score_moments(Context&, const AttentionDims& s, const float* q, const float
     }
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -9,7 +9,7 @@
 
 #include "autograd/device/primitives.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 namespace {
 
@@ -141,4 +141,4 @@ void gemm(Context&, size_t batch, size_t M, size_t N, size_t K, float alpha, con
             }
 }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device

@@ -10,7 +10,7 @@
 #include "autograd/device/context.h"
 #include "autograd/device/kernels.h"
 
-namespace attnlab::cuda {
+namespace attnlab::device {
 
 // ---- the training ops ----
 
@@ -236,4 +236,4 @@ void sgd_update(Context&, size_t n, float* P, const float* G, float* velocity, c
 
 void fill_zero(Context&, void* data, size_t bytes) { std::memset(data, 0, bytes); }
 
-}  // namespace attnlab::cuda
+}  // namespace attnlab::device
