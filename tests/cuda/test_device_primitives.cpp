@@ -15,6 +15,8 @@
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "device_step_test.h"
+#include "layers/hooks.h"
+#include "layers/multihead.h"
 
 namespace attnlab::device_step_test {
 namespace {
@@ -174,6 +176,50 @@ TEST_F(DevicePrimitives, AttentionScoresAndComposedAttentionTakeGradients) {
                             [&](const Inputs& t) {
                                 return composed::attention(t[0], t[1], t[2], 2, 1, mask, 0.5, MaskedRows::zero);
                             });
+    }
+}
+
+// A hook replacing the scores or the pattern puts attention on separate ops;
+// on the device those now take gradients: the module's output and every
+// gradient (input, parameters) against the same module on the CPU.
+TEST_F(DevicePrimitives, HookReplacedScoresAndPatternTakeGradientsOnTheDevice) {
+    AttentionConfig config;
+    config.width = 8;
+    config.heads = 2;
+    config.kv_heads = 1;
+    AttentionMask mask;
+    mask.causal = true;
+    mask.key_lengths = {5, 4};
+    for (const std::string point : {"scores", "pattern"}) {
+        Rng init_cpu(11), init_gpu(11), data(12);
+        MultiHeadAttention cpu(config, init_cpu, nullptr), gpu(config, init_gpu, nullptr);
+        gpu.to(Device::cuda);
+        const Tensor x = data.normal({2, 5, 8}, 0.0, 1.0).set_requires_grad(true);
+        const Tensor x_gpu = x.to(Device::cuda).set_requires_grad(true);
+        const Tensor seed = data.normal({2, 5, 8}, 0.0, 1.0);
+        // scores halved (a temperature), or the pattern squared (weights no longer sum to 1)
+        Hooks hooks;
+        hooks.replace(point, [&](const std::string&, const Tensor& value) {
+            return point == "scores" ? value * 0.5 : value * value;
+        });
+        Tensor y_cpu, y_gpu;
+        {
+            HookScope scope(cpu, hooks);
+            y_cpu = cpu.forward(x, x, mask).out;
+        }
+        {
+            HookScope scope(gpu, hooks);
+            y_gpu = gpu.forward(x_gpu, x_gpu, mask).out;
+        }
+        ASSERT_EQ(y_gpu.device(), Device::cuda);
+        expect_close(y_gpu.to(Device::cpu), y_cpu, 1e-5, 1e-4, point + ": output");
+        sum(y_cpu * seed).backward();
+        sum(y_gpu * seed.to(Device::cuda)).backward();
+        expect_close(x_gpu.grad().to(Device::cpu), x.grad(), 1e-5, 1e-4, point + ": input gradient");
+        const auto cpu_params = cpu.named_parameters(), gpu_params = gpu.named_parameters();
+        for (size_t i = 0; i < cpu_params.size(); ++i)
+            expect_close(gpu_params[i].second.grad().to(Device::cpu), cpu_params[i].second.grad(), 1e-5, 1e-4,
+                         point + ": gradient of " + cpu_params[i].first);
     }
 }
 
