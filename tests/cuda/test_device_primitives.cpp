@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "autograd/attention.h"
@@ -149,14 +150,49 @@ TEST_F(DevicePrimitives, CompositionsRunOnTheDevice) {
     expect_same_on_both("composed cross_entropy", {random(rng, {2, 3, 5})},
                         [&](const Inputs& t) { return composed::cross_entropy(t[0], targets, counted); });
 
-    // fast against composed, both on the device
-    const Inputs d = copies_on_device({random(rng, {2, 5, 8}), random(rng, {8}), random(rng, {8})});
-    expect_close(layer_norm(d[0], d[1], d[2]).to(Device::cpu), composed::layer_norm(d[0], d[1], d[2]).to(Device::cpu), 1e-5,
-                 1e-4, "fused against composed layer_norm on the device");
-    expect_close(rms_norm(d[0], d[1]).to(Device::cpu), composed::rms_norm(d[0], d[1]).to(Device::cpu), 1e-5, 1e-4,
-                 "fused against composed rms_norm on the device");
-    expect_close(rotary(d[0], 2, 1, 100.0).to(Device::cpu), composed::rotary(d[0], 2, 1, 100.0).to(Device::cpu), 1e-5, 1e-4,
-                 "fused against composed rotary on the device");
+    // fast against composed, both on the device: values and every gradient
+    const auto fast_against_composed = [&](const std::string& what, const Inputs& cpu_inputs,
+                                           const std::function<Tensor(const Inputs&)>& fast,
+                                           const std::function<Tensor(const Inputs&)>& reference) {
+        const Inputs a = copies_on_device(cpu_inputs), b = copies_on_device(cpu_inputs);
+        const Tensor y_fast = fast(a), y_ref = reference(b);
+        expect_close(y_fast.to(Device::cpu), y_ref.to(Device::cpu), 1e-5, 1e-4, what + " on the device: output");
+        const Tensor seed = rng.normal(y_fast.shape(), 0.0, 1.0).to(Device::cuda);
+        sum(y_fast * seed).backward();
+        sum(y_ref * seed).backward();
+        for (size_t i = 0; i < a.size(); ++i)
+            if (a[i].defined() && a[i].requires_grad())
+                expect_close(a[i].grad().to(Device::cpu), b[i].grad().to(Device::cpu), 1e-5, 1e-4,
+                             what + " on the device: gradient of input " + std::to_string(i));
+    };
+    fast_against_composed("layer_norm", {random(rng, {2, 5, 8}), random(rng, {8}), random(rng, {8})},
+                          [](const Inputs& t) { return layer_norm(t[0], t[1], t[2]); },
+                          [](const Inputs& t) { return composed::layer_norm(t[0], t[1], t[2]); });
+    fast_against_composed("rms_norm", {random(rng, {2, 5, 8}), random(rng, {8})},
+                          [](const Inputs& t) { return rms_norm(t[0], t[1]); },
+                          [](const Inputs& t) { return composed::rms_norm(t[0], t[1]); });
+    fast_against_composed("rotary", {random(rng, {2, 5, 8})}, [](const Inputs& t) { return rotary(t[0], 2, 1, 100.0); },
+                          [](const Inputs& t) { return composed::rotary(t[0], 2, 1, 100.0); });
+    fast_against_composed("linear", {random(rng, {2, 5, 8}), random(rng, {6, 8}), random(rng, {6})},
+                          [](const Inputs& t) { return linear(t[0], t[1], t[2]); },
+                          [](const Inputs& t) { return composed::linear(t[0], t[1], t[2]); });
+    fast_against_composed("softmax", {random(rng, {3, 7})}, [](const Inputs& t) { return softmax(t[0], -1); },
+                          [](const Inputs& t) { return composed::softmax(t[0], -1); });
+    fast_against_composed("cross_entropy", {random(rng, {2, 3, 5})},
+                          [&](const Inputs& t) { return cross_entropy(t[0], targets, counted); },
+                          [&](const Inputs& t) { return composed::cross_entropy(t[0], targets, counted); });
+    AttentionMask causal_padded;
+    causal_padded.causal = true;
+    causal_padded.key_lengths = {5, 3};
+    fast_against_composed("attention", {random(rng, {2, 5, 8}), random(rng, {2, 5, 4}), random(rng, {2, 5, 6})},
+                          [&](const Inputs& t) {
+                              AttentionOptions options;
+                              options.scale = 0.5;
+                              return attention_packed(t[0], t[1], t[2], 2, 1, causal_padded, options).context;
+                          },
+                          [&](const Inputs& t) {
+                              return composed::attention(t[0], t[1], t[2], 2, 1, causal_padded, 0.5, MaskedRows::error);
+                          });
 }
 
 // The scores of attention composed of separate ops take gradients on the
