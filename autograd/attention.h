@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/choices.h"
+#include "autograd/score_mods.h"
 #include "autograd/tensor.h"
 
 namespace attnlab {
@@ -52,6 +53,9 @@ struct AttentionMask {
     // ALiBi (Press et al. 2022): query head h adds alibi_bias(...) to its scaled
     // score of every eligible key, -m_h times the distance between their positions.
     bool alibi = false;
+    // The score modifiers (autograd/score_mods.h), applied to the scaled score
+    // before ALiBi's bias and the mask. Only attention composed of ops applies them.
+    ScoreMods mods;
 
     // The mask as the device kernels read it, uploaded by the first device
     // attention call that uses it and shared by the later ones
@@ -108,7 +112,8 @@ struct AttentionDims {
 };
 
 // The mask against a call's sizes: one key length per batch item, none above Tk;
-// an explicit mask (Tq, Tk) or (B, Tq, Tk) holding as many values. Throws "[op] ...";
+// an explicit mask (Tq, Tk) or (B, Tq, Tk) holding as many values; no score
+// modifiers (the fused kernels' scores are plain). Throws "[op] ...";
 // the CPU op and the device path both run it, so their messages are the same.
 void check_attention_mask(const char* op, const AttentionDims& dims, const AttentionMask& mask);
 

@@ -22,6 +22,8 @@ MaskedRows parse_masked_rows(const std::string& name) { return masked_rows_choic
 std::string to_string(MaskedRows policy) { return masked_rows_choices().name(policy); }
 
 void check_attention_mask(const char* op, const AttentionDims& d, const AttentionMask& mask) {
+    if (!mask.mods.none())  // the fused kernels compute plain scores (autograd/score_mods.h)
+        fail(op, "score modifiers have no fused kernel; attention composed of ops applies them (as MultiHeadAttention does)");
     if (!mask.key_lengths.empty()) {
         if (mask.key_lengths.size() != d.B)
             fail(op, std::to_string(mask.key_lengths.size()) + " key lengths for batch " + std::to_string(d.B));

@@ -5,12 +5,13 @@ namespace attnlab {
 namespace {
 
 // Keys of each batch item beyond its length are ineligible (right padding);
-// `alibi`: ALiBi's bias added to the scores.
-AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi) {
+// `alibi`: ALiBi's bias added to the scores; `mods`: the score modifiers.
+AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi, const ScoreMods& mods) {
     AttentionMask mask;
     mask.causal = causal;
     mask.key_lengths = lengths;
     mask.alibi = alibi;
+    mask.mods = mods;
     return mask;
 }
 
@@ -54,11 +55,15 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
 
 }  // namespace
 
-AttentionMask ModelConfig::self_mask(const std::vector<size_t>& lengths) const { return padding_mask(lengths, true, alibi()); }
-AttentionMask ModelConfig::encoder_mask(const std::vector<size_t>& src_lengths) const {
-    return padding_mask(src_lengths, false, alibi());
+AttentionMask ModelConfig::self_mask(const std::vector<size_t>& lengths) const {
+    return padding_mask(lengths, true, alibi(), score_mods);
 }
-AttentionMask ModelConfig::cross_mask(const std::vector<size_t>& src_lengths) const { return padding_mask(src_lengths, false, false); }
+AttentionMask ModelConfig::encoder_mask(const std::vector<size_t>& src_lengths) const {
+    return padding_mask(src_lengths, false, alibi(), score_mods);
+}
+AttentionMask ModelConfig::cross_mask(const std::vector<size_t>& src_lengths) const {
+    return padding_mask(src_lengths, false, false, score_mods);
+}
 
 size_t DecoderCache::bytes() const {
     size_t n = 0;

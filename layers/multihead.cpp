@@ -98,7 +98,7 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     options.need_weights = need_weights || hooked("pattern");
     // q (B, Tq, H d_h), k and v (B, Tk, H_kv d_h): heads side by side, no split copies
     AttentionResult r;
-    if (hook_replaces("scores") || hook_replaces("pattern")) {
+    if (hook_replaces("scores") || hook_replaces("pattern") || !mask.mods.none()) {  // score modifiers: composed too
         r = attend_composed(q, k, v, mask, options);
     } else {
         r = attention_packed(q, k, v, heads, kv_heads, mask, options);

@@ -216,6 +216,17 @@ def apply_rotary(x, base):
     return x * torch.cos(angle).to(x.dtype) + rotate_half(x) * torch.sin(angle).to(x.dtype)
 
 
+def modify_scores(scores, a):
+    """attnlab's score modifiers (autograd/score_mods.h) on the scaled scores (B, H, Tq, Tk), before
+    ALiBi's bias and the mask."""
+    return scores
+
+
+def has_score_mods(a):
+    """Whether any score modifier is on (nn.MultiheadAttention then cannot stand in)."""
+    return False
+
+
 def alibi_slopes(n):
     """Press et al. 2022 (their reference code): 2^(-8 i / n) for n a power of two,
     else those of the largest power of two below n and every other one of twice it."""
@@ -264,6 +275,7 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_width, self.scale = a.heads, a.kv_heads, a.head_width, a.scale
         self.rotary_base = rotary_base  # > 0: rotary positions on q and k
+        self.arch = a  # for the score modifiers
         self.alibi = alibi  # ALiBi's bias on the scores
         self.q_proj = nn.Linear(a.width, a.heads * a.head_width, bias=a.bias)
         self.k_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
@@ -274,7 +286,7 @@ class Attention(nn.Module):
     def nn_mha_compatible(self):
         width = self.out_proj.out_features
         return (self.kv_heads == self.heads and self.heads * self.head_width == width and self.rotary_base == 0
-                and not self.alibi and math.isclose(self.scale, 1.0 / math.sqrt(self.head_width), rel_tol=1e-12))
+                and not self.alibi and not has_score_mods(self.arch) and math.isclose(self.scale, 1.0 / math.sqrt(self.head_width), rel_tol=1e-12))
 
     def split(self, x, heads):  # (B, T, h*d_h) -> (B, h, T, d_h)
         B, T, _ = x.shape
@@ -292,7 +304,7 @@ class Attention(nn.Module):
         if self.kv_heads != self.heads:  # query head h reads K/V head h // (H / H_kv)
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        scores = self.scale * (q @ k.transpose(-1, -2))  # (B, H, Tq, Tk)
+        scores = modify_scores(self.scale * (q @ k.transpose(-1, -2)), self.arch)  # (B, H, Tq, Tk)
         if self.alibi:
             scores = scores + alibi_bias(self.heads, scores.shape[2], scores.shape[3], scores.dtype)
         scores = scores.masked_fill(~eligible[:, None], float("-inf"))

@@ -262,6 +262,8 @@ Field pair(std::string key, Get get, Bounds bounds, std::string doc) {
 // KEY(model, heads) -> "model.heads", [](auto& c) -> auto& { return c.model.heads; }:
 // a key's name and the member it reads cannot disagree.
 #define KEY(section, member) #section "." #member, [](auto& c) -> auto& { return c.section.member; }
+// A score modifier's key, model.<member>, held in Config::Model::score_mods (autograd/score_mods.h).
+#define SCORE_MOD_KEY(member) "model." #member, [](auto& c) -> auto& { return c.model.score_mods.member; }
 
 std::vector<Field> make_fields() {
     return {

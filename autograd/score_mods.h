@@ -1,0 +1,27 @@
+// How an attention's scores are formed beyond scale q.k and its eligible keys:
+// the score modifiers, written once here and read by every path. A modifier is
+// one field of ScoreMods (a config key `model.<field>`, config_schema.cpp) and
+// its maths in the two functions below: on tensors (the scores composed of ops,
+// which every device runs and differentiates) and on one score (the audit's
+// dense reference). The fused attention kernels take plain scores only; with a
+// modifier, MultiHeadAttention composes attention of ops (compose by default,
+// fuse by exception) and the fused ops refuse it. ALiBi's bias, added after the
+// modifiers, is AttentionMask::alibi.
+#pragma once
+
+#include "autograd/ops.h"
+
+namespace attnlab {
+
+struct ScoreMods {
+    bool none() const { return true; }  // plain scores: what the fused kernels compute
+    bool operator==(const ScoreMods&) const = default;
+};
+
+// scores (B, H, Tq, Tk), already scaled -> modified, before the mask and ALiBi's bias.
+inline Tensor modify_scores(const Tensor& scores, const ScoreMods&) { return scores; }
+
+// One scaled score, as modify_scores does it (the dense reference's float64 loop).
+inline double modify_score(double score, const ScoreMods&) { return score; }
+
+}  // namespace attnlab
