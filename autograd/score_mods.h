@@ -7,9 +7,13 @@
 // modifier, MultiHeadAttention composes attention of ops (compose by default,
 // fuse by exception) and the fused ops refuse it. ALiBi's bias, added after the
 // modifiers, is AttentionMask::alibi.
+//
+// No ops.h here: attention.h (and through it the CUDA kernels) includes this
+// file, and the ops' names (max, pow, exp) would hide the maths functions there.
+// modify_scores is a template whose ops are found, by argument, where it is used.
 #pragma once
 
-#include "autograd/ops.h"
+#include <cmath>
 
 namespace attnlab {
 
@@ -18,8 +22,11 @@ struct ScoreMods {
     bool operator==(const ScoreMods&) const = default;
 };
 
-// scores (B, H, Tq, Tk), already scaled -> modified, before the mask and ALiBi's bias.
-inline Tensor modify_scores(const Tensor& scores, const ScoreMods&) { return scores; }
+// scores (B, H, Tq, Tk) (a Tensor), already scaled -> modified, before the mask and ALiBi's bias.
+template <class Scores>
+Scores modify_scores(const Scores& scores, const ScoreMods&) {
+    return scores;
+}
 
 // One scaled score, as modify_scores does it (the dense reference's float64 loop).
 inline double modify_score(double score, const ScoreMods&) { return score; }
