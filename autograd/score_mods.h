@@ -18,17 +18,22 @@
 namespace attnlab {
 
 struct ScoreMods {
-    bool none() const { return true; }  // plain scores: what the fused kernels compute
+    // Logit soft-capping (Gemma 2): a scaled score s becomes C tanh(s / C), C > 0; 0 = off.
+    double softcap = 0.0;
+
+    bool none() const { return softcap == 0.0; }  // plain scores: what the fused kernels compute
     bool operator==(const ScoreMods&) const = default;
 };
 
 // scores (B, H, Tq, Tk) (a Tensor), already scaled -> modified, before the mask and ALiBi's bias.
 template <class Scores>
-Scores modify_scores(const Scores& scores, const ScoreMods&) {
-    return scores;
+Scores modify_scores(const Scores& scores, const ScoreMods& mods) {
+    return mods.softcap > 0.0 ? tanh(scores / mods.softcap) * mods.softcap : scores;
 }
 
 // One scaled score, as modify_scores does it (the dense reference's float64 loop).
-inline double modify_score(double score, const ScoreMods&) { return score; }
+inline double modify_score(double score, const ScoreMods& mods) {
+    return mods.softcap > 0.0 ? mods.softcap * std::tanh(score / mods.softcap) : score;
+}
 
 }  // namespace attnlab

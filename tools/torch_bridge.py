@@ -158,6 +158,7 @@ class Arch:
             self.bias = bool(m.get("bias", True))
             self.scale = resolve_scale(m.get("scale", "sqrt"), self.head_width)
             self.rotary_base = float(m.get("rotary_base", 10000.0)) if self.positional == "rotary" else 0.0
+            self.softcap = float(m.get("softcap", 0.0))
         except KeyError as e:
             raise BridgeError(f"config has no key {e}") from None
         checks = [
@@ -219,12 +220,14 @@ def apply_rotary(x, base):
 def modify_scores(scores, a):
     """attnlab's score modifiers (autograd/score_mods.h) on the scaled scores (B, H, Tq, Tk), before
     ALiBi's bias and the mask."""
+    if a.softcap > 0:  # logit soft-capping (Gemma 2)
+        scores = a.softcap * torch.tanh(scores / a.softcap)
     return scores
 
 
 def has_score_mods(a):
     """Whether any score modifier is on (nn.MultiheadAttention then cannot stand in)."""
-    return False
+    return a.softcap > 0
 
 
 def alibi_slopes(n):

@@ -294,6 +294,7 @@ std::vector<Field> make_fields() {
         number(KEY(model, rotary_base), above(1), "rotary positions' base: pair c of a head turns by p base^(-2c/d_h)"),
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
         choice(KEY(model, masked_rows), masked_rows_choices().names(), "a query row with no eligible key: error, or zero context"),
+        number(SCORE_MOD_KEY(softcap), non_negative(), "logit soft-capping (Gemma 2): scaled scores s become C tanh(s / C) before the mask and ALiBi; 0 = off"),
         number(KEY(model, dropout), fraction, "dropout on embeddings and sublayer outputs"),
         number(KEY(model, attn_dropout), fraction, "dropout on attention weights"),
         boolean(KEY(model, bias), "biases in the attention projections"),

@@ -142,3 +142,55 @@ TEST(Composed, AttentionIsSoftmaxOfTheScoresTimesV) {
 
 }  // namespace
 }  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// Logit soft-capping (ScoreMods::softcap, autograd/score_mods.h): the scores
+// composed of ops are C tanh(s / C) of the scaled scores, -inf where masked;
+// its gradients pass float64 central differences at several lengths; the
+// fused attention op refuses a score modifier in one line.
+TEST(ScoreMods, SoftcapCapsTheScaledScoresAndItsGradientsCheck) {
+    Rng rng(41);
+    AttentionMask mask;
+    mask.causal = true;
+    mask.mods.softcap = 2.0;
+    const Tensor q = rng.normal({1, 3, 4}, 0.0, 2.0, DType::f64), k = rng.normal({1, 3, 4}, 0.0, 2.0, DType::f64);
+    const std::vector<double> s = attention_scores(q, k, 2, 2, mask, 0.5).values();  // (1, 2, 3, 3)
+    const std::vector<double> Q = q.values(), K = k.values();
+    for (size_t h = 0; h < 2; ++h)
+        for (size_t i = 0; i < 3; ++i)
+            for (size_t j = 0; j < 3; ++j) {
+                const double got = s[(h * 3 + i) * 3 + j];
+                if (j > i) {
+                    EXPECT_TRUE(std::isinf(got) && got < 0) << h << i << j;
+                    continue;
+                }
+                double dot = 0;
+                for (size_t c = 0; c < 2; ++c) dot += Q[i * 4 + h * 2 + c] * K[j * 4 + h * 2 + c];
+                EXPECT_NEAR(got, 2.0 * std::tanh(0.5 * dot / 2.0), 1e-12) << h << i << j;
+                EXPECT_LT(std::abs(got), 2.0);
+            }
+    for (const size_t T : {1, 7}) {
+        AttentionMask padded = mask;
+        padded.key_lengths = {T, (T + 1) / 2};
+        const GradcheckCase c{"softcap", "attention composed of ops, T = " + std::to_string(T),
+                              {gradcheck_input(rng, {2, T, 4}, -3, 3), gradcheck_input(rng, {2, T, 2}, -3, 3),
+                               gradcheck_input(rng, {2, T, 2})},
+                              [padded](const std::vector<Tensor>& t) {
+                                  return composed::attention(t[0], t[1], t[2], 2, 1, padded, 0.7, MaskedRows::error);
+                              }};
+        const GradcheckResult r = gradcheck(c);
+        EXPECT_TRUE(r.passed) << c.name << ": " << r.failure;
+    }
+    try {
+        AttentionOptions options;
+        (void)attention_packed(q, k, k, 2, 2, mask, options);
+        FAIL() << "the fused op took a score modifier";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("score modifiers have no fused kernel"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace attnlab

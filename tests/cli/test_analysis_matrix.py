@@ -71,8 +71,8 @@ class Matrix(cc.TempDirTest):
         import torch_bridge
         cls.bridge = torch_bridge
 
-    def train(self, norm, norm_type, kind, kv_heads):
-        config = dict(BASE, **{"model.positional": POSITIONAL, "model.norm": norm, "model.norm_type": norm_type,
+    def train(self, norm, norm_type, kind, kv_heads, extra=None):
+        config = dict(BASE, **(extra or {}), **{"model.positional": POSITIONAL, "model.norm": norm, "model.norm_type": norm_type,
                                "model.kv_heads": str(kv_heads), "model.kind": kind,
                                "task.name": "translate" if kind == "encoder-decoder" else "copy",
                                "run.out_dir": self.path("runs")})
@@ -96,8 +96,16 @@ class Matrix(cc.TempDirTest):
                 for name in os.listdir(self.tmp):
                     cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
 
-    def check_one(self, norm, norm_type, kind, kv):
-        ckpt = self.train(norm, norm_type, kind, kv)
+    def test_softcap(self):
+        """Logit soft-capping (model.softcap), a score modifier: attention composed of ops in every analysis."""
+        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
+            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, softcap=1.5):
+                self.check_one(norm, norm_type, kind, 1, {"model.softcap": "1.5"})
+                for name in os.listdir(self.tmp):
+                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+
+    def check_one(self, norm, norm_type, kind, kv, extra=None):
+        ckpt = self.train(norm, norm_type, kind, kv, extra)
         module, arch, _, _ = self.bridge.build_module(ckpt)
         decoder = kind == "decoder"
 

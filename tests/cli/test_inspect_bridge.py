@@ -241,6 +241,11 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder post/scalenorm, 2 layers", model__norm_type="scalenorm", model__norm="post",
                            model__layers=2)
 
+    def test_softcap(self):
+        self.check_variant("decoder softcap 1.5", model__softcap=1.5)
+        self.check_variant("enc-dec softcap 2, ALiBi", task__name="translate", model__kind="encoder-decoder",
+                           model__softcap=2.0, model__positional="alibi")
+
     def test_decoder_rotary(self):
         self.check_variant("decoder rotary, 2 layers, kv_heads 2", model__positional="rotary", model__layers=2,
                            model__heads=4, model__kv_heads=2)

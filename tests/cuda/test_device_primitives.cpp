@@ -204,7 +204,10 @@ TEST_F(DevicePrimitives, AttentionScoresAndComposedAttentionTakeGradients) {
     AttentionMask padded_alibi = causal;
     padded_alibi.key_lengths = {5, 3};
     padded_alibi.alibi = true;
-    for (const auto& [name, mask] : {std::pair{"causal", causal}, std::pair{"padded, ALiBi", padded_alibi}}) {
+    AttentionMask softcapped = padded_alibi;  // a score modifier: composed only
+    softcapped.mods.softcap = 1.5;
+    for (const auto& [name, mask] : {std::pair{"causal", causal}, std::pair{"padded, ALiBi", padded_alibi},
+                                     std::pair{"padded, ALiBi, softcap", softcapped}}) {
         expect_same_on_both(std::string("scores, ") + name, {random(rng, {2, 5, 8}), random(rng, {2, 5, 4})},
                             [&](const Inputs& t) { return attention_scores(t[0], t[1], 2, 1, mask, 0.5); });
         expect_same_on_both(std::string("composed attention, ") + name,

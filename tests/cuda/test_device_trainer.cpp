@@ -138,6 +138,11 @@ TEST_F(DeviceTrainer, TrainsAnRmsNormModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.norm_type=rmsnorm"});
 }
 
+// Soft-capped scores (a score modifier) run attention composed of ops on the device.
+TEST_F(DeviceTrainer, TrainsASoftcappedModelAsTheCpuRunDoes) {
+    expect_same_run({"self"}, {"model.softcap=2"});
+}
+
 // ScaleNorm has no kernel of its own: its ops' primitives run it on the device.
 TEST_F(DeviceTrainer, TrainsAScaleNormModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.norm_type=scalenorm", "model.norm=post"});
