@@ -125,8 +125,6 @@ Tensor matmul_device(const Tensor& a, const Tensor& b, size_t batch, size_t M, s
 // device::max_rank is refused naming `op`.
 device::Strided broadcast_view(const char* op, const Shape& in, const Shape& out);  // in broadcast to out
 device::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order);
-// x broadcast to `shape` (a copy; x itself when the shapes agree), no graph.
-Tensor expand_device(const char* op, const Tensor& x, const Shape& shape);
 // g summed over the axes `target` broadcasts along (g itself when the shapes agree), no graph.
 Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target);
 // send_device_grad of g summed to the input's shape.

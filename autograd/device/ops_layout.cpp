@@ -53,14 +53,6 @@ device::Strided permute_view(const char* op, const Shape& in, const std::vector<
     return at;
 }
 
-Tensor expand_device(const char* op, const Tensor& x, const Shape& shape) {
-    if (x.shape() == shape) return x;
-    Tensor out = device_tensor(shape);
-    device::copy_strided(device_context(), out.numel(), device_in(x), broadcast_view(op, x.shape(), shape), device_out(out),
-                       false);
-    return out;
-}
-
 Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target) {
     if (g.shape() == target) return g;
     // The axes target broadcasts along (missing or of size 1) are summed: moved
