@@ -14,9 +14,12 @@ run folder unchanged. The classes:
     (train.eval_lengths, not task.max_len).
 """
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import unittest
 
 import h5py
 import numpy as np
@@ -116,6 +119,31 @@ class OutputsAndOptions(cc.TempDirTest):
     def test_memory_estimate_names_the_key_that_asks_for_it(self):
         self.refused(["train", "task.name=copy", "train.eval_lengths=[200000, 200000]"],
                      ["train.eval_lengths = [200000, 200000]", "would need about"])
+
+
+class DocsConfigTable(unittest.TestCase):
+    """docs/config.md's table of keys is `attnlab train --keys` written out: every key, its default, its allowed
+    values and its meaning as the binary's one schema gives them (a new key or choice that the page misses fails)."""
+
+    def test_the_table_is_train_keys(self):
+        listed = subprocess.run([cc.ATTNLAB, "train", "--keys"], capture_output=True, text=True, check=True).stdout
+        keys = {}
+        for line in listed.splitlines()[1:]:
+            m = re.match(r"^(\S+\.\S+)\s{2,}(.+?)\s{2,}(.*)$", line)
+            if m:
+                keys[m.group(1)] = (m.group(2), m.group(3))
+        self.assertGreater(len(keys), 50)
+        docs = {}
+        with open(os.path.join(cc.REPO_ROOT, "docs", "config.md")) as f:
+            for line in f:
+                cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+                # the key table: | `key` | `default` | allowed | meaning |
+                if len(cells) == 4 and re.fullmatch(r"`[a-z_]+\.[a-z_0-9]+`", cells[0]):
+                    allowed = cells[2].replace("\\|", "|")
+                    docs[cells[0].strip("`")] = (cells[1].strip("`"), f"{cells[3]} ({allowed})")
+        self.assertEqual(sorted(docs), sorted(keys), "keys in docs/config.md against train --keys")
+        for key, value in keys.items():
+            self.assertEqual(docs[key], value, f"docs/config.md's row of {key} against train --keys")
 
 
 class Provenance(cc.TempDirTest):
