@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/choices.h"
+#include "autograd/host_device.h"
 #include "autograd/score_mods.h"
 #include "autograd/tensor.h"
 
@@ -79,12 +80,6 @@ struct AttentionMask {
     }
 };
 
-// Code both the CPU and the CUDA kernels compile (nvcc sees it as device code too).
-#if defined(__CUDACC__)
-#define ATTNLAB_HOST_DEVICE __host__ __device__
-#else
-#define ATTNLAB_HOST_DEVICE
-#endif
 
 // ALiBi's slope of query head h of H, as Press et al. 2022 give them: for H a
 // power of two m_h = 2^(-8 (h + 1) / H); otherwise the slopes of the largest

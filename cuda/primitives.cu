@@ -100,49 +100,17 @@ __global__ void binary_kernel(BinaryOp op, size_t n, const float* a, Strided at_
     FOR_EACH_INDEX(e, n) {
         size_t a_offset, b_offset;
         offsets_of(at_a, at_b, e, a_offset, b_offset);
-        const float x = a[a_offset], y = b[b_offset];
-        float value = 0.0f;
-        switch (op) {
-            case BinaryOp::add: value = x + y; break;
-            case BinaryOp::sub: value = x - y; break;
-            case BinaryOp::mul: value = x * y; break;
-            case BinaryOp::div: value = x / y; break;
-        }
-        put(out, e, value, accumulate);
+        put(out, e, binary_value(op, a[a_offset], b[b_offset]), accumulate);
     }
 }
 
 __global__ void unary_kernel(UnaryOp op, size_t n, const float* x, float param, float* y) {
-    FOR_EACH_INDEX(e, n) {
-        const float v = x[e];
-        switch (op) {
-            case UnaryOp::neg: y[e] = -v; break;
-            case UnaryOp::exp: y[e] = expf(v); break;
-            case UnaryOp::log: y[e] = logf(v); break;
-            case UnaryOp::sqrt: y[e] = sqrtf(v); break;
-            case UnaryOp::tanh: y[e] = tanhf(v); break;
-            case UnaryOp::pow: y[e] = powf(v, param); break;
-        }
-    }
+    FOR_EACH_INDEX(e, n) y[e] = unary_value(op, x[e], param);
 }
 
-// dx = dy f'(x), written as the CPU ops write it (autograd/ops_elementwise.cpp);
-// each reads x or y, the other may be null.
 __global__ void unary_backward_kernel(UnaryOp op, size_t n, const float* x, const float* y, const float* dy,
                                       float param, float* dx, bool accumulate) {
-    FOR_EACH_INDEX(e, n) {
-        const float g = dy[e];
-        float value = 0.0f;
-        switch (op) {
-            case UnaryOp::neg: value = -g; break;
-            case UnaryOp::exp: value = g * y[e]; break;                               // e^x
-            case UnaryOp::log: value = g / x[e]; break;                               // 1 / x
-            case UnaryOp::sqrt: value = g / (y[e] + y[e]); break;                     // 1 / (2 sqrt x)
-            case UnaryOp::tanh: value = g * (1.0f - y[e] * y[e]); break;              // 1 - tanh^2
-            case UnaryOp::pow: value = g * param * powf(x[e], param - 1.0f); break;  // p x^(p-1)
-        }
-        put(dx, e, value, accumulate);
-    }
+    FOR_EACH_INDEX(e, n) put(dx, e, unary_grad(op, x, y, e, dy[e], param), accumulate);
 }
 
 __global__ void masked_fill_kernel(size_t n, const float* x, const uint8_t* mask, float value, float* out,

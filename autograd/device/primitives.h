@@ -21,10 +21,12 @@
 // (which refuses) otherwise.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "autograd/device/context.h"
+#include "autograd/host_device.h"
 
 namespace attnlab::device {
 
@@ -50,6 +52,7 @@ void binary(Context& context, BinaryOp op, size_t n, const float* a, const Strid
 // y = f(x); `param` is pow's exponent (the others ignore it). gelu and relu
 // have their fused kernels (activation_forward, kernels.h).
 enum class UnaryOp { neg, exp, log, sqrt, tanh, pow };
+
 void unary(Context& context, UnaryOp op, size_t n, const float* x, float param, float* y);
 // dx (+)= dy f'(x), from x or y = f(x), whichever the derivative reads.
 void unary_backward(Context& context, UnaryOp op, size_t n, const float* x, const float* y, const float* dy,
@@ -59,6 +62,42 @@ void unary_backward(Context& context, UnaryOp op, size_t n, const float* x, cons
 // forward of masked_fill, and with value 0 on dy its backward.
 void masked_fill(Context& context, size_t n, const float* x, const uint8_t* mask, float value, float* out,
                  bool accumulate);
+
+// The maths of one element, which cuda/primitives.cu and the host loops
+// (tests/device_host/host_primitives.cpp) both run.
+ATTNLAB_HOST_DEVICE inline float binary_value(BinaryOp op, float x, float y) {
+    switch (op) {
+        case BinaryOp::add: return x + y;
+        case BinaryOp::sub: return x - y;
+        case BinaryOp::mul: return x * y;
+        case BinaryOp::div: return x / y;
+    }
+    return 0.0f;
+}
+ATTNLAB_HOST_DEVICE inline float unary_value(UnaryOp op, float v, float param) {
+    switch (op) {
+        case UnaryOp::neg: return -v;
+        case UnaryOp::exp: return expf(v);
+        case UnaryOp::log: return logf(v);
+        case UnaryOp::sqrt: return sqrtf(v);
+        case UnaryOp::tanh: return tanhf(v);
+        case UnaryOp::pow: return powf(v, param);
+    }
+    return 0.0f;
+}
+// g f'(x) at element e, written as the CPU ops write it (autograd/ops_elementwise.cpp);
+// each reads x or y = f(x), and the other may be null.
+ATTNLAB_HOST_DEVICE inline float unary_grad(UnaryOp op, const float* x, const float* y, size_t e, float g, float param) {
+    switch (op) {
+        case UnaryOp::neg: return -g;
+        case UnaryOp::exp: return g * y[e];                               // e^x
+        case UnaryOp::log: return g / x[e];                               // 1 / x
+        case UnaryOp::sqrt: return g / (y[e] + y[e]);                     // 1 / (2 sqrt x)
+        case UnaryOp::tanh: return g * (1.0f - y[e] * y[e]);              // 1 - tanh^2
+        case UnaryOp::pow: return g * param * powf(x[e], param - 1.0f);  // p x^(p-1)
+    }
+    return 0.0f;
+}
 
 // ---- layout --------------------------------------------------------------------
 

@@ -31,47 +31,16 @@ float max_or_nan(float a, float b) { return a > b || a != a ? a : b; }  // as cu
 
 void binary(Context&, BinaryOp op, size_t n, const float* a, const Strided& at_a, const float* b, const Strided& at_b,
             float* out, bool accumulate) {
-    for (size_t i = 0; i < n; ++i) {
-        const float x = a[offset_of(at_a, i)], y = b[offset_of(at_b, i)];
-        float value = 0.0f;
-        switch (op) {
-            case BinaryOp::add: value = x + y; break;
-            case BinaryOp::sub: value = x - y; break;
-            case BinaryOp::mul: value = x * y; break;
-            case BinaryOp::div: value = x / y; break;
-        }
-        put(out, i, value, accumulate);
-    }
+    for (size_t i = 0; i < n; ++i) put(out, i, binary_value(op, a[offset_of(at_a, i)], b[offset_of(at_b, i)]), accumulate);
 }
 
 void unary(Context&, UnaryOp op, size_t n, const float* x, float param, float* y) {
-    for (size_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        switch (op) {
-            case UnaryOp::neg: y[i] = -v; break;
-            case UnaryOp::exp: y[i] = std::exp(v); break;
-            case UnaryOp::log: y[i] = std::log(v); break;
-            case UnaryOp::sqrt: y[i] = std::sqrt(v); break;
-            case UnaryOp::tanh: y[i] = std::tanh(v); break;
-            case UnaryOp::pow: y[i] = std::pow(v, param); break;
-        }
-    }
+    for (size_t i = 0; i < n; ++i) y[i] = unary_value(op, x[i], param);
 }
 
 void unary_backward(Context&, UnaryOp op, size_t n, const float* x, const float* y, const float* dy, float param,
                     float* dx, bool accumulate) {
-    for (size_t i = 0; i < n; ++i) {
-        float slope = 0.0f;
-        switch (op) {
-            case UnaryOp::neg: slope = -1.0f; break;
-            case UnaryOp::exp: slope = y[i]; break;
-            case UnaryOp::log: slope = 1.0f / x[i]; break;
-            case UnaryOp::sqrt: slope = 1.0f / (y[i] + y[i]); break;
-            case UnaryOp::tanh: slope = 1.0f - y[i] * y[i]; break;
-            case UnaryOp::pow: slope = param * std::pow(x[i], param - 1.0f); break;
-        }
-        put(dx, i, dy[i] * slope, accumulate);
-    }
+    for (size_t i = 0; i < n; ++i) put(dx, i, unary_grad(op, x, y, i, dy[i], param), accumulate);
 }
 
 void masked_fill(Context&, size_t n, const float* x, const uint8_t* mask, float value, float* out, bool accumulate) {
