@@ -11,8 +11,7 @@ namespace attnlab::composed {
 namespace {
 // A constant of `values` in `shape`, with like's dtype, on like's device.
 Tensor constant(const std::vector<double>& values, const Shape& shape, const Tensor& like) {
-    const Tensor t = Tensor::from_values(values, shape, like.dtype());
-    return like.device() == Device::cpu ? t : t.to(like.device());
+    return Tensor::from_values(values, shape, like.dtype()).to(like.device());
 }
 }  // namespace
 

@@ -97,7 +97,7 @@ void write_device_grad(const Tensor& input, Write&& write) {
 // on the device; the branch keeps the op's maths and error messages.
 Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, const Shape& out_shape);
 std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
-Tensor add_device(const Tensor& a, const Tensor& b);
+Tensor add_device(const Tensor& a, const Tensor& b, const Shape& out_shape);
 Tensor activation_device(const char* op, device::DeviceActivation activation, const Tensor& x);
 Tensor reshape_device(const Tensor& x, const Shape& shape);
 Tensor slice_rows_device(const Tensor& x, size_t start, size_t stop, const Shape& out_shape);
@@ -125,7 +125,8 @@ Tensor matmul_device(const Tensor& a, const Tensor& b, size_t batch, size_t M, s
 // device::max_rank is refused naming `op`.
 device::Strided broadcast_view(const char* op, const Shape& in, const Shape& out);  // in broadcast to out
 device::Strided permute_view(const char* op, const Shape& in, const std::vector<size_t>& order);
-// g summed over the axes `target` broadcasts along (g itself when the shapes agree), no graph.
+// g summed over the axes `target` broadcasts along (g itself when the shapes agree),
+// no graph (ops_reduce.cpp: the sum's own row reduction).
 Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target);
 // send_device_grad of g summed to the input's shape.
 void send_summed_grad(const char* op, const Tensor& input, const Tensor& g);

@@ -77,8 +77,7 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
                 if (empty_rows.values[b * Tq + i]) continue;
                 for (size_t j = 0; j < Tk; ++j) bias[((b * heads + h) * Tq + i) * Tk + j] = alibi_bias(h, heads, i, j, Tq, Tk);
             }
-    const Tensor bias_tensor = Tensor::from_values(bias, {B, heads, Tq, Tk}, q.dtype());
-    return scores + (on_device(q) ? bias_tensor.to(Device::cuda) : bias_tensor);
+    return scores + Tensor::from_values(bias, {B, heads, Tq, Tk}, q.dtype()).to(q.device());
 }
 
 }  // namespace attnlab

@@ -59,11 +59,8 @@ Tensor binary_op(const char* op, device::BinaryOp kind, const Tensor& a, const T
     check_same_dtype(op, a, b);
     const Shape out_shape = broadcast_shapes(op, a.shape(), b.shape());  // throws with both shapes when they do not broadcast
     check_same_device(op, {&a, &b});
-    if (on_device(a)) {  // add has a fused path where one operand repeats the other
-        const bool repeats = is_trailing(b.shape(), a.shape()) || is_trailing(a.shape(), b.shape());
-        if (kind == device::BinaryOp::add && repeats) return add_device(a, b);
-        return binary_device(op, kind, a, b, out_shape);
-    }
+    if (on_device(a))  // add has a fused path where one operand repeats the other
+        return kind == device::BinaryOp::add ? add_device(a, b, out_shape) : binary_device(op, kind, a, b, out_shape);
     return dispatch(a.dtype(), [&]<class T>() {
         const Array<T>& A = values_of<T>(a);
         const Array<T>& B = values_of<T>(b);
@@ -219,8 +216,7 @@ namespace {
 // A 0-d tensor of `value` with t's dtype, on t's device.
 Tensor scalar_like(double value, const Tensor& t) {
     if (!t.defined()) return Tensor::scalar(value, DType::f32);  // the op names the undefined operand
-    const Tensor s = Tensor::scalar(value, t.dtype());
-    return on_device(t) ? s.to(Device::cuda) : s;
+    return Tensor::scalar(value, t.dtype()).to(t.device());
 }
 }  // namespace
 

@@ -143,11 +143,11 @@ std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& w
     return out;
 }
 
-// a + b where one operand's shape ends the other's (same shapes, a row of a table, a scalar).
-Tensor add_device(const Tensor& a, const Tensor& b) {
+// a + b: one kernel where one operand's shape ends the other's (same shapes, a
+// row of a table, a scalar), else the broadcasting primitive (binary_device).
+Tensor add_device(const Tensor& a, const Tensor& b, const Shape& out_shape) {
     const bool b_repeats = is_trailing(b.shape(), a.shape());
-    if (!b_repeats && !is_trailing(a.shape(), b.shape()))
-        no_device_kernel("add", "broadcasting " + shape_str(a.shape()) + " with " + shape_str(b.shape()));
+    if (!b_repeats && !is_trailing(a.shape(), b.shape())) return binary_device("add", device::BinaryOp::add, a, b, out_shape);
     const Tensor& whole = b_repeats ? a : b;
     const Tensor& part = b_repeats ? b : a;
     Tensor out = device_tensor(whole.shape());

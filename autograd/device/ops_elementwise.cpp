@@ -29,10 +29,8 @@ Tensor binary_device(const char* op, device::BinaryOp kind, const Tensor& a, con
         using device::BinaryOp;
         const bool want_a = a.requires_grad(), want_b = b.requires_grad();
         // d(a + b) = g, g;  d(a - b) = g, -g;  d(a b) = g b, g a;  d(a / b) = g / b, -g out / b
-        if (want_a) {
-            const bool plain = kind == BinaryOp::add || kind == BinaryOp::sub;
-            send_summed_grad(op, a, plain ? g : combine(op, kind == BinaryOp::mul ? BinaryOp::mul : BinaryOp::div, g, b));
-        }
+        if (want_a)  // g, or g b and g / b: the op itself between g and b
+            send_summed_grad(op, a, kind == BinaryOp::add || kind == BinaryOp::sub ? g : combine(op, kind, g, b));
         if (!want_b) return;
         if (kind == BinaryOp::add) return send_summed_grad(op, b, g);
         if (kind == BinaryOp::mul) return send_summed_grad(op, b, combine(op, BinaryOp::mul, g, a));

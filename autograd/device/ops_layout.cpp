@@ -1,10 +1,7 @@
 // The device branches of permute, slice (any axis) and matmul, and the
 // strided views the primitives read their inputs through (primitives.h):
-// broadcasting, permuting, and a gradient summed back to its input's shape.
+// broadcasting and permuting.
 // Forward beside backward.
-#include <algorithm>
-#include <numeric>
-
 #include "autograd/device/primitives.h"
 #include "autograd/device_ops.h"
 #include "autograd/shape.h"
@@ -51,38 +48,6 @@ device::Strided permute_view(const char* op, const Shape& in, const std::vector<
         at.strides[axis] = strides[order[axis]];
     }
     return at;
-}
-
-Tensor sum_to_shape_device(const char* op, const Tensor& g, const Shape& target) {
-    if (g.shape() == target) return g;
-    // The axes target broadcasts along (missing or of size 1) are summed: moved
-    // last, in order, then summed per row of the kept ones.
-    const Shape& full = g.shape();
-    const size_t lead = full.size() - target.size();
-    std::vector<size_t> kept, summed;
-    for (size_t axis = 0; axis < full.size(); ++axis)
-        (axis < lead || (target[axis - lead] == 1 && full[axis] != 1) ? summed : kept).push_back(axis);
-    size_t cols = 1;
-    for (size_t axis : summed) cols *= full[axis];
-    const size_t rows = g.numel() / std::max<size_t>(cols, 1);
-    Tensor out = device_tensor(target);
-    if (cols == 0) {
-        device::fill_zero(device_context(), device_out(out), out.numel() * sizeof(float));
-        return out;
-    }
-    std::vector<size_t> order = kept;
-    order.insert(order.end(), summed.begin(), summed.end());
-    Tensor moved = g;
-    if (!std::is_sorted(order.begin(), order.end())) {
-        moved = device_tensor(full);
-        device::copy_strided(device_context(), g.numel(), device_in(g), permute_view(op, full, order), device_out(moved), false);
-    }
-    device::sum_rows(device_context(), rows, cols, device_in(moved), 1.0f, device_out(out), false);
-    return out;
-}
-
-void send_summed_grad(const char* op, const Tensor& input, const Tensor& g) {
-    if (input.defined() && input.requires_grad()) send_device_grad(input, sum_to_shape_device(op, g, input.shape()));
 }
 
 // y = x with its axes in `order`: a strided copy; the backward copies back with
