@@ -15,7 +15,7 @@
 
 #include "autograd/choices.h"
 #include "autograd/host_device.h"
-#include "autograd/score_mods.h"
+#include "autograd/variant.h"
 #include "autograd/tensor.h"
 
 namespace attnlab {
@@ -42,21 +42,25 @@ struct AttentionMask {
     // optional explicit eligibility, shape (Tq, Tk) or (B, Tq, Tk), broadcast over heads
     Mask eligible;
 
-    // Keys j >= key_end(b, i, ...) are ineligible by the causal and padding parts;
-    // below it only an explicit mask can exclude more. Lets the op skip whole runs.
+    // Keys j >= key_end(b, i, ...) are ineligible; below it only an explicit mask
+    // or a variant's rule can exclude more (checks_each_key). Lets the op skip whole runs.
     size_t key_end(size_t b, size_t i, size_t Tq, size_t Tk) const {
         size_t end = Tk;
         if (causal) end = i + Tk >= Tq ? std::min(Tk, i + Tk - Tq + 1) : 0;
         if (!key_lengths.empty()) end = std::min(end, key_lengths[b]);
+        if (variant.restricts_keys() && i + Tk >= Tq) end = variant_key_end(variant, causal, rule_position(b, i, Tq, Tk), end);
         return end;
     }
     bool has_explicit() const { return !eligible.values.empty(); }
+    // Whether keys below key_end need allows() one by one: an explicit mask or a variant's rule.
+    bool checks_each_key() const { return has_explicit() || variant.restricts_keys(); }
     // ALiBi (Press et al. 2022): query head h adds alibi_bias(...) to its scaled
     // score of every eligible key, -m_h times the distance between their positions.
     bool alibi = false;
-    // The score modifiers (autograd/score_mods.h), applied to the scaled score
-    // before ALiBi's bias and the mask. Only attention composed of ops applies them.
-    ScoreMods mods;
+    // The variant (autograd/variant.h): eligibility rules, read by allows() and
+    // key_end(), and score modifiers, applied to the scaled score before ALiBi's
+    // bias and the mask (only attention composed of ops applies them).
+    AttentionVariant variant;
 
     // The mask as the device kernels read it, uploaded by the first device
     // attention call that uses it and shared by the later ones
@@ -69,6 +73,14 @@ struct AttentionMask {
     };
     mutable DeviceCopy device_copy;
 
+    // The position a variant's rules place query i of item b at (needs i + Tk >= Tq):
+    // its own, bottom-right aligned, i + Tk - Tq; a padding query (past its item's
+    // key length) takes the item's last key's, so that it reads keys as the last
+    // real query does and no padding row is left without a key.
+    size_t rule_position(size_t b, size_t i, size_t Tq, size_t Tk) const {
+        const size_t p = i + Tk - Tq;
+        return !key_lengths.empty() && key_lengths[b] > 0 ? std::min(p, key_lengths[b] - 1) : p;
+    }
     bool allows(size_t b, size_t i, size_t j, size_t Tq, size_t Tk) const {
         if (causal && j + Tq > i + Tk) return false;  // j > i + (Tk - Tq), without going negative
         if (!key_lengths.empty() && j >= key_lengths[b]) return false;
@@ -76,6 +88,8 @@ struct AttentionMask {
             const size_t offset = eligible.shape.size() == 3 ? b * Tq * Tk : 0;
             if (!eligible.values[offset + i * Tk + j]) return false;
         }
+        if (variant.restricts_keys() && (i + Tk < Tq || !variant_allows(variant, causal, rule_position(b, i, Tq, Tk), j)))
+            return false;
         return true;
     }
 };

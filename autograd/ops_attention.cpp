@@ -22,7 +22,7 @@ MaskedRows parse_masked_rows(const std::string& name) { return masked_rows_choic
 std::string to_string(MaskedRows policy) { return masked_rows_choices().name(policy); }
 
 void check_attention_mask(const char* op, const AttentionDims& d, const AttentionMask& mask) {
-    if (!mask.mods.none())  // the fused kernels compute plain scores (autograd/score_mods.h)
+    if (mask.variant.modifies_scores())  // the fused kernels compute plain scores (autograd/variant.h)
         fail(op, "score modifiers have no fused kernel; attention composed of ops applies them (as MultiHeadAttention does)");
     if (!mask.key_lengths.empty()) {
         if (mask.key_lengths.size() != d.B)

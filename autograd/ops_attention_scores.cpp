@@ -52,7 +52,7 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
     check_same_device(op, {&q, &k});
     // On the device without a gradient to take, one kernel; otherwise the
     // composition below, on either device.
-    if (on_device(q) && mask.mods.none() && !(grad_enabled() && (q.requires_grad() || k.requires_grad()))) {
+    if (on_device(q) && !mask.variant.modifies_scores() && !(grad_enabled() && (q.requires_grad() || k.requires_grad()))) {
         const AttentionDims dims{B, heads, kv_heads, Tq, Tk, d, d};
         check_attention_mask(op, dims, mask);
         const device::DeviceMask on_device(device_context(), mask, dims);
@@ -67,7 +67,7 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
     const Tensor q_h = heads_first(q, heads, d, heads), k_h = heads_first(k, kv_heads, d, heads);
     Mask empty_rows;
     const Mask ineligible = ineligible_keys(mask, B, Tq, Tk, empty_rows);
-    const Tensor scores = masked_fill(modify_scores(matmul(q_h, transpose(k_h, 2, 3)) * scale, mask.mods), ineligible, -INFINITY);
+    const Tensor scores = masked_fill(modify_scores(matmul(q_h, transpose(k_h, 2, 3)) * scale, mask.variant), ineligible, -INFINITY);
     if (!mask.alibi) return scores;
     // (B, H, Tq, Tk): ALiBi's bias, except in a row with no eligible key, which keeps its raw scores
     std::vector<double> bias(B * heads * Tq * Tk, 0.0);

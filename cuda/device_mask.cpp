@@ -8,6 +8,22 @@
 namespace attnlab::device {
 
 DeviceMask::DeviceMask(Context& context, const AttentionMask& mask, const AttentionDims& dims) {
+    if (mask.variant.restricts_keys()) {
+        // A variant's eligibility rule reaches the kernels as what AttentionMask::allows
+        // says of each (b, i, j), causal and the explicit mask included: one definition,
+        // (B, Tq, Tk) bytes. The key lengths stay, so that padded K/V rows are never read.
+        std::vector<uint8_t> values(dims.B * dims.Tq * dims.Tk);
+        for (size_t b = 0; b < dims.B; ++b)
+            for (size_t i = 0; i < dims.Tq; ++i)
+                for (size_t j = 0; j < dims.Tk; ++j)
+                    values[(b * dims.Tq + i) * dims.Tk + j] = mask.allows(b, i, j, dims.Tq, dims.Tk) ? 1 : 0;
+        AttentionMask rules;
+        rules.key_lengths = mask.key_lengths;
+        rules.alibi = mask.alibi;
+        rules.eligible = Mask({dims.B, dims.Tq, dims.Tk}, std::move(values));
+        *this = DeviceMask(context, rules, dims);
+        return;
+    }
     view_.causal = mask.causal;
     view_.alibi = mask.alibi;
     if (!mask.key_lengths.empty()) {

@@ -5,13 +5,13 @@ namespace attnlab {
 namespace {
 
 // Keys of each batch item beyond its length are ineligible (right padding);
-// `alibi`: ALiBi's bias added to the scores; `mods`: the score modifiers.
-AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi, const ScoreMods& mods) {
+// `alibi`: ALiBi's bias added to the scores; `variant`: eligibility rules and score modifiers (autograd/variant.h).
+AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi, const AttentionVariant& variant) {
     AttentionMask mask;
     mask.causal = causal;
     mask.key_lengths = lengths;
     mask.alibi = alibi;
-    mask.mods = mods;
+    mask.variant = variant;
     return mask;
 }
 
@@ -56,13 +56,13 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
 }  // namespace
 
 AttentionMask ModelConfig::self_mask(const std::vector<size_t>& lengths) const {
-    return padding_mask(lengths, true, alibi(), score_mods);
+    return padding_mask(lengths, true, alibi(), variant);
 }
 AttentionMask ModelConfig::encoder_mask(const std::vector<size_t>& src_lengths) const {
-    return padding_mask(src_lengths, false, alibi(), score_mods);
+    return padding_mask(src_lengths, false, alibi(), variant);
 }
 AttentionMask ModelConfig::cross_mask(const std::vector<size_t>& src_lengths) const {
-    return padding_mask(src_lengths, false, false, score_mods);
+    return padding_mask(src_lengths, false, false, variant.for_cross_attention());
 }
 
 size_t DecoderCache::bytes() const {

@@ -18,7 +18,7 @@ struct ModelConfig {
     double rotary_base = 10000.0;   // positional = rotary: the frequencies' base
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
-    ScoreMods score_mods;           // every attention's score modifiers (autograd/score_mods.h)
+    AttentionVariant variant;           // every attention's score modifiers (autograd/variant.h)
     bool alibi() const { return positional == Positional::alibi; }  // self-attention masks add ALiBi's bias
     // The masks the model runs each attention under, the one definition that
     // analyses read too: decoder self-attention (causal, keys beyond `lengths`

@@ -98,7 +98,7 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     options.need_weights = need_weights || hooked("pattern");
     // q (B, Tq, H d_h), k and v (B, Tk, H_kv d_h): heads side by side, no split copies
     AttentionResult r;
-    if (hook_replaces("scores") || hook_replaces("pattern") || !mask.mods.none()) {  // score modifiers: composed too
+    if (hook_replaces("scores") || hook_replaces("pattern") || mask.variant.modifies_scores()) {  // score modifiers: composed too
         r = attend_composed(q, k, v, mask, options);
     } else {
         r = attention_packed(q, k, v, heads, kv_heads, mask, options);
@@ -163,12 +163,22 @@ MultiHeadAttention::Output MultiHeadAttention::forward_cached(const Tensor& x_ne
                                                               const AttentionMask& mask, bool need_weights) const {
     const Tensor in = hook("in", x_new);
     const Tensor in_kv = hook("in_kv", in);
-    const size_t offset = cache.length();  // the new positions start after the cached ones
+    const size_t offset = cache.position;  // the new positions start after the ones seen
     const Tensor k_new = positioned("rot_k", hook_heads("k", k_proj.forward(in_kv), kv_heads), kv_heads, offset);  // (B, Tn, H_kv d_h)
     const Tensor v_new = hook_heads("v", v_proj.forward(in_kv), kv_heads);
     cache.k = cache.k.defined() ? concat({cache.k, k_new}, 1) : k_new;
     cache.v = cache.v.defined() ? concat({cache.v, v_new}, 1) : v_new;
-    return attend(positioned("rot_q", hook_heads("q", q_proj.forward(in), heads), heads, offset), cache.k, cache.v, mask, need_weights);
+    cache.position += x_new.size(1);
+    Output out = attend(positioned("rot_q", hook_heads("q", q_proj.forward(in), heads), heads, offset), cache.k, cache.v,
+                        mask, need_weights);
+    // Every rule and bias reads positions relative to the last key (bottom-right
+    // aligned), so the window's W last keys are all the later queries need.
+    const size_t window = mask.variant.window, kept = cache.length();
+    if (window > 0 && kept > window) {
+        cache.k = slice(cache.k, 1, kept - window, kept);
+        cache.v = slice(cache.v, 1, kept - window, kept);
+    }
+    return out;
 }
 
 MultiHeadAttention::Output MultiHeadAttention::forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache,

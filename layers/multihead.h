@@ -30,9 +30,11 @@ struct AttentionConfig {
 };
 
 // Keys and values of earlier positions, (B, T_cached, H_kv d_h) each: the
-// projections as they come, heads side by side.
+// projections as they come, heads side by side. With a sliding window of W
+// (AttentionVariant::window), only the last W positions are kept.
 struct KVCache {
     Tensor k, v;
+    size_t position = 0;  // positions seen so far: the next new position (rotary's offset)
     size_t length() const { return k.defined() ? k.size(1) : 0; }
     size_t bytes() const;  // what the cache holds now
 };
@@ -64,7 +66,8 @@ public:
     Output forward(const Tensor& x_q, const Tensor& x_kv, const AttentionMask& mask, bool need_weights = false) const;
     // Self-attention over a KV cache: projects x_new (B, Tn, D), appends its keys and
     // values to `cache`, and attends from the new queries to every cached key
-    // (the causal mask is bottom-right aligned, so this matches a full pass).
+    // (the causal mask is bottom-right aligned, so this matches a full pass); with a
+    // sliding window, the cache then drops the keys no later query can read.
     Output forward_cached(const Tensor& x_new, KVCache& cache, const AttentionMask& mask, bool need_weights = false) const;
     // Cross-attention with the source's keys and values computed once and kept in `cache`.
     Output forward_cross_cached(const Tensor& x_q, const Tensor& memory, KVCache& cache, const AttentionMask& mask,

@@ -159,6 +159,7 @@ class Arch:
             self.scale = resolve_scale(m.get("scale", "sqrt"), self.head_width)
             self.rotary_base = float(m.get("rotary_base", 10000.0)) if self.positional == "rotary" else 0.0
             self.softcap = float(m.get("softcap", 0.0))
+            self.window = int(m.get("window", 0))  # sliding window of self-attention (autograd/variant.h)
         except KeyError as e:
             raise BridgeError(f"config has no key {e}") from None
         checks = [
@@ -218,7 +219,7 @@ def apply_rotary(x, base):
 
 
 def modify_scores(scores, a):
-    """attnlab's score modifiers (autograd/score_mods.h) on the scaled scores (B, H, Tq, Tk), before
+    """attnlab's score modifiers (autograd/variant.h) on the scaled scores (B, H, Tq, Tk), before
     ALiBi's bias and the mask."""
     if a.softcap > 0:  # logit soft-capping (Gemma 2)
         scores = a.softcap * torch.tanh(scores / a.softcap)
@@ -250,15 +251,24 @@ def alibi_bias(heads, queries, keys, dtype):
     return (-m * (i - j).abs()[None]).to(dtype)
 
 
-def eligibility(key_lengths, queries, keys, causal):
+def eligibility(key_lengths, queries, keys, causal, window=0):
     """(B, Tq, Tk) bool, True = the query may attend to the key (attnlab's convention).
 
-    Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq)."""
+    Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq). A
+    sliding window W (self-attention) keeps keys p - W < j of the query at position
+    p = i + (Tk - Tq), and without causal also j < p + W; a padding query (p past its
+    item's last key) is placed at that last key."""
     j = torch.arange(keys)
     ok = (j[None, None, :] < key_lengths[:, None, None]).expand(len(key_lengths), queries, keys)
+    p = torch.arange(queries)[:, None] + (keys - queries)
     if causal:
-        i = torch.arange(queries)
-        ok = ok & (j[None, :] <= i[:, None] + (keys - queries))[None]
+        ok = ok & (j[None, :] <= p)[None]
+    if window > 0:
+        last = (key_lengths - 1).clamp(min=0)[:, None, None]
+        at = torch.where(key_lengths[:, None, None] > 0, torch.minimum(p[None], last), p[None])  # (B, Tq, 1)
+        ok = ok & (j[None, None, :] > at - window)
+        if not causal:
+            ok = ok & (j[None, None, :] < at + window)
     return ok
 
 
@@ -424,6 +434,7 @@ class DecoderLM(nn.Module):
     def __init__(self, a, max_len):
         super().__init__()
         self.tok_emb = nn.Embedding(a.vocab, a.width)
+        self.window = a.window
         self.pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.blocks = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
         self.ln_f = make_norm(a) if a.norm == "pre" else None
@@ -433,7 +444,7 @@ class DecoderLM(nn.Module):
         """tokens (B, T), lengths (B) -> logits (B, T, V), {"self": [weights per layer]}, {"decoder": [hidden]}"""
         x = self.pos_emb(self.tok_emb(tokens))
         hidden, weights = [x], {"self": [], "cross": []}
-        eligible = eligibility(lengths, tokens.shape[1], tokens.shape[1], causal=True)
+        eligible = eligibility(lengths, tokens.shape[1], tokens.shape[1], causal=True, window=self.window)
         for block in self.blocks:
             x = block(x, eligible, weights=weights)
             hidden.append(x)
@@ -446,6 +457,7 @@ class EncoderDecoder(nn.Module):
     def __init__(self, a, max_len):
         super().__init__()
         self.src_emb = nn.Embedding(a.vocab, a.width)
+        self.window = a.window
         self.tgt_emb = nn.Embedding(a.vocab, a.width)
         self.src_pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.tgt_pos_emb = PositionalEncoding(a.positional, max_len, a.width)
@@ -460,7 +472,7 @@ class EncoderDecoder(nn.Module):
         S, T = src.shape[1], tgt.shape[1]
         x = self.src_pos_emb(self.src_emb(src))
         enc_hidden, enc_weights = [x], {"self": [], "cross": []}
-        src_eligible = eligibility(src_lengths, S, S, causal=False)
+        src_eligible = eligibility(src_lengths, S, S, causal=False, window=self.window)
         for block in self.encoder:
             x = block(x, src_eligible, weights=enc_weights)
             enc_hidden.append(x)
@@ -468,7 +480,7 @@ class EncoderDecoder(nn.Module):
 
         y = self.tgt_pos_emb(self.tgt_emb(tgt))
         dec_hidden, dec_weights = [y], {"self": [], "cross": []}
-        tgt_eligible = eligibility(tgt_lengths, T, T, causal=True)
+        tgt_eligible = eligibility(tgt_lengths, T, T, causal=True, window=self.window)
         cross_eligible = eligibility(src_lengths, T, S, causal=False)
         for block in self.decoder:
             y = block(y, tgt_eligible, memory, cross_eligible, weights=dec_weights)

@@ -35,7 +35,7 @@ void mask_row(T* row, const AttentionMask& mask, size_t b, size_t h, size_t i, s
     const size_t end = mask.key_end(b, i, dims.Tq, dims.Tk);
     const size_t eligible_end = std::clamp(end, j0, j0 + n) - j0;  // columns >= this are beyond the key end
     std::fill(row + eligible_end, row + n, minus_infinity<T>());
-    if (mask.has_explicit())
+    if (mask.checks_each_key())
         for (size_t c = 0; c < eligible_end; ++c)
             if (!mask.allows(b, i, j0 + c, dims.Tq, dims.Tk)) row[c] = minus_infinity<T>();
     if (mask.alibi)
@@ -80,7 +80,7 @@ void check_masked_rows(const Dims& dims, const AttentionMask& mask, const Attent
         for (size_t i = 0; i < dims.Tq; ++i) {
             const size_t end = mask.key_end(b, i, dims.Tq, dims.Tk);
             bool any = false;
-            for (size_t j = 0; j < end && !any; ++j) any = !mask.has_explicit() || mask.allows(b, i, j, dims.Tq, dims.Tk);
+            for (size_t j = 0; j < end && !any; ++j) any = !mask.checks_each_key() || mask.allows(b, i, j, dims.Tq, dims.Tk);
             if (!any)
                 fail("attention", "batch item " + std::to_string(b) + ", query position " + std::to_string(i) +
                                       " has no eligible key (masked_rows = \"error\"; use \"zero\" to allow it)");

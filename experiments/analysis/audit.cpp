@@ -347,7 +347,7 @@ void live_tests(AuditRecord& rec, const TaskModel& model, const Config& config, 
     rec.tests.push_back(causal_perturbation(model, batch, rng));
     layer_tests(rec, model, sites, batch, rng);
     rec.tests.push_back(padding_invariance(model, batch, rng));
-    rec.tests.push_back(kv_cache_agreement(model, batch));
+    rec.tests.push_back(kv_cache_agreement(model, batch, config.model.variant.window));
     rec.tests.push_back(reference_agreement(model, batch));
     rec.tests.push_back(reference_agreement_random(DType::f32));
     rec.tests.push_back(reference_agreement_random(DType::f64));

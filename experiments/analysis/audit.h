@@ -80,8 +80,9 @@ LiveTest causal_perturbation(const TaskModel& model, const Batch& batch, Rng& rn
 LiveTest padding_invariance(const TaskModel& model, const Batch& batch, Rng& rng);
 // Up to `sequences` sequences decoded with the KV cache (token by token, and in
 // chunks) against a full forward pass; the cache must hold kv_cache_bytes_per_token
-// * length bytes (plus the cross-attention cache per source token).
-LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t sequences = 4);
+// * length bytes, length at most `window` when the model has a sliding window
+// (model.window; 0 = none), plus the cross-attention cache per source token.
+LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t window = 0, size_t sequences = 4);
 // The model's attention op outputs (traced context and weights) against the
 // dense reference run on the same q, k, v, for every kind and layer.
 LiveTest reference_agreement(const TaskModel& model, const Batch& batch);

@@ -95,7 +95,7 @@ LiveTest padding_invariance(const TaskModel& model, const Batch& batch, Rng& rng
     });
 }
 
-LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t sequences) {
+LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t window, size_t sequences) {
     const std::string name = "KV cache vs full recomputation";
     return guarded(name, [&] {
         NoGradGuard no_grad;
@@ -145,7 +145,8 @@ LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t s
                     for (size_t e = 0; e < size * V; ++e) worst = worse(worst, std::abs(got[e] - full[t0 * V + e]));
                     t0 += size;
                 }
-                const size_t expected = per_token * n + (memory.defined() ? per_token * s.src_lengths[0] : 0);
+                const size_t kept = window > 0 ? std::min(n, window) : n;  // a sliding window keeps the last W
+                const size_t expected = per_token * kept + (memory.defined() ? per_token * s.src_lengths[0] : 0);
                 if (cache.bytes() != expected) {
                     bytes_ok = false;
                     bytes_note = "; cache holds " + std::to_string(cache.bytes()) + " bytes after " + std::to_string(n) +
@@ -161,7 +162,8 @@ LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t s
         r.pass = worst <= r.tolerance && bytes_ok;
         r.detail = std::to_string(order.size()) + " sequences, token by token and in chunks; cache bytes " +
                    (bytes_ok ? "= " + std::to_string(per_token) + " per token (2 * layers * kv_heads * head_width * " +
-                                   std::to_string(element) + ")"
+                                   std::to_string(element) + ")" +
+                                   (window > 0 ? ", self-attention's for the last " + std::to_string(window) + " only" : "")
                              : "WRONG" + bytes_note);
         return r;
     });

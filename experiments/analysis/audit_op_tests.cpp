@@ -39,7 +39,7 @@ DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const
                     if (!eligible(b, i, j)) continue;
                     double dot = 0;
                     for (size_t c = 0; c < d; ++c) dot += Q[((b * H + h) * Tq + i) * d + c] * K[((b * H_kv + kv) * Tk + j) * d + c];
-                    score[j] = modify_score(scale * dot, mask.mods) + (mask.alibi ? alibi_bias(h, H, i, j, Tq, Tk) : 0.0);
+                    score[j] = modify_score(scale * dot, mask.variant) + (mask.alibi ? alibi_bias(h, H, i, j, Tq, Tk) : 0.0);
                     top = std::max(top, score[j]);
                     any = true;
                 }

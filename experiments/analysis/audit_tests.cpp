@@ -116,7 +116,9 @@ LiveTest bidirectional(const MultiHeadAttention& attn, const Tensor& x, const st
     return guarded(name, [&] {
         NoGradGuard no_grad;
         const size_t B = x.size(0), T = x.size(1), D = x.size(2);
-        // perturb the last valid position only; position 0 must see it
+        // perturb the last valid position only; the first query an encoder's rules
+        // let read it must see it: position 0, or with a sliding window of W, n - W
+        // (what the variant says without the causal part, whatever mask is passed)
         const Tensor changed = perturbed(x, rng, 10.0, [&](size_t b, size_t t) {
             const size_t n = length_of(lengths, b, T);
             return n >= 2 && t == n - 1;
@@ -125,16 +127,22 @@ LiveTest bidirectional(const MultiHeadAttention& attn, const Tensor& x, const st
         const std::vector<double> c = attn.forward(changed, changed, mask).out.values();
         double smallest = std::numeric_limits<double>::infinity();
         for (size_t b = 0; b < B; ++b) {
-            if (length_of(lengths, b, T) < 2) continue;
-            smallest = std::min(smallest, rows_diff(a, c, B, T, D, [&](size_t i, size_t t) { return i == b && t == 0; }));
+            const size_t n = length_of(lengths, b, T);
+            if (n < 2) continue;
+            size_t first = 0;
+            while (!variant_allows(mask.variant, false, first, n - 1)) ++first;
+            smallest = std::min(smallest, rows_diff(a, c, B, T, D, [&](size_t i, size_t t) { return i == b && t == first; }));
         }
         LiveTest r;
         r.name = name;
-        r.figure_name = "smallest change at position 0 when the last position is perturbed";
+        const size_t W = mask.variant.window;
+        r.figure_name = std::string("smallest change at ") + (W ? "the first position whose window holds the last" : "position 0") +
+                        " when the last position is perturbed";
         r.figure = std::isfinite(smallest) ? smallest : 0.0;
         r.rule = "> 0";
         r.pass = r.figure > 0;
-        r.detail = "an encoder sees the whole source";
+        r.detail = W ? "an encoder sees its window of " + std::to_string(W) + " (|i - j| < " + std::to_string(W) + ")"
+                     : "an encoder sees the whole source";
         return r;
     });
 }

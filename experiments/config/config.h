@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/score_mods.h"  // ScoreMods
+#include "autograd/variant.h"  // AttentionVariant
 #include "autograd/tensor.h"  // Error
 #include "data/tasks.h"       // TaskConfig
 
@@ -76,7 +76,7 @@ struct Config {
         bool bias = true;
         std::string activation = "gelu";     // gelu | relu
         int64_t max_len = 0;           // 0 = the task's longest sequence
-        ScoreMods score_mods;          // the score modifiers, each a key model.<field> (autograd/score_mods.h)
+        AttentionVariant variant;          // the score modifiers, each a key model.<field> (autograd/variant.h)
         bool operator==(const Model&) const = default;
     } model;
 

@@ -85,9 +85,12 @@ std::string folder_name(const std::string& text) {
 template <class Get>
 Field integer(std::string key, Get get, Bounds bounds, std::string doc) {
     return {std::move(key), "integer" + bounds.text(), std::move(doc), false,
-            [get](Config& c, const toml::node& n) -> std::string {
+            [get, bounds](Config& c, const toml::node& n) -> std::string {
                 if (!n.is_integer()) return expected("an integer", n);
-                get(c) = n.as_integer()->get();
+                const int64_t value = n.as_integer()->get();
+                // checked as written: a negative count stored in a size_t would show as 2^64 - |value|
+                if (std::string error = bounds.check(static_cast<double>(value)); !error.empty()) return error;
+                get(c) = value;
                 return "";
             },
             [get, bounds](const Config& c) { return bounds.check(static_cast<double>(get(c))); },
@@ -262,8 +265,8 @@ Field pair(std::string key, Get get, Bounds bounds, std::string doc) {
 // KEY(model, heads) -> "model.heads", [](auto& c) -> auto& { return c.model.heads; }:
 // a key's name and the member it reads cannot disagree.
 #define KEY(section, member) #section "." #member, [](auto& c) -> auto& { return c.section.member; }
-// A score modifier's key, model.<member>, held in Config::Model::score_mods (autograd/score_mods.h).
-#define SCORE_MOD_KEY(member) "model." #member, [](auto& c) -> auto& { return c.model.score_mods.member; }
+// A variant's key (an eligibility rule or a score modifier), model.<member>, held in Config::Model::variant (autograd/variant.h).
+#define VARIANT_KEY(member) "model." #member, [](auto& c) -> auto& { return c.model.variant.member; }
 
 std::vector<Field> make_fields() {
     return {
@@ -294,7 +297,8 @@ std::vector<Field> make_fields() {
         number(KEY(model, rotary_base), above(1), "rotary positions' base: pair c of a head turns by p base^(-2c/d_h)"),
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
         choice(KEY(model, masked_rows), masked_rows_choices().names(), "a query row with no eligible key: error, or zero context"),
-        number(SCORE_MOD_KEY(softcap), non_negative(), "logit soft-capping (Gemma 2): scaled scores s become C tanh(s / C) before the mask and ALiBi; 0 = off"),
+        integer(VARIANT_KEY(window), at_least(0), "sliding window (self-attention): key j eligible for query i iff i - W < j (<= i when causal, < i + W in an encoder); 0 = off"),
+        number(VARIANT_KEY(softcap), non_negative(), "logit soft-capping (Gemma 2): scaled scores s become C tanh(s / C) before the mask and ALiBi; 0 = off"),
         number(KEY(model, dropout), fraction, "dropout on embeddings and sublayer outputs"),
         number(KEY(model, attn_dropout), fraction, "dropout on attention weights"),
         boolean(KEY(model, bias), "biases in the attention projections"),

@@ -31,7 +31,7 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.norm = parse_norm(c.model.norm);
     b.norm_type = parse_norm_type(c.model.norm_type);
     b.dropout = c.model.dropout;
-    m.score_mods = c.model.score_mods;
+    m.variant = c.model.variant;
     return m;
 }
 

@@ -146,15 +146,15 @@ TEST(Composed, AttentionIsSoftmaxOfTheScoresTimesV) {
 namespace attnlab {
 namespace {
 
-// Logit soft-capping (ScoreMods::softcap, autograd/score_mods.h): the scores
+// Logit soft-capping (AttentionVariant::softcap, autograd/variant.h): the scores
 // composed of ops are C tanh(s / C) of the scaled scores, -inf where masked;
 // its gradients pass float64 central differences at several lengths; the
 // fused attention op refuses a score modifier in one line.
-TEST(ScoreMods, SoftcapCapsTheScaledScoresAndItsGradientsCheck) {
+TEST(AttentionVariant, SoftcapCapsTheScaledScoresAndItsGradientsCheck) {
     Rng rng(41);
     AttentionMask mask;
     mask.causal = true;
-    mask.mods.softcap = 2.0;
+    mask.variant.softcap = 2.0;
     const Tensor q = rng.normal({1, 3, 4}, 0.0, 2.0, DType::f64), k = rng.normal({1, 3, 4}, 0.0, 2.0, DType::f64);
     const std::vector<double> s = attention_scores(q, k, 2, 2, mask, 0.5).values();  // (1, 2, 3, 3)
     const std::vector<double> Q = q.values(), K = k.values();
@@ -190,6 +190,76 @@ TEST(ScoreMods, SoftcapCapsTheScaledScoresAndItsGradientsCheck) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("score modifiers have no fused kernel"), std::string::npos) << e.what();
     }
+}
+
+}  // namespace
+}  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// The sliding window (AttentionVariant::window, autograd/variant.h), by hand:
+// causal, i - W < j <= i; an encoder's, |i - j| < W; queries bottom-right aligned
+// over a KV cache; a padding query reads the last W keys of its item.
+TEST(AttentionVariant, WindowKeepsTheLastWKeysOfEachQuery) {
+    AttentionMask causal;
+    causal.causal = true;
+    causal.variant.window = 3;
+    AttentionMask encoder;
+    encoder.variant.window = 2;
+    for (size_t i = 0; i < 6; ++i)
+        for (size_t j = 0; j < 6; ++j) {
+            EXPECT_EQ(causal.allows(0, i, j, 6, 6), i < j + 3 && j <= i) << i << " " << j;
+            EXPECT_EQ(encoder.allows(0, i, j, 6, 6), i < j + 2 && j < i + 2) << i << " " << j;
+        }
+    for (size_t i = 0; i < 2; ++i)  // 2 new queries over 6 keys: positions 4 and 5
+        for (size_t j = 0; j < 6; ++j) EXPECT_EQ(causal.allows(0, i, j, 2, 6), i + 4 < j + 3 && j <= i + 4) << i << j;
+    AttentionMask padded = causal;
+    padded.key_lengths = {4};
+    for (size_t i = 4; i < 6; ++i)  // padding queries: as the last real one, position 3
+        for (size_t j = 0; j < 6; ++j) EXPECT_EQ(padded.allows(0, i, j, 6, 6), j == 1 || j == 2 || j == 3) << i << j;
+    EXPECT_EQ(encoder.key_end(0, 1, 6, 6), 3u);  // keys >= 3 are past query 1's window
+    EXPECT_EQ(causal.key_end(0, 1, 6, 6), 2u);
+    EXPECT_TRUE(causal.checks_each_key());
+    EXPECT_FALSE(causal.variant.modifies_scores());
+}
+
+// The fused op applies the window on its dense and blockwise paths: values and
+// every gradient equal attention composed of ops, and its gradients pass float64
+// central differences, at lengths 1, 7 and 129 (no multiple of a tile), causal
+// and an encoder's, with padding (an empty item under policy "zero": no NaN) and
+// grouped K/V.
+TEST(AttentionVariant, WindowOnTheFusedPathsMatchesComposedAndGradchecks) {
+    Rng rng(43);
+    for (const size_t T : {1, 7, 129})
+        for (const bool causal : {true, false})
+            for (const size_t W : {1, 4}) {
+                AttentionMask mask;
+                mask.causal = causal;
+                mask.variant.window = W;
+                mask.key_lengths = {T, (T + 1) / 2, 0};
+                const std::vector<Tensor> in = {gradcheck_input(rng, {3, T, 4}, -2, 2), gradcheck_input(rng, {3, T, 2}, -2, 2),
+                                                gradcheck_input(rng, {3, T, 2})};
+                const std::string what = "window " + std::to_string(W) + (causal ? " causal" : " encoder") +
+                                         ", T = " + std::to_string(T);
+                for (const AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
+                    AttentionOptions options;
+                    options.scale = 0.7;
+                    options.masked_rows = MaskedRows::zero;
+                    options.path = path;
+                    const Op fused = [&](V t) { return attention_packed(t[0], t[1], t[2], 2, 1, mask, options).context; };
+                    expect_same(what, fused,
+                                [&](V t) { return composed::attention(t[0], t[1], t[2], 2, 1, mask, 0.7, MaskedRows::zero); }, in);
+                    // at T = 129 (slow: one backward per output element), one case: causal, W = 4, blockwise
+                    if (T == 129 && !(causal && W == 4 && path == AttentionPath::blockwise)) continue;
+                    const GradcheckResult r = gradcheck({"attention", what, in, fused});
+                    EXPECT_TRUE(r.passed) << what << ": " << r.failure;
+                }
+                AttentionOptions options;
+                options.masked_rows = MaskedRows::zero;
+                for (const double x : attention_packed(in[0], in[1], in[2], 2, 1, mask, options).context.values())
+                    ASSERT_TRUE(std::isfinite(x)) << what;
+            }
 }
 
 }  // namespace

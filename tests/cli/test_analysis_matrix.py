@@ -104,6 +104,14 @@ class Matrix(cc.TempDirTest):
                 for name in os.listdir(self.tmp):
                     cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
 
+    def test_window(self):
+        """A sliding window (model.window), an eligibility rule: the fused kernels and the KV cache apply it."""
+        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
+            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, window=4):
+                self.check_one(norm, norm_type, kind, 1, {"model.window": "4"})
+                for name in os.listdir(self.tmp):
+                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+
     def check_one(self, norm, norm_type, kind, kv, extra=None):
         ckpt = self.train(norm, norm_type, kind, kv, extra)
         module, arch, _, _ = self.bridge.build_module(ckpt)

@@ -241,6 +241,10 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder post/scalenorm, 2 layers", model__norm_type="scalenorm", model__norm="post",
                            model__layers=2)
 
+    def test_window(self):
+        self.check_variant("decoder window 3, 2 layers, ALiBi", model__window=3, model__layers=2, model__positional="alibi")
+        self.check_variant("enc-dec window 2, padded", task__name="translate", model__kind="encoder-decoder", model__window=2)
+
     def test_softcap(self):
         self.check_variant("decoder softcap 1.5", model__softcap=1.5)
         self.check_variant("enc-dec softcap 2, ALiBi", task__name="translate", model__kind="encoder-decoder",

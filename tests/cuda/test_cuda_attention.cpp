@@ -37,6 +37,16 @@ AttentionMask with_empty_rows(size_t Tq, size_t Tk) {
     return mask;
 }
 
+// A sliding window of W (AttentionVariant::window): the kernels read it as the
+// byte mask DeviceMask makes from AttentionMask::allows.
+AttentionMask windowed(size_t W, bool causal_too, std::vector<size_t> key_lengths = {}) {
+    AttentionMask mask;
+    mask.causal = causal_too;
+    mask.variant.window = W;
+    mask.key_lengths = std::move(key_lengths);
+    return mask;
+}
+
 std::vector<Case> cases() {
     //            B  H  H_kv Tq   Tk   d    d_v
     return {
@@ -61,6 +71,9 @@ std::vector<Case> cases() {
         {"wide_heads_128", {1, 2, 2, 65, 65, 128, 128}, causal()},
         {"uneven_heads_100_72", {1, 2, 1, 65, 70, 100, 72}, causal()},
         {"longer_257_d64", {1, 2, 2, 257, 257, 64, 64}, causal()},
+        {"window_5_causal_padded", {2, 2, 2, 130, 130, 16, 16}, windowed(5, true, {130, 70})},
+        {"window_9_encoder_padded", {2, 2, 1, 70, 70, 16, 12}, windowed(9, false, {70, 33})},
+        {"window_20_cache_tq_lt_tk", {2, 2, 2, 37, 100, 16, 12}, windowed(20, true)},
     };
 }
 

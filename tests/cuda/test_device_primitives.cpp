@@ -205,9 +205,12 @@ TEST_F(DevicePrimitives, AttentionScoresAndComposedAttentionTakeGradients) {
     padded_alibi.key_lengths = {5, 3};
     padded_alibi.alibi = true;
     AttentionMask softcapped = padded_alibi;  // a score modifier: composed only
-    softcapped.mods.softcap = 1.5;
+    softcapped.variant.softcap = 1.5;
+    AttentionMask windowed = padded_alibi;  // an eligibility rule: the device's byte mask
+    windowed.variant.window = 2;
     for (const auto& [name, mask] : {std::pair{"causal", causal}, std::pair{"padded, ALiBi", padded_alibi},
-                                     std::pair{"padded, ALiBi, softcap", softcapped}}) {
+                                     std::pair{"padded, ALiBi, softcap", softcapped},
+                                     std::pair{"padded, ALiBi, window 2", windowed}}) {
         expect_same_on_both(std::string("scores, ") + name, {random(rng, {2, 5, 8}), random(rng, {2, 5, 4})},
                             [&](const Inputs& t) { return attention_scores(t[0], t[1], 2, 1, mask, 0.5); });
         expect_same_on_both(std::string("composed attention, ") + name,

@@ -143,6 +143,11 @@ TEST_F(DeviceTrainer, TrainsASoftcappedModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.softcap=2"});
 }
 
+// A sliding window (an eligibility rule) reaches the fused kernels as a byte mask.
+TEST_F(DeviceTrainer, TrainsASlidingWindowModelAsTheCpuRunDoes) {
+    expect_same_run({"self"}, {"model.window=2"});
+}
+
 // ScaleNorm has no kernel of its own: its ops' primitives run it on the device.
 TEST_F(DeviceTrainer, TrainsAScaleNormModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.norm_type=scalenorm", "model.norm=post"});

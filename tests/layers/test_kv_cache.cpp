@@ -170,3 +170,52 @@ TEST(KVCache, DecodingPastMaxLenIsAnError) {
 
 }  // namespace
 }  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+using namespace layer_testing;
+
+// A sliding window of W (AttentionVariant::window): the cache keeps only the last
+// W keys and values of each layer, and decoding token by token or in chunks still
+// gives the full pass's logits, with every positional encoding (rotary's offset
+// and ALiBi's distances count positions seen, not positions kept).
+TEST(KVCache, SlidingWindowKeepsWKeysAndMatchesFullPass) {
+    const size_t B = 2, T = 12, W = 3;
+    for (const Positional positional : {Positional::learned, Positional::rotary, Positional::alibi}) {
+        SCOPED_TRACE(static_cast<int>(positional));
+        ModelConfig config = small_config(Norm::pre, positional, 1);
+        config.variant.window = W;
+        Rng init(11), dropout_rng(12), data(13);
+        DecoderLM model(config, init, &dropout_rng);
+        model.eval();
+        const Indices tokens = random_tokens(data, B, T, 11);
+        const std::vector<double> full = model.forward(tokens).values();
+        DecoderCache cache;
+        std::vector<Tensor> steps;
+        for (size_t t = 0; t < T; ++t) {
+            steps.push_back(model.forward_cached(token_columns(tokens, t, t + 1), cache));
+            for (const auto& layer : cache.layers) EXPECT_EQ(layer.self.length(), std::min(t + 1, W));
+        }
+        EXPECT_LE(max_abs_diff(concat_time(steps), full), kTol);
+        EXPECT_EQ(cache.bytes(), 2u * 2 * B * 1 * W * 8 * 4);
+        DecoderCache chunked;
+        std::vector<Tensor> parts;
+        size_t t0 = 0;
+        for (size_t n : {5u, 1u, 4u, 2u}) {
+            parts.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), chunked));
+            t0 += n;
+        }
+        EXPECT_LE(max_abs_diff(concat_time(parts), full), kTol);
+        // without the window's rule, the full pass differs: the test sees the window
+        ModelConfig plain = config;
+        plain.variant.window = 0;
+        Rng init2(11), dropout2(12);
+        DecoderLM unwindowed(plain, init2, &dropout2);
+        unwindowed.eval();
+        EXPECT_GT(max_abs_diff(unwindowed.forward(tokens).values(), full), 1e-4);
+    }
+}
+
+}  // namespace
+}  // namespace attnlab

@@ -1,0 +1,73 @@
+// An attention's variant, written once here and read by every path: which keys a
+// query may read beyond the causal and padding parts (eligibility rules), and how
+// its scores are formed beyond scale q.k (score modifiers). Each is one field of
+// AttentionVariant (a config key `model.<field>`, config_schema.cpp) with its maths
+// below: the rules on one (query, key) pair, which AttentionMask::allows and
+// key_end read (so do the CPU kernels, the composed scores, the device's copy of
+// the mask, the audit's reference and the metrics); the modifiers on tensors (the
+// scores composed of ops, which every device runs and differentiates) and on one
+// score (the audit's dense reference). The fused attention kernels take
+// eligibility rules (key by key) but plain scores only; with a score modifier,
+// MultiHeadAttention composes attention of ops (compose by default, fuse by
+// exception) and the fused ops refuse it. ALiBi's bias, added after the
+// modifiers, is AttentionMask::alibi.
+//
+// No ops.h here: attention.h (and through it the CUDA kernels) includes this
+// file, and the ops' names (max, pow, exp) would hide the maths functions there.
+// modify_scores is a template whose ops are found, by argument, where it is used.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+namespace attnlab {
+
+struct AttentionVariant {
+    // ---- eligibility rules (self-attention; ANDed with the causal and padding parts)
+    // Sliding window of W keys: key j is eligible for the query at position p iff
+    // p - W < j, and, without the causal mask (an encoder), j < p + W; with it,
+    // i - W < j <= i. 0 = off. A KV cache then keeps only the last W keys.
+    size_t window = 0;
+
+    // ---- score modifiers
+    // Logit soft-capping (Gemma 2): a scaled score s becomes C tanh(s / C), C > 0; 0 = off.
+    double softcap = 0.0;
+
+    // Whether a rule beyond causal and padding decides eligibility, key by key.
+    bool restricts_keys() const { return window > 0; }
+    // Whether the scores are other than plain scale q.k (what the fused kernels compute).
+    bool modifies_scores() const { return softcap != 0.0; }
+    // The variant cross-attention takes: the score modifiers; the eligibility rules are self-attention's.
+    AttentionVariant for_cross_attention() const {
+        AttentionVariant cross = *this;
+        cross.window = 0;
+        return cross;
+    }
+    bool operator==(const AttentionVariant&) const = default;
+};
+
+// Whether the rules let the query at position p read key j (positions along the
+// keys; the query positions of a call are bottom-right aligned, as causal's).
+inline bool variant_allows(const AttentionVariant& variant, bool causal, size_t p, size_t j) {
+    if (variant.window > 0 && (j + variant.window <= p || (!causal && j >= p + variant.window))) return false;
+    return true;
+}
+// Keys j >= the result are ineligible by the rules for the query at position p (end: the bound so far).
+inline size_t variant_key_end(const AttentionVariant& variant, bool causal, size_t p, size_t end) {
+    if (variant.window > 0 && !causal) end = std::min(end, p + variant.window);
+    return end;
+}
+
+// scores (B, H, Tq, Tk) (a Tensor), already scaled -> modified, before the mask and ALiBi's bias.
+template <class Scores>
+Scores modify_scores(const Scores& scores, const AttentionVariant& variant) {
+    return variant.softcap > 0.0 ? tanh(scores / variant.softcap) * variant.softcap : scores;
+}
+
+// One scaled score, as modify_scores does it (the dense reference's float64 loop).
+inline double modify_score(double score, const AttentionVariant& variant) {
+    return variant.softcap > 0.0 ? variant.softcap * std::tanh(score / variant.softcap) : score;
+}
+
+}  // namespace attnlab
