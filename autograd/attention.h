@@ -51,6 +51,10 @@ struct AttentionMask {
         if (variant.restricts_keys() && i + Tk >= Tq) end = variant_key_end(variant, causal, rule_position(b, i, Tq, Tk), end);
         return end;
     }
+    // Keys j < key_begin(b, i, ...) are ineligible by a variant's rule (a window's start).
+    size_t key_begin(size_t b, size_t i, size_t Tq, size_t Tk) const {
+        return variant.restricts_keys() && i + Tk >= Tq ? variant_key_begin(variant, rule_position(b, i, Tq, Tk)) : 0;
+    }
     bool has_explicit() const { return !eligible.values.empty(); }
     // Whether keys below key_end need allows() one by one: an explicit mask or a variant's rule.
     bool checks_each_key() const { return has_explicit() || variant.restricts_keys(); }

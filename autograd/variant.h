@@ -59,6 +59,12 @@ inline size_t variant_key_end(const AttentionVariant& variant, bool causal, size
     return end;
 }
 
+// Keys j < the result are ineligible by the rules for the query at position p:
+// the first key of its window. Lets the blockwise path skip whole key blocks.
+inline size_t variant_key_begin(const AttentionVariant& variant, size_t p) {
+    return variant.window > 0 && p + 1 > variant.window ? p + 1 - variant.window : 0;
+}
+
 // scores (B, H, Tq, Tk) (a Tensor), already scaled -> modified, before the mask and ALiBi's bias.
 template <class Scores>
 Scores modify_scores(const Scores& scores, const AttentionVariant& variant) {

@@ -93,15 +93,34 @@ void print_result(const Result& r, int threads) {
 
 // ---- MultiHeadAttention forward+backward ----
 
-Result bench_mha(size_t B, size_t S, size_t D, size_t H, const Timing& timing) {
+// The causal mask with an attention variant (autograd/variant.h): --window, --softcap.
+AttentionMask causal_with(const AttentionVariant& variant) {
+    AttentionMask mask;
+    mask.causal = true;
+    mask.variant = variant;
+    return mask;
+}
+
+// " window=W softcap=C" for the variant's fields that are on
+std::string variant_text(const AttentionVariant& variant) {
+    std::string text;
+    if (variant.window > 0) text += " window=" + std::to_string(variant.window);
+    if (variant.softcap > 0) {
+        std::ostringstream c;
+        c << variant.softcap;
+        text += " softcap=" + c.str();
+    }
+    return text;
+}
+
+Result bench_mha(size_t B, size_t S, size_t D, size_t H, const AttentionVariant& variant, const Timing& timing) {
     Rng init(1), data(2);
     AttentionConfig config;
     config.width = D;
     config.heads = H;
     MultiHeadAttention mha(config, init, nullptr);
     const Tensor x = data.normal({B, S, D}, 0, 1).set_requires_grad(true);  // (B, S, D)
-    AttentionMask causal;
-    causal.causal = true;
+    const AttentionMask causal = causal_with(variant);
     auto step = [&] {
         Tensor out = mha.forward(x, x, causal, false).out;  // (B, S, D)
         sum(out).backward();
@@ -110,19 +129,19 @@ Result bench_mha(size_t B, size_t S, size_t D, size_t H, const Timing& timing) {
     };
     const double flops = 3.0 * (8.0 * B * S * D * D + 4.0 * B * S * S * D);
     return {"mha", "B=" + std::to_string(B) + " S=" + std::to_string(S) + " D=" + std::to_string(D) +
-                       " H=" + std::to_string(H),
+                       " H=" + std::to_string(H) + variant_text(variant),
             flops, time_steps(step, timing)};
 }
 
 // ---- the attention op alone ----
 
-Result bench_attention(size_t B, size_t H, size_t S, size_t d, const std::string& path, const Timing& timing) {
+Result bench_attention(size_t B, size_t H, size_t S, size_t d, const std::string& path, const AttentionVariant& variant,
+                       const Timing& timing) {
     Rng data(2);
     const Tensor q = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);  // (B, H, S, d)
     const Tensor k = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);
     const Tensor v = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);
-    AttentionMask causal;
-    causal.causal = true;
+    const AttentionMask causal = causal_with(variant);  // the op takes eligibility rules, not score modifiers
     AttentionOptions options;
     options.scale = 1.0 / std::sqrt(static_cast<double>(d));
     if (path == "dense") options.path = AttentionPath::dense;
@@ -133,7 +152,8 @@ Result bench_attention(size_t B, size_t H, size_t S, size_t d, const std::string
         for (Tensor t : {q, k, v}) t.zero_grad();
     };
     return {"attention_" + path,
-            "B=" + std::to_string(B) + " H=" + std::to_string(H) + " S=" + std::to_string(S) + " d=" + std::to_string(d),
+            "B=" + std::to_string(B) + " H=" + std::to_string(H) + " S=" + std::to_string(S) + " d=" + std::to_string(d) +
+                variant_text(variant),
             3.0 * 4.0 * B * H * S * S * d, time_steps(step, timing)};
 }
 
@@ -210,6 +230,9 @@ int run(int argc, char** argv) {
         ("path", "attention: dense | blockwise", cxxopts::value<std::string>()->default_value("blockwise"))
         ("device", "train: cpu | cuda (the whole step on the GPU, as train.device)",
          cxxopts::value<std::string>()->default_value("cpu"))
+        ("window", "mha, attention: a sliding window of W keys (model.window)", cxxopts::value<size_t>()->default_value("0"))
+        ("softcap", "mha: logit soft-capping at C (model.softcap; attention composed of ops)",
+         cxxopts::value<double>()->default_value("0"))
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
         ("h,help", "show this help");
     const auto args = options.parse(argc, argv);
@@ -239,14 +262,19 @@ int run(int argc, char** argv) {
     };
     probe("start");
     const std::string workload = args["workload"].as<std::string>();
+    AttentionVariant variant;
+    variant.window = args["window"].as<size_t>();
+    variant.softcap = args["softcap"].as<double>();
+    if (!(variant.softcap >= 0)) throw Error("[bench_train] --softcap must be >= 0");
+    if (variant.softcap > 0 && workload != "mha") throw Error("[bench_train] --softcap is for --workload mha");
     if (workload == "mha") {
         const auto s = args["shape"].as<std::vector<size_t>>();
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,S,D,H");
-        print_result(bench_mha(s[0], s[1], s[2], s[3], timing), threads);
+        print_result(bench_mha(s[0], s[1], s[2], s[3], variant, timing), threads);
     } else if (workload == "attention") {
         const auto s = args["shape"].as<std::vector<size_t>>();
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,H,S,d for attention");
-        print_result(bench_attention(s[0], s[1], s[2], s[3], args["path"].as<std::string>(), timing), threads);
+        print_result(bench_attention(s[0], s[1], s[2], s[3], args["path"].as<std::string>(), variant, timing), threads);
     } else if (workload == "train") {
         Result result = bench_train_step(model_size(args["size"].as<std::string>()), timing, device == "cuda");
         result.device = device;

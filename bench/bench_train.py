@@ -87,11 +87,19 @@ def causal_mask(S):
     return torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
 
 
+def window_mask(S, W):
+    """The causal mask with a sliding window of W keys (attnlab's model.window): key j
+    is blocked for query i unless i - W < j <= i. nn.MultiheadAttention's polarity."""
+    i = torch.arange(S)[:, None]
+    j = torch.arange(S)[None, :]
+    return (j > i) | (j <= i - W)
+
+
 def bench_mha(B, S, D, H, args):
     torch.manual_seed(1)
     mha = nn.MultiheadAttention(D, H, batch_first=True)
     x = torch.randn(B, S, D, requires_grad=True)
-    mask = causal_mask(S)
+    mask = window_mask(S, args.window) if args.window > 0 else causal_mask(S)
 
     def step():
         out, _ = mha(x, x, x, attn_mask=mask, need_weights=False)
@@ -100,7 +108,8 @@ def bench_mha(B, S, D, H, args):
         x.grad = None
 
     flops = 3.0 * (8.0 * B * S * D * D + 4.0 * B * S * S * D)
-    return "mha", f"B={B} S={S} D={D} H={H}", flops, time_steps(step, args)
+    shape = f"B={B} S={S} D={D} H={H}" + (f" window={args.window}" if args.window > 0 else "")
+    return "mha", shape, flops, time_steps(step, args)
 
 
 class Block(nn.Module):
@@ -174,6 +183,7 @@ def main():
     parser.add_argument("--min-reps", type=int, default=5)
     parser.add_argument("--size", default="small", choices=sorted(SIZES))
     parser.add_argument("--shape", default="8,128,256,8", help="mha: B,S,D,H")
+    parser.add_argument("--window", type=int, default=0, help="mha: a sliding window of W keys, as an explicit mask")
     parser.add_argument("--label", default="", help="a name for this setting, copied to the output")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="train: where the model runs")
     args = parser.parse_args()

@@ -43,6 +43,14 @@ void mask_row(T* row, const AttentionMask& mask, size_t b, size_t h, size_t i, s
             row[c] += static_cast<T>(alibi_bias(h, dims.H, i, j0 + c, dims.Tq, dims.Tk));  // -inf stays -inf
 }
 
+// The first key that any query in [i0, i1) of batch item b may see, rounded down
+// to a key block: the blocks before it are ineligible for every row (a window's past).
+size_t block_key_begin(const AttentionMask& mask, size_t b, size_t i0, size_t i1, const Dims& dims, size_t block) {
+    size_t begin = dims.Tk;
+    for (size_t i = i0; i < i1; ++i) begin = std::min(begin, mask.key_begin(b, i, dims.Tq, dims.Tk));
+    return begin / block * block;
+}
+
 // The last key + 1 that any query in [i0, i1) of batch item b may see.
 size_t block_key_end(const AttentionMask& mask, size_t b, size_t i0, size_t i1, const Dims& dims) {
     size_t end = 0;
@@ -205,7 +213,7 @@ void blockwise_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> 
                 std::fill(s.l.begin(), s.l.end(), T(0));
                 std::fill(s.acc.begin(), s.acc.end(), T(0));
                 const size_t key_end = block_key_end(mask, b, i0, i0 + rows, dims);
-                for (size_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+                for (size_t j0 = block_key_begin(mask, b, i0, i0 + rows, dims, kKeyBlock); j0 < key_end; j0 += kKeyBlock) {
                     const size_t cols = std::min(kKeyBlock, key_end - j0);
                     // S = scale Q_i K_j^T   (rows, cols)
                     gemm<T>(false, true, rows, cols, dims.d, scale, q.at(b, h) + i0 * q.row, q.row,
@@ -271,7 +279,7 @@ void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T>
                 for (size_t r = 0; r < rows; ++r)
                     s.D[r] = kernels::dot(dO + r * grad_out.row, out.at(b, h) + (i0 + r) * out.row, d_v);
                 const size_t key_end = block_key_end(mask, b, i0, i0 + rows, dims);
-                for (size_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+                for (size_t j0 = block_key_begin(mask, b, i0, i0 + rows, dims, kKeyBlock); j0 < key_end; j0 += kKeyBlock) {
                     const size_t cols = std::min(kKeyBlock, key_end - j0);
                     // P = exp(scale Q_i K_j^T - L_i), 0 where ineligible or where the row has no key
                     gemm<T>(false, true, rows, cols, d, scale, q.at(b, h) + i0 * q.row, q.row, k.at(b, kv) + j0 * k.row,

@@ -260,6 +260,22 @@ TEST(AttentionVariant, WindowOnTheFusedPathsMatchesComposedAndGradchecks) {
                 for (const double x : attention_packed(in[0], in[1], in[2], 2, 1, mask, options).context.values())
                     ASSERT_TRUE(std::isfinite(x)) << what;
             }
+    // Past the first key block (128 keys), the blockwise path skips the blocks before
+    // every row's window: still the composed values and gradients.
+    for (const size_t W : {4, 130}) {
+        AttentionMask mask;
+        mask.causal = true;
+        mask.variant.window = W;
+        mask.key_lengths = {300, 200};
+        const std::vector<Tensor> in = {gradcheck_input(rng, {2, 300, 4}, -2, 2), gradcheck_input(rng, {2, 300, 2}, -2, 2),
+                                        gradcheck_input(rng, {2, 300, 2})};
+        AttentionOptions options;
+        options.scale = 0.7;
+        options.path = AttentionPath::blockwise;
+        expect_same("window " + std::to_string(W) + ", T = 300, blockwise",
+                    [&](V t) { return attention_packed(t[0], t[1], t[2], 2, 1, mask, options).context; },
+                    [&](V t) { return composed::attention(t[0], t[1], t[2], 2, 1, mask, 0.7, MaskedRows::error); }, in);
+    }
 }
 
 }  // namespace
