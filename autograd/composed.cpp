@@ -57,12 +57,13 @@ Tensor rotary(const Tensor& x, size_t heads, size_t offset, double base) {
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads, const AttentionMask& mask,
-                 double scale, MaskedRows masked_rows) {
+                 double scale, MaskedRows masked_rows, const Tensor& sink) {
     const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1), d_v = v.size(2) / kv_heads;
     check_masked_rows(mask, masked_rows, B, Tq, Tk);
     Mask empty_rows;
     ineligible_keys(mask, B, Tq, Tk, empty_rows);
-    Tensor pattern = composed::softmax(attention_scores(q, k, heads, kv_heads, mask, scale), -1);  // (B, H, Tq, Tk)
+    const Tensor scores = attention_scores(q, k, heads, kv_heads, mask, scale);                 // (B, H, Tq, Tk)
+    Tensor pattern = without_sink(composed::softmax(with_sink(scores, sink), -1), sink);
     pattern = masked_fill(pattern, empty_rows, 0.0);                                     // policy "zero"
     const Tensor z = matmul(pattern, heads_first(v, kv_heads, d_v, heads));              // (B, H, Tq, d_v)
     return reshape(permute(z, {0, 2, 1, 3}), {B, Tq, heads * d_v});

@@ -38,8 +38,9 @@ Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& l
 // H_kv d_v) -> context (B, Tq, H d_v):
 //   A = softmax(scale Q K^T + bias, ineligible keys -inf)   (attention_scores)
 //   C = A V per head, a row with no eligible key 0 under masked_rows = "zero"
-// (no dropout: the fused op's maths in evaluation)
+// (no dropout: the fused op's maths in evaluation). With `sink` (H), the
+// attention sinks' logits join each row's softmax (autograd/variant.h, with_sink).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads, const AttentionMask& mask,
-                 double scale, MaskedRows masked_rows);
+                 double scale, MaskedRows masked_rows, const Tensor& sink = Tensor());
 
 }  // namespace attnlab::composed

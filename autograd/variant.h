@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 namespace attnlab {
 
@@ -33,15 +34,22 @@ struct AttentionVariant {
     // ---- score modifiers
     // Logit soft-capping (Gemma 2): a scaled score s becomes C tanh(s / C), C > 0; 0 = off.
     double softcap = 0.0;
+    // Attention sinks (self-attention; as gpt-oss): a learned logit s_h per head, the
+    // parameter `sink` (H) of the module, joins every row's softmax as one more key
+    // whose value is zero: w_j = e^(x_j) / (e^(s_h) + sum_k e^(x_k)), so the weights
+    // over the keys sum to less than 1 (with_sink, without_sink below).
+    bool sinks = false;
 
     // Whether a rule beyond causal and padding decides eligibility, key by key.
     bool restricts_keys() const { return window > 0; }
-    // Whether the scores are other than plain scale q.k (what the fused kernels compute).
-    bool modifies_scores() const { return softcap != 0.0; }
-    // The variant cross-attention takes: the score modifiers; the eligibility rules are self-attention's.
+    // Whether the scores or their softmax are other than plain (what the fused kernels compute).
+    bool modifies_scores() const { return softcap != 0.0 || sinks; }
+    // The variant cross-attention takes: the score modifiers but sinks; the
+    // eligibility rules and the sinks are self-attention's.
     AttentionVariant for_cross_attention() const {
         AttentionVariant cross = *this;
         cross.window = 0;
+        cross.sinks = false;
         return cross;
     }
     bool operator==(const AttentionVariant&) const = default;
@@ -69,6 +77,21 @@ inline size_t variant_key_begin(const AttentionVariant& variant, size_t p) {
 template <class Scores>
 Scores modify_scores(const Scores& scores, const AttentionVariant& variant) {
     return variant.softcap > 0.0 ? tanh(scores / variant.softcap) * variant.softcap : scores;
+}
+
+// Attention sinks: scores (B, H, Tq, Tk) -> (B, H, Tq, Tk + 1), the sink logit of
+// each head (sink (H)) as a last column; softmax over the last axis, then
+// without_sink drops that column: weights (B, H, Tq, Tk). sink undefined: as they are.
+template <class T>
+T with_sink(const T& scores, const T& sink) {
+    if (!sink.defined()) return scores;
+    const auto s = scores.shape();
+    const T column = T::zeros({s[0], s[1], s[2], 1}, scores.dtype()).to(scores.device()) + reshape(sink, {1, s[1], 1, 1});
+    return concat(std::vector<T>{scores, column}, 3);  // a typed vector: concat is found by argument
+}
+template <class T>
+T without_sink(const T& weights, const T& sink) {
+    return sink.defined() ? slice(weights, 3, 0, weights.shape()[3] - 1) : weights;
 }
 
 // One scaled score, as modify_scores does it (the dense reference's float64 loop).

@@ -27,6 +27,7 @@ ModelConfig checked(const ModelConfig& c_in) {
     ModelConfig c = c_in;
     // rotary positions act in self-attention (the blocks give cross-attention none)
     c.block.attention.rotary_base = c.positional == Positional::rotary ? c.rotary_base : 0.0;
+    c.block.attention.sinks = c.variant.sinks;  // self-attention's (cross-attention has none)
     return c;
 }
 

@@ -64,6 +64,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("k_proj", k_proj);
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
+    if (config_in.sinks) sink = register_parameter("sink", Tensor::zeros({heads}));  // no weight on the sink's side at first: e^0
     declare_hook_points({{"in", "batch query_pos d_model"},
                          {"in_kv", "batch key_pos d_model"},
                          {"q", "batch query_pos head d_head"},
@@ -97,6 +98,9 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     options.rng = dropout_rng;
     options.need_weights = need_weights || hooked("pattern");
     // q (B, Tq, H d_h), k and v (B, Tk, H_kv d_h): heads side by side, no split copies
+    if (mask.variant.sinks != sink.defined())
+        fail("attention", std::string("the mask ") + (sink.defined() ? "has no sinks for a module with a sink parameter"
+                                                                     : "asks for sinks of a module without a sink parameter"));
     AttentionResult r;
     if (hook_replaces("scores") || hook_replaces("pattern") || mask.variant.modifies_scores()) {  // score modifiers: composed too
         r = attend_composed(q, k, v, mask, options);
@@ -125,7 +129,7 @@ AttentionResult MultiHeadAttention::attend_composed(const Tensor& q, const Tenso
     const Tensor scores = hook("scores", scores_of(q, k, mask));  // (B, H, Tq, Tk)
     Mask empty_rows;
     ineligible_keys(mask, B, Tq, Tk, empty_rows);
-    Tensor pattern = softmax(scores, -1);
+    Tensor pattern = without_sink(softmax(with_sink(scores, sink), -1), sink);  // (B, H, Tq, Tk)
     if (std::any_of(empty_rows.values.begin(), empty_rows.values.end(), [](uint8_t e) { return e != 0; }))
         pattern = masked_fill(pattern, empty_rows, 0.0);  // policy "zero": no weight, no context
     pattern = hook("pattern", pattern);

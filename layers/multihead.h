@@ -27,6 +27,7 @@ struct AttentionConfig {
     double dropout = 0.0;   // on the attention weights
     MaskedRows masked_rows = MaskedRows::error;
     double rotary_base = 0.0;  // > 0: rotary positions on q and k (self-attention; the op rotary)
+    bool sinks = false;        // a learned sink logit per head, the parameter `sink` (H) (AttentionVariant::sinks)
 };
 
 // Keys and values of earlier positions, (B, T_cached, H_kv d_h) each: the
@@ -80,6 +81,7 @@ public:
     MaskedRows masked_rows;
     Rng* dropout_rng;
     Linear q_proj, k_proj, v_proj, out_proj;
+    Tensor sink;  // (H) the sink logits, with config.sinks; else undefined
 
 private:
     // t (B, T, n d_h) through hook point `point` as (B, T, n, d_h)

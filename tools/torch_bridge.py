@@ -160,6 +160,7 @@ class Arch:
             self.rotary_base = float(m.get("rotary_base", 10000.0)) if self.positional == "rotary" else 0.0
             self.softcap = float(m.get("softcap", 0.0))
             self.window = int(m.get("window", 0))  # sliding window of self-attention (autograd/variant.h)
+            self.sinks = bool(m.get("sinks", False))  # attention sinks: a learned logit per head, self-attention
         except KeyError as e:
             raise BridgeError(f"config has no key {e}") from None
         checks = [
@@ -228,7 +229,17 @@ def modify_scores(scores, a):
 
 def has_score_mods(a):
     """Whether any score modifier is on (nn.MultiheadAttention then cannot stand in)."""
-    return a.softcap > 0
+    return a.softcap > 0 or a.sinks
+
+
+def softmax_with_sink(scores, sink):
+    """softmax over the keys of scores (B, H, Tq, Tk); with sink (H), each head's sink logit
+    joins as one more key of value zero and its column is dropped (attention sinks)."""
+    if sink is None:
+        return torch.softmax(scores, dim=-1)
+    B, H, Tq, _ = scores.shape
+    column = sink.to(scores.dtype)[None, :, None, None].expand(B, H, Tq, 1)
+    return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
 
 
 def alibi_slopes(n):
@@ -284,7 +295,7 @@ class Attention(nn.Module):
 
     use_nn_mha = False  # class-wide switch set by --nn-mha
 
-    def __init__(self, a, rotary_base=0.0, alibi=False):
+    def __init__(self, a, rotary_base=0.0, alibi=False, sinks=False):
         super().__init__()
         self.heads, self.kv_heads, self.head_width, self.scale = a.heads, a.kv_heads, a.head_width, a.scale
         self.rotary_base = rotary_base  # > 0: rotary positions on q and k
@@ -294,6 +305,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
         self.v_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
         self.out_proj = nn.Linear(a.heads * a.head_width, a.width, bias=a.bias)
+        self.sink = nn.Parameter(torch.zeros(a.heads)) if sinks else None  # attnlab's `sink` (H)
         self.ran_nn_mha = False
 
     def nn_mha_compatible(self):
@@ -321,7 +333,7 @@ class Attention(nn.Module):
         if self.alibi:
             scores = scores + alibi_bias(self.heads, scores.shape[2], scores.shape[3], scores.dtype)
         scores = scores.masked_fill(~eligible[:, None], float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
+        weights = softmax_with_sink(scores, self.sink)
         context = weights @ v  # (B, H, Tq, d_h)
         B, _, Tq, _ = context.shape
         return self.out_proj(context.transpose(1, 2).reshape(B, Tq, self.heads * self.head_width)), weights
@@ -404,7 +416,7 @@ class Block(nn.Module):
         super().__init__()
         self.norm = a.norm
         with_ln = a.norm != "none"
-        self.attn = Attention(a, a.rotary_base, a.positional == "alibi")
+        self.attn = Attention(a, a.rotary_base, a.positional == "alibi", a.sinks)
         self.ln1 = make_norm(a) if with_ln else None
         self.cross_attn = Attention(a) if cross else None  # no rotary positions across source and target
         self.ln_cross = make_norm(a) if cross and with_ln else None

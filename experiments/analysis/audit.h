@@ -112,8 +112,10 @@ struct DenseAttention {
     std::vector<double> context;  // (B, H, Tq, d_v)
     std::vector<double> weights;  // (B, H, Tq, Tk)
 };
+// With `sink` (H values, attention sinks): each head's sink logit joins its rows'
+// softmax as a key of value zero.
 DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-                                         double scale, MaskedRows masked_rows);
+                                         double scale, MaskedRows masked_rows, const std::vector<double>& sink = {});
 
 // --- the record ---
 

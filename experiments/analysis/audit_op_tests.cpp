@@ -19,7 +19,7 @@ using namespace audit_detail;
 // --- the dense reference ---
 
 DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-                                         double scale, MaskedRows masked_rows) {
+                                         double scale, MaskedRows masked_rows, const std::vector<double>& sink) {
     const size_t B = q.size(0), H = q.size(1), Tq = q.size(2), d = q.size(3);
     const size_t H_kv = k.size(1), Tk = k.size(2), d_v = v.size(3);
     const std::vector<double> Q = q.values(), K = k.values(), V = v.values();
@@ -49,7 +49,8 @@ DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const
                                               " has no eligible key");
                     continue;  // "zero": weights and context stay 0
                 }
-                double total = 0;
+                if (!sink.empty()) top = std::max(top, sink[h]);
+                double total = sink.empty() ? 0.0 : std::exp(sink[h] - top);  // the sink: a key of value zero
                 for (size_t j = 0; j < Tk; ++j)
                     if (eligible(b, i, j)) total += std::exp(score[j] - top);
                 double* w = out.weights.data() + ((b * H + h) * Tq + i) * Tk;

@@ -299,6 +299,7 @@ std::vector<Field> make_fields() {
         choice(KEY(model, masked_rows), masked_rows_choices().names(), "a query row with no eligible key: error, or zero context"),
         integer(VARIANT_KEY(window), at_least(0), "sliding window (self-attention): key j eligible for query i iff i - W < j (<= i when causal, < i + W in an encoder); 0 = off"),
         number(VARIANT_KEY(softcap), non_negative(), "logit soft-capping (Gemma 2): scaled scores s become C tanh(s / C) before the mask and ALiBi; 0 = off"),
+        boolean(VARIANT_KEY(sinks), "attention sinks: a learned logit per head (parameter blocks.L.attn.sink) in every self-attention softmax, a key of value 0"),
         number(KEY(model, dropout), fraction, "dropout on embeddings and sublayer outputs"),
         number(KEY(model, attn_dropout), fraction, "dropout on attention weights"),
         boolean(KEY(model, bias), "biases in the attention projections"),

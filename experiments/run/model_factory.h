@@ -63,6 +63,7 @@ struct AttentionSite {
     size_t heads = 0, kv_heads = 0, head_width = 0;
     double scale = 0;
     MaskedRows masked_rows = MaskedRows::error;
+    std::vector<double> sink;  // the parameter `<name>.sink` (H) with attention sinks, else empty
 };
 // The model's attention modules with their kinds, layers and hook-point
 // prefixes (kinds_for gives each kind's mask for a batch): what the audit and

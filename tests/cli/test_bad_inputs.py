@@ -65,6 +65,7 @@ CASES = [
     dict(name="norm type in file", cfg=("model", ['norm_type = "batchnorm"']), line=2, want=["model.norm_type", "batchnorm"]),
     dict(name="negative window", args=["model.window=-2"], want=["model.window", ">= 0", "-2"]),
     dict(name="window not an integer", cfg=("model", ['window = 2.5']), line=2, want=["model.window", "expected an integer"]),
+    dict(name="sinks not a boolean", cfg=("model", ['sinks = 3']), line=2, want=["model.sinks", "expected a boolean"]),
     dict(name="negative softcap", args=["model.softcap=-1"], want=["model.softcap", ">= 0", "-1"]),
     dict(name="softcap not a number", cfg=("model", ['softcap = "big"']), line=2, want=["model.softcap", "expected a float"]),
     dict(name="override width not divisible", args=["model.width=15"], want=["model.width", "model.heads"]),

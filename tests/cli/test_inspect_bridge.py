@@ -91,7 +91,7 @@ class InspectAndBridge(cc.TempDirTest):
             expected_kinds = {"enc_self", "dec_self", "cross"} if enc_dec else {"self"}
             self.assertEqual(set(f["attention"].keys()), expected_kinds)
             for name in expected_kinds:
-                self.check_attention(f, name, layers, heads)
+                self.check_attention(f, name, layers, heads, sinks=re.search(r"sinks = true", config_text) is not None)
             self.assertEqual(set(f["hidden"].keys()), {"encoder", "decoder"} if enc_dec else {"decoder"})
             parts = [("decoder", dec_tokens, "tgt_" if enc_dec else "")]
             if enc_dec:
@@ -113,7 +113,8 @@ class InspectAndBridge(cc.TempDirTest):
                 np.testing.assert_allclose(group["layer_0"][()], expected, atol=1e-5, err_msg=f"{part} layer_0")
             return f[dec_tokens][()], f[lengths_name(dec_tokens)][()], logits
 
-    def check_attention(self, f, kind, layers, heads):
+    def check_attention(self, f, kind, layers, heads, sinks=False):
+        """With attention sinks (self-attention), each row's sink takes a share: rows sum to (0, 1]."""
         g = f["attention"][kind]
         q_name, k_name, causal = g.attrs["queries"], g.attrs["keys"], bool(g.attrs["causal"])
         self.assertEqual((kind in ("self", "dec_self")), causal, kind)
@@ -137,7 +138,10 @@ class InspectAndBridge(cc.TempDirTest):
             masked = np.where(eligible, 0.0, w)
             self.assertEqual(float(np.max(masked)), 0.0, f"{where}: weight on ineligible keys")
             sums = np.where(eligible, w, 0.0).sum(axis=-1, dtype=np.float64)
-            np.testing.assert_allclose(sums, 1.0, atol=1e-5, err_msg=f"{where}: rows over eligible keys")
+            if sinks and kind != "cross":
+                self.assertTrue(np.all((sums > 0) & (sums <= 1.0 + 1e-5)), f"{where}: rows over eligible keys, with sinks")
+            else:
+                np.testing.assert_allclose(sums, 1.0, atol=1e-5, err_msg=f"{where}: rows over eligible keys")
 
     def run_bridge(self, variant, checkpoint, out, *extra):
         r = bridge([checkpoint, "--compare", out] + list(extra))
@@ -244,6 +248,11 @@ class InspectAndBridge(cc.TempDirTest):
     def test_window(self):
         self.check_variant("decoder window 3, 2 layers, ALiBi", model__window=3, model__layers=2, model__positional="alibi")
         self.check_variant("enc-dec window 2, padded", task__name="translate", model__kind="encoder-decoder", model__window=2)
+
+    def test_sinks(self):
+        self.check_variant("decoder sinks, 2 layers, rotary", model__sinks="true", model__layers=2, model__positional="rotary")
+        self.check_variant("enc-dec sinks, window 3", task__name="translate", model__kind="encoder-decoder",
+                           model__sinks="true", model__window=3)
 
     def test_softcap(self):
         self.check_variant("decoder softcap 1.5", model__softcap=1.5)

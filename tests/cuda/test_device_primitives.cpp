@@ -219,6 +219,13 @@ TEST_F(DevicePrimitives, AttentionScoresAndComposedAttentionTakeGradients) {
                                 return composed::attention(t[0], t[1], t[2], 2, 1, mask, 0.5, MaskedRows::zero);
                             });
     }
+    AttentionMask sinks = padded_alibi;  // attention sinks: the sink logits an input with a gradient
+    sinks.variant.sinks = true;
+    expect_same_on_both("composed attention, padded, ALiBi, sinks",
+                        {random(rng, {2, 5, 8}), random(rng, {2, 5, 4}), random(rng, {2, 5, 6}), random(rng, {2})},
+                        [&](const Inputs& t) {
+                            return composed::attention(t[0], t[1], t[2], 2, 1, sinks, 0.5, MaskedRows::zero, t[3]);
+                        });
 }
 
 // A hook replacing the scores or the pattern puts attention on separate ops;

@@ -148,6 +148,11 @@ TEST_F(DeviceTrainer, TrainsASlidingWindowModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.window=2"});
 }
 
+// Attention sinks: a parameter per head and attention composed of ops on the device.
+TEST_F(DeviceTrainer, TrainsAModelWithSinksAsTheCpuRunDoes) {
+    expect_same_run({"self"}, {"model.sinks=true"});
+}
+
 // ScaleNorm has no kernel of its own: its ops' primitives run it on the device.
 TEST_F(DeviceTrainer, TrainsAScaleNormModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.norm_type=scalenorm", "model.norm=post"});

@@ -219,3 +219,39 @@ TEST(KVCache, SlidingWindowKeepsWKeysAndMatchesFullPass) {
 
 }  // namespace
 }  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+using namespace layer_testing;
+
+// Attention sinks: every self-attention holds `sink` (H), initialised to 0; the KV
+// cache gives the full pass's logits with it; and the sink acts (a large sink
+// logit takes the weight, changing the output).
+TEST(KVCache, SinksAreAParameterPerHeadAndTheCacheMatchesFullPass) {
+    ModelConfig config = small_config(Norm::pre, Positional::rotary, 1);
+    config.variant.sinks = true;
+    Rng init(11), dropout_rng(12), data(13);
+    DecoderLM model(config, init, &dropout_rng);
+    model.eval();
+    size_t sinks = 0;
+    for (const auto& [name, p] : model.named_parameters())
+        if (name.size() > 5 && name.substr(name.size() - 5) == ".sink") {
+            EXPECT_EQ(p.shape(), (Shape{2})) << name;
+            EXPECT_EQ(p.values(), (std::vector<double>{0.0, 0.0})) << name;
+            ++sinks;
+        }
+    EXPECT_EQ(sinks, 2u);  // one per block
+    const Indices tokens = random_tokens(data, 2, 10, 11);
+    const std::vector<double> full = model.forward(tokens).values();
+    DecoderCache cache;
+    std::vector<Tensor> steps;
+    for (size_t t = 0; t < 10; ++t) steps.push_back(model.forward_cached(token_columns(tokens, t, t + 1), cache));
+    EXPECT_LE(max_abs_diff(concat_time(steps), full), kTol);
+    for (auto& [name, p] : model.named_parameters())
+        if (name == "blocks.0.attn.sink") p.assign(Tensor::from_values({8.0, 8.0}, {2}));
+    EXPECT_GT(max_abs_diff(model.forward(tokens).values(), full), 1e-3);
+}
+
+}  // namespace
+}  // namespace attnlab
