@@ -57,12 +57,13 @@ Tensor rotary(const Tensor& x, size_t heads, size_t offset, double base) {
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads, const AttentionMask& mask,
-                 double scale, MaskedRows masked_rows, const Tensor& sink) {
+                 double scale, MaskedRows masked_rows, const Tensor& sink, const Tensor& rel_bias) {
     const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1), d_v = v.size(2) / kv_heads;
     check_masked_rows(mask, masked_rows, B, Tq, Tk);
     Mask empty_rows;
     ineligible_keys(mask, B, Tq, Tk, empty_rows);
-    const Tensor scores = attention_scores(q, k, heads, kv_heads, mask, scale);                 // (B, H, Tq, Tk)
+    const Tensor scores = with_relative_bias(attention_scores(q, k, heads, kv_heads, mask, scale), rel_bias, mask.variant,
+                                             mask.causal);  // (B, H, Tq, Tk)
     Tensor pattern = without_sink(composed::softmax(with_sink(scores, sink), -1), sink);
     pattern = masked_fill(pattern, empty_rows, 0.0);                                     // policy "zero"
     const Tensor z = matmul(pattern, heads_first(v, kv_heads, d_v, heads));              // (B, H, Tq, d_v)

@@ -39,8 +39,9 @@ Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& l
 //   A = softmax(scale Q K^T + bias, ineligible keys -inf)   (attention_scores)
 //   C = A V per head, a row with no eligible key 0 under masked_rows = "zero"
 // (no dropout: the fused op's maths in evaluation). With `sink` (H), the
-// attention sinks' logits join each row's softmax (autograd/variant.h, with_sink).
+// attention sinks' logits join each row's softmax (autograd/variant.h, with_sink);
+// with `rel_bias` (buckets, H), T5's relative bias joins the scores (with_relative_bias).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, size_t heads, size_t kv_heads, const AttentionMask& mask,
-                 double scale, MaskedRows masked_rows, const Tensor& sink = Tensor());
+                 double scale, MaskedRows masked_rows, const Tensor& sink = Tensor(), const Tensor& rel_bias = Tensor());
 
 }  // namespace attnlab::composed

@@ -20,7 +20,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
+
+#include "autograd/tensor.h"  // Indices (no ops: see above)
 
 namespace attnlab {
 
@@ -39,17 +42,24 @@ struct AttentionVariant {
     // whose value is zero: w_j = e^(x_j) / (e^(s_h) + sum_k e^(x_k)), so the weights
     // over the keys sum to less than 1 (with_sink, without_sink below).
     bool sinks = false;
+    // T5's learned relative position bias (self-attention): each head adds
+    // b[bucket(j - p), h] to its scaled score, b the module's parameter `rel_bias`
+    // (buckets, H); bucket (relative_bucket below) is exact for small distances and
+    // logarithmic up to max_distance, signed in an encoder, one-sided under causal. 0 = off.
+    size_t rel_buckets = 0;
+    size_t rel_max_distance = 128;
 
     // Whether a rule beyond causal and padding decides eligibility, key by key.
     bool restricts_keys() const { return window > 0; }
     // Whether the scores or their softmax are other than plain (what the fused kernels compute).
-    bool modifies_scores() const { return softcap != 0.0 || sinks; }
-    // The variant cross-attention takes: the score modifiers but sinks; the
-    // eligibility rules and the sinks are self-attention's.
+    bool modifies_scores() const { return softcap != 0.0 || sinks || rel_buckets > 0; }
+    // The variant cross-attention takes: the score modifiers but sinks and the
+    // relative bias; the eligibility rules, sinks and relative bias are self-attention's.
     AttentionVariant for_cross_attention() const {
         AttentionVariant cross = *this;
         cross.window = 0;
         cross.sinks = false;
+        cross.rel_buckets = 0;
         return cross;
     }
     bool operator==(const AttentionVariant&) const = default;
@@ -71,6 +81,45 @@ inline size_t variant_key_end(const AttentionVariant& variant, bool causal, size
 // the first key of its window. Lets the blockwise path skip whole key blocks.
 inline size_t variant_key_begin(const AttentionVariant& variant, size_t p) {
     return variant.window > 0 && p + 1 > variant.window ? p + 1 - variant.window : 0;
+}
+
+// T5's bucket of a key at `relative` = j - p positions from its query (Raffel et
+// al. 2020): in an encoder (not causal) half the buckets for keys after the query;
+// distances below half of the (remaining) buckets each have their own, the rest
+// share buckets spaced logarithmically up to max_distance, beyond which the last holds.
+inline size_t relative_bucket(const AttentionVariant& variant, bool causal, long long relative) {
+    size_t buckets = variant.rel_buckets, base = 0;
+    unsigned long long distance = 0;
+    if (causal) {
+        distance = relative < 0 ? static_cast<unsigned long long>(-relative) : 0;  // keys after the query: masked
+    } else {
+        buckets /= 2;
+        if (relative > 0) base = buckets;
+        distance = static_cast<unsigned long long>(relative < 0 ? -relative : relative);
+    }
+    const size_t exact = buckets / 2;
+    if (distance < exact) return base + distance;
+    const double far = static_cast<double>(exact) + std::log(static_cast<double>(distance) / exact) /
+                                                     std::log(static_cast<double>(variant.rel_max_distance) / exact) *
+                                                     static_cast<double>(buckets - exact);
+    return base + std::min(static_cast<size_t>(far), buckets - 1);
+}
+
+// scores (B, H, Tq, Tk) + each head's relative bias, from `table` (buckets, H), the
+// module's rel_bias (undefined: scores as they are); queries bottom-right aligned.
+// The bias is gathered by the embedding op, so the table takes its gradient.
+template <class T>
+T with_relative_bias(const T& scores, const T& table, const AttentionVariant& variant, bool causal) {
+    if (!table.defined()) return scores;
+    const auto s = scores.shape();
+    const size_t H = s[1], Tq = s[2], Tk = s[3];
+    std::vector<int32_t> ids(Tq * Tk);
+    for (size_t i = 0; i < Tq; ++i)
+        for (size_t j = 0; j < Tk; ++j)
+            ids[i * Tk + j] = static_cast<int32_t>(relative_bucket(
+                variant, causal, static_cast<long long>(j) - static_cast<long long>(i + Tk - Tq)));
+    const T bias = embedding(table, Indices({Tq * Tk}, std::move(ids)));  // (Tq Tk, H)
+    return scores + reshape(permute(bias, {1, 0}), {1, H, Tq, Tk});
 }
 
 // scores (B, H, Tq, Tk) (a Tensor), already scaled -> modified, before the mask and ALiBi's bias.

@@ -65,6 +65,8 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
     if (config_in.sinks) sink = register_parameter("sink", Tensor::zeros({heads}));  // no weight on the sink's side at first: e^0
+    if (config_in.rel_buckets > 0)  // no bias at first
+        rel_bias = register_parameter("rel_bias", Tensor::zeros({config_in.rel_buckets, heads}));
     declare_hook_points({{"in", "batch query_pos d_model"},
                          {"in_kv", "batch key_pos d_model"},
                          {"q", "batch query_pos head d_head"},
@@ -101,6 +103,9 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
     if (mask.variant.sinks != sink.defined())
         fail("attention", std::string("the mask ") + (sink.defined() ? "has no sinks for a module with a sink parameter"
                                                                      : "asks for sinks of a module without a sink parameter"));
+    if (mask.variant.rel_buckets != (rel_bias.defined() ? rel_bias.size(0) : 0))
+        fail("attention", "the mask's relative bias has " + std::to_string(mask.variant.rel_buckets) +
+                              " buckets, the module's parameter " + std::to_string(rel_bias.defined() ? rel_bias.size(0) : 0));
     AttentionResult r;
     if (hook_replaces("scores") || hook_replaces("pattern") || mask.variant.modifies_scores()) {  // score modifiers: composed too
         r = attend_composed(q, k, v, mask, options);
@@ -126,7 +131,7 @@ Tensor MultiHeadAttention::scores_of(const Tensor& q, const Tensor& k, const Att
 AttentionResult MultiHeadAttention::attend_composed(const Tensor& q, const Tensor& k, const Tensor& v,
                                                     const AttentionMask& mask, const AttentionOptions& options) const {
     const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
-    const Tensor scores = hook("scores", scores_of(q, k, mask));  // (B, H, Tq, Tk)
+    const Tensor scores = hook("scores", with_relative_bias(scores_of(q, k, mask), rel_bias, mask.variant, mask.causal));  // (B, H, Tq, Tk)
     Mask empty_rows;
     ineligible_keys(mask, B, Tq, Tk, empty_rows);
     Tensor pattern = without_sink(softmax(with_sink(scores, sink), -1), sink);  // (B, H, Tq, Tk)

@@ -161,6 +161,8 @@ class Arch:
             self.softcap = float(m.get("softcap", 0.0))
             self.window = int(m.get("window", 0))  # sliding window of self-attention (autograd/variant.h)
             self.sinks = bool(m.get("sinks", False))  # attention sinks: a learned logit per head, self-attention
+            self.rel_buckets = int(m.get("rel_buckets", 0))  # T5's relative bias, self-attention
+            self.rel_max_distance = int(m.get("rel_max_distance", 128))
         except KeyError as e:
             raise BridgeError(f"config has no key {e}") from None
         checks = [
@@ -229,7 +231,32 @@ def modify_scores(scores, a):
 
 def has_score_mods(a):
     """Whether any score modifier is on (nn.MultiheadAttention then cannot stand in)."""
-    return a.softcap > 0 or a.sinks
+    return a.softcap > 0 or a.sinks or a.rel_buckets > 0
+
+
+def relative_bucket(relative, causal, buckets, max_distance):
+    """T5's bucket of a key `relative` = j - p positions from its query (Raffel et al. 2020),
+    as attnlab's relative_bucket: an encoder gives keys after the query the upper half;
+    distances below half of the buckets are exact, the rest logarithmic up to max_distance."""
+    base = 0
+    if causal:
+        distance = max(-relative, 0)
+    else:
+        buckets //= 2
+        base = buckets if relative > 0 else 0
+        distance = abs(relative)
+    exact = buckets // 2
+    if distance < exact:
+        return base + distance
+    far = exact + math.log(distance / exact) / math.log(max_distance / exact) * (buckets - exact)
+    return base + min(int(far), buckets - 1)
+
+
+def relative_bias(table, queries, keys, causal, max_distance):
+    """(H, Tq, Tk) from table (buckets, H): table[bucket(j - (i + Tk - Tq)), h]."""
+    ids = torch.tensor([[relative_bucket(j - (i + keys - queries), causal, table.shape[0], max_distance)
+                         for j in range(keys)] for i in range(queries)])
+    return table[ids].permute(2, 0, 1)
 
 
 def softmax_with_sink(scores, sink):
@@ -295,8 +322,9 @@ class Attention(nn.Module):
 
     use_nn_mha = False  # class-wide switch set by --nn-mha
 
-    def __init__(self, a, rotary_base=0.0, alibi=False, sinks=False):
+    def __init__(self, a, rotary_base=0.0, alibi=False, sinks=False, rel_buckets=0, causal=True):
         super().__init__()
+        self.causal = causal  # for the relative bias's buckets
         self.heads, self.kv_heads, self.head_width, self.scale = a.heads, a.kv_heads, a.head_width, a.scale
         self.rotary_base = rotary_base  # > 0: rotary positions on q and k
         self.arch = a  # for the score modifiers
@@ -306,6 +334,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(a.width, a.kv_heads * a.head_width, bias=a.bias)
         self.out_proj = nn.Linear(a.heads * a.head_width, a.width, bias=a.bias)
         self.sink = nn.Parameter(torch.zeros(a.heads)) if sinks else None  # attnlab's `sink` (H)
+        self.rel_bias = nn.Parameter(torch.zeros(rel_buckets, a.heads)) if rel_buckets else None  # `rel_bias` (buckets, H)
         self.ran_nn_mha = False
 
     def nn_mha_compatible(self):
@@ -332,6 +361,9 @@ class Attention(nn.Module):
         scores = modify_scores(self.scale * (q @ k.transpose(-1, -2)), self.arch)  # (B, H, Tq, Tk)
         if self.alibi:
             scores = scores + alibi_bias(self.heads, scores.shape[2], scores.shape[3], scores.dtype)
+        if self.rel_bias is not None:  # one-sided buckets in causal self-attention, signed in an encoder's
+            scores = scores + relative_bias(self.rel_bias.to(scores.dtype), scores.shape[2], scores.shape[3],
+                                            self.causal, self.arch.rel_max_distance)[None]
         scores = scores.masked_fill(~eligible[:, None], float("-inf"))
         weights = softmax_with_sink(scores, self.sink)
         context = weights @ v  # (B, H, Tq, d_h)
@@ -412,11 +444,11 @@ def sublayer(norm, ln, x, f):
 class Block(nn.Module):
     """attn + ln1, optional cross_attn + ln_cross, optional ffn + ln2 (attnlab's Encoder/DecoderBlock)."""
 
-    def __init__(self, a, cross):
+    def __init__(self, a, cross, causal=True):
         super().__init__()
         self.norm = a.norm
         with_ln = a.norm != "none"
-        self.attn = Attention(a, a.rotary_base, a.positional == "alibi", a.sinks)
+        self.attn = Attention(a, a.rotary_base, a.positional == "alibi", a.sinks, a.rel_buckets, causal)
         self.ln1 = make_norm(a) if with_ln else None
         self.cross_attn = Attention(a) if cross else None  # no rotary positions across source and target
         self.ln_cross = make_norm(a) if cross and with_ln else None
@@ -473,7 +505,7 @@ class EncoderDecoder(nn.Module):
         self.tgt_emb = nn.Embedding(a.vocab, a.width)
         self.src_pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.tgt_pos_emb = PositionalEncoding(a.positional, max_len, a.width)
-        self.encoder = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
+        self.encoder = nn.ModuleList(Block(a, cross=False, causal=False) for _ in range(a.layers))
         self.decoder = nn.ModuleList(Block(a, cross=True) for _ in range(a.layers))
         self.enc_ln_f = make_norm(a) if a.norm == "pre" else None
         self.dec_ln_f = make_norm(a) if a.norm == "pre" else None

@@ -113,9 +113,11 @@ struct DenseAttention {
     std::vector<double> weights;  // (B, H, Tq, Tk)
 };
 // With `sink` (H values, attention sinks): each head's sink logit joins its rows'
-// softmax as a key of value zero.
+// softmax as a key of value zero. With `rel_bias` ((buckets, H) values, T5's
+// relative bias): rel_bias[relative_bucket(j - p), h] joins each eligible score.
 DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-                                         double scale, MaskedRows masked_rows, const std::vector<double>& sink = {});
+                                         double scale, MaskedRows masked_rows, const std::vector<double>& sink = {},
+                                         const std::vector<double>& rel_bias = {});
 
 // --- the record ---
 

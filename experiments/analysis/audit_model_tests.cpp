@@ -183,7 +183,7 @@ LiveTest reference_agreement(const TaskModel& model, const Batch& batch) {
             const DenseAttention ref = dense_reference_attention(heads_first(pass.at(site, rotary ? "rot_q" : "q")),
                                                                  heads_first(pass.at(site, rotary ? "rot_k" : "k")),
                                                                  heads_first(pass.at(site, "v")), pass.kind_of(site).mask,
-                                                                 site.scale, site.masked_rows, site.sink);
+                                                                 site.scale, site.masked_rows, site.sink, site.rel_bias);
             const std::vector<double> context = heads_first(pass.at(site, "z")).values();
             const std::vector<double> weights = pass.at(site, "pattern").values();
             magnitude = std::max(magnitude, max_abs(ref.context));

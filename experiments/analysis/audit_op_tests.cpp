@@ -19,7 +19,8 @@ using namespace audit_detail;
 // --- the dense reference ---
 
 DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-                                         double scale, MaskedRows masked_rows, const std::vector<double>& sink) {
+                                         double scale, MaskedRows masked_rows, const std::vector<double>& sink,
+                                         const std::vector<double>& rel_bias) {
     const size_t B = q.size(0), H = q.size(1), Tq = q.size(2), d = q.size(3);
     const size_t H_kv = k.size(1), Tk = k.size(2), d_v = v.size(3);
     const std::vector<double> Q = q.values(), K = k.values(), V = v.values();
@@ -40,6 +41,10 @@ DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const
                     double dot = 0;
                     for (size_t c = 0; c < d; ++c) dot += Q[((b * H + h) * Tq + i) * d + c] * K[((b * H_kv + kv) * Tk + j) * d + c];
                     score[j] = modify_score(scale * dot, mask.variant) + (mask.alibi ? alibi_bias(h, H, i, j, Tq, Tk) : 0.0);
+                    if (!rel_bias.empty()) {
+                        const long long relative = static_cast<long long>(j) - static_cast<long long>(i + Tk - Tq);
+                        score[j] += rel_bias[relative_bucket(mask.variant, mask.causal, relative) * H + h];
+                    }
                     top = std::max(top, score[j]);
                     any = true;
                 }

@@ -208,6 +208,13 @@ void check_rules(const Config& c) {
                                     " (change one, or set model.head_width)");
     if (model.kv_heads > 0 && model.heads % model.kv_heads != 0)
         fail_key("model.kv_heads", to_string(model.kv_heads) + " does not divide model.heads = " + to_string(model.heads));
+    const AttentionVariant& variant = model.variant;
+    if (variant.rel_buckets > 0 && variant.rel_buckets < 4)
+        fail_key("model.rel_buckets", "must be 0 (off) or at least 4 (an encoder halves them, then half are exact), got " +
+                                          to_string(variant.rel_buckets));
+    if (variant.rel_buckets > 0 && variant.rel_max_distance <= variant.rel_buckets / 2)
+        fail_key("model.rel_max_distance", "must exceed model.rel_buckets / 2 = " + to_string(variant.rel_buckets / 2) +
+                                               " (the exact buckets' reach), got " + to_string(variant.rel_max_distance));
     const int64_t head_width = model.head_width > 0 ? model.head_width : model.width / model.heads;
     if (model.positional == "rotary" && head_width % 2 != 0)
         fail_key("model.positional", "rotary positions rotate pairs of a head's features; the head width " +

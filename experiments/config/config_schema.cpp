@@ -300,6 +300,8 @@ std::vector<Field> make_fields() {
         integer(VARIANT_KEY(window), at_least(0), "sliding window (self-attention): key j eligible for query i iff i - W < j (<= i when causal, < i + W in an encoder); 0 = off"),
         number(VARIANT_KEY(softcap), non_negative(), "logit soft-capping (Gemma 2): scaled scores s become C tanh(s / C) before the mask and ALiBi; 0 = off"),
         boolean(VARIANT_KEY(sinks), "attention sinks: a learned logit per head (parameter blocks.L.attn.sink) in every self-attention softmax, a key of value 0"),
+        integer(VARIANT_KEY(rel_buckets), at_least(0), "T5's learned relative position bias: buckets of key-query distance (parameter blocks.L.attn.rel_bias (buckets, H)); 0 = off, else >= 4"),
+        integer(VARIANT_KEY(rel_max_distance), at_least(1), "T5's relative bias: the distance from which every key shares the last bucket"),
         number(KEY(model, dropout), fraction, "dropout on embeddings and sublayer outputs"),
         number(KEY(model, attn_dropout), fraction, "dropout on attention weights"),
         boolean(KEY(model, bias), "biases in the attention projections"),

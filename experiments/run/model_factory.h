@@ -63,7 +63,8 @@ struct AttentionSite {
     size_t heads = 0, kv_heads = 0, head_width = 0;
     double scale = 0;
     MaskedRows masked_rows = MaskedRows::error;
-    std::vector<double> sink;  // the parameter `<name>.sink` (H) with attention sinks, else empty
+    std::vector<double> sink;      // the parameter `<name>.sink` (H) with attention sinks, else empty
+    std::vector<double> rel_bias;  // the parameter `<name>.rel_bias` (buckets, H) with T5's relative bias, else empty
 };
 // The model's attention modules with their kinds, layers and hook-point
 // prefixes (kinds_for gives each kind's mask for a batch): what the audit and

@@ -120,6 +120,14 @@ class Matrix(cc.TempDirTest):
                 for name in os.listdir(self.tmp):
                     cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
 
+    def test_relative_bias(self):
+        """T5's relative bias (model.rel_buckets), a learned table per layer: attention composed of ops in every analysis."""
+        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
+            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, rel_buckets=8):
+                self.check_one(norm, norm_type, kind, 1, {"model.rel_buckets": "8", "model.rel_max_distance": "6"})
+                for name in os.listdir(self.tmp):
+                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+
     def check_one(self, norm, norm_type, kind, kv, extra=None):
         ckpt = self.train(norm, norm_type, kind, kv, extra)
         module, arch, _, _ = self.bridge.build_module(ckpt)

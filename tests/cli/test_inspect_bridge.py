@@ -254,6 +254,12 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("enc-dec sinks, window 3", task__name="translate", model__kind="encoder-decoder",
                            model__sinks="true", model__window=3)
 
+    def test_relative_bias(self):
+        self.check_variant("decoder T5 bias 8/6, 2 layers", model__rel_buckets=8, model__rel_max_distance=6,
+                           model__layers=2, model__positional="none")
+        self.check_variant("enc-dec T5 bias 8/6", task__name="translate", model__kind="encoder-decoder",
+                           model__rel_buckets=8, model__rel_max_distance=6)
+
     def test_softcap(self):
         self.check_variant("decoder softcap 1.5", model__softcap=1.5)
         self.check_variant("enc-dec softcap 2, ALiBi", task__name="translate", model__kind="encoder-decoder",

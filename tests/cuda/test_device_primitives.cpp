@@ -226,6 +226,15 @@ TEST_F(DevicePrimitives, AttentionScoresAndComposedAttentionTakeGradients) {
                         [&](const Inputs& t) {
                             return composed::attention(t[0], t[1], t[2], 2, 1, sinks, 0.5, MaskedRows::zero, t[3]);
                         });
+    AttentionMask relative = causal;  // T5's relative bias: the table an input with a gradient (the embedding op's)
+    relative.key_lengths = {5, 3};
+    relative.variant.rel_buckets = 4;
+    relative.variant.rel_max_distance = 8;
+    expect_same_on_both("composed attention, padded, relative bias",
+                        {random(rng, {2, 5, 8}), random(rng, {2, 5, 4}), random(rng, {2, 5, 6}), random(rng, {4, 2})},
+                        [&](const Inputs& t) {
+                            return composed::attention(t[0], t[1], t[2], 2, 1, relative, 0.5, MaskedRows::zero, Tensor(), t[3]);
+                        });
 }
 
 // A hook replacing the scores or the pattern puts attention on separate ops;

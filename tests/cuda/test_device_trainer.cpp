@@ -153,6 +153,11 @@ TEST_F(DeviceTrainer, TrainsAModelWithSinksAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.sinks=true"});
 }
 
+// T5's relative bias: a table per layer, gathered by the embedding op on the device.
+TEST_F(DeviceTrainer, TrainsAModelWithRelativeBiasAsTheCpuRunDoes) {
+    expect_same_run({"self"}, {"model.rel_buckets=8", "model.rel_max_distance=16"});
+}
+
 // ScaleNorm has no kernel of its own: its ops' primitives run it on the device.
 TEST_F(DeviceTrainer, TrainsAScaleNormModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.norm_type=scalenorm", "model.norm=post"});

@@ -255,3 +255,43 @@ TEST(KVCache, SinksAreAParameterPerHeadAndTheCacheMatchesFullPass) {
 
 }  // namespace
 }  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+using namespace layer_testing;
+
+// T5's relative bias: `rel_bias` (buckets, H) per self-attention; the KV cache
+// (queries bottom-right aligned over the cached keys) gives the full pass's logits
+// with a nonzero table, token by token and in chunks.
+TEST(KVCache, RelativeBiasIsATablePerLayerAndTheCacheMatchesFullPass) {
+    ModelConfig config = small_config(Norm::pre, Positional::none, 1);
+    config.variant.rel_buckets = 8;
+    config.variant.rel_max_distance = 6;
+    Rng init(11), dropout_rng(12), data(13), values(14);
+    DecoderLM model(config, init, &dropout_rng);
+    model.eval();
+    size_t tables = 0;
+    for (auto& [name, p] : model.named_parameters())
+        if (name.size() > 9 && name.substr(name.size() - 9) == ".rel_bias") {
+            EXPECT_EQ(p.shape(), (Shape{8, 2})) << name;
+            p.assign(values.normal({8, 2}, 0.0, 1.0));
+            ++tables;
+        }
+    EXPECT_EQ(tables, 2u);
+    const Indices tokens = random_tokens(data, 2, 12, 11);
+    const std::vector<double> full = model.forward(tokens).values();
+    for (const std::vector<size_t>& chunks : {std::vector<size_t>(12, 1), std::vector<size_t>{5, 1, 4, 2}}) {
+        DecoderCache cache;
+        std::vector<Tensor> parts;
+        size_t t0 = 0;
+        for (size_t n : chunks) {
+            parts.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), cache));
+            t0 += n;
+        }
+        EXPECT_LE(max_abs_diff(concat_time(parts), full), kTol);
+    }
+}
+
+}  // namespace
+}  // namespace attnlab
