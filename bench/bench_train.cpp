@@ -105,6 +105,8 @@ AttentionMask causal_with(const AttentionVariant& variant) {
 std::string variant_text(const AttentionVariant& variant) {
     std::string text;
     if (variant.window > 0) text += " window=" + std::to_string(variant.window);
+    if (variant.sinks) text += " sinks";
+    if (variant.rel_buckets > 0) text += " rel_buckets=" + std::to_string(variant.rel_buckets);
     if (variant.softcap > 0) {
         std::ostringstream c;
         c << variant.softcap;
@@ -118,6 +120,8 @@ Result bench_mha(size_t B, size_t S, size_t D, size_t H, const AttentionVariant&
     AttentionConfig config;
     config.width = D;
     config.heads = H;
+    config.sinks = variant.sinks;  // the variant's parameters, as the model gives its self-attention
+    config.rel_buckets = variant.rel_buckets;
     MultiHeadAttention mha(config, init, nullptr);
     const Tensor x = data.normal({B, S, D}, 0, 1).set_requires_grad(true);  // (B, S, D)
     const AttentionMask causal = causal_with(variant);
@@ -233,6 +237,9 @@ int run(int argc, char** argv) {
         ("window", "mha, attention: a sliding window of W keys (model.window)", cxxopts::value<size_t>()->default_value("0"))
         ("softcap", "mha: logit soft-capping at C (model.softcap; attention composed of ops)",
          cxxopts::value<double>()->default_value("0"))
+        ("sinks", "mha: attention sinks (model.sinks; composed of ops)")
+        ("rel-buckets", "mha: T5's relative bias with N buckets (model.rel_buckets; composed of ops)",
+         cxxopts::value<size_t>()->default_value("0"))
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
         ("h,help", "show this help");
     const auto args = options.parse(argc, argv);
@@ -265,6 +272,11 @@ int run(int argc, char** argv) {
     AttentionVariant variant;
     variant.window = args["window"].as<size_t>();
     variant.softcap = args["softcap"].as<double>();
+    variant.sinks = args.count("sinks") > 0;
+    variant.rel_buckets = args["rel-buckets"].as<size_t>();
+    if (variant.rel_buckets > 0 && variant.rel_buckets < 4) throw Error("[bench_train] --rel-buckets must be 0 or at least 4");
+    if ((variant.sinks || variant.rel_buckets > 0) && workload != "mha")
+        throw Error("[bench_train] --sinks and --rel-buckets are for --workload mha");
     if (!(variant.softcap >= 0)) throw Error("[bench_train] --softcap must be >= 0");
     if (variant.softcap > 0 && workload != "mha") throw Error("[bench_train] --softcap is for --workload mha");
     if (workload == "mha") {

@@ -8,10 +8,11 @@
 #
 #   bench/run_variants.sh          (about 2 minutes on 2 cores)
 #
-# Settings per shape: attnlab causal, attnlab window=16, attnlab softcap=30 (composed
-# of ops), torch causal, torch window=16 (an explicit (S, S) mask). Softcapping has
-# no PyTorch 1.13 form short of writing attention out, so it is compared with
-# attnlab's own causal path only.
+# Settings per shape: attnlab causal, attnlab window=16, attnlab softcap=30, sinks and
+# T5's relative bias with 32 buckets (the last three composed of ops), torch causal,
+# torch window=16 (an explicit (S, S) mask). Softcapping, sinks and T5's bias have
+# no PyTorch 1.13 nn.MultiheadAttention form short of writing attention out, so
+# they are compared with attnlab's own causal path only.
 # Environment: BUILD_DIR (default build), ROUNDS (default 3), SECONDS_PER_RUN (default 2),
 # OUT (JSON lines; default BUILD_DIR/bench/variants_results.jsonl).
 set -euo pipefail
@@ -30,10 +31,13 @@ theirs=("$python" "$root/bench/bench_train.py")
 
 for shape in 8,128,256,8 64,32,64,4; do
   for round in $(seq "$rounds"); do
-    for setting in "ours causal" "theirs causal" "ours window" "theirs window" "ours softcap"; do
+    for setting in "ours causal" "theirs causal" "ours window" "theirs window" "ours softcap" "ours sinks" "ours relbias"; do
       set -- $setting
       args=(--workload mha --shape "$shape" --seconds "$seconds" --threads 1 --label "$1-$2")
-      case $2 in window) args+=(--window 16) ;; softcap) args+=(--softcap 30) ;; esac
+      case $2 in
+        window) args+=(--window 16) ;; softcap) args+=(--softcap 30) ;; sinks) args+=(--sinks) ;;
+        relbias) args+=(--rel-buckets 32) ;;
+      esac
       wait_for_quiet
       if [ "$1" = ours ]; then "$ours" "${args[@]}"; else OPENBLAS_NUM_THREADS=1 "${theirs[@]}" "${args[@]}"; fi |
         grep '"median_s"' >> "$out"
@@ -52,14 +56,18 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 mha = [r for r in rows if r["workload"] == "mha"]
 def med(label, base):
-    times = [r["median_s"] for r in mha if r["label"] == label and r["shape"].split(" window")[0].split(" softcap")[0] == base]
+    times = [r["median_s"] for r in mha if r["label"] == label and base_of(r["shape"]) == base]
     return statistics.median(times) * 1e3 if times else float("nan")
-print("| shape | attnlab causal ms | window=16 ms | softcap=30 ms | torch causal ms | torch window=16 ms | window / causal | softcap / causal | torch window / attnlab window |")
-print("|---|---|---|---|---|---|---|---|---|")
-for base in sorted({r["shape"].split(" window")[0].split(" softcap")[0] for r in mha}):
+print("| shape | attnlab causal ms | window=16 | softcap=30 | sinks | rel_buckets=32 | torch causal | torch window=16 | window / causal | softcap / causal | sinks / causal | rel bias / causal | torch window / attnlab window |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def base_of(shape):
+    return shape.split(" window")[0].split(" softcap")[0].split(" sinks")[0].split(" rel_buckets")[0]
+for base in sorted({base_of(r["shape"]) for r in mha}):
     c, w, s = med("ours-causal", base), med("ours-window", base), med("ours-softcap", base)
+    k, rb = med("ours-sinks", base), med("ours-relbias", base)
     tc, tw = med("theirs-causal", base), med("theirs-window", base)
-    print(f"| {base} | {c:.3f} | {w:.3f} | {s:.3f} | {tc:.3f} | {tw:.3f} | {w / c:.3f} | {s / c:.3f} | {tw / w:.3f} |")
+    print(f"| {base} | {c:.3f} | {w:.3f} | {s:.3f} | {k:.3f} | {rb:.3f} | {tc:.3f} | {tw:.3f} | {w / c:.3f} | {s / c:.3f} | "
+          f"{k / c:.3f} | {rb / c:.3f} | {tw / w:.3f} |")
 print()
 print("| attention op, blockwise, (B, H, d) = (1, 8, 64) | S | peak RSS MiB | ms fwd+bwd |")
 print("|---|---|---|---|")

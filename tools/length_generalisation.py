@@ -14,7 +14,8 @@ Writes into DIR (default: the sweep folder):
                              line per value of KEY (mean over seeds, std shaded),
                              the training lengths marked
   length_generalisation.csv  every cell at every length and band
-KEY (default model.positional) is a column of the sweep's summary.csv. Bands for
+KEY (default model.positional) is a column of the sweep's summary.csv, or several
+joined by commas (model.window,model.sinks: one row per combination). Bands for
 training lengths a..b: 1x a..b, 1.5x b+1..floor(1.5 b), 2x floor(1.5 b)+1..2b.
 A cell whose model refuses a length (a learned table too short for it) gets no
 figure there (printed, and left empty in the files).
@@ -47,9 +48,12 @@ def cells(sweep_dir, key):
         for row in csv.DictReader(f):
             if row["row"] != "cell" or row["status"] != "ok":
                 continue
-            if key not in row:
-                sys.exit(f"length_generalisation: {path} has no column {key}")
-            out.append((os.path.join(sweep_dir, row["name"]), row[key]))
+            keys = key.split(",")
+            for k in keys:
+                if k not in row:
+                    sys.exit(f"length_generalisation: {path} has no column {k}")
+            group = row[key] if len(keys) == 1 else ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in keys)
+            out.append((os.path.join(sweep_dir, row["name"]), group))
     if not out:
         sys.exit(f"length_generalisation: no finished cell in {path}")
     return out

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Where attention goes under each variant of a sweep: for every finished cell of
+runs/<sweep>/summary.csv, the last evaluation's entropy (nats) and masked mass per
+layer and head from its metrics.h5 (/attention/self/entropy, masked_mass_max; see
+docs/file_formats.md), grouped by the sweep's axes other than the seed.
+
+    /usr/bin/python3 tools/variants_study.py runs/<sweep> [--keys model.window,model.sinks] [--out DIR]
+
+Writes into DIR (default: the sweep folder):
+  variants_entropy.md    per group: eval token accuracy, each layer's mean head entropy,
+                         the lowest head entropy, and the largest masked mass anywhere
+  variants_entropy.png   entropy per layer and head, one panel per group
+With attention sinks the weights over the keys sum to less than 1, and the entropy
+is -sum_j a_j log a_j over the keys only: the sink's own share is not counted.
+"""
+import argparse
+import csv
+import os
+import sys
+
+import h5py
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_dir")
+    parser.add_argument("--keys", default="model.window,model.sinks")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    keys = args.keys.split(",")
+    summary = os.path.join(args.sweep_dir, "summary.csv")
+    if not os.path.exists(summary):
+        sys.exit(f"variants_study: {summary} not found (run attnlab sweep first)")
+    groups = {}
+    with open(summary, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["row"] != "cell" or row["status"] != "ok":
+                continue
+            missing = [k for k in keys if k not in row]
+            if missing:
+                sys.exit(f"variants_study: {summary} has no column {missing[0]}")
+            name = ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in keys)
+            with h5py.File(os.path.join(args.sweep_dir, row["name"], "metrics.h5"), "r") as m:
+                entropy = m["attention/self/entropy"][-1]  # (layers, heads), the last evaluation
+                masked = float(np.max(m["attention/self/masked_mass_max"][-1]))
+            groups.setdefault(name, []).append((float(row["eval_token_acc"]), entropy, masked))
+    if not groups:
+        sys.exit(f"variants_study: no finished cell in {summary}")
+    out_dir = args.out or args.sweep_dir
+    layers = next(iter(groups.values()))[0][1].shape[0]
+    lines = ["| " + " | ".join(keys) + " | eval token acc | " + " | ".join(f"entropy L{l} (mean of heads)" for l in range(layers))
+             + " | lowest head entropy | masked mass max |", "|---" * (len(keys) + 4 + layers) + "|"]
+    for name, cells in groups.items():
+        acc = np.mean([c[0] for c in cells])
+        entropy = np.mean([c[1] for c in cells], axis=0)
+        values = [v.split("=", 1)[1] for v in name.split(", ")]
+        lines.append("| " + " | ".join(values) + f" | {acc:.3f} | " + " | ".join(f"{e:.3f}" for e in entropy.mean(axis=1))
+                     + f" | {entropy.min():.3f} | {max(c[2] for c in cells):.3g} |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "variants_entropy.md"), "w") as f:
+        f.write(table)
+    print(table)
+
+    fig, axes = plt.subplots(1, len(groups), figsize=(2.2 * len(groups), 2.8), sharey=True)
+    top = max(float(np.max(np.mean([c[1] for c in cells], axis=0))) for cells in groups.values())
+    for ax, (name, cells) in zip(np.atleast_1d(axes), groups.items()):
+        image = ax.imshow(np.mean([c[1] for c in cells], axis=0), vmin=0, vmax=top, cmap="viridis")
+        ax.set_title(name.replace(", ", "\n"), fontsize=8)
+        ax.set_xlabel("head")
+        ax.set_xticks(range(image.get_array().shape[1]))
+    np.atleast_1d(axes)[0].set_ylabel("layer")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="entropy (nats)")
+    png = os.path.join(out_dir, "variants_entropy.png")
+    fig.savefig(png, dpi=110, bbox_inches="tight")
+    print(f"wrote {png} and variants_entropy.md in {out_dir}")
+
+
+if __name__ == "__main__":
+    main()
