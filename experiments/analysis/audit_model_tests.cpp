@@ -205,7 +205,7 @@ LiveTest masked_row_policy(const TaskModel& model, const Batch& batch) {
     const std::string name = "all-masked rows in the model (an empty sequence)";
     return guarded(name, [&] {
         NoGradGuard no_grad;
-        const AttentionSite& attn = attention_sites(model).front();
+        const AttentionSite attn = attention_sites(model).front();  // a copy: the vector is a temporary
         const Batch two = batch.lengths.size() >= 2 ? batch : twice(single(batch, 0));  // item 1 becomes empty
         Batch empty = two;
         empty.lengths[1] = 0;

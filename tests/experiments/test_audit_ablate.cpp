@@ -183,7 +183,7 @@ TEST(Ablate, ZeroAblatingAHeadChangesTheLossAndRowsAreSortedByEffect) {
 TEST(Ablate, AHeadWhoseOutputProjectionIsZeroChangesNothingExactly) {
     const Trained& run = decoder_run();
     const LoadedModel loaded = run.load();
-    const AttentionSite& attn = attention_sites(*loaded.model)[1];  // blocks.1.attn
+    const AttentionSite attn = attention_sites(*loaded.model)[1];  // blocks.1.attn (a copy: the vector is a temporary)
     Tensor out_proj;  // a handle on the parameter blocks.1.attn.out_proj.weight
     for (const auto& [name, p] : loaded.model->module().state_dict())
         if (name == "blocks.1.attn.out_proj.weight") out_proj = p;
