@@ -7,9 +7,11 @@ docs/file_formats.md), grouped by the sweep's axes other than the seed.
     /usr/bin/python3 tools/variants_study.py runs/<sweep> [--keys model.window,model.sinks] [--out DIR]
 
 Writes into DIR (default: the sweep folder):
-  variants_entropy.md    per group: eval token accuracy, each layer's mean head entropy,
-                         the lowest head entropy, and the largest masked mass anywhere
-  variants_entropy.png   entropy per layer and head, one panel per group
+  variants_entropy.md    per group (means over its seeds): eval token accuracy, each
+                         layer's mean head entropy, each run's lowest head entropy, and
+                         the largest masked mass anywhere
+  variants_entropy.png   entropy per layer and head, one panel per group (the mean over
+                         seeds of each (layer, head) position)
 With attention sinks the weights over the keys sum to less than 1, and the entropy
 is -sum_j a_j log a_j over the keys only: the sink's own share is not counted.
 """
@@ -54,13 +56,13 @@ def main():
     out_dir = args.out or args.sweep_dir
     layers = next(iter(groups.values()))[0][1].shape[0]
     lines = ["| " + " | ".join(keys) + " | eval token acc | " + " | ".join(f"entropy L{l} (mean of heads)" for l in range(layers))
-             + " | lowest head entropy | masked mass max |", "|---" * (len(keys) + 4 + layers) + "|"]
+             + " | lowest head entropy | masked mass max |", "|---" * (len(keys) + 3 + layers) + "|"]
     for name, cells in groups.items():
         acc = np.mean([c[0] for c in cells])
         entropy = np.mean([c[1] for c in cells], axis=0)
         values = [v.split("=", 1)[1] for v in name.split(", ")]
         lines.append("| " + " | ".join(values) + f" | {acc:.3f} | " + " | ".join(f"{e:.3f}" for e in entropy.mean(axis=1))
-                     + f" | {entropy.min():.3f} | {max(c[2] for c in cells):.3g} |")
+                     + f" | {np.mean([c[1].min() for c in cells]):.3f} | {max(c[2] for c in cells):.3g} |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(out_dir, "variants_entropy.md"), "w") as f:
         f.write(table)
