@@ -120,8 +120,7 @@ Result bench_mha(size_t B, size_t S, size_t D, size_t H, const AttentionVariant&
     AttentionConfig config;
     config.width = D;
     config.heads = H;
-    config.sinks = variant.sinks;  // the variant's parameters, as the model gives its self-attention
-    config.rel_buckets = variant.rel_buckets;
+    config.variant = variant;  // its parameters, as the model gives its self-attention
     MultiHeadAttention mha(config, init, nullptr);
     const Tensor x = data.normal({B, S, D}, 0, 1).set_requires_grad(true);  // (B, S, D)
     const AttentionMask causal = causal_with(variant);

@@ -66,8 +66,7 @@ DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init
     if (cross_attention) {
         AttentionConfig cross = c.attention;
         cross.rotary_base = 0.0;  // positions of the target and the source are not comparable
-        cross.sinks = false;      // sinks and the relative bias are self-attention's (AttentionVariant::for_cross_attention)
-        cross.rel_buckets = 0;
+        cross.variant = c.attention.variant.for_cross_attention();  // as ModelConfig::cross_mask
         cross_attn = std::make_unique<MultiHeadAttention>(cross, init, dropout_rng);
         res_cross = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng);
         register_module("cross_attn", *cross_attn);

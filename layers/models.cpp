@@ -27,8 +27,7 @@ ModelConfig checked(const ModelConfig& c_in) {
     ModelConfig c = c_in;
     // rotary positions act in self-attention (the blocks give cross-attention none)
     c.block.attention.rotary_base = c.positional == Positional::rotary ? c.rotary_base : 0.0;
-    c.block.attention.sinks = c.variant.sinks;  // self-attention's (cross-attention has none)
-    c.block.attention.rel_buckets = c.variant.rel_buckets;
+    c.block.attention.variant = c.variant;  // self-attention's; the blocks give cross-attention for_cross_attention()
     return c;
 }
 

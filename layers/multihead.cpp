@@ -64,9 +64,10 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("k_proj", k_proj);
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
-    if (config_in.sinks) sink = register_parameter("sink", Tensor::zeros({heads}));  // no weight on the sink's side at first: e^0
-    if (config_in.rel_buckets > 0)  // no bias at first
-        rel_bias = register_parameter("rel_bias", Tensor::zeros({config_in.rel_buckets, heads}));
+    const AttentionVariant& variant = config_in.variant;
+    if (variant.sinks) sink = register_parameter("sink", Tensor::zeros({heads}));  // no weight on the sink's side at first: e^0
+    if (variant.rel_buckets > 0)  // no bias at first
+        rel_bias = register_parameter("rel_bias", Tensor::zeros({variant.rel_buckets, heads}));
     declare_hook_points({{"in", "batch query_pos d_model"},
                          {"in_kv", "batch key_pos d_model"},
                          {"q", "batch query_pos head d_head"},

@@ -27,8 +27,9 @@ struct AttentionConfig {
     double dropout = 0.0;   // on the attention weights
     MaskedRows masked_rows = MaskedRows::error;
     double rotary_base = 0.0;  // > 0: rotary positions on q and k (self-attention; the op rotary)
-    bool sinks = false;        // a learned sink logit per head, the parameter `sink` (H) (AttentionVariant::sinks)
-    size_t rel_buckets = 0;    // > 0: T5's relative bias, the parameter `rel_bias` (buckets, H) (AttentionVariant)
+    // the variant the module's masks carry: its learned parts are the module's
+    // parameters, `sink` (H) with sinks, `rel_bias` (buckets, H) with rel_buckets
+    AttentionVariant variant;
 };
 
 // Keys and values of earlier positions, (B, T_cached, H_kv d_h) each: the
@@ -82,8 +83,8 @@ public:
     MaskedRows masked_rows;
     Rng* dropout_rng;
     Linear q_proj, k_proj, v_proj, out_proj;
-    Tensor sink;      // (H) the sink logits, with config.sinks; else undefined
-    Tensor rel_bias;  // (buckets, H) T5's relative position bias, with config.rel_buckets; else undefined
+    Tensor sink;      // (H) the sink logits, with config.variant.sinks; else undefined
+    Tensor rel_bias;  // (buckets, H) T5's relative position bias, with config.variant.rel_buckets; else undefined
 
 private:
     // t (B, T, n d_h) through hook point `point` as (B, T, n, d_h)

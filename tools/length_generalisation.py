@@ -39,10 +39,13 @@ EVAL_LINE = re.compile(r"token accuracy (?P<tok>\S+)\s+sequence accuracy (?P<seq
 
 
 def cells(sweep_dir, key):
-    """(cell folder, group value) for every finished cell of summary.csv."""
+    """(cell folder, group value, its summary.csv row) for every finished cell of
+    summary.csv; key one column, or several joined by commas ("window=4, sinks=true").
+    tools/variants_study.py groups its cells with it too."""
+    tool = os.path.splitext(os.path.basename(sys.argv[0]))[0]
     path = os.path.join(sweep_dir, "summary.csv")
     if not os.path.exists(path):
-        sys.exit(f"length_generalisation: {path} not found (run attnlab sweep first)")
+        sys.exit(f"{tool}: {path} not found (run attnlab sweep first)")
     out = []
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
@@ -51,11 +54,11 @@ def cells(sweep_dir, key):
             keys = key.split(",")
             for k in keys:
                 if k not in row:
-                    sys.exit(f"length_generalisation: {path} has no column {k}")
+                    sys.exit(f"{tool}: {path} has no column {k}")
             group = row[key] if len(keys) == 1 else ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in keys)
-            out.append((os.path.join(sweep_dir, row["name"]), group))
+            out.append((os.path.join(sweep_dir, row["name"]), group, row))
     if not out:
-        sys.exit(f"length_generalisation: no finished cell in {path}")
+        sys.exit(f"{tool}: no finished cell in {path}")
     return out
 
 
@@ -103,11 +106,11 @@ def main():
     lo, hi = training_lengths(found[0][0])
     bands = {"1x": (lo, hi), "1.5x": (hi + 1, (3 * hi) // 2), "2x": ((3 * hi) // 2 + 1, 2 * hi)}
     lengths = list(range(lo, 2 * hi + 1))
-    groups = list(dict.fromkeys(group for _, group in found))
+    groups = list(dict.fromkeys(group for _, group, _ in found))
     per_length = {g: {n: [] for n in lengths} for g in groups}
     per_band = {g: {b: [] for b in bands} for g in groups}
     rows = []
-    for cell_dir, group in found:
+    for cell_dir, group, _ in found:
         for name, (a, b) in bands.items():
             score = evaluate(args.attnlab, cell_dir, a, b, args.batches)
             per_band[group][name].append(score)

@@ -16,9 +16,7 @@ With attention sinks the weights over the keys sum to less than 1, and the entro
 is -sum_j a_j log a_j over the keys only: the sink's own share is not counted.
 """
 import argparse
-import csv
 import os
-import sys
 
 import h5py
 import matplotlib
@@ -26,6 +24,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+import length_generalisation  # noqa: E402  (the same folder: its cells())
 
 
 def main():
@@ -35,24 +35,14 @@ def main():
     parser.add_argument("--out")
     args = parser.parse_args()
     keys = args.keys.split(",")
-    summary = os.path.join(args.sweep_dir, "summary.csv")
-    if not os.path.exists(summary):
-        sys.exit(f"variants_study: {summary} not found (run attnlab sweep first)")
     groups = {}
-    with open(summary, newline="") as f:
-        for row in csv.DictReader(f):
-            if row["row"] != "cell" or row["status"] != "ok":
-                continue
-            missing = [k for k in keys if k not in row]
-            if missing:
-                sys.exit(f"variants_study: {summary} has no column {missing[0]}")
-            name = ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in keys)
-            with h5py.File(os.path.join(args.sweep_dir, row["name"], "metrics.h5"), "r") as m:
-                entropy = m["attention/self/entropy"][-1]  # (layers, heads), the last evaluation
-                masked = float(np.max(m["attention/self/masked_mass_max"][-1]))
-            groups.setdefault(name, []).append((float(row["eval_token_acc"]), entropy, masked))
-    if not groups:
-        sys.exit(f"variants_study: no finished cell in {summary}")
+    for cell_dir, name, row in length_generalisation.cells(args.sweep_dir, args.keys):
+        if len(keys) == 1:
+            name = f"{keys[0].split('.')[-1]}={name}"
+        with h5py.File(os.path.join(cell_dir, "metrics.h5"), "r") as m:
+            entropy = m["attention/self/entropy"][-1]  # (layers, heads), the last evaluation
+            masked = float(np.max(m["attention/self/masked_mass_max"][-1]))
+        groups.setdefault(name, []).append((float(row["eval_token_acc"]), entropy, masked))
     out_dir = args.out or args.sweep_dir
     layers = next(iter(groups.values()))[0][1].shape[0]
     lines = ["| " + " | ".join(keys) + " | eval token acc | " + " | ".join(f"entropy L{l} (mean of heads)" for l in range(layers))

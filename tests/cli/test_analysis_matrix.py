@@ -93,40 +93,35 @@ class Matrix(cc.TempDirTest):
         for (norm, norm_type), kind, kv in itertools.product(NORMS, KINDS, KV_HEADS):
             with self.subTest(norm=norm, norm_type=norm_type, kind=kind, kv_heads=kv):
                 self.check_one(norm, norm_type, kind, kv)
-                for name in os.listdir(self.tmp):
-                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+                self.clear()
+
+    def check_variant(self, extra):
+        """An attention variant (autograd/variant.h) in every analysis: pre/LayerNorm and
+        post/RMSNorm, both model kinds, grouped K/V."""
+        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
+            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, **extra):
+                self.check_one(norm, norm_type, kind, 1, extra)
+                self.clear()
+
+    def clear(self):
+        for name in os.listdir(self.tmp):
+            cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
 
     def test_softcap(self):
-        """Logit soft-capping (model.softcap), a score modifier: attention composed of ops in every analysis."""
-        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
-            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, softcap=1.5):
-                self.check_one(norm, norm_type, kind, 1, {"model.softcap": "1.5"})
-                for name in os.listdir(self.tmp):
-                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+        """Logit soft-capping (model.softcap), a score modifier: attention composed of ops."""
+        self.check_variant({"model.softcap": "1.5"})
 
     def test_window(self):
         """A sliding window (model.window), an eligibility rule: the fused kernels and the KV cache apply it."""
-        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
-            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, window=4):
-                self.check_one(norm, norm_type, kind, 1, {"model.window": "4"})
-                for name in os.listdir(self.tmp):
-                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+        self.check_variant({"model.window": "4"})
 
     def test_sinks(self):
-        """Attention sinks (model.sinks), a learned logit per head: attention composed of ops in every analysis."""
-        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
-            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, sinks=True):
-                self.check_one(norm, norm_type, kind, 1, {"model.sinks": "true"})
-                for name in os.listdir(self.tmp):
-                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+        """Attention sinks (model.sinks), a learned logit per head: attention composed of ops."""
+        self.check_variant({"model.sinks": "true"})
 
     def test_relative_bias(self):
-        """T5's relative bias (model.rel_buckets), a learned table per layer: attention composed of ops in every analysis."""
-        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
-            with self.subTest(norm=norm, norm_type=norm_type, kind=kind, rel_buckets=8):
-                self.check_one(norm, norm_type, kind, 1, {"model.rel_buckets": "8", "model.rel_max_distance": "6"})
-                for name in os.listdir(self.tmp):
-                    cc.shutil.rmtree(self.path(name), ignore_errors=True) if os.path.isdir(self.path(name)) else os.remove(self.path(name))
+        """T5's relative bias (model.rel_buckets), a learned table per layer: attention composed of ops."""
+        self.check_variant({"model.rel_buckets": "8", "model.rel_max_distance": "6"})
 
     def check_one(self, norm, norm_type, kind, kv, extra=None):
         ckpt = self.train(norm, norm_type, kind, kv, extra)

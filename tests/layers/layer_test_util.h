@@ -93,6 +93,19 @@ inline std::vector<double> concat_time(const std::vector<Tensor>& chunks) {
     return out;
 }
 
+// The logits of `tokens` (B, T) decoded through `cache` in chunks of these sizes
+// (summing to at most T), as (B, sum, V) row-major values.
+inline std::vector<double> decode_in_chunks(const DecoderLM& model, const Indices& tokens, const std::vector<size_t>& chunks,
+                                            DecoderCache& cache) {
+    std::vector<Tensor> parts;
+    size_t t0 = 0;
+    for (size_t n : chunks) {
+        parts.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), cache));
+        t0 += n;
+    }
+    return concat_time(parts);
+}
+
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
     EXPECT_EQ(a.size(), b.size());
     double m = 0.0;

@@ -67,14 +67,8 @@ TEST(KVCache, DecoderLMChunksMatchFullPass) {
     model.eval();
     const Indices tokens = random_tokens(data, 2, 12, 11);
     const std::vector<double> full = model.forward(tokens).values();
-    DecoderCache cache;
-    std::vector<Tensor> parts;
-    size_t t0 = 0;
-    for (size_t n : {5u, 1u, 4u, 2u}) {  // Tq < Tk after the first chunk: bottom-right causal mask
-        parts.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), cache));
-        t0 += n;
-    }
-    EXPECT_LE(max_abs_diff(concat_time(parts), full), kTol);
+    DecoderCache cache;  // Tq < Tk after the first chunk: bottom-right causal mask
+    EXPECT_LE(max_abs_diff(decode_in_chunks(model, tokens, {5, 1, 4, 2}, cache), full), kTol);
     EXPECT_EQ(cache.bytes(), 2u * 2 * 2 * 1 * 12 * 8 * 4);
 }
 
@@ -200,13 +194,7 @@ TEST(KVCache, SlidingWindowKeepsWKeysAndMatchesFullPass) {
         EXPECT_LE(max_abs_diff(concat_time(steps), full), kTol);
         EXPECT_EQ(cache.bytes(), 2u * 2 * B * 1 * W * 8 * 4);
         DecoderCache chunked;
-        std::vector<Tensor> parts;
-        size_t t0 = 0;
-        for (size_t n : {5u, 1u, 4u, 2u}) {
-            parts.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), chunked));
-            t0 += n;
-        }
-        EXPECT_LE(max_abs_diff(concat_time(parts), full), kTol);
+        EXPECT_LE(max_abs_diff(decode_in_chunks(model, tokens, {5, 1, 4, 2}, chunked), full), kTol);
         // without the window's rule, the full pass differs: the test sees the window
         ModelConfig plain = config;
         plain.variant.window = 0;
@@ -244,10 +232,8 @@ TEST(KVCache, SinksAreAParameterPerHeadAndTheCacheMatchesFullPass) {
     EXPECT_EQ(sinks, 2u);  // one per block
     const Indices tokens = random_tokens(data, 2, 10, 11);
     const std::vector<double> full = model.forward(tokens).values();
-    DecoderCache cache;
-    std::vector<Tensor> steps;
-    for (size_t t = 0; t < 10; ++t) steps.push_back(model.forward_cached(token_columns(tokens, t, t + 1), cache));
-    EXPECT_LE(max_abs_diff(concat_time(steps), full), kTol);
+    DecoderCache cache;  // token by token
+    EXPECT_LE(max_abs_diff(decode_in_chunks(model, tokens, std::vector<size_t>(10, 1), cache), full), kTol);
     for (auto& [name, p] : model.named_parameters())
         if (name == "blocks.0.attn.sink") p.assign(Tensor::from_values({8.0, 8.0}, {2}));
     EXPECT_GT(max_abs_diff(model.forward(tokens).values(), full), 1e-3);
@@ -283,13 +269,7 @@ TEST(KVCache, RelativeBiasIsATablePerLayerAndTheCacheMatchesFullPass) {
     const std::vector<double> full = model.forward(tokens).values();
     for (const std::vector<size_t>& chunks : {std::vector<size_t>(12, 1), std::vector<size_t>{5, 1, 4, 2}}) {
         DecoderCache cache;
-        std::vector<Tensor> parts;
-        size_t t0 = 0;
-        for (size_t n : chunks) {
-            parts.push_back(model.forward_cached(token_columns(tokens, t0, t0 + n), cache));
-            t0 += n;
-        }
-        EXPECT_LE(max_abs_diff(concat_time(parts), full), kTol);
+        EXPECT_LE(max_abs_diff(decode_in_chunks(model, tokens, chunks, cache), full), kTol);
     }
 }
 
