@@ -45,15 +45,14 @@ struct AttentionMask {
     // Keys j >= key_end(b, i, ...) are ineligible; below it only an explicit mask
     // or a variant's rule can exclude more (checks_each_key). Lets the op skip whole runs.
     size_t key_end(size_t b, size_t i, size_t Tq, size_t Tk) const {
-        size_t end = Tk;
-        if (causal) end = i + Tk >= Tq ? std::min(Tk, i + Tk - Tq + 1) : 0;
-        if (!key_lengths.empty()) end = std::min(end, key_lengths[b]);
-        if (variant.restricts_keys() && i + Tk >= Tq) end = variant_key_end(variant, causal, rule_position(b, i, Tq, Tk), end);
-        return end;
+        const size_t end = key_lengths.empty() ? Tk : std::min(Tk, key_lengths[b]);
+        if (!causal && !variant.restricts_keys()) return end;
+        if (i + Tk < Tq) return 0;  // a query before every key (Tq > Tk)
+        return variant_key_end(variant, spans, causal, b, rule_position(b, i, Tq, Tk), end);
     }
-    // Keys j < key_begin(b, i, ...) are ineligible by a variant's rule (a window's start).
+    // Keys j < key_begin(b, i, ...) are ineligible by a variant's rule (a window's or a document's start).
     size_t key_begin(size_t b, size_t i, size_t Tq, size_t Tk) const {
-        return variant.restricts_keys() && i + Tk >= Tq ? variant_key_begin(variant, rule_position(b, i, Tq, Tk)) : 0;
+        return variant.restricts_keys() && i + Tk >= Tq ? variant_key_begin(variant, spans, b, rule_position(b, i, Tq, Tk)) : 0;
     }
     bool has_explicit() const { return !eligible.values.empty(); }
     // Whether keys below key_end need allows() one by one: an explicit mask or a variant's rule.
@@ -65,6 +64,9 @@ struct AttentionMask {
     // key_end(), and score modifiers, applied to the scaled score before ALiBi's
     // bias and the mask (only attention composed of ops applies them).
     AttentionVariant variant;
+    // What the variant's token rules read (prefix-LM, documents): the spans of the
+    // tokens at the Tk key positions; empty unless variant.reads_tokens().
+    TokenSpans spans;
 
     // The mask as the device kernels read it, uploaded by the first device
     // attention call that uses it and shared by the later ones
@@ -77,24 +79,22 @@ struct AttentionMask {
     };
     mutable DeviceCopy device_copy;
 
-    // The position a variant's rules place query i of item b at (needs i + Tk >= Tq):
-    // its own, bottom-right aligned, i + Tk - Tq; a padding query (past its item's
-    // key length) takes the item's last key's, so that it reads keys as the last
-    // real query does and no padding row is left without a key.
+    // The position the causal part and a variant's rules place query i of item b
+    // at (needs i + Tk >= Tq): its own, bottom-right aligned, i + Tk - Tq; a padding
+    // query (past its item's key length) takes the item's last key's, so that it
+    // reads keys as the last real query does and no padding row is left without a key.
     size_t rule_position(size_t b, size_t i, size_t Tq, size_t Tk) const {
         const size_t p = i + Tk - Tq;
         return !key_lengths.empty() && key_lengths[b] > 0 ? std::min(p, key_lengths[b] - 1) : p;
     }
     bool allows(size_t b, size_t i, size_t j, size_t Tq, size_t Tk) const {
-        if (causal && j + Tq > i + Tk) return false;  // j > i + (Tk - Tq), without going negative
         if (!key_lengths.empty() && j >= key_lengths[b]) return false;
         if (!eligible.values.empty()) {
             const size_t offset = eligible.shape.size() == 3 ? b * Tq * Tk : 0;
             if (!eligible.values[offset + i * Tk + j]) return false;
         }
-        if (variant.restricts_keys() && (i + Tk < Tq || !variant_allows(variant, causal, rule_position(b, i, Tq, Tk), j)))
-            return false;
-        return true;
+        if (!causal && !variant.restricts_keys()) return true;
+        return i + Tk >= Tq && variant_allows(variant, spans, causal, b, rule_position(b, i, Tq, Tk), j);
     }
 };
 
@@ -129,6 +129,10 @@ struct AttentionDims {
 // modifiers (the fused kernels' scores are plain). Throws "[op] ...";
 // the CPU op and the device path both run it, so their messages are the same.
 void check_attention_mask(const char* op, const AttentionDims& dims, const AttentionMask& mask);
+// A variant's token rules need the spans of every key position: with
+// variant.reads_tokens(), spans over Tk positions of B items. Throws "[op] ...";
+// check_attention_mask and attention composed of ops (ineligible_keys) run it.
+void check_token_spans(const char* op, const AttentionMask& mask, size_t B, size_t Tk);
 
 // The population standard deviation of a statistic from its count, sum and sum of
 // squares (0 when nothing was counted): the score std of the op, the metrics and the audit.

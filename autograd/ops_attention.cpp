@@ -21,7 +21,20 @@ MaskedRows parse_masked_rows(const std::string& name) { return masked_rows_choic
 
 std::string to_string(MaskedRows policy) { return masked_rows_choices().name(policy); }
 
+void check_token_spans(const char* op, const AttentionMask& mask, size_t B, size_t Tk) {
+    if (!mask.variant.reads_tokens()) return;
+    const TokenSpans& s = mask.spans;
+    const size_t n = B * Tk;
+    const bool sized = s.T == Tk && s.doc_begin.size() == (mask.variant.documents ? n : 0) &&
+                       s.doc_end.size() == s.doc_begin.size() && s.prefix_end.size() == (mask.variant.prefix_lm ? n : 0);
+    if (!sized)
+        fail(op, "the variant reads the tokens (prefix-LM or documents) but the mask's token spans cover " +
+                     std::to_string(s.T) + " positions, not the " + std::to_string(Tk) + " keys of " + std::to_string(B) +
+                     " items");
+}
+
 void check_attention_mask(const char* op, const AttentionDims& d, const AttentionMask& mask) {
+    check_token_spans(op, mask, d.B, d.Tk);
     if (mask.variant.modifies_scores())  // the fused kernels compute plain scores (autograd/variant.h)
         fail(op, "score modifiers have no fused kernel; attention composed of ops applies them (as MultiHeadAttention does)");
     if (!mask.key_lengths.empty()) {

@@ -23,6 +23,7 @@ Tensor heads_first(const Tensor& t, size_t n, size_t d, size_t H) {
 // true where key j is ineligible for query i of item b, (B, 1, Tq, Tk), except in
 // rows with no eligible key, which `empty_rows` (B, 1, Tq, 1) marks instead.
 Mask ineligible_keys(const AttentionMask& mask, size_t B, size_t Tq, size_t Tk, Mask& empty_rows) {
+    check_token_spans("attention", mask, B, Tk);
     Mask out({B, 1, Tq, Tk}, std::vector<uint8_t>(B * Tq * Tk, 0));
     empty_rows = Mask({B, 1, Tq, 1}, std::vector<uint8_t>(B * Tq, 0));
     for (size_t b = 0; b < B; ++b)

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "autograd/tensor.h"  // Indices (no ops: see above)
@@ -33,6 +34,15 @@ struct AttentionVariant {
     // p - W < j, and, without the causal mask (an encoder), j < p + W; with it,
     // i - W < j <= i. 0 = off. A KV cache then keeps only the last W keys.
     size_t window = 0;
+    // Rules read from the tokens (decoder self-attention; TokenSpans below):
+    // prefix-LM: the prefix of each document, its tokens through its first <SEP>
+    // (sep_token), reads itself both ways; a position after it reads the prefix and
+    // the positions up to itself. A document without a <SEP> has no prefix (causal).
+    bool prefix_lm = false;
+    // Packed documents: a <BOS> (bos_token) starts a document; a query reads only
+    // the keys of its own document (the positions from its <BOS> to the next one).
+    bool documents = false;
+    int32_t sep_token = 1, bos_token = 2;  // the tasks' <SEP> and <BOS> (data/tasks.h checks they agree)
 
     // ---- score modifiers
     // Logit soft-capping (Gemma 2): a scaled score s becomes C tanh(s / C), C > 0; 0 = off.
@@ -50,7 +60,9 @@ struct AttentionVariant {
     size_t rel_max_distance = 128;
 
     // Whether a rule beyond causal and padding decides eligibility, key by key.
-    bool restricts_keys() const { return window > 0; }
+    bool restricts_keys() const { return window > 0 || reads_tokens(); }
+    // Whether eligibility depends on the tokens: the mask then carries their TokenSpans.
+    bool reads_tokens() const { return prefix_lm || documents; }
     // Whether the scores or their softmax are other than plain (what the fused kernels compute).
     bool modifies_scores() const { return softcap != 0.0 || sinks || rel_buckets > 0; }
     // The variant cross-attention takes: the score modifiers but sinks and the
@@ -58,6 +70,8 @@ struct AttentionVariant {
     AttentionVariant for_cross_attention() const {
         AttentionVariant cross = *this;
         cross.window = 0;
+        cross.prefix_lm = false;
+        cross.documents = false;
         cross.sinks = false;
         cross.rel_buckets = 0;
         return cross;
@@ -65,22 +79,61 @@ struct AttentionVariant {
     bool operator==(const AttentionVariant&) const = default;
 };
 
-// Whether the rules let the query at position p read key j (positions along the
-// keys; the query positions of a call are bottom-right aligned, as causal's).
-inline bool variant_allows(const AttentionVariant& variant, bool causal, size_t p, size_t j) {
+// The eligibility rules in words ("" without any), for the audit's mask rows:
+// what is ANDed with the causal and padding parts (prefix-LM relaxes the causal one).
+std::string rules_text(const AttentionVariant& variant, bool causal);
+
+// What the token rules read of a batch of tokens (B, T), T positions along the
+// keys: for item b and position t, its document's first position and one past its
+// last, and one past the end of its document's prefix (0: no prefix). Without a
+// rule a field is empty. token_spans (variant.cpp) computes them.
+struct TokenSpans {
+    size_t T = 0;
+    std::vector<uint32_t> doc_begin, doc_end, prefix_end;  // (B, T) each, or empty
+    bool empty() const { return T == 0; }
+    size_t doc_begin_at(size_t b, size_t t) const { return doc_begin.empty() ? 0 : doc_begin[b * T + t]; }
+    size_t doc_end_at(size_t b, size_t t) const { return doc_end.empty() ? T : doc_end[b * T + t]; }
+    size_t prefix_end_at(size_t b, size_t t) const { return prefix_end.empty() ? 0 : prefix_end[b * T + t]; }
+    // The first cut c >= t of item b that no query at or before c reads past: t, or
+    // the end of the prefix t is in, less one (what a causal perturbation may cut at).
+    size_t cut_after_prefix(size_t b, size_t t) const {
+        const size_t end = prefix_end_at(b, t);
+        return end > t + 1 ? end - 1 : t;
+    }
+    // The spans of the last n positions, positions counted from the first of them
+    // (a KV cache that keeps only a window's keys); n <= T.
+    TokenSpans tail(size_t n) const;
+    // The spans with n more padding positions after each row's T, which join its last document.
+    TokenSpans padded(size_t n) const;
+};
+// tokens (B, T), each row's first lengths[b] real (empty: all T); positions past a
+// row's length belong to its last document.
+TokenSpans token_spans(const AttentionVariant& variant, const Indices& tokens, const std::vector<size_t>& lengths);
+
+// The rules on one (query, key) pair: whether they let the query at position p of
+// item b read key j, given the causal part and the tokens' spans.
+inline bool variant_allows(const AttentionVariant& variant, const TokenSpans& spans, bool causal, size_t b, size_t p,
+                           size_t j) {
+    if (causal && j > p && !(variant.prefix_lm && j < spans.prefix_end_at(b, p))) return false;
     if (variant.window > 0 && (j + variant.window <= p || (!causal && j >= p + variant.window))) return false;
+    if (variant.documents && (j < spans.doc_begin_at(b, p) || j >= spans.doc_end_at(b, p))) return false;
     return true;
 }
-// Keys j >= the result are ineligible by the rules for the query at position p (end: the bound so far).
-inline size_t variant_key_end(const AttentionVariant& variant, bool causal, size_t p, size_t end) {
+// Keys j >= the result are ineligible for the query at position p (end: the bound
+// from the key padding; the causal part is this function's).
+inline size_t variant_key_end(const AttentionVariant& variant, const TokenSpans& spans, bool causal, size_t b, size_t p,
+                              size_t end) {
+    if (causal) end = std::min(end, std::max(p + 1, variant.prefix_lm ? spans.prefix_end_at(b, p) : size_t{0}));
     if (variant.window > 0 && !causal) end = std::min(end, p + variant.window);
+    if (variant.documents) end = std::min(end, spans.doc_end_at(b, p));
     return end;
 }
-
-// Keys j < the result are ineligible by the rules for the query at position p:
-// the first key of its window. Lets the blockwise path skip whole key blocks.
-inline size_t variant_key_begin(const AttentionVariant& variant, size_t p) {
-    return variant.window > 0 && p + 1 > variant.window ? p + 1 - variant.window : 0;
+// Keys j < the result are ineligible for the query at position p: the first key
+// of its window or of its document. Lets the blockwise path skip whole key blocks.
+inline size_t variant_key_begin(const AttentionVariant& variant, const TokenSpans& spans, size_t b, size_t p) {
+    size_t begin = variant.window > 0 && p + 1 > variant.window ? p + 1 - variant.window : 0;
+    if (variant.documents) begin = std::max(begin, spans.doc_begin_at(b, p));
+    return begin;
 }
 
 // T5's bucket of a key at `relative` = j - p positions from its query (Raffel et

@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <numeric>
 
+#include "autograd/variant.h"
+
 namespace attnlab {
+
+// The attention variants' token rules (prefix-LM, packed documents) read these tokens.
+static_assert(AttentionVariant{}.sep_token == kSep && AttentionVariant{}.bos_token == kBos);
 
 namespace {
 
@@ -21,6 +26,7 @@ void check_config(const TaskConfig& c) {
                              std::to_string(content / 2) + " key tokens in vocab " + std::to_string(c.vocab));
         if (c.queries < 1) fail("task", "recall needs at least one query");
     }
+    if (c.pack > 0 && c.name == "translate") fail("task", "translate (encoder-decoder) does not pack");
 }
 
 }  // namespace
@@ -38,6 +44,7 @@ TaskGenerator::TaskGenerator(const TaskConfig& config, uint64_t seed, uint64_t s
 int32_t TaskGenerator::translate_token(int32_t token) const { return mapping_[static_cast<size_t>(token - kFirstContent)]; }
 
 size_t TaskGenerator::max_sequence_length() const {
+    if (config_.pack > 0) return packed_row();
     const size_t n = config_.max_len;
     if (config_.name == "recall") return 2 * n + 1 + 2 * config_.queries - 1;
     if (config_.name == "induction") return 2 * n - 1;
@@ -101,7 +108,51 @@ TaskGenerator::Example TaskGenerator::make_example() {
     return ex;
 }
 
+size_t TaskGenerator::packed_row() const {
+    TaskConfig one = config_;
+    one.pack = 0;
+    return std::max(config_.pack, TaskGenerator(one, 0, 0).max_sequence_length() + 1);  // + its <BOS>
+}
+
+Batch TaskGenerator::next_packed(size_t batch_size) {
+    const size_t row = packed_row();
+    std::vector<std::vector<int32_t>> seqs(batch_size);  // <BOS> x ... <BOS> x ...
+    std::vector<std::vector<uint8_t>> counts(batch_size);  // per input position of seqs[b]
+    size_t T = 0;
+    for (size_t b = 0; b < batch_size; ++b) {
+        std::vector<int32_t>& seq = seqs[b];
+        std::vector<uint8_t>& count = counts[b];
+        while (true) {
+            const Example ex = make_example();
+            if (!seq.empty() && seq.size() + ex.seq.size() > row) break;  // its inputs would pass the row: dropped
+            if (!seq.empty()) count.push_back(0);  // the last token before it predicts its <BOS>
+            seq.push_back(kBos);
+            count.push_back(0);  // <BOS> predicts the example's first token
+            seq.insert(seq.end(), ex.seq.begin(), ex.seq.end());
+            count.insert(count.end(), ex.counts.begin(), ex.counts.end());
+        }
+        T = std::max(T, seq.size() - 1);
+    }
+    std::vector<int32_t> inputs(batch_size * T, kPad), targets(batch_size * T, kPad);
+    std::vector<uint8_t> loss(batch_size * T, 0);
+    Batch batch;
+    for (size_t b = 0; b < batch_size; ++b) {
+        const size_t L = seqs[b].size() - 1;
+        for (size_t t = 0; t < L; ++t) {
+            inputs[b * T + t] = seqs[b][t];
+            targets[b * T + t] = seqs[b][t + 1];
+            loss[b * T + t] = counts[b][t];
+        }
+        batch.lengths.push_back(L);
+    }
+    batch.inputs = Indices({batch_size, T}, std::move(inputs));
+    batch.targets = Indices({batch_size, T}, std::move(targets));
+    batch.loss_mask = Mask({batch_size, T}, std::move(loss));
+    return batch;
+}
+
 Batch TaskGenerator::next(size_t batch_size) {
+    if (config_.pack > 0) return next_packed(batch_size);
     std::vector<Example> examples;
     for (size_t b = 0; b < batch_size; ++b) examples.push_back(make_example());
     Batch batch;

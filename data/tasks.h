@@ -12,6 +12,9 @@
 //              of the keys, a its value)   counts: every a
 //   induction  r r  (r a random prefix)    counts: the repeat from its second
 //              token on (its first token cannot be predicted)
+//   packed     (task.pack = N, decoder-only tasks) each row holds whole examples,
+//              each led by <BOS>, as many as fit in N input positions (the
+//              example that does not fit is dropped); counts: each example's
 //   translate  encoder-decoder: src = x, target = map(reverse(x)) SEP, with a
 //              fixed permutation `map` of the content tokens; the decoder input
 //              is the target shifted right behind <BOS>   counts: every target token
@@ -33,6 +36,7 @@ struct TaskConfig {
     size_t min_len = 4;      // length of x (copy, reverse, sort, translate), of r
     size_t max_len = 8;      //   (induction), or number of pairs (recall)
     size_t queries = 4;      // recall: queries per sequence
+    size_t pack = 0;         // input positions of a packed row (decoder-only tasks); 0 = one example per row
 };
 
 struct Batch {
@@ -80,6 +84,8 @@ private:
         std::vector<int32_t> src;       // translate only
     };
     Example make_example();
+    Batch next_packed(size_t batch_size);
+    size_t packed_row() const;  // a packed row's input positions: task.pack, or more if an example needs them
 
     TaskConfig config_;
     Rng rng_;

@@ -37,15 +37,55 @@ Tensor embed(const Embedding& tokens_table, const PositionalEncoding& positions,
     return drop.forward(positions.forward(tokens_table.forward(tokens), offset));
 }
 
-// The decoder stack both model kinds end with: x (B, T, D) through causal blocks
-// (cross-attending to `memory` (B, S, D) when it is defined, keys beyond
-// src_lengths ineligible), then the final norm. With `cache`, x holds only the
-// next positions: the causal mask (and ALiBi's distances) are bottom-right aligned
-// over every cached key.
+// The tokens the cache has seen (B, P) followed by the new ones (B, Tn).
+Indices seen_and_new(const DecoderCache& cache, const Indices& tokens) {
+    const size_t B = tokens.shape[0], Tn = tokens.shape[1], P = cache.position;
+    if (P > 0 && cache.tokens.shape != Shape{B, P})
+        fail("kv cache", "the cache holds " + shape_str(cache.tokens.shape) + " tokens, the new ones are " +
+                             shape_str(tokens.shape) + " after " + std::to_string(P) + " positions");
+    Indices all({B, P + Tn}, std::vector<int32_t>(B * (P + Tn)));
+    for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; t < P + Tn; ++t)
+            all.values[b * (P + Tn) + t] = t < P ? cache.tokens.values[b * P + t] : tokens.values[b * Tn + t - P];
+    return all;
+}
+
+// The first batch item whose prefix (prefix-LM) the new tokens end although it
+// began in the cache, whose keys were computed without them; B if none.
+size_t split_prefix(const TokenSpans& spans, size_t B, size_t P) {
+    for (size_t b = 0; P > 0 && b < B; ++b)
+        if (spans.prefix_end_at(b, P) > P && spans.doc_begin_at(b, P) < P) return b;
+    return B;
+}
+
+// Appends the new tokens (B, Tn) to those the cache has seen, when the variant's
+// rules read them, and returns the self-attention mask over the cached keys. A
+// prefix must reach the cache whole (DecoderLM::forward_cached rebuilds the cache
+// when it would not).
+AttentionMask cached_self_mask(const ModelConfig& config, const Indices& tokens, DecoderCache& cache) {
+    if (!config.variant.reads_tokens()) return config.self_mask(tokens, {});
+    const size_t B = tokens.shape[0], Tn = tokens.shape[1], P = cache.position;
+    Indices all = seen_and_new(cache, tokens);
+    AttentionMask mask = config.self_mask(all, {});
+    if (const size_t b = split_prefix(mask.spans, B, P); b < B)
+        fail("kv cache", "prefix-LM: batch item " + std::to_string(b) + "'s prefix (through its first <SEP>) ends at position " +
+                             std::to_string(mask.spans.prefix_end_at(b, P) - 1) + ", after the " + std::to_string(P) +
+                             " cached positions; give the cache each prefix whole in one call");
+    const size_t kept = cache.layers.empty() ? 0 : cache.layers[0].self.length();  // a window's cache keeps fewer keys
+    mask.spans = mask.spans.tail(kept + Tn);
+    cache.tokens = std::move(all);
+    return mask;
+}
+
+// The decoder stack both model kinds end with: x (B, T, D), the embedded
+// `tokens`, through causal blocks (cross-attending to `memory` (B, S, D) when it
+// is defined, keys beyond src_lengths ineligible), then the final norm. With
+// `cache`, x holds only the next positions: the causal mask (and ALiBi's
+// distances) are bottom-right aligned over every cached key.
 Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, const NormLayer* final_norm, Tensor x,
-                     const std::vector<size_t>& lengths, const Tensor& memory, const std::vector<size_t>& src_lengths,
-                     DecoderCache* cache, const ModelConfig& config) {
-    const AttentionMask self_mask = config.self_mask(cache ? std::vector<size_t>() : lengths);
+                     const Indices& tokens, const std::vector<size_t>& lengths, const Tensor& memory,
+                     const std::vector<size_t>& src_lengths, DecoderCache* cache, const ModelConfig& config) {
+    const AttentionMask self_mask = cache ? cached_self_mask(config, tokens, *cache) : config.self_mask(tokens, lengths);
     const AttentionMask cross_mask = config.cross_mask(src_lengths);
     if (cache && cache->layers.empty()) cache->layers.resize(blocks.size());
     for (size_t l = 0; l < blocks.size(); ++l)
@@ -56,11 +96,15 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
 
 }  // namespace
 
-AttentionMask ModelConfig::self_mask(const std::vector<size_t>& lengths) const {
-    return padding_mask(lengths, true, alibi(), variant);
+AttentionMask ModelConfig::self_mask(const Indices& tokens, const std::vector<size_t>& lengths) const {
+    AttentionMask mask = padding_mask(lengths, true, alibi(), variant);
+    mask.spans = token_spans(variant, tokens, lengths);
+    return mask;
 }
 AttentionMask ModelConfig::encoder_mask(const std::vector<size_t>& src_lengths) const {
-    return padding_mask(src_lengths, false, alibi(), variant);
+    AttentionVariant encoder = variant;  // the token rules are the decoder's
+    encoder.prefix_lm = encoder.documents = false;
+    return padding_mask(src_lengths, false, alibi(), encoder);
 }
 AttentionMask ModelConfig::cross_mask(const std::vector<size_t>& src_lengths) const {
     return padding_mask(src_lengths, false, false, variant.for_cross_attention());
@@ -96,13 +140,23 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
 Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, lengths, Tensor(), {}, nullptr, config)));  // (B, T, V)
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, tokens, lengths, Tensor(), {}, nullptr, config)));  // (B, T, V)
 }
 
 Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache) const {
     check_tokens("decoder", tokens, {});
+    if (config.variant.prefix_lm && cache.position > 0) {
+        // New tokens that end a prefix begun in the cache: its cached keys were computed
+        // without them, which they now read. Rebuild the cache from every token seen.
+        const Indices all = seen_and_new(cache, tokens);
+        if (split_prefix(token_spans(config.variant, all, {}), tokens.shape[0], cache.position) < tokens.shape[0]) {
+            const size_t P = cache.position;
+            cache = DecoderCache();
+            return slice(forward_cached(all, cache), 1, P, all.shape[1]);
+        }
+    }
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, cache.position));
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, {}, Tensor(), {}, &cache, config)));
+    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, tokens, {}, Tensor(), {}, &cache, config)));
 }
 
 EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng)
@@ -149,7 +203,7 @@ Tensor EncoderDecoder::decode(const Tensor& memory, const std::vector<size_t>& s
                               const std::vector<size_t>& tgt_lengths) const {
     check_tokens("decoder", tgt_in, tgt_lengths);
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_in, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_lengths, memory, src_lengths, nullptr, config)));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_in, tgt_lengths, memory, src_lengths, nullptr, config)));
 }
 
 Tensor EncoderDecoder::forward(const Indices& src, const std::vector<size_t>& src_lengths, const Indices& tgt_in,
@@ -161,7 +215,7 @@ Tensor EncoderDecoder::decode_cached(const Tensor& memory, const std::vector<siz
                                      DecoderCache& cache) const {
     check_tokens("decoder", tgt_new, {});
     const Tensor x = hook("tgt_embed", embed(tgt_emb, tgt_pos_emb, emb_drop, tgt_new, cache.position));
-    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, {}, memory, src_lengths, &cache, config)));
+    return hook("logits", head.forward(decoder_stack(decoder, dec_ln_f.get(), x, tgt_new, {}, memory, src_lengths, &cache, config)));
 }
 
 Indices shift_right(const Indices& target, int32_t bos) {

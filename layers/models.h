@@ -23,8 +23,9 @@ struct ModelConfig {
     // The masks the model runs each attention under, the one definition that
     // analyses read too: decoder self-attention (causal, keys beyond `lengths`
     // ineligible, ALiBi's bias), encoder self-attention (source padding, ALiBi)
-    // and cross-attention (source padding).
-    AttentionMask self_mask(const std::vector<size_t>& lengths) const;
+    // and cross-attention (source padding). The decoder's carries the spans of
+    // its tokens (B, T) when the variant's rules read them (prefix-LM, documents).
+    AttentionMask self_mask(const Indices& tokens, const std::vector<size_t>& lengths) const;
     AttentionMask encoder_mask(const std::vector<size_t>& src_lengths) const;
     AttentionMask cross_mask(const std::vector<size_t>& src_lengths) const;
     // learned and sinusoidal positions are a table of max_len rows; rotary, ALiBi and none reach any length
@@ -40,6 +41,7 @@ struct ModelConfig {
 struct DecoderCache {
     std::vector<DecoderBlock::Caches> layers;
     size_t position = 0;
+    Indices tokens;  // (B, position) the tokens seen, kept when the variant's rules read them
     size_t bytes() const;
 };
 
@@ -50,6 +52,8 @@ public:
     // tokens (B, T) right-padded to lengths (empty: all T) -> logits (B, T, V)
     Tensor forward(const Indices& tokens, const std::vector<size_t>& lengths = {}) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
+    // Prefix-LM: new tokens that end a prefix begun in earlier calls rebuild the cache from every
+    // token seen (the prefix's cached keys read the later prefix tokens), once per such prefix.
     Tensor forward_cached(const Indices& tokens, DecoderCache& cache) const;
     // The norm before the output head (pre-norm blocks), or null.
     const NormLayer* final_norm() const { return ln_f.get(); }

@@ -160,6 +160,8 @@ class Arch:
             self.rotary_base = float(m.get("rotary_base", 10000.0)) if self.positional == "rotary" else 0.0
             self.softcap = float(m.get("softcap", 0.0))
             self.window = int(m.get("window", 0))  # sliding window of self-attention (autograd/variant.h)
+            self.prefix_lm = bool(m.get("prefix_lm", False))  # decoder self-attention: prefixes read both ways
+            self.documents = bool(m.get("documents", False))  # decoder self-attention: a query reads its own document
             self.sinks = bool(m.get("sinks", False))  # attention sinks: a learned logit per head, self-attention
             self.rel_buckets = int(m.get("rel_buckets", 0))  # T5's relative bias, self-attention
             self.rel_max_distance = int(m.get("rel_max_distance", 128))
@@ -289,21 +291,38 @@ def alibi_bias(heads, queries, keys, dtype):
     return (-m * (i - j).abs()[None]).to(dtype)
 
 
-def eligibility(key_lengths, queries, keys, causal, window=0):
+def eligibility(key_lengths, queries, keys, causal, window=0, tokens=None, prefix_lm=False, documents=False):
     """(B, Tq, Tk) bool, True = the query may attend to the key (attnlab's convention).
 
     Causal is bottom-right aligned: query i sees key j iff j <= i + (Tk - Tq). A
     sliding window W (self-attention) keeps keys p - W < j of the query at position
     p = i + (Tk - Tq), and without causal also j < p + W; a padding query (p past its
-    item's last key) is placed at that last key."""
+    item's last key) is placed at that last key. With `tokens` (B, Tk), the token
+    rules: documents start at each <BOS> (token 2) after the first position, and a
+    query reads only its own document's keys; prefix-LM lets a query also read the
+    keys of its document up to the document's first <SEP> (token 1) among the real
+    tokens (none: no prefix)."""
     j = torch.arange(keys)
     ok = (j[None, None, :] < key_lengths[:, None, None]).expand(len(key_lengths), queries, keys)
     p = torch.arange(queries)[:, None] + (keys - queries)
+    last = (key_lengths - 1).clamp(min=0)[:, None, None]
+    at = torch.where(key_lengths[:, None, None] > 0, torch.minimum(p[None], last), p[None])  # (B, Tq, 1)
+    later = j[None, None, :] > at  # keys after the query
+    if tokens is not None and (prefix_lm or documents):
+        real = j[None, :] < key_lengths[:, None]  # (B, Tk)
+        starts = (tokens == 2) & real & (j[None, :] > 0) if documents else torch.zeros_like(real)
+        doc = starts.long().cumsum(1)  # each key's document
+        doc_q = torch.gather(doc, 1, at[:, :, 0])  # (B, Tq): each query's
+        same = doc_q[:, :, None] == doc[:, None, :]  # (B, Tq, Tk)
+        if documents:
+            ok = ok & same
+        if prefix_lm:
+            seps = same & ((tokens == 1) & real)[:, None, :]
+            first_sep = torch.where(seps, j[None, None, :], keys).min(dim=2, keepdim=True).values  # (B, Tq, 1); keys: none
+            later = later & ~(same & (j[None, None, :] <= first_sep) & (first_sep < keys))
     if causal:
-        ok = ok & (j[None, :] <= p)[None]
+        ok = ok & ~later
     if window > 0:
-        last = (key_lengths - 1).clamp(min=0)[:, None, None]
-        at = torch.where(key_lengths[:, None, None] > 0, torch.minimum(p[None], last), p[None])  # (B, Tq, 1)
         ok = ok & (j[None, None, :] > at - window)
         if not causal:
             ok = ok & (j[None, None, :] < at + window)
@@ -478,7 +497,7 @@ class DecoderLM(nn.Module):
     def __init__(self, a, max_len):
         super().__init__()
         self.tok_emb = nn.Embedding(a.vocab, a.width)
-        self.window = a.window
+        self.window, self.prefix_lm, self.documents = a.window, a.prefix_lm, a.documents
         self.pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.blocks = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
         self.ln_f = make_norm(a) if a.norm == "pre" else None
@@ -488,7 +507,8 @@ class DecoderLM(nn.Module):
         """tokens (B, T), lengths (B) -> logits (B, T, V), {"self": [weights per layer]}, {"decoder": [hidden]}"""
         x = self.pos_emb(self.tok_emb(tokens))
         hidden, weights = [x], {"self": [], "cross": []}
-        eligible = eligibility(lengths, tokens.shape[1], tokens.shape[1], causal=True, window=self.window)
+        eligible = eligibility(lengths, tokens.shape[1], tokens.shape[1], causal=True, window=self.window, tokens=tokens,
+                               prefix_lm=self.prefix_lm, documents=self.documents)
         for block in self.blocks:
             x = block(x, eligible, weights=weights)
             hidden.append(x)

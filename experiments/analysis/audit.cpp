@@ -157,14 +157,15 @@ void describe_model(AuditRecord& rec, const TaskModel& model, const Config& conf
     rec.cache_dtype = rec.dtype;
 }
 
-// Each attention kind's mask: causal or not, whose lengths pad the keys, what the axes run over.
-void describe_masks(AuditRecord& rec, bool enc_dec) {
+// Each attention kind's mask: causal or not, whose lengths pad the keys, what the
+// axes run over, the variant's eligibility rules (self-attention's).
+void describe_masks(AuditRecord& rec, bool enc_dec, const AttentionVariant& variant) {
     if (enc_dec) {
-        rec.masks = {{"enc_self", false, "source lengths", "source", "source"},
-                     {"dec_self", true, "decoder lengths", "decoder input", "decoder input"},
-                     {"cross", false, "source lengths", "decoder input", "source (encoder output)"}};
+        rec.masks = {{"enc_self", false, "source lengths", "source", "source", rules_text(variant, false)},
+                     {"dec_self", true, "decoder lengths", "decoder input", "decoder input", rules_text(variant, true)},
+                     {"cross", false, "source lengths", "decoder input", "source (encoder output)", ""}};
     } else {
-        rec.masks = {{"self", true, "sequence lengths", "sequence", "sequence"}};
+        rec.masks = {{"self", true, "sequence lengths", "sequence", "sequence", rules_text(variant, true)}};
     }
 }
 
@@ -238,11 +239,12 @@ void measure_attention(AuditRecord& rec, const TaskModel& model, const std::vect
 
 // The KV cache: its policy, its bytes by formula, and those of a real cache
 // after decoding one longest sequence (random tokens).
-void measure_cache(AuditRecord& rec, const TaskModel& model, bool enc_dec, uint64_t seed) {
+void measure_cache(AuditRecord& rec, const TaskModel& model, bool enc_dec, const AttentionVariant& variant, uint64_t seed) {
     const size_t element = rec.dtype == "float32" ? 4 : 8;
     rec.kv_bytes_per_token = 2 * rec.layers * rec.kv_heads * rec.head_width * element;
     rec.cross_kv_bytes_per_token = enc_dec ? rec.kv_bytes_per_token : 0;
-    rec.kv_bytes_at_longest = rec.kv_bytes_per_token * rec.longest + rec.cross_kv_bytes_per_token * rec.longest_source;
+    const size_t kept = variant.window > 0 ? std::min(rec.longest, variant.window) : rec.longest;  // a window keeps W
+    rec.kv_bytes_at_longest = rec.kv_bytes_per_token * kept + rec.cross_kv_bytes_per_token * rec.longest_source;
     rec.cache_policy = enc_dec
         ? "decoder self-attention: the keys and values of every decoded position, kept per layer as (B, H_kv, T, d_h), "
           "appended each step, never evicted; new queries see every cached key (bottom-right causal mask); "
@@ -250,6 +252,11 @@ void measure_cache(AuditRecord& rec, const TaskModel& model, bool enc_dec, uint6
         : "self-attention: the keys and values of every decoded position, kept per layer as (B, H_kv, T, d_h), "
           "appended each step, never evicted; new queries see every cached key (bottom-right causal mask); "
           "no padding inside the cache (one sequence, or equal lengths)";
+    if (variant.window > 0)
+        rec.cache_policy += "; sliding window: only the last " + std::to_string(variant.window) + " keys and values are kept";
+    if (variant.reads_tokens())
+        rec.cache_policy += "; the tokens seen are kept for the token rules (prefix-LM, documents), and a prefix must reach "
+                            "the cache whole in one call";
     NoGradGuard no_grad;
     Rng rng(seed + 101);
     auto random_tokens = [&](size_t n) {
@@ -380,12 +387,12 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     // translate (the encoder-decoder task) has sources of at most task.max_len tokens
     rec.longest_source = enc_dec ? static_cast<size_t>(config.task.max_len) : 0;
     rec.threads = threads();
-    describe_masks(rec, enc_dec);
+    describe_masks(rec, enc_dec, config.model.variant);
 
     rec.batch_size = static_cast<size_t>(config.train.batch);
     const std::vector<Batch> data = fresh_data(rec, *source, options.batches, enc_dec);
     measure_attention(rec, model, sites, data);
-    measure_cache(rec, model, enc_dec, options.seed);
+    measure_cache(rec, model, enc_dec, config.model.variant, options.seed);
     score_costs(rec, model);
     if (options.timing) measure_forward(rec, model, data);
     live_tests(rec, model, config, sites, data.front(), options.seed);

@@ -131,6 +131,7 @@ struct MaskRecord {
     bool causal = false;  // bottom-right aligned: key j eligible for query i iff j <= i + (Tk - Tq)
     std::string key_padding;  // whose lengths mask the keys: "decoder lengths", "source lengths"
     std::string queries, keys;  // which sequence each axis runs over
+    std::string rules;          // the variant's eligibility rules in words (rules_text), "" without any
 };
 
 struct ScoreRange {  // scale * q.k over eligible (valid query, key) pairs, all heads of one layer

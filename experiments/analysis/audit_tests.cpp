@@ -49,7 +49,8 @@ LiveTest causal_perturbation(const MultiHeadAttention& attn, const Tensor& x, co
         std::vector<size_t> cut(B, T);  // T: nothing after the cut (a sequence shorter than 2)
         for (size_t b = 0; b < B; ++b) {
             const size_t n = length_of(lengths, b, T);
-            if (n >= 2) cut[b] = static_cast<size_t>(rng.integer(0, static_cast<int64_t>(n) - 1));
+            // prefix-LM: a prefix reads itself both ways; cut after it
+            if (n >= 2) cut[b] = mask.spans.cut_after_prefix(b, static_cast<size_t>(rng.integer(0, static_cast<int64_t>(n) - 1)));
         }
         const Tensor changed = perturbed(x, rng, 10.0, [&](size_t b, size_t t) { return t > cut[b]; });
         const std::vector<double> a = attn.forward(x, x, mask).out.values();
@@ -85,8 +86,10 @@ LiveTest padding_invariance(const MultiHeadAttention& attn, const Tensor& x_q, c
         const size_t Tk = kv_ext.size(1);
         const Tensor kv_changed = perturbed(kv_ext, rng, 10.0, [&](size_t b, size_t t) { return t >= length_of(key_lengths, b, Tk); });
         const std::vector<double> a = attn.forward(x_q, x_kv, mask).out.values();
-        const std::vector<double> c = self ? attn.forward(kv_changed, kv_changed, mask).out.values()
-                                           : attn.forward(x_q, kv_changed, mask).out.values();
+        AttentionMask extended = mask;  // the token rules' spans over the extra positions too
+        if (self && extra > 0) extended.spans = mask.spans.padded(extra);
+        const std::vector<double> c = self ? attn.forward(kv_changed, kv_changed, extended).out.values()
+                                           : attn.forward(x_q, kv_changed, extended).out.values();
         const size_t Tc = self ? Tk : Tq;  // rows of c
         // compare the valid query rows of a (B, Tq, D) and c (B, Tc, D)
         double worst = 0;
@@ -130,7 +133,7 @@ LiveTest bidirectional(const MultiHeadAttention& attn, const Tensor& x, const st
             const size_t n = length_of(lengths, b, T);
             if (n < 2) continue;
             size_t first = 0;
-            while (!variant_allows(mask.variant, false, first, n - 1)) ++first;
+            while (!variant_allows(mask.variant, mask.spans, false, b, first, n - 1)) ++first;
             smallest = std::min(smallest, rows_diff(a, c, B, T, D, [&](size_t i, size_t t) { return i == b && t == first; }));
         }
         LiveTest r;

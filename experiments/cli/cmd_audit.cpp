@@ -111,7 +111,8 @@ void text_attention(std::ostream& o, const AuditRecord& r) {
     for (size_t i = 0; i < r.masks.size(); ++i) {
         const MaskRecord& m = r.masks[i];
         row(o, i == 0 ? "masks" : "", m.kind + ": " + (m.causal ? "causal (key j <= query i + Tk - Tq) AND " : "") + "key padding (" +
-                                          m.key_padding + "); queries over " + m.queries + ", keys over " + m.keys);
+                                          m.key_padding + ")" + (m.rules.empty() ? "" : " AND " + m.rules) + "; queries over " +
+                                          m.queries + ", keys over " + m.keys);
     }
     row(o, "all-masked rows", "\"" + r.masked_rows + "\"" +
                                   (r.masked_rows == "error" ? " (a row with no eligible key is an error naming item and position)"
@@ -283,7 +284,7 @@ std::string json(const AuditRecord& r) {
     j.key("masks").open('[');
     for (const MaskRecord& m : r.masks)
         j.open('{').field("kind", m.kind).field("causal", m.causal).field("key_padding", m.key_padding)
-            .field("queries", m.queries).field("keys", m.keys).close('}');
+            .field("queries", m.queries).field("keys", m.keys).field("rules", m.rules).close('}');
     j.close(']');
     j.field("masked_rows", r.masked_rows).field("dropout", r.dropout).field("attn_dropout", r.attn_dropout);
     j.field("dtype", r.dtype).close('}');

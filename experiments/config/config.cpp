@@ -241,7 +241,9 @@ void check_rules(const Config& c) {
     }
     size_t longest = 0;
     try {
-        longest = TaskGenerator(task_config(c), 0, 0).max_sequence_length();
+        Config one = c;  // one example per row: what a packed row must hold
+        one.task.pack = 0;
+        longest = TaskGenerator(task_config(one), 0, 0).max_sequence_length();
     } catch (const Error& e) {
         std::string problem = e.what();
         if (problem.rfind("[task] ", 0) == 0) problem.erase(0, 7);
@@ -249,6 +251,10 @@ void check_rules(const Config& c) {
                                       ", task.max_len = " + to_string(task.max_len) + ", task.queries = " + to_string(task.queries) +
                                       ": " + problem);
     }
+    if (task.pack > 0 && static_cast<size_t>(task.pack) < longest + 1)
+        fail_key("task.pack", to_string(task.pack) + " positions cannot hold the longest example of task \"" + task.name + "\" (" +
+                                  to_string(longest) + " tokens and its <BOS>)");
+    if (task.pack > 0) longest = static_cast<size_t>(task.pack);
     if (model.max_len > 0 && static_cast<size_t>(model.max_len) < longest)
         fail_key("model.max_len", to_string(model.max_len) + " is shorter than the longest sequence of task \"" + task.name + "\" (" +
                                       to_string(longest) + " tokens; 0 derives it)");
@@ -272,6 +278,7 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
     const std::string task = is("task.name", c.task.name), optim = is("optim.name", c.optim.name);
     const bool file = c.task.name == "file", text = c.task.name == "text";
     const bool adam = c.optim.name == "adam" || c.optim.name == "adamw", sgd = c.optim.name == "sgd";
+    const bool prefix_tasks = c.task.name == "copy" || c.task.name == "reverse" || c.task.name == "sort" || c.task.name == "recall";
     return {
         {"task.path", file || text, "task.name = \"file\" or \"text\"", task},
         {"task.alphabet", text, "task.name = \"text\"", task},
@@ -282,6 +289,11 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
                                           "task.max_len characters)", task},
         {"task.max_len", !file, "the task draws its sequences (the file's are read whole)", task},
         {"task.queries", c.task.name == "recall", "task.name = \"recall\"", task},
+        {"task.pack", !file && !text && c.task.name != "translate", "a decoder-only task draws its sequences", task},
+        // the token rules read <SEP> (ending a prefix) and <BOS> (starting a document): tasks and files that hold them
+        {"model.prefix_lm", file || prefix_tasks, "the task marks a prefix with <SEP> (copy, reverse, sort, recall) or is a file", task},
+        {"model.documents", file || c.task.pack > 0, "task.pack > 0 or task.name = \"file\" (documents start at <BOS>)",
+         c.task.pack > 0 ? task : "task.pack = 0"},
         {"model.rotary_base", c.model.positional == "rotary", "model.positional = \"rotary\"", is("model.positional", c.model.positional)},
         {"model.norm_type", c.model.norm != "none", "model.norm = \"pre\" or \"post\"", is("model.norm", c.model.norm)},
         {"model.activation", c.model.ffn > 0, "model.ffn > 0", "model.ffn = 0: attention-only blocks"},
@@ -354,6 +366,7 @@ TaskConfig task_config(const Config& config) {
     task.min_len = static_cast<size_t>(config.task.min_len);
     task.max_len = static_cast<size_t>(config.task.max_len);
     task.queries = static_cast<size_t>(config.task.queries);
+    task.pack = static_cast<size_t>(config.task.pack);
     return task;
 }
 

@@ -52,6 +52,7 @@ struct Config {
         int64_t min_len = 3;
         int64_t max_len = 6;
         int64_t queries = 4;          // recall only
+        int64_t pack = 0;             // input positions of a packed row (decoder-only generated tasks); 0 = off
         std::string path;             // HDF5 token file (file) or UTF-8 text (text); required iff one of those
         std::string alphabet;         // text only: its characters, token id = index (filled from the file)
         bool operator==(const Task&) const = default;

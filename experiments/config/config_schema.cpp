@@ -281,6 +281,7 @@ std::vector<Field> make_fields() {
         integer(KEY(task, min_len), at_least(1), "shortest x (copy, reverse, sort, translate), r (induction), or pairs (recall)"),
         integer(KEY(task, max_len), at_least(1), "longest x or r, or most pairs (recall)"),
         integer(KEY(task, queries), at_least(1), "recall: queries per sequence"),
+        integer(KEY(task, pack), between(0, 1 << 20), "pack whole examples, each led by <BOS>, into rows of this many positions (decoder-only tasks); 0 = one per row"),
         text(KEY(task, path), "path", path_text, "HDF5 token file (file) or UTF-8 text (text); required for those"),
         alphabet(KEY(task, alphabet), "text: the file's characters, sorted (token id = index); filled in by the run"),
 
@@ -298,6 +299,8 @@ std::vector<Field> make_fields() {
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
         choice(KEY(model, masked_rows), masked_rows_choices().names(), "a query row with no eligible key: error, or zero context"),
         integer(VARIANT_KEY(window), at_least(0), "sliding window (self-attention): key j eligible for query i iff i - W < j (<= i when causal, < i + W in an encoder); 0 = off"),
+        boolean(VARIANT_KEY(prefix_lm), "prefix-LM (decoder): each document's tokens through its first <SEP> attend both ways, the rest causally"),
+        boolean(VARIANT_KEY(documents), "packed documents (decoder): a query reads only keys of its own document, which starts at a <BOS>"),
         number(VARIANT_KEY(softcap), non_negative(), "logit soft-capping (Gemma 2): scaled scores s become C tanh(s / C) before the mask and ALiBi; 0 = off"),
         boolean(VARIANT_KEY(sinks), "attention sinks: a learned logit per head (parameter blocks.L.attn.sink) in every self-attention softmax, a key of value 0"),
         integer(VARIANT_KEY(rel_buckets), at_least(0), "T5's learned relative position bias: buckets of key-query distance (parameter blocks.L.attn.rel_bias (buckets, H)); 0 = off, else >= 4"),

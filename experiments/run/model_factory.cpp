@@ -80,9 +80,9 @@ std::vector<AttentionKind> TaskModel::kinds_for(const Batch& batch) const {
         return out;
     };
     const ModelConfig& m = enc_dec_ ? enc_dec_->config : decoder_->config;  // the masks the model itself runs under
-    if (!enc_dec_) return {{"self", m.self_mask(batch.lengths), batch.lengths, names("blocks", "attn")}};
+    if (!enc_dec_) return {{"self", m.self_mask(batch.inputs, batch.lengths), batch.lengths, names("blocks", "attn")}};
     return {{"enc_self", m.encoder_mask(batch.src_lengths), batch.src_lengths, names("encoder", "attn")},
-            {"dec_self", m.self_mask(batch.lengths), batch.lengths, names("decoder", "attn")},
+            {"dec_self", m.self_mask(batch.inputs, batch.lengths), batch.lengths, names("decoder", "attn")},
             {"cross", m.cross_mask(batch.src_lengths), batch.lengths, names("decoder", "cross_attn")}};
 }
 

@@ -3,9 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "autograd/rng.h"
 #include "autograd/tensor.h"
 
 namespace attnlab::testing {
@@ -41,6 +45,35 @@ void expect_error(F&& f, const std::string& prefix, const std::vector<std::strin
     EXPECT_TRUE(starts_with(message, prefix)) << "message: \"" << message << "\" should start with " << prefix;
     for (const std::string& part : parts)
         EXPECT_NE(message.find(part), std::string::npos) << "message: \"" << message << "\" lacks " << part;
+}
+
+// Fused op against its composition of ops (autograd/composed.h).
+using Op = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// The output and every input's gradient of sum(output * direction), on fresh leaves.
+struct Run {
+    std::vector<double> out;
+    std::vector<std::vector<double>> grads;
+};
+inline Run run(const Op& op, const std::vector<Tensor>& inputs, Rng& rng) {
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : inputs) leaves.push_back(t.detach().set_requires_grad(true));
+    const Tensor out = op(leaves);
+    const Tensor direction = gradcheck_input(rng, out.shape()).detach();
+    sum(out * direction).backward();
+    Run r{out.values(), {}};
+    for (const Tensor& leaf : leaves) r.grads.push_back(leaf.grad().values());
+    return r;
+}
+
+inline void expect_same(const std::string& what, const Op& fused, const Op& composed, const std::vector<Tensor>& inputs) {
+    Rng a(99), b(99);  // one direction for both
+    const Run f = run(fused, inputs, a), c = run(composed, inputs, b);
+    ASSERT_EQ(f.out.size(), c.out.size()) << what;
+    for (size_t i = 0; i < f.out.size(); ++i) EXPECT_NEAR(f.out[i], c.out[i], 1e-12) << what << ": value " << i;
+    for (size_t k = 0; k < inputs.size(); ++k)
+        for (size_t i = 0; i < f.grads[k].size(); ++i)
+            EXPECT_NEAR(f.grads[k][i], c.grads[k][i], 1e-10) << what << ": gradient of input " << k << ", element " << i;
 }
 
 }  // namespace attnlab::testing

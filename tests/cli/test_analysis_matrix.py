@@ -95,12 +95,13 @@ class Matrix(cc.TempDirTest):
                 self.check_one(norm, norm_type, kind, kv)
                 self.clear()
 
-    def check_variant(self, extra):
+    def check_variant(self, extra, kinds=KINDS, texts=None):
         """An attention variant (autograd/variant.h) in every analysis: pre/LayerNorm and
-        post/RMSNorm, both model kinds, grouped K/V."""
-        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], KINDS):
+        post/RMSNorm, both model kinds (or `kinds`), grouped K/V; `texts`: the clean, corrupt
+        and prompt tokens when not CLEAN, CORRUPT and PROMPT."""
+        for (norm, norm_type), kind in itertools.product([("pre", "layernorm"), ("post", "rmsnorm")], kinds):
             with self.subTest(norm=norm, norm_type=norm_type, kind=kind, **extra):
-                self.check_one(norm, norm_type, kind, 1, extra)
+                self.check_one(norm, norm_type, kind, 1, extra, texts)
                 self.clear()
 
     def clear(self):
@@ -115,6 +116,15 @@ class Matrix(cc.TempDirTest):
         """A sliding window (model.window), an eligibility rule: the fused kernels and the KV cache apply it."""
         self.check_variant({"model.window": "4"})
 
+    def test_prefix_lm(self):
+        """Prefix-LM (model.prefix_lm), a rule read off the tokens: the prompt holds its prefix through <SEP> (1)."""
+        self.check_variant({"model.prefix_lm": "true"}, kinds=["decoder"], texts=(CLEAN, CORRUPT, "5 9 4 1"))
+
+    def test_documents(self):
+        """Packed documents (model.documents, task.pack), a rule read off the tokens: <BOS> (2) starts a document."""
+        self.check_variant({"model.documents": "true", "model.prefix_lm": "true", "task.pack": "30"}, kinds=["decoder"],
+                           texts=("3 9 1 3 9 2 5 9 4 12 5 1 5 12 4", "3 8 1 3 8 2 5 8 4 11 5 1 5 12 4", "4 1 4 2 5 9 1"))
+
     def test_sinks(self):
         """Attention sinks (model.sinks), a learned logit per head: attention composed of ops."""
         self.check_variant({"model.sinks": "true"})
@@ -123,7 +133,8 @@ class Matrix(cc.TempDirTest):
         """T5's relative bias (model.rel_buckets), a learned table per layer: attention composed of ops."""
         self.check_variant({"model.rel_buckets": "8", "model.rel_max_distance": "6"})
 
-    def check_one(self, norm, norm_type, kind, kv, extra=None):
+    def check_one(self, norm, norm_type, kind, kv, extra=None, texts=None):
+        clean_text, corrupt_text, prompt = texts or (CLEAN, CORRUPT, PROMPT)
         ckpt = self.train(norm, norm_type, kind, kv, extra)
         module, arch, _, _ = self.bridge.build_module(ckpt)
         decoder = kind == "decoder"
@@ -131,11 +142,11 @@ class Matrix(cc.TempDirTest):
         # audit: every live test passes
         self.ok(["audit", ckpt])
         # generate: the cached decode equals full passes at every step
-        self.ok(["generate", ckpt, "--prompt", PROMPT, "--max-new", "6", "--check-cache"])
+        self.ok(["generate", ckpt, "--prompt", prompt, "--max-new", "6", "--check-cache"])
 
         # inspect: logits, attention and hidden states against the bridge
         inspect = self.path("inspect.h5")
-        self.ok(["inspect", ckpt, "--tokens", CLEAN if decoder else PROMPT, "--out", inspect])
+        self.ok(["inspect", ckpt, "--tokens", clean_text if decoder else prompt, "--out", inspect])
         rows, ref = self.bridge.read_inspect(inspect, arch, self.bridge.read_checkpoint(ckpt)[2], -1)
         logits, weights, hidden = self.bridge.run(module, arch, rows)
         np.testing.assert_allclose(ref["logits"], logits.numpy(), rtol=0, atol=limit(ref["logits"]), err_msg="inspect logits")
@@ -173,8 +184,8 @@ class Matrix(cc.TempDirTest):
 
         if not decoder:
             return  # patching and the lens take decoder models
-        clean = np.array([[int(t) for t in CLEAN.split()]])
-        corrupt = np.array([[int(t) for t in CORRUPT.split()]])
+        clean = np.array([[int(t) for t in clean_text.split()]])
+        corrupt = np.array([[int(t) for t in corrupt_text.split()]])
         T = clean.shape[1]
         lens_t = {"lengths": np.array([T])}
         clean_logits = self.forward(module, arch, dict(lens_t, tokens=clean))[0, -1]
@@ -182,7 +193,7 @@ class Matrix(cc.TempDirTest):
 
         # patch: the unpatched metrics, and the whole last stream restores the clean run
         patch = self.path("patch.h5")
-        self.ok(["patch", ckpt, "--clean", CLEAN, "--corrupt", CORRUPT, "--answers", "9:8", "--hooks",
+        self.ok(["patch", ckpt, "--clean", clean_text, "--corrupt", corrupt_text, "--answers", "9:8", "--hooks",
                  "q,resid_post", "--out", patch])
         with h5py.File(patch) as f:
             for attr, logits in (("clean_metric", clean_logits), ("corrupt_metric", corrupt_logits)):
@@ -192,14 +203,14 @@ class Matrix(cc.TempDirTest):
             q_cell = float(f["grid/q/values"][1, 0])
 
         # path-patch: every sender into head 1.0's q = patching that q itself
-        r = self.ok(["path-patch", ckpt, "--clean", CLEAN, "--corrupt", CORRUPT, "--answers", "9:8",
+        r = self.ok(["path-patch", ckpt, "--clean", clean_text, "--corrupt", corrupt_text, "--answers", "9:8",
                      "--sender", "all", "--receiver", "1.0:q"])
         patched = float(re.search(r"patched norm_logit_diff (\S+)", r.stdout).group(1))
         self.assertAlmostEqual(patched, q_cell, delta=2e-4 * max(1.0, abs(q_cell)), msg=r.stdout)
 
         # lens: the last stream is the model; the attribution sums to the target logit
         lens = self.path("lens.h5")
-        self.ok(["lens", ckpt, "--tokens", CLEAN, "--out", lens])
+        self.ok(["lens", ckpt, "--tokens", clean_text, "--out", lens])
         with h5py.File(lens) as f:
             last = f["lens/logits"][()][-1, 0]
             model_logits = self.forward(module, arch, dict(lens_t, tokens=clean))[0]

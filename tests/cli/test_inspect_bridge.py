@@ -91,7 +91,9 @@ class InspectAndBridge(cc.TempDirTest):
             expected_kinds = {"enc_self", "dec_self", "cross"} if enc_dec else {"self"}
             self.assertEqual(set(f["attention"].keys()), expected_kinds)
             for name in expected_kinds:
-                self.check_attention(f, name, layers, heads, sinks=re.search(r"sinks = true", config_text) is not None)
+                self.check_attention(f, name, layers, heads, sinks=re.search(r"sinks = true", config_text) is not None,
+                                     token_rules={rule: re.search(rf"{rule} = true", config_text) is not None
+                                                  for rule in ("prefix_lm", "documents")})
             self.assertEqual(set(f["hidden"].keys()), {"encoder", "decoder"} if enc_dec else {"decoder"})
             parts = [("decoder", dec_tokens, "tgt_" if enc_dec else "")]
             if enc_dec:
@@ -113,8 +115,10 @@ class InspectAndBridge(cc.TempDirTest):
                 np.testing.assert_allclose(group["layer_0"][()], expected, atol=1e-5, err_msg=f"{part} layer_0")
             return f[dec_tokens][()], f[lengths_name(dec_tokens)][()], logits
 
-    def check_attention(self, f, kind, layers, heads, sinks=False):
-        """With attention sinks (self-attention), each row's sink takes a share: rows sum to (0, 1]."""
+    def check_attention(self, f, kind, layers, heads, sinks=False, token_rules=None):
+        """With attention sinks (self-attention), each row's sink takes a share: rows sum to (0, 1].
+        token_rules: {"prefix_lm": bool, "documents": bool}, which decoder self-attention reads off its tokens:
+        eligibility is then the bridge's (tools/torch_bridge.py), written from the documented rules."""
         g = f["attention"][kind]
         q_name, k_name, causal = g.attrs["queries"], g.attrs["keys"], bool(g.attrs["causal"])
         self.assertEqual((kind in ("self", "dec_self")), causal, kind)
@@ -126,6 +130,12 @@ class InspectAndBridge(cc.TempDirTest):
         if causal:
             eligible = eligible & (j <= i + (Tk - Tq))[None]
         eligible = np.broadcast_to(eligible, (B, Tq, Tk))[:, None]  # (B, 1, Tq, Tk)
+        if causal and token_rules and any(token_rules.values()):
+            import torch
+            sys.path.insert(0, os.path.join(cc.REPO_ROOT, "tools"))
+            from torch_bridge import eligibility
+            eligible = eligibility(torch.from_numpy(k_lengths.astype(np.int64)), Tq, Tk, causal=True,
+                                   tokens=torch.from_numpy(f[k_name][()].astype(np.int64)), **token_rules).numpy()[:, None]
         self.assertEqual(g["score_std"].shape, (layers, heads))
         self.assertTrue(np.all(np.isfinite(g["score_std"][()])))
         self.assertEqual(sorted(n for n in g if n.startswith("layer_")), [f"layer_{l}" for l in range(layers)])
@@ -156,7 +166,8 @@ class InspectAndBridge(cc.TempDirTest):
 
     # ---- one architecture -----------------------------------------------------
 
-    def check_variant(self, variant, **changes):
+    def check_variant(self, variant, specials=False, **changes):
+        """specials: the decoder's tokens hold <SEP> (1) and <BOS> (2), which the token rules read."""
         checkpoint = train_checkpoint(self, variant, **changes)
         enc_dec = changes.get("model__kind", SHORT.get("model.kind")) == "encoder-decoder" or \
             changes.get("task__name") == "translate"
@@ -173,6 +184,8 @@ class InspectAndBridge(cc.TempDirTest):
         else:
             lengths = np.array([8, 5, 1], np.int64)
             tokens = rng.integers(3, vocab, (3, 8)).astype(np.int32)
+            if specials:  # row 0: x x SEP x BOS x SEP x; row 1: x x SEP BOS x
+                tokens[:2, 2], tokens[0, 4], tokens[0, 6], tokens[1, 3] = 1, 2, 1, 2
             rows = {"tokens": tokens, "lengths": lengths}
         in_path = self.path("in.h5")
         with h5py.File(in_path, "w") as f:
@@ -248,6 +261,17 @@ class InspectAndBridge(cc.TempDirTest):
     def test_window(self):
         self.check_variant("decoder window 3, 2 layers, ALiBi", model__window=3, model__layers=2, model__positional="alibi")
         self.check_variant("enc-dec window 2, padded", task__name="translate", model__kind="encoder-decoder", model__window=2)
+
+    def test_prefix_lm_and_documents(self):
+        self.check_variant("decoder prefix-LM, 2 layers", specials=True, model__prefix_lm="true", model__layers=2)
+        self.check_variant("decoder packed documents, rotary", specials=True, task__pack=24, model__documents="true",
+                           model__positional="rotary")
+        self.check_variant("decoder prefix-LM in packed documents", specials=True, task__pack=24,
+                           model__documents="true", model__prefix_lm="true")
+        self.check_variant("decoder prefix-LM, window 3", specials=True, model__prefix_lm="true", model__window=3)
+        self.check_variant("decoder prefix-LM in packed documents, window 3, ALiBi", specials=True, task__pack=24,
+                           model__documents="true", model__prefix_lm="true", model__window=3, model__positional="alibi",
+                           model__layers=2)
 
     def test_sinks(self):
         self.check_variant("decoder sinks, 2 layers, rotary", model__sinks="true", model__layers=2, model__positional="rotary")

@@ -148,6 +148,12 @@ TEST_F(DeviceTrainer, TrainsASlidingWindowModelAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.window=2"});
 }
 
+// The token rules (prefix-LM in packed documents) reach the fused kernels as a byte mask
+// of what AttentionMask::allows says, read off each batch's tokens.
+TEST_F(DeviceTrainer, TrainsPrefixLMInPackedDocumentsAsTheCpuRunDoes) {
+    expect_same_run({"self"}, {"task.name=copy", "task.pack=24", "model.prefix_lm=true", "model.documents=true"});
+}
+
 // Attention sinks: a parameter per head and attention composed of ops on the device.
 TEST_F(DeviceTrainer, TrainsAModelWithSinksAsTheCpuRunDoes) {
     expect_same_run({"self"}, {"model.sinks=true"});

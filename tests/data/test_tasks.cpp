@@ -170,5 +170,53 @@ TEST(Tasks, BadConfigsThrowNamingTheProblem) {
     EXPECT_NE(message(config("recall", 10, 2, 5)).find("distinct keys"), std::string::npos);
 }
 
+// task.pack = N: each row is whole examples, each led by <BOS>, in at most N input
+// positions; the unpacked examples of the same seed, in order, with the example
+// that did not fit dropped; each example's counted positions and no others count
+// (not a <BOS>, nor the token before it).
+TEST(Tasks, PackedRowsHoldWholeExamplesLedByBos) {
+    for (const std::string& name : {"copy", "recall", "induction"}) {
+        SCOPED_TRACE(name);
+        TaskConfig packed = config(name);
+        packed.pack = 40;
+        TaskGenerator p(packed, 7, 0), one(config(name), 7, 0);
+        EXPECT_EQ(p.max_sequence_length(), 40u);
+        const Batch batch = p.next(3);
+        const size_t T = batch.inputs.shape[1];
+        EXPECT_LE(T, 40u);
+        for (size_t b = 0; b < 3; ++b) {
+            const size_t L = batch.lengths[b];
+            std::vector<int32_t> seq = row(batch.inputs, b, L);
+            seq.push_back(batch.targets.values[b * T + L - 1]);
+            const std::vector<uint8_t> counts(batch.loss_mask.values.begin() + static_cast<std::ptrdiff_t>(b * T),
+                                              batch.loss_mask.values.begin() + static_cast<std::ptrdiff_t>(b * T + L));
+            ASSERT_EQ(seq[0], kBos);
+            size_t at = 0, examples = 0;
+            while (at < seq.size()) {  // walk the row example by example, against the unpacked stream
+                const Batch single = one.next(1);
+                const size_t n = single.lengths[0];
+                std::vector<int32_t> ex = row(single.inputs, 0, n);
+                ex.push_back(single.targets.values[n - 1]);
+                if (at + 1 + ex.size() > seq.size()) break;  // the dropped example ends the row
+                ASSERT_EQ(seq[at], kBos) << "example " << examples;
+                EXPECT_EQ(std::vector<int32_t>(seq.begin() + static_cast<std::ptrdiff_t>(at + 1),
+                                               seq.begin() + static_cast<std::ptrdiff_t>(at + 1 + ex.size())), ex);
+                EXPECT_EQ(counts[at], 0) << "<BOS> predicting the first token";
+                if (at > 0) EXPECT_EQ(counts[at - 1], 0) << "the token before <BOS>";
+                for (size_t t = 0; t + 1 < ex.size(); ++t) EXPECT_EQ(counts[at + 1 + t], single.loss_mask.values[t]) << t;
+                at += 1 + ex.size();
+                ++examples;
+            }
+            EXPECT_EQ(at, seq.size()) << "the row is whole examples";
+            if (at == seq.size()) (void)one.next(1);  // the example that did not fit, dropped
+            EXPECT_GE(examples, 2u);
+            for (size_t t = L; t < T; ++t) EXPECT_EQ(batch.loss_mask.values[b * T + t], 0) << "padding counts";
+        }
+    }
+    TaskConfig translate = config("translate");
+    translate.pack = 40;
+    EXPECT_THROW(TaskGenerator(translate, 0, 0), Error);
+}
+
 }  // namespace
 }  // namespace attnlab

@@ -275,3 +275,80 @@ TEST(KVCache, RelativeBiasIsATablePerLayerAndTheCacheMatchesFullPass) {
 
 }  // namespace
 }  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+using namespace layer_testing;
+
+// The token rules (prefix-LM and packed documents, autograd/variant.h): the cache
+// keeps the tokens it has seen and reads their spans, so decoding in chunks gives
+// the full pass's logits (with a sliding window too, whose cache keeps W keys);
+// a chunk that would end a prefix begun in earlier chunks is refused in one line.
+TEST(KVCache, TokenRulesReadTheCachedTokensAndMatchFullPass) {
+    const size_t B = 2, T = 14;
+    // row 0: <BOS> a b <SEP> c d <BOS> e <SEP> f g h i j; row 1: a b c <SEP> d e f <BOS> g h <SEP> i j k
+    std::vector<int32_t> ids = {2, 3, 4, 1, 5, 6, 2, 7, 1, 8, 9, 3, 4, 5, 3, 4, 5, 1, 6, 7, 8, 2, 9, 3, 1, 4, 5, 6};
+    const Indices tokens({B, T}, ids);
+    for (const size_t window : {size_t{0}, size_t{5}})
+        for (const int rules : {1, 2, 3}) {  // prefix-LM, documents, both
+            SCOPED_TRACE("rules " + std::to_string(rules) + ", window " + std::to_string(window));
+            ModelConfig config = small_config(Norm::pre, Positional::rotary, 1);
+            config.variant.prefix_lm = rules & 1;
+            config.variant.documents = rules & 2;
+            config.variant.window = window;
+            Rng init(11), dropout_rng(12);
+            DecoderLM model(config, init, &dropout_rng);
+            model.eval();
+            const std::vector<double> full = model.forward(tokens).values();
+            // chunks: every document's prefix whole in one call (row 0: 0-3 and 6-8; row 1: 0-3 and 7-10)
+            DecoderCache cache;
+            EXPECT_LE(max_abs_diff(decode_in_chunks(model, tokens, {4, 2, 5, 3}, cache), full), kTol);
+            // the rule is seen: the plain model differs
+            ModelConfig plain = small_config(Norm::pre, Positional::rotary, 1);
+            plain.variant.window = window;
+            Rng init2(11), dropout2(12);
+            DecoderLM causal(plain, init2, &dropout2);
+            causal.eval();
+            EXPECT_GT(max_abs_diff(causal.forward(tokens).values(), full), 1e-4);
+        }
+    // Token by token, every prefix is split across calls: the decoder rebuilds its
+    // cache from the tokens seen when a <SEP> ends one, so that each step's logits are
+    // the full pass's over the tokens so far (the rows of a prefix before its <SEP> is
+    // seen differ from the whole sequence's: they could not read what came later).
+    ModelConfig config = small_config(Norm::pre, Positional::learned, 1);
+    config.variant.prefix_lm = true;
+    config.variant.documents = true;
+    Rng init(11), dropout_rng(12);
+    DecoderLM model(config, init, &dropout_rng);
+    model.eval();
+    DecoderCache cache;
+    for (size_t t = 0; t < T; ++t) {
+        const std::vector<double> step = model.forward_cached(token_columns(tokens, t, t + 1), cache).values();  // (B, 1, V)
+        const std::vector<double> so_far = model.forward(token_columns(tokens, 0, t + 1)).values();  // (B, t + 1, V)
+        std::vector<double> last;
+        for (size_t b = 0; b < B; ++b)
+            last.insert(last.end(), so_far.begin() + static_cast<std::ptrdiff_t>((b * (t + 1) + t) * 11),
+                        so_far.begin() + static_cast<std::ptrdiff_t>((b * (t + 1) + t + 1) * 11));
+        EXPECT_LE(max_abs_diff(step, last), kTol) << "step " << t;
+    }
+    EXPECT_EQ(cache.position, T);
+    // The encoder-decoder's decoder (no config gives it these rules) refuses a split prefix in one line.
+    Rng init2(11), dropout2(12);
+    EncoderDecoder translator(config, init2, &dropout2);
+    translator.eval();
+    const Indices src({B, 3}, std::vector<int32_t>{3, 4, 5, 6, 7, 8});
+    const Tensor memory = translator.encode(src, {3, 3});
+    DecoderCache split;
+    (void)translator.decode_cached(memory, {3, 3}, token_columns(tokens, 0, 2), split);  // row 0's prefix ends at 3
+    try {
+        (void)translator.decode_cached(memory, {3, 3}, token_columns(tokens, 2, 5), split);
+        FAIL() << "a prefix split across cached calls was taken";
+    } catch (const Error& e) {
+        EXPECT_TRUE(contains(e.what(), "[kv cache] prefix-LM: batch item 0's prefix (through its first <SEP>) ends at position 3"))
+            << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace attnlab
