@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "autograd/choices.h"
-#include "autograd/host_device.h"
 #include "autograd/variant.h"
 #include "autograd/tensor.h"
 
@@ -57,12 +56,10 @@ struct AttentionMask {
     bool has_explicit() const { return !eligible.values.empty(); }
     // Whether keys below key_end need allows() one by one: an explicit mask or a variant's rule.
     bool checks_each_key() const { return has_explicit() || variant.restricts_keys(); }
-    // ALiBi (Press et al. 2022): query head h adds alibi_bias(...) to its scaled
-    // score of every eligible key, -m_h times the distance between their positions.
-    bool alibi = false;
     // The variant (autograd/variant.h): eligibility rules, read by allows() and
     // key_end(), and score modifiers, applied to the scaled score before ALiBi's
-    // bias and the mask (only attention composed of ops applies them).
+    // bias and the mask (only attention composed of ops applies them, but ALiBi's,
+    // which the fused kernels add too).
     AttentionVariant variant;
     // What the variant's token rules read (prefix-LM, documents): the spans of the
     // tokens at the Tk key positions; empty unless variant.reads_tokens().
@@ -98,24 +95,6 @@ struct AttentionMask {
     }
 };
 
-
-// ALiBi's slope of query head h of H, as Press et al. 2022 give them: for H a
-// power of two m_h = 2^(-8 (h + 1) / H); otherwise the slopes of the largest
-// power of two n0 < H, then every other slope of 2 n0 heads for the rest,
-// 2^(-4 (2 t + 1) / n0) for t = h - n0.
-ATTNLAB_HOST_DEVICE inline double alibi_slope(size_t h, size_t H) {
-    size_t n0 = 1;
-    while (n0 * 2 <= H) n0 *= 2;
-    const double n = static_cast<double>(n0);
-    return exp2(h < n0 ? -8.0 * static_cast<double>(h + 1) / n : -4.0 * static_cast<double>(2 * (h - n0) + 1) / n);
-}
-// The bias of query i and key j of Tq and Tk (queries at positions i + Tk - Tq,
-// bottom-right aligned as the causal mask): -m_h |p_q - p_k|, symmetric, so that
-// an encoder's keys after the query are penalised as those before it.
-ATTNLAB_HOST_DEVICE inline double alibi_bias(size_t h, size_t H, size_t i, size_t j, size_t Tq, size_t Tk) {
-    const double distance = static_cast<double>(i + Tk - Tq) - static_cast<double>(j);
-    return -alibi_slope(h, H) * (distance < 0 ? -distance : distance);
-}
 
 // The sizes of one attention call, on either device: q (B, H, Tq, d), k (B, H_kv,
 // Tk, d), v (B, H_kv, Tk, d_v) (or the packed layout of the same sizes).

@@ -343,7 +343,7 @@ void add_attention_cases(std::vector<GradcheckCase>& cases) {
                          return attention(t[0], t[1], t[2], {}, o).context;
                      }});
     AttentionMask alibi = both;
-    alibi.alibi = true;
+    alibi.variant.alibi = true;
     for (AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
         AttentionOptions plain;
         plain.scale = 0.5;

@@ -69,7 +69,7 @@ Tensor attention_scores(const Tensor& q, const Tensor& k, size_t heads, size_t k
     Mask empty_rows;
     const Mask ineligible = ineligible_keys(mask, B, Tq, Tk, empty_rows);
     const Tensor scores = masked_fill(modify_scores(matmul(q_h, transpose(k_h, 2, 3)) * scale, mask.variant), ineligible, -INFINITY);
-    if (!mask.alibi) return scores;
+    if (!mask.variant.alibi) return scores;
     // (B, H, Tq, Tk): ALiBi's bias, except in a row with no eligible key, which keeps its raw scores
     std::vector<double> bias(B * heads * Tq * Tk, 0.0);
     for (size_t b = 0; b < B; ++b)

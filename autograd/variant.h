@@ -7,10 +7,9 @@
 // the mask, the audit's reference and the metrics); the modifiers on tensors (the
 // scores composed of ops, which every device runs and differentiates) and on one
 // score (the audit's dense reference). The fused attention kernels take
-// eligibility rules (key by key) but plain scores only; with a score modifier,
-// MultiHeadAttention composes attention of ops (compose by default, fuse by
-// exception) and the fused ops refuse it. ALiBi's bias, added after the
-// modifiers, is AttentionMask::alibi.
+// eligibility rules (key by key) but plain scores only, and ALiBi's bias (the
+// exception); with another score modifier, MultiHeadAttention composes attention
+// of ops (compose by default, fuse by exception) and the fused ops refuse it.
 //
 // No ops.h here: attention.h (and through it the CUDA kernels) includes this
 // file, and the ops' names (max, pow, exp) would hide the maths functions there.
@@ -24,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/host_device.h"
 #include "autograd/tensor.h"  // Indices (no ops: see above)
 
 namespace attnlab {
@@ -45,6 +45,11 @@ struct AttentionVariant {
     int32_t sep_token = 1, bos_token = 2;  // the tasks' <SEP> and <BOS> (data/tasks.h checks they agree)
 
     // ---- score modifiers
+    // ALiBi (Press et al. 2022; model.positional = "alibi", self-attention): query
+    // head h adds alibi_bias(...) below, -m_h times the distance between the query's
+    // and the key's positions, to its scaled score of every eligible key, after the
+    // other modifiers. The one modifier the fused kernels take (fuse by exception).
+    bool alibi = false;
     // Logit soft-capping (Gemma 2): a scaled score s becomes C tanh(s / C), C > 0; 0 = off.
     double softcap = 0.0;
     // Attention sinks (self-attention; as gpt-oss): a learned logit s_h per head, the
@@ -64,12 +69,14 @@ struct AttentionVariant {
     // Whether eligibility depends on the tokens: the mask then carries their TokenSpans.
     bool reads_tokens() const { return prefix_lm || documents; }
     // Whether the scores or their softmax are other than plain (what the fused kernels compute).
+    // ALiBi's bias is not counted: the fused kernels add it.
     bool modifies_scores() const { return softcap != 0.0 || sinks || rel_buckets > 0; }
     // The variant cross-attention takes: the score modifiers but sinks and the
     // relative bias; the eligibility rules, sinks and relative bias are self-attention's.
     AttentionVariant for_cross_attention() const {
         AttentionVariant cross = *this;
         cross.window = 0;
+        cross.alibi = false;
         cross.prefix_lm = false;
         cross.documents = false;
         cross.sinks = false;
@@ -78,6 +85,24 @@ struct AttentionVariant {
     }
     bool operator==(const AttentionVariant&) const = default;
 };
+
+// ALiBi's slope of query head h of H, as Press et al. 2022 give them: for H a
+// power of two m_h = 2^(-8 (h + 1) / H); otherwise the slopes of the largest
+// power of two n0 < H, then every other slope of 2 n0 heads for the rest,
+// 2^(-4 (2 t + 1) / n0) for t = h - n0.
+ATTNLAB_HOST_DEVICE inline double alibi_slope(size_t h, size_t H) {
+    size_t n0 = 1;
+    while (n0 * 2 <= H) n0 *= 2;
+    const double n = static_cast<double>(n0);
+    return exp2(h < n0 ? -8.0 * static_cast<double>(h + 1) / n : -4.0 * static_cast<double>(2 * (h - n0) + 1) / n);
+}
+// The bias of query i and key j of Tq and Tk (queries at positions i + Tk - Tq,
+// bottom-right aligned as the causal mask): -m_h |p_q - p_k|, symmetric, so that
+// an encoder's keys after the query are penalised as those before it.
+ATTNLAB_HOST_DEVICE inline double alibi_bias(size_t h, size_t H, size_t i, size_t j, size_t Tq, size_t Tk) {
+    const double distance = static_cast<double>(i + Tk - Tq) - static_cast<double>(j);
+    return -alibi_slope(h, H) * (distance < 0 ? -distance : distance);
+}
 
 // The eligibility rules in words ("" without any), for the audit's mask rows:
 // what is ANDed with the causal and padding parts (prefix-LM relaxes the causal one).

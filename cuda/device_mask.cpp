@@ -19,13 +19,13 @@ DeviceMask::DeviceMask(Context& context, const AttentionMask& mask, const Attent
                     values[(b * dims.Tq + i) * dims.Tk + j] = mask.allows(b, i, j, dims.Tq, dims.Tk) ? 1 : 0;
         AttentionMask rules;
         rules.key_lengths = mask.key_lengths;
-        rules.alibi = mask.alibi;
+        rules.variant.alibi = mask.variant.alibi;
         rules.eligible = Mask({dims.B, dims.Tq, dims.Tk}, std::move(values));
         *this = DeviceMask(context, rules, dims);
         return;
     }
     view_.causal = mask.causal;
-    view_.alibi = mask.alibi;
+    view_.alibi = mask.variant.alibi;
     if (!mask.key_lengths.empty()) {
         const std::vector<int32_t> lengths(mask.key_lengths.begin(), mask.key_lengths.end());  // (B), each <= Tk < 2^31
         key_lengths_ = to_device(context, lengths.data(), lengths.size() * sizeof(int32_t));

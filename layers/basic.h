@@ -35,7 +35,7 @@ public:
 // rotary: no code added here; self-attention rotates q and k (MultiHeadAttention,
 // AttentionConfig::rotary_base), so no table bounds the length either. alibi:
 // none either; self-attention's scores get ALiBi's linear bias (the models set
-// AttentionMask::alibi on their self-attention masks).
+// AttentionVariant::alibi on their self-attention masks).
 enum class Positional { learned, sinusoidal, none, rotary, alibi };
 const Choices<Positional>& positional_choices();  // "learned" | "sinusoidal" | "none" | "rotary" | "alibi"
 Positional parse_positional(const std::string& name);

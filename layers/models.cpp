@@ -5,12 +5,11 @@ namespace attnlab {
 namespace {
 
 // Keys of each batch item beyond its length are ineligible (right padding);
-// `alibi`: ALiBi's bias added to the scores; `variant`: eligibility rules and score modifiers (autograd/variant.h).
-AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, bool alibi, const AttentionVariant& variant) {
+// `variant`: eligibility rules and score modifiers (autograd/variant.h), ALiBi's bias among them.
+AttentionMask padding_mask(const std::vector<size_t>& lengths, bool causal, const AttentionVariant& variant) {
     AttentionMask mask;
     mask.causal = causal;
     mask.key_lengths = lengths;
-    mask.alibi = alibi;
     mask.variant = variant;
     return mask;
 }
@@ -97,17 +96,20 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
 }  // namespace
 
 AttentionMask ModelConfig::self_mask(const Indices& tokens, const std::vector<size_t>& lengths) const {
-    AttentionMask mask = padding_mask(lengths, true, alibi(), variant);
+    AttentionVariant self = variant;
+    self.alibi = alibi();
+    AttentionMask mask = padding_mask(lengths, true, self);
     mask.spans = token_spans(variant, tokens, lengths);
     return mask;
 }
 AttentionMask ModelConfig::encoder_mask(const std::vector<size_t>& src_lengths) const {
     AttentionVariant encoder = variant;  // the token rules are the decoder's
     encoder.prefix_lm = encoder.documents = false;
-    return padding_mask(src_lengths, false, alibi(), encoder);
+    encoder.alibi = alibi();
+    return padding_mask(src_lengths, false, encoder);
 }
 AttentionMask ModelConfig::cross_mask(const std::vector<size_t>& src_lengths) const {
-    return padding_mask(src_lengths, false, false, variant.for_cross_attention());
+    return padding_mask(src_lengths, false, variant.for_cross_attention());
 }
 
 size_t DecoderCache::bytes() const {

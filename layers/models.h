@@ -18,8 +18,8 @@ struct ModelConfig {
     double rotary_base = 10000.0;   // positional = rotary: the frequencies' base
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
-    AttentionVariant variant;           // every attention's score modifiers (autograd/variant.h)
-    bool alibi() const { return positional == Positional::alibi; }  // self-attention masks add ALiBi's bias
+    AttentionVariant variant;           // every attention's rules and score modifiers (autograd/variant.h)
+    bool alibi() const { return positional == Positional::alibi; }  // the self-attention masks' variant.alibi
     // The masks the model runs each attention under, the one definition that
     // analyses read too: decoder self-attention (causal, keys beyond `lengths`
     // ineligible, ALiBi's bias), encoder self-attention (source padding, ALiBi)

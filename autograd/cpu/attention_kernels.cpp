@@ -38,7 +38,7 @@ void mask_row(T* row, const AttentionMask& mask, size_t b, size_t h, size_t i, s
     if (mask.checks_each_key())
         for (size_t c = 0; c < eligible_end; ++c)
             if (!mask.allows(b, i, j0 + c, dims.Tq, dims.Tk)) row[c] = minus_infinity<T>();
-    if (mask.alibi)
+    if (mask.variant.alibi)
         for (size_t c = 0; c < eligible_end; ++c)
             row[c] += static_cast<T>(alibi_bias(h, dims.H, i, j0 + c, dims.Tq, dims.Tk));  // -inf stays -inf
 }

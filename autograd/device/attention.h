@@ -63,7 +63,7 @@ struct MaskView {
     const uint8_t* eligible = nullptr;     // (Tq, Tk) or (B, Tq, Tk), 1 = eligible
     bool eligible_per_batch = false;       // eligible is (B, Tq, Tk)
     bool causal = false;
-    bool alibi = false;                    // ALiBi's bias on the eligible scores (AttentionMask::alibi)
+    bool alibi = false;                    // ALiBi's bias on the eligible scores (AttentionVariant::alibi)
 };
 
 // An AttentionMask copied to the device (key lengths as int32, eligibility as bytes).

@@ -40,7 +40,7 @@ DenseAttention dense_reference_attention(const Tensor& q, const Tensor& k, const
                     if (!eligible(b, i, j)) continue;
                     double dot = 0;
                     for (size_t c = 0; c < d; ++c) dot += Q[((b * H + h) * Tq + i) * d + c] * K[((b * H_kv + kv) * Tk + j) * d + c];
-                    score[j] = modify_score(scale * dot, mask.variant) + (mask.alibi ? alibi_bias(h, H, i, j, Tq, Tk) : 0.0);
+                    score[j] = modify_score(scale * dot, mask.variant) + (mask.variant.alibi ? alibi_bias(h, H, i, j, Tq, Tk) : 0.0);
                     if (!rel_bias.empty()) {
                         const long long relative = static_cast<long long>(j) - static_cast<long long>(i + Tk - Tq);
                         score[j] += rel_bias[relative_bucket(mask.variant, mask.causal, relative) * H + h];
@@ -99,7 +99,7 @@ LiveTest reference_agreement_random(DType dtype, uint64_t seed) {
         cross.key_lengths = {7, 3};
         AttentionMask grouped = both;
         AttentionMask alibi = both;
-        alibi.alibi = true;
+        alibi.variant.alibi = true;
         const std::vector<Case> cases = {
             {"no mask", 2, 2, 2, 5, 5, 4, 4, none},
             {"causal", 2, 2, 2, 5, 5, 4, 4, causal},

@@ -95,7 +95,7 @@ TEST(Composed, AttentionIsSoftmaxOfTheScoresTimesV) {
     both = padding;
     both.causal = true;
     alibi = both;
-    alibi.alibi = true;
+    alibi.variant.alibi = true;
     empty_row.key_lengths = {5, 0};  // item 1 has no eligible key at all
     for (const Case& c : {Case{"no mask", 2, 2, 2, 5, 5, 4, 4, none}, Case{"causal", 2, 2, 2, 5, 5, 4, 4, causal},
                           Case{"causal and padding, grouped K/V", 2, 4, 2, 5, 5, 4, 4, both},

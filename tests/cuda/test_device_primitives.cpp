@@ -203,7 +203,7 @@ TEST_F(DevicePrimitives, AttentionScoresAndComposedAttentionTakeGradients) {
     causal.causal = true;
     AttentionMask padded_alibi = causal;
     padded_alibi.key_lengths = {5, 3};
-    padded_alibi.alibi = true;
+    padded_alibi.variant.alibi = true;
     AttentionMask softcapped = padded_alibi;  // a score modifier: composed only
     softcapped.variant.softcap = 1.5;
     AttentionMask windowed = padded_alibi;  // an eligibility rule: the device's byte mask

@@ -172,7 +172,7 @@ TEST_F(EngineDevice, AttentionMatchesTheCpu) {
                           Case{"flash, ALiBi, 6 heads", 6, 3, 8, false, true},
                           Case{"dense, ALiBi, weights asked", 6, 6, 8, true, true}}) {
         AttentionMask mask;
-        mask.alibi = c.alibi;
+        mask.variant.alibi = c.alibi;
         mask.causal = true;
         mask.key_lengths = {6, 4};
         AttentionOptions options;
@@ -203,7 +203,7 @@ TEST_F(EngineDevice, AttentionScoresMatchTheCpu) {
     Rng rng(5);
     AttentionMask mask;
     mask.causal = true;
-    mask.alibi = true;
+    mask.variant.alibi = true;
     mask.key_lengths = {5, 0};  // item 1: no eligible key anywhere
     const Tensor q = rng.normal({2, 5, 4 * 3}, 0.0, 1.0), k = rng.normal({2, 5, 2 * 3}, 0.0, 1.0);
     NoGradGuard no_grad;
