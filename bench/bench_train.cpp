@@ -93,11 +93,27 @@ void print_result(const Result& r, int threads) {
 
 // ---- MultiHeadAttention forward+backward ----
 
-// The causal mask with an attention variant (autograd/variant.h): --window, --softcap.
-AttentionMask causal_with(const AttentionVariant& variant) {
+// The token rules' tokens (--documents L, --prefix-lm): rows of S tokens, a
+// document every L positions (<BOS> first), each prefix its first L/2 tokens
+// (<SEP> last); plain causal rows hold neither token.
+Indices bench_tokens(size_t B, size_t S, size_t document) {
+    Indices tokens({B, S}, std::vector<int32_t>(B * S, 5));
+    for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; document > 0 && t < S; ++t) {
+            const size_t at = t % document;
+            if (at == 0) tokens.values[b * S + t] = AttentionVariant{}.bos_token;
+            if (at + 1 == std::max<size_t>(document / 2, 1)) tokens.values[b * S + t] = AttentionVariant{}.sep_token;
+        }
+    return tokens;
+}
+
+// The causal mask with an attention variant (autograd/variant.h): --window, --softcap,
+// --prefix-lm, --documents (document: L, whose tokens the token rules read).
+AttentionMask causal_with(const AttentionVariant& variant, size_t B, size_t S, size_t document) {
     AttentionMask mask;
     mask.causal = true;
     mask.variant = variant;
+    mask.spans = token_spans(variant, bench_tokens(B, S, document), {});
     return mask;
 }
 
@@ -105,6 +121,8 @@ AttentionMask causal_with(const AttentionVariant& variant) {
 std::string variant_text(const AttentionVariant& variant) {
     std::string text;
     if (variant.window > 0) text += " window=" + std::to_string(variant.window);
+    if (variant.prefix_lm) text += " prefix_lm";
+    if (variant.documents) text += " documents";
     if (variant.sinks) text += " sinks";
     if (variant.rel_buckets > 0) text += " rel_buckets=" + std::to_string(variant.rel_buckets);
     if (variant.softcap > 0) {
@@ -115,7 +133,8 @@ std::string variant_text(const AttentionVariant& variant) {
     return text;
 }
 
-Result bench_mha(size_t B, size_t S, size_t D, size_t H, const AttentionVariant& variant, const Timing& timing) {
+Result bench_mha(size_t B, size_t S, size_t D, size_t H, const AttentionVariant& variant, size_t document,
+                 const Timing& timing) {
     Rng init(1), data(2);
     AttentionConfig config;
     config.width = D;
@@ -123,7 +142,7 @@ Result bench_mha(size_t B, size_t S, size_t D, size_t H, const AttentionVariant&
     config.variant = variant;  // its parameters, as the model gives its self-attention
     MultiHeadAttention mha(config, init, nullptr);
     const Tensor x = data.normal({B, S, D}, 0, 1).set_requires_grad(true);  // (B, S, D)
-    const AttentionMask causal = causal_with(variant);
+    const AttentionMask causal = causal_with(variant, B, S, document);
     auto step = [&] {
         Tensor out = mha.forward(x, x, causal, false).out;  // (B, S, D)
         sum(out).backward();
@@ -132,7 +151,8 @@ Result bench_mha(size_t B, size_t S, size_t D, size_t H, const AttentionVariant&
     };
     const double flops = 3.0 * (8.0 * B * S * D * D + 4.0 * B * S * S * D);
     return {"mha", "B=" + std::to_string(B) + " S=" + std::to_string(S) + " D=" + std::to_string(D) +
-                       " H=" + std::to_string(H) + variant_text(variant),
+                       " H=" + std::to_string(H) + variant_text(variant) +
+                       (variant.documents ? " L=" + std::to_string(document) : ""),
             flops, time_steps(step, timing)};
 }
 
@@ -144,7 +164,7 @@ Result bench_attention(size_t B, size_t H, size_t S, size_t d, const std::string
     const Tensor q = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);  // (B, H, S, d)
     const Tensor k = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);
     const Tensor v = data.normal({B, H, S, d}, 0, 1).set_requires_grad(true);
-    const AttentionMask causal = causal_with(variant);  // the op takes eligibility rules, not score modifiers
+    const AttentionMask causal = causal_with(variant, B, S, 0);  // the op takes eligibility rules, not score modifiers
     AttentionOptions options;
     options.scale = 1.0 / std::sqrt(static_cast<double>(d));
     if (path == "dense") options.path = AttentionPath::dense;
@@ -237,6 +257,8 @@ int run(int argc, char** argv) {
         ("softcap", "mha: logit soft-capping at C (model.softcap; attention composed of ops)",
          cxxopts::value<double>()->default_value("0"))
         ("sinks", "mha: attention sinks (model.sinks; composed of ops)")
+        ("prefix-lm", "mha: prefix-LM (model.prefix_lm), each document's first half its prefix (one document a row without --documents)")
+        ("documents", "mha: packed documents of L tokens each (model.documents); 0 = off", cxxopts::value<size_t>()->default_value("0"))
         ("rel-buckets", "mha: T5's relative bias with N buckets (model.rel_buckets; composed of ops)",
          cxxopts::value<size_t>()->default_value("0"))
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
@@ -273,6 +295,9 @@ int run(int argc, char** argv) {
     variant.softcap = args["softcap"].as<double>();
     variant.sinks = args.count("sinks") > 0;
     variant.rel_buckets = args["rel-buckets"].as<size_t>();
+    variant.prefix_lm = args.count("prefix-lm") > 0;
+    variant.documents = args["documents"].as<size_t>() > 0;
+    if (variant.reads_tokens() && workload != "mha") throw Error("[bench_train] --prefix-lm and --documents are for --workload mha");
     if (variant.rel_buckets > 0 && variant.rel_buckets < 4) throw Error("[bench_train] --rel-buckets must be 0 or at least 4");
     if ((variant.sinks || variant.rel_buckets > 0) && workload != "mha")
         throw Error("[bench_train] --sinks and --rel-buckets are for --workload mha");
@@ -281,7 +306,9 @@ int run(int argc, char** argv) {
     if (workload == "mha") {
         const auto s = args["shape"].as<std::vector<size_t>>();
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,S,D,H");
-        print_result(bench_mha(s[0], s[1], s[2], s[3], variant, timing), threads);
+        // the rows' layout: documents of L tokens, or one a row (prefix-LM alone)
+        const size_t document = variant.documents ? args["documents"].as<size_t>() : variant.prefix_lm ? s[1] : 0;
+        print_result(bench_mha(s[0], s[1], s[2], s[3], variant, document, timing), threads);
     } else if (workload == "attention") {
         const auto s = args["shape"].as<std::vector<size_t>>();
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,H,S,d for attention");

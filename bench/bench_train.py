@@ -95,11 +95,29 @@ def window_mask(S, W):
     return (j > i) | (j <= i - W)
 
 
+def token_rules_mask(S, L, prefix_lm, documents):
+    """The causal mask with attnlab's token rules on rows of documents of L tokens
+    (bench_train.cpp's layout): documents (model.documents) keep each query in its
+    own document; prefix-LM (model.prefix_lm) lets the first L/2 positions of each
+    document read each other both ways. nn.MultiheadAttention's polarity."""
+    i = torch.arange(S)[:, None]
+    j = torch.arange(S)[None, :]
+    same = (i // L) == (j // L)
+    prefix = max(L // 2, 1)
+    in_prefix = same & (j % L < prefix) & (i % L < prefix)
+    blocked = (j > i) & ~(in_prefix if prefix_lm else torch.zeros_like(same))
+    return blocked | (~same if documents else torch.zeros_like(same))
+
+
 def bench_mha(B, S, D, H, args):
     torch.manual_seed(1)
     mha = nn.MultiheadAttention(D, H, batch_first=True)
     x = torch.randn(B, S, D, requires_grad=True)
-    mask = window_mask(S, args.window) if args.window > 0 else causal_mask(S)
+    L = args.documents or S  # one document a row for prefix-LM alone
+    if args.prefix_lm or args.documents:
+        mask = token_rules_mask(S, L, args.prefix_lm, args.documents > 0)
+    else:
+        mask = window_mask(S, args.window) if args.window > 0 else causal_mask(S)
 
     def step():
         out, _ = mha(x, x, x, attn_mask=mask, need_weights=False)
@@ -108,7 +126,8 @@ def bench_mha(B, S, D, H, args):
         x.grad = None
 
     flops = 3.0 * (8.0 * B * S * D * D + 4.0 * B * S * S * D)
-    shape = f"B={B} S={S} D={D} H={H}" + (f" window={args.window}" if args.window > 0 else "")
+    shape = f"B={B} S={S} D={D} H={H}" + (f" window={args.window}" if args.window > 0 else "") + \
+        (" prefix_lm" if args.prefix_lm else "") + (f" documents L={args.documents}" if args.documents else "")
     return "mha", shape, flops, time_steps(step, args)
 
 
@@ -184,6 +203,8 @@ def main():
     parser.add_argument("--size", default="small", choices=sorted(SIZES))
     parser.add_argument("--shape", default="8,128,256,8", help="mha: B,S,D,H")
     parser.add_argument("--window", type=int, default=0, help="mha: a sliding window of W keys, as an explicit mask")
+    parser.add_argument("--prefix-lm", action="store_true", help="mha: prefix-LM, each document's first half its prefix")
+    parser.add_argument("--documents", type=int, default=0, help="mha: packed documents of L tokens each; 0 = off")
     parser.add_argument("--label", default="", help="a name for this setting, copied to the output")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="train: where the model runs")
     args = parser.parse_args()

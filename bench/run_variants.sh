@@ -6,11 +6,12 @@
 # attention op's peak memory on the blockwise path against S, with and without a
 # sliding window.
 #
-#   bench/run_variants.sh          (about 2 minutes on 2 cores)
+#   bench/run_variants.sh          (about 4 minutes on 2 cores)
 #
 # Settings per shape: attnlab causal, attnlab window=16, attnlab softcap=30, sinks and
-# T5's relative bias with 32 buckets (the last three composed of ops), torch causal,
-# torch window=16 (an explicit (S, S) mask). Softcapping, sinks and T5's bias have
+# T5's relative bias with 32 buckets (the last three composed of ops), prefix-LM (each
+# row's first half its prefix) and packed documents of 16 tokens, torch causal, torch window=16, prefix-LM and documents (each an
+# explicit (S, S) mask). Softcapping, sinks and T5's bias have
 # no PyTorch 1.13 nn.MultiheadAttention form short of writing attention out, so
 # they are compared with attnlab's own causal path only.
 # Environment: BUILD_DIR (default build), ROUNDS (default 3), SECONDS_PER_RUN (default 2),
@@ -31,12 +32,13 @@ theirs=("$python" "$root/bench/bench_train.py")
 
 for shape in 8,128,256,8 64,32,64,4; do
   for round in $(seq "$rounds"); do
-    for setting in "ours causal" "theirs causal" "ours window" "theirs window" "ours softcap" "ours sinks" "ours relbias"; do
+    for setting in "ours causal" "theirs causal" "ours window" "theirs window" "ours softcap" "ours sinks" "ours relbias" \
+                   "ours prefix" "theirs prefix" "ours documents" "theirs documents"; do
       set -- $setting
       args=(--workload mha --shape "$shape" --seconds "$seconds" --threads 1 --label "$1-$2")
       case $2 in
         window) args+=(--window 16) ;; softcap) args+=(--softcap 30) ;; sinks) args+=(--sinks) ;;
-        relbias) args+=(--rel-buckets 32) ;;
+        relbias) args+=(--rel-buckets 32) ;; prefix) args+=(--prefix-lm) ;; documents) args+=(--documents 16) ;;
       esac
       wait_for_quiet
       if [ "$1" = ours ]; then "$ours" "${args[@]}"; else OPENBLAS_NUM_THREADS=1 "${theirs[@]}" "${args[@]}"; fi |
@@ -61,13 +63,22 @@ def med(label, base):
 print("| shape | attnlab causal ms | window=16 | softcap=30 | sinks | rel_buckets=32 | torch causal | torch window=16 | window / causal | softcap / causal | sinks / causal | rel bias / causal | torch window / attnlab window |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 def base_of(shape):
-    return shape.split(" window")[0].split(" softcap")[0].split(" sinks")[0].split(" rel_buckets")[0]
+    for rule in (" window", " softcap", " sinks", " rel_buckets", " prefix_lm", " documents", " L="):
+        shape = shape.split(rule)[0]
+    return shape
 for base in sorted({base_of(r["shape"]) for r in mha}):
     c, w, s = med("ours-causal", base), med("ours-window", base), med("ours-softcap", base)
     k, rb = med("ours-sinks", base), med("ours-relbias", base)
     tc, tw = med("theirs-causal", base), med("theirs-window", base)
     print(f"| {base} | {c:.3f} | {w:.3f} | {s:.3f} | {k:.3f} | {rb:.3f} | {tc:.3f} | {tw:.3f} | {w / c:.3f} | {s / c:.3f} | "
           f"{k / c:.3f} | {rb / c:.3f} | {tw / w:.3f} |")
+print()
+print("| shape | attnlab causal ms | prefix-LM | documents L=16 | torch causal | torch prefix-LM | torch documents | prefix-LM / causal | documents / causal | torch prefix-LM / attnlab | torch documents / attnlab |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for base in sorted({base_of(r["shape"]) for r in mha}):
+    c, p, d = med("ours-causal", base), med("ours-prefix", base), med("ours-documents", base)
+    tc, tp, td = med("theirs-causal", base), med("theirs-prefix", base), med("theirs-documents", base)
+    print(f"| {base} | {c:.3f} | {p:.3f} | {d:.3f} | {tc:.3f} | {tp:.3f} | {td:.3f} | {p / c:.3f} | {d / c:.3f} | {tp / p:.3f} | {td / d:.3f} |")
 print()
 print("| attention op, blockwise, (B, H, d) = (1, 8, 64) | S | peak RSS MiB | ms fwd+bwd |")
 print("|---|---|---|---|")
