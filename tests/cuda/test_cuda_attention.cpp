@@ -47,6 +47,25 @@ AttentionMask windowed(size_t W, bool causal_too, std::vector<size_t> key_length
     return mask;
 }
 
+// The token rules (prefix-LM, packed documents): spans read off rows of Tk tokens with
+// a <BOS> every 23 positions and a <SEP> 9 after it; the kernels read the byte mask.
+AttentionMask token_rules(size_t B, size_t Tk, bool prefix_lm, bool documents, std::vector<size_t> key_lengths = {}) {
+    AttentionMask mask;
+    mask.causal = true;
+    mask.variant.prefix_lm = prefix_lm;
+    mask.variant.documents = documents;
+    mask.key_lengths = std::move(key_lengths);
+    Indices tokens({B, Tk}, std::vector<int32_t>(B * Tk, 5));
+    for (size_t b = 0; b < B; ++b)
+        for (size_t t = 0; t < Tk; ++t) {
+            const size_t at = (t + 7 * b) % 23;  // each item its own layout
+            if (at == 0) tokens.values[b * Tk + t] = mask.variant.bos_token;
+            if (at == 9) tokens.values[b * Tk + t] = mask.variant.sep_token;
+        }
+    mask.spans = token_spans(mask.variant, tokens, mask.key_lengths);
+    return mask;
+}
+
 std::vector<Case> cases() {
     //            B  H  H_kv Tq   Tk   d    d_v
     return {
@@ -74,6 +93,9 @@ std::vector<Case> cases() {
         {"window_5_causal_padded", {2, 2, 2, 130, 130, 16, 16}, windowed(5, true, {130, 70})},
         {"window_9_encoder_padded", {2, 2, 1, 70, 70, 16, 12}, windowed(9, false, {70, 33})},
         {"window_20_cache_tq_lt_tk", {2, 2, 2, 37, 100, 16, 12}, windowed(20, true)},
+        {"prefix_lm_padded", {2, 2, 2, 130, 130, 16, 16}, token_rules(2, 130, true, false, {130, 70})},
+        {"documents_prefix_lm_grouped", {2, 4, 2, 70, 70, 16, 12}, token_rules(2, 70, true, true, {70, 41})},
+        {"documents_cache_tq_lt_tk", {2, 2, 2, 37, 100, 16, 12}, token_rules(2, 100, false, true)},
     };
 }
 
