@@ -22,16 +22,16 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train import SIZES, VOCAB, DecoderLM, time_steps  # noqa: E402  (the same model and timing)
+from bench_train import SIZES, DecoderLM, time_steps  # noqa: E402  (the same model and timing)
 
 
 def worker(rank, args, init_file, queue):
     torch.set_num_threads(args.threads)
-    D, H, L, S, B = SIZES[args.size]
+    D, H, L, S, B, V = SIZES[args.size]
     if args.ranks > 1:
         dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=args.ranks)
     torch.manual_seed(1)
-    model = DecoderLM(D, H, L, S)
+    model = DecoderLM(D, H, L, S, V)
     model.train()
     if args.ranks > 1:  # the causal mask is a bool buffer, which gloo cannot broadcast (and every rank has it)
         torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ["mask"])
@@ -44,14 +44,14 @@ def worker(rank, args, init_file, queue):
     generator = torch.Generator().manual_seed(7)
     batches = []
     for _ in range(4):  # the same global batches on every rank, each rank its rows
-        tokens, targets = torch.randint(0, VOCAB, (B, S), generator=generator), torch.randint(0, VOCAB, (B, S), generator=generator)
+        tokens, targets = torch.randint(0, V, (B, S), generator=generator), torch.randint(0, V, (B, S), generator=generator)
         batches.append((tokens[rank * rows:(rank + 1) * rows], targets[rank * rows:(rank + 1) * rows]))
     state = {"next": 0}
 
     def step():
         tokens, targets = batches[state["next"] % len(batches)]
         state["next"] += 1
-        loss = F.cross_entropy(trained(tokens).reshape(-1, VOCAB), targets.reshape(-1))
+        loss = F.cross_entropy(trained(tokens).reshape(-1, V), targets.reshape(-1))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

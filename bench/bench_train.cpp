@@ -185,21 +185,23 @@ Result bench_attention(size_t B, size_t H, size_t S, size_t d, const std::string
 struct ModelSize {
     std::string name;
     size_t D, H, L, S, B;
+    size_t V = 32;  // vocabulary
 };
 
+// nanogpt: nanoGPT's shakespeare_char CPU setting (width 128, 4 heads, 4 layers,
+// context 64, batch 12, its 65 characters), without its tied embeddings and dropout.
 ModelSize model_size(const std::string& name) {
     if (name == "small") return {name, 32, 2, 1, 16, 32};
     if (name == "medium") return {name, 128, 4, 2, 64, 64};
     if (name == "large") return {name, 256, 8, 4, 128, 32};
-    throw Error("[bench_train] --size must be small, medium or large, got \"" + name + "\"");
+    if (name == "nanogpt") return {name, 128, 4, 4, 64, 12, 65};
+    throw Error("[bench_train] --size must be small, medium, large or nanogpt, got \"" + name + "\"");
 }
-
-constexpr size_t kVocab = 32;
 
 // on_device: the model moved to the device, where the whole step runs (as train.device = "cuda").
 Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device) {
     ModelConfig config;
-    config.vocab = kVocab;
+    config.vocab = m.V;
     config.layers = m.L;
     config.max_len = m.S;
     config.positional = Positional::learned;
@@ -219,7 +221,7 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device
     for (int i = 0; i < 4; ++i) {
         auto random_ids = [&] {
             std::vector<int32_t> ids(m.B * m.S);
-            for (int32_t& id : ids) id = static_cast<int32_t>(data.integer(0, kVocab));
+            for (int32_t& id : ids) id = static_cast<int32_t>(data.integer(0, static_cast<int64_t>(m.V)));
             return Indices({m.B, m.S}, std::move(ids));
         };
         batches.emplace_back(random_ids(), random_ids());
@@ -233,7 +235,7 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device
         optimizer->zero_grad();
         if (on_device) (void)loss.item();  // waits for the device: the step is done
     };
-    const double per_token = m.L * (24.0 * m.D * m.D + 4.0 * m.S * m.D) + 2.0 * m.D * kVocab;
+    const double per_token = m.L * (24.0 * m.D * m.D + 4.0 * m.S * m.D) + 2.0 * m.D * m.V;
     return {"train_" + m.name,
             "D=" + std::to_string(m.D) + " H=" + std::to_string(m.H) + " L=" + std::to_string(m.L) +
                 " S=" + std::to_string(m.S) + " B=" + std::to_string(m.B),
@@ -248,7 +250,7 @@ int run(int argc, char** argv) {
         ("seconds", "timed seconds (at least --min-reps steps)", cxxopts::value<double>()->default_value("3"))
         ("warmup", "warm-up seconds (at least 2 steps)", cxxopts::value<double>()->default_value("1"))
         ("min-reps", "minimum timed steps", cxxopts::value<size_t>()->default_value("5"))
-        ("size", "train: small | medium | large", cxxopts::value<std::string>()->default_value("small"))
+        ("size", "train: small | medium | large | nanogpt", cxxopts::value<std::string>()->default_value("small"))
         ("shape", "mha: B,S,D,H; attention: B,H,S,d", cxxopts::value<std::vector<size_t>>()->default_value("8,128,256,8"))
         ("path", "attention: dense | blockwise", cxxopts::value<std::string>()->default_value("blockwise"))
         ("device", "train: cpu | cuda (the whole step on the GPU, as train.device)",

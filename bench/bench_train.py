@@ -21,10 +21,12 @@ import torch.nn.functional as F
 
 VOCAB = 32
 LABEL = [""]  # --label: which setting of the benchmark driver ran this process
-SIZES = {  # D, H, L, S, B
-    "small": (32, 2, 1, 16, 32),
-    "medium": (128, 4, 2, 64, 64),
-    "large": (256, 8, 4, 128, 32),
+SIZES = {  # D, H, L, S, B, V
+    "small": (32, 2, 1, 16, 32, VOCAB),
+    "medium": (128, 4, 2, 64, 64, VOCAB),
+    "large": (256, 8, 4, 128, 32, VOCAB),
+    # nanoGPT's shakespeare_char CPU setting, without its tied embeddings and dropout (as bench_train.cpp)
+    "nanogpt": (128, 4, 4, 64, 12, 65),
 }
 
 
@@ -149,13 +151,13 @@ class Block(nn.Module):
 
 
 class DecoderLM(nn.Module):
-    def __init__(self, D, H, L, S):
+    def __init__(self, D, H, L, S, V):
         super().__init__()
-        self.tok_emb = nn.Embedding(VOCAB, D)
+        self.tok_emb = nn.Embedding(V, D)
         self.pos_emb = nn.Parameter(torch.randn(S, D))
         self.blocks = nn.ModuleList(Block(D, H) for _ in range(L))
         self.ln_f = nn.LayerNorm(D)
-        self.head = nn.Linear(D, VOCAB, bias=False)
+        self.head = nn.Linear(D, V, bias=False)
         self.register_buffer("mask", causal_mask(S))
 
     def forward(self, tokens):
@@ -166,16 +168,16 @@ class DecoderLM(nn.Module):
 
 
 def bench_train_step(size, args):
-    D, H, L, S, B = SIZES[size]
+    D, H, L, S, B, V = SIZES[size]
     torch.manual_seed(1)
-    model = DecoderLM(D, H, L, S).to(args.device)
+    model = DecoderLM(D, H, L, S, V).to(args.device)
     model.train()
     # AdamW with attnlab's default split: no weight decay on vectors (biases, norms)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
-    batches = [(torch.randint(0, VOCAB, (B, S)).to(args.device), torch.randint(0, VOCAB, (B, S)).to(args.device))
+    batches = [(torch.randint(0, V, (B, S)).to(args.device), torch.randint(0, V, (B, S)).to(args.device))
                for _ in range(4)]
     state = {"next": 0}
 
@@ -183,12 +185,12 @@ def bench_train_step(size, args):
         tokens, targets = batches[state["next"] % len(batches)]
         state["next"] += 1
         logits = model(tokens)  # (B, S, V)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    per_token = L * (24.0 * D * D + 4.0 * S * D) + 2.0 * D * VOCAB
+    per_token = L * (24.0 * D * D + 4.0 * S * D) + 2.0 * D * V
     return (f"train_{size}", f"D={D} H={H} L={L} S={S} B={B}", 3.0 * per_token * B * S,
             time_steps(step, args))
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # attnlab vs PyTorch on the CPU-performance issue's workloads: MultiHeadAttention
-# forward+backward, decoder training steps (small, medium, large), and the peak
+# forward+backward, decoder training steps (small, medium, large, and nanogpt: nanoGPT's
+# shakespeare_char CPU setting without tied embeddings), and the peak
 # memory of the attention op on its dense and blockwise paths as S grows.
 #
 #   bench/run_train.sh            (from anywhere; about 10 minutes on 2 cores)
@@ -66,7 +67,7 @@ mkdir -p "$(dirname "$out")"
 : > "$out"
 echo "load before: $(uptime)" >&2
 for shape in 8,128,256,8 8,512,256,8 4,1024,256,8 64,32,64,4; do workload --workload mha --shape "$shape"; done
-for size in small medium large; do workload --workload train --size "$size"; done
+for size in small medium large nanogpt; do workload --workload train --size "$size"; done
 # Peak memory of attention forward+backward against S, (B, H, d) = (1, 8, 64), one step each
 for S in 2048 4096 8192; do
   for path in blockwise dense; do
