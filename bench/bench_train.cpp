@@ -263,6 +263,7 @@ int run(int argc, char** argv) {
         ("documents", "mha: packed documents of L tokens each (model.documents); 0 = off", cxxopts::value<size_t>()->default_value("0"))
         ("rel-buckets", "mha: T5's relative bias with N buckets (model.rel_buckets; composed of ops)",
          cxxopts::value<size_t>()->default_value("0"))
+        ("no-probe", "skip the sgemm probe at start and end (for profiling under valgrind, where it takes minutes)")
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
         ("h,help", "show this help");
     const auto args = options.parse(argc, argv);
@@ -285,7 +286,9 @@ int run(int argc, char** argv) {
     std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
               << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename()) << "}" << std::endl;
     // The probe is plain OpenBLAS sgemm at `threads` threads (attnlab itself keeps it at one).
-    auto probe = [threads](const char* when) {
+    const bool no_probe = args.count("no-probe") > 0;
+    auto probe = [threads, no_probe](const char* when) {
+        if (no_probe) return;
         set_blas_threads(threads);
         bench::print_probe(when, threads);
         set_blas_threads(1);
