@@ -125,6 +125,11 @@ struct TokenSpans {
         const size_t end = prefix_end_at(b, t);
         return end > t + 1 ? end - 1 : t;
     }
+    // Whether a boundary before position t (0 < t < T) of item b splits a prefix:
+    // t is in a prefix that began before it (a KV cache must take a prefix whole).
+    bool splits_prefix(size_t b, size_t t) const {
+        return t > 0 && prefix_end_at(b, t) > t && doc_begin_at(b, t) < t;
+    }
     // The spans of the last n positions, positions counted from the first of them
     // (a KV cache that keeps only a window's keys); n <= T.
     TokenSpans tail(size_t n) const;

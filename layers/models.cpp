@@ -52,8 +52,8 @@ Indices seen_and_new(const DecoderCache& cache, const Indices& tokens) {
 // The first batch item whose prefix (prefix-LM) the new tokens end although it
 // began in the cache, whose keys were computed without them; B if none.
 size_t split_prefix(const TokenSpans& spans, size_t B, size_t P) {
-    for (size_t b = 0; P > 0 && b < B; ++b)
-        if (spans.prefix_end_at(b, P) > P && spans.doc_begin_at(b, P) < P) return b;
+    for (size_t b = 0; b < B; ++b)
+        if (spans.splits_prefix(b, P)) return b;
     return B;
 }
 

@@ -15,6 +15,31 @@ namespace attnlab {
 
 using namespace audit_detail;
 
+namespace {
+
+// The spans the decoder's self-attention reads off `batch`'s tokens (prefix-LM,
+// documents; empty without them), from the mask the model runs under.
+TokenSpans decoder_spans(const TaskModel& model, const Batch& batch) {
+    return model.kinds_for(batch)[model.encoder_decoder() ? 1 : 0].mask.spans;  // enc_self, dec_self, cross
+}
+
+// Chunk sizes of one sequence, each boundary that would split a prefix (prefix-LM)
+// moved to its end: a prefix reaches a KV cache whole (layers/models.cpp).
+std::vector<size_t> prefixes_whole(const std::vector<size_t>& chunks, const TokenSpans& spans) {
+    std::vector<size_t> out;
+    size_t start = 0, t = 0;
+    for (size_t size : chunks) {
+        t += size;
+        if (t < spans.T && spans.splits_prefix(0, t)) continue;  // the prefix goes on past t: join the next chunk
+        out.push_back(t - start);
+        start = t;
+    }
+    if (t > start) out.push_back(t - start);
+    return out;
+}
+
+}  // namespace
+
 // --- tests on the whole model ---
 
 LiveTest causal_perturbation(const TaskModel& model, const Batch& batch, Rng& rng) {
@@ -26,8 +51,7 @@ LiveTest causal_perturbation(const TaskModel& model, const Batch& batch, Rng& rn
         const int64_t V = static_cast<int64_t>(vocab_of(model));
         Batch changed = batch;
         std::vector<size_t> cut(B, T);
-        const std::vector<AttentionKind> kinds = model.kinds_for(batch);
-        const TokenSpans& spans = kinds[model.encoder_decoder() ? 1 : 0].mask.spans;  // the decoder's self-attention
+        const TokenSpans spans = decoder_spans(model, batch);
         for (size_t b = 0; b < B; ++b) {
             const size_t n = batch.lengths[b];
             if (n < 2) continue;
@@ -98,24 +122,6 @@ LiveTest padding_invariance(const TaskModel& model, const Batch& batch, Rng& rng
     });
 }
 
-namespace {
-
-// Chunk sizes of one sequence, each boundary that would split a prefix (prefix-LM)
-// moved to its end: a prefix reaches a KV cache whole (layers/models.cpp).
-std::vector<size_t> prefixes_whole(const std::vector<size_t>& chunks, const TokenSpans& spans) {
-    std::vector<size_t> out;
-    size_t start = 0, t = 0;
-    for (size_t size : chunks) {
-        t += size;
-        if (spans.cut_after_prefix(0, t - 1) > t - 1) continue;  // the prefix goes on past t: join the next chunk
-        out.push_back(t - start);
-        start = t;
-    }
-    if (t > start) out.push_back(t - start);
-    return out;
-}
-
-}  // namespace
 
 LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t window, size_t sequences) {
     const std::string name = "KV cache vs full recomputation";
@@ -159,9 +165,9 @@ LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t w
             // token by token, then in chunks (a first chunk of half, then 1, then the rest)
             std::vector<std::vector<size_t>> schedules = {std::vector<size_t>(n, 1)};
             if (n >= 3) schedules.push_back({n / 2, 1, n - n / 2 - 1});
-            const std::vector<AttentionKind> kinds = model.kinds_for(s);
+            const TokenSpans spans = decoder_spans(model, s);
             for (auto& chunks : schedules) {
-                chunks = prefixes_whole(chunks, kinds[model.encoder_decoder() ? 1 : 0].mask.spans);
+                chunks = prefixes_whole(chunks, spans);
                 DecoderCache cache;
                 size_t t0 = 0;
                 for (size_t size : chunks) {

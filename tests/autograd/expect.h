@@ -3,10 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "autograd/attention.h"
+#include "autograd/composed.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -74,6 +78,32 @@ inline void expect_same(const std::string& what, const Op& fused, const Op& comp
     for (size_t k = 0; k < inputs.size(); ++k)
         for (size_t i = 0; i < f.grads[k].size(); ++i)
             EXPECT_NEAR(f.grads[k][i], c.grads[k][i], 1e-10) << what << ": gradient of input " << k << ", element " << i;
+}
+
+// An eligibility rule on the fused op's dense and blockwise paths, at the rule tests'
+// settings (2 query heads over 1 K/V head, scale 0.7, policy "zero"): values and
+// every gradient equal attention composed of ops; float64 central differences on
+// the paths in `gradchecked` (one backward per output element: slow at long T);
+// the context is finite (an empty item gives zeros, never NaN).
+inline void expect_rule_on_fused_paths(const std::string& what, const AttentionMask& mask, const std::vector<Tensor>& in,
+                                       const std::vector<AttentionPath>& gradchecked) {
+    for (const AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
+        AttentionOptions options;
+        options.scale = 0.7;
+        options.masked_rows = MaskedRows::zero;
+        options.path = path;
+        const Op fused = [&](const std::vector<Tensor>& t) { return attention_packed(t[0], t[1], t[2], 2, 1, mask, options).context; };
+        expect_same(what, fused,
+                    [&](const std::vector<Tensor>& t) { return composed::attention(t[0], t[1], t[2], 2, 1, mask, 0.7, MaskedRows::zero); },
+                    in);
+        if (std::find(gradchecked.begin(), gradchecked.end(), path) == gradchecked.end()) continue;
+        const GradcheckResult r = gradcheck({"attention", what, in, fused});
+        EXPECT_TRUE(r.passed) << what << ": " << r.failure;
+    }
+    AttentionOptions options;
+    options.masked_rows = MaskedRows::zero;
+    for (const double x : attention_packed(in[0], in[1], in[2], 2, 1, mask, options).context.values())
+        ASSERT_TRUE(std::isfinite(x)) << what;
 }
 
 }  // namespace attnlab::testing

@@ -17,6 +17,7 @@
 namespace attnlab {
 namespace {
 
+using testing::expect_rule_on_fused_paths;
 using testing::expect_same;
 using testing::Op;
 
@@ -218,23 +219,12 @@ TEST(AttentionVariant, WindowOnTheFusedPathsMatchesComposedAndGradchecks) {
                                                 gradcheck_input(rng, {3, T, 2})};
                 const std::string what = "window " + std::to_string(W) + (causal ? " causal" : " encoder") +
                                          ", T = " + std::to_string(T);
-                for (const AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
-                    AttentionOptions options;
-                    options.scale = 0.7;
-                    options.masked_rows = MaskedRows::zero;
-                    options.path = path;
-                    const Op fused = [&](V t) { return attention_packed(t[0], t[1], t[2], 2, 1, mask, options).context; };
-                    expect_same(what, fused,
-                                [&](V t) { return composed::attention(t[0], t[1], t[2], 2, 1, mask, 0.7, MaskedRows::zero); }, in);
-                    // at T = 129 (slow: one backward per output element), one case: causal, W = 4, blockwise
-                    if (T == 129 && !(causal && W == 4 && path == AttentionPath::blockwise)) continue;
-                    const GradcheckResult r = gradcheck({"attention", what, in, fused});
-                    EXPECT_TRUE(r.passed) << what << ": " << r.failure;
-                }
-                AttentionOptions options;
-                options.masked_rows = MaskedRows::zero;
-                for (const double x : attention_packed(in[0], in[1], in[2], 2, 1, mask, options).context.values())
-                    ASSERT_TRUE(std::isfinite(x)) << what;
+                // at T = 129 (slow: one backward per output element), one gradcheck: causal, W = 4, blockwise
+                const bool all = T < 129, one = causal && W == 4;
+                expect_rule_on_fused_paths(what, mask, in,
+                                           all   ? std::vector<AttentionPath>{AttentionPath::dense, AttentionPath::blockwise}
+                                           : one ? std::vector<AttentionPath>{AttentionPath::blockwise}
+                                                 : std::vector<AttentionPath>{});
             }
     // Past the first key block (128 keys), the blockwise path skips the blocks before
     // every row's window: still the composed values and gradients.

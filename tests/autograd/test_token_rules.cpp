@@ -16,6 +16,7 @@
 namespace attnlab {
 namespace {
 
+using testing::expect_rule_on_fused_paths;
 using testing::expect_same;
 using testing::Op;
 using V = const std::vector<Tensor>&;
@@ -96,22 +97,11 @@ TEST(TokenRules, FusedPathsMatchComposedAndGradcheck) {
                                             gradcheck_input(rng, {3, T, 2})};
             const std::string what = std::string(prefix_lm ? "prefix-LM " : "") + (documents ? "documents " : "") +
                                      "T = " + std::to_string(T);
-            for (const AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
-                AttentionOptions options;
-                options.scale = 0.7;
-                options.masked_rows = MaskedRows::zero;
-                options.path = path;
-                const Op fused = [&](V t) { return attention_packed(t[0], t[1], t[2], 2, 1, mask, options).context; };
-                expect_same(what, fused, [&](V t) { return composed::attention(t[0], t[1], t[2], 2, 1, mask, 0.7, MaskedRows::zero); },
-                            in);
-                if (T == 129 && !(rules == 3 && path == AttentionPath::blockwise)) continue;  // slow: one case at 129
-                const GradcheckResult r = gradcheck({"attention", what, in, fused});
-                EXPECT_TRUE(r.passed) << what << ": " << r.failure;
-            }
-            AttentionOptions options;
-            options.masked_rows = MaskedRows::zero;
-            for (const double v : attention_packed(in[0], in[1], in[2], 2, 1, mask, options).context.values())
-                ASSERT_TRUE(std::isfinite(v)) << what;
+            // at T = 129 (slow: one backward per output element), one gradcheck: both rules, blockwise
+            expect_rule_on_fused_paths(what, mask, in,
+                                       T < 129      ? std::vector<AttentionPath>{AttentionPath::dense, AttentionPath::blockwise}
+                                       : rules == 3 ? std::vector<AttentionPath>{AttentionPath::blockwise}
+                                                    : std::vector<AttentionPath>{});
         }
     // Past the first key block, the blockwise path starts each block of queries at
     // its documents' first key: still the composed values and gradients.
