@@ -24,7 +24,7 @@ cd "$repo_root"
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
-  libxtensor-dev libxtensor-blas-dev xtl-dev libopenblas-dev libhdf5-dev
+  libxtensor-dev libxtensor-blas-dev xtl-dev libopenblas-dev libxsmm-dev libhdf5-dev
   libcxxopts-dev libtomlplusplus-dev libgtest-dev googletest
   libprotobuf-dev protobuf-compiler libboost-dev
   libopenmpi-dev openmpi-bin

@@ -1,4 +1,6 @@
-// Row-major GEMM through OpenBLAS (sgemm / dgemm): C = alpha op(A) op(B) + beta C,
+// Row-major GEMM: C = alpha op(A) op(B) + beta C, float32 through libxsmm's JIT
+// kernels where they apply (jit_gemm.h) and OpenBLAS's sgemm otherwise, float64
+// through OpenBLAS's dgemm;
 // with op(A) (M,K), op(B) (K,N), C (M,N), all contiguous row-major, or with
 // explicit leading dimensions (lda, ldb, ldc: the row strides of A, B and C as
 // stored) for blocks inside larger arrays.

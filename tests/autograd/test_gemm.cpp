@@ -1,0 +1,101 @@
+// gemm (blas.h) on its two float32 paths, libxsmm's JIT kernels and OpenBLAS,
+// against a float64 loop: every transpose, leading dimensions wider than the
+// matrix, alpha and beta, and shapes large enough to be cut into tiles
+// (jit_gemm.cpp) with remainders in both tiled dimensions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "autograd/cpu/blas.h"
+#include "autograd/cpu/jit_gemm.h"
+
+namespace attnlab {
+namespace {
+
+struct Case {
+    size_t M, N, K;
+    bool ta, tb;
+    float alpha, beta;
+    size_t pad;  // extra values per stored row of A, B and C
+};
+
+// C = alpha op(A) op(B) + beta C in float64 on the stored float32 values.
+std::vector<double> reference(const Case& c, const std::vector<float>& A, size_t lda, const std::vector<float>& B,
+                              size_t ldb, const std::vector<float>& C, size_t ldc) {
+    std::vector<double> out(C.begin(), C.end());
+    for (size_t i = 0; i < c.M; ++i)
+        for (size_t j = 0; j < c.N; ++j) {
+            double acc = 0;
+            for (size_t k = 0; k < c.K; ++k) {
+                const double a = c.ta ? A[k * lda + i] : A[i * lda + k];
+                const double b = c.tb ? B[j * ldb + k] : B[k * ldb + j];
+                acc += a * b;
+            }
+            out[i * ldc + j] = c.alpha * acc + (c.beta == 0 ? 0.0 : c.beta * C[i * ldc + j]);
+        }
+    return out;
+}
+
+// The largest error of gemm on the case, relative to the sum of |a b| terms' scale (K).
+double worst_error(const Case& c, bool jit) {
+    std::mt19937 rng(static_cast<unsigned>(c.M * 131 + c.N * 17 + c.K + c.ta * 7 + c.tb * 3));
+    std::uniform_real_distribution<float> u(-1, 1);
+    const size_t lda = (c.ta ? c.M : c.K) + c.pad, ldb = (c.tb ? c.K : c.N) + c.pad, ldc = c.N + c.pad;
+    std::vector<float> A((c.ta ? c.K : c.M) * lda), B((c.tb ? c.N : c.K) * ldb), C(c.M * ldc);
+    for (float& x : A) x = u(rng);
+    for (float& x : B) x = u(rng);
+    for (float& x : C) x = u(rng);
+    const std::vector<double> want = reference(c, A, lda, B, ldb, C, ldc);
+    std::vector<float> got = C;
+    set_jit_gemm(jit);
+    gemm<float>(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, got.data(), ldc);
+    set_jit_gemm(true);
+    double worst = 0;
+    for (size_t i = 0; i < c.M; ++i)
+        for (size_t j = 0; j < c.N + c.pad; ++j) {
+            const size_t e = i * ldc + j;
+            // the padding between rows is never written
+            worst = std::max(worst, j < c.N ? std::abs(got[e] - want[e]) / static_cast<double>(c.K) : std::abs(got[e] - C[e]));
+        }
+    return worst;
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> out;
+    for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+            out.push_back({16, 16, 16, ta, tb, 1, 0, 0});       // one attention head
+            out.push_back({7, 5, 3, ta, tb, 1, 0, 2});          // odd sizes inside wider rows
+            out.push_back({33, 300, 270, ta, tb, 1, 0, 0});     // N K above one tile: 256-column tiles and a K remainder
+            out.push_back({9, 520, 400, ta, tb, 1, 1, 3});      // tiles, beta = 1, padded rows
+            out.push_back({12, 10, 8, ta, tb, 0.25f, 0, 0});    // alpha after the product
+            out.push_back({12, 10, 8, ta, tb, 0.5f, 1, 0});     // alpha with beta = 1: OpenBLAS
+            out.push_back({12, 10, 8, ta, tb, 1, 0.5f, 1});     // other beta: OpenBLAS
+        }
+    return out;
+}
+
+TEST(Gemm, JitAndOpenBlasPathsAgreeWithFloat64) {
+    for (const Case& c : cases())
+        for (bool jit : {true, false})
+            EXPECT_LT(worst_error(c, jit), 1e-6)
+                << (jit ? "jit" : "openblas") << " M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << c.ta
+                << " tb=" << c.tb << " alpha=" << c.alpha << " beta=" << c.beta << " pad=" << c.pad;
+}
+
+TEST(Gemm, JitPathRefusesWhatItCannotDo) {
+    std::vector<float> A(4, 1), B(4, 1), C(4, 1);
+    EXPECT_FALSE(jit_sgemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0.5f, C.data(), 2));
+    EXPECT_FALSE(jit_sgemm(false, false, 2, 2, 2, 2, A.data(), 2, B.data(), 2, 1, C.data(), 2));
+    EXPECT_EQ(C, std::vector<float>(4, 1));  // refused: untouched
+    set_jit_gemm(false);
+    EXPECT_FALSE(jit_sgemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2));
+    set_jit_gemm(true);
+    EXPECT_TRUE(jit_sgemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2));
+    EXPECT_EQ(C, std::vector<float>(4, 2));
+}
+
+}  // namespace
+}  // namespace attnlab
