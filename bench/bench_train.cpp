@@ -29,6 +29,7 @@
 #include <cxxopts.hpp>
 
 #include "autograd/cpu/blas.h"
+#include "autograd/cpu/jit_gemm.h"
 #include "autograd/cpu/memory.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
@@ -263,6 +264,7 @@ int run(int argc, char** argv) {
         ("documents", "mha: packed documents of L tokens each (model.documents); 0 = off", cxxopts::value<size_t>()->default_value("0"))
         ("rel-buckets", "mha: T5's relative bias with N buckets (model.rel_buckets; composed of ops)",
          cxxopts::value<size_t>()->default_value("0"))
+        ("openblas", "float32 GEMMs on OpenBLAS's sgemm instead of libxsmm's kernels (autograd/cpu/jit_gemm.h)")
         ("no-probe", "skip the sgemm probe at start and end (for profiling under valgrind, where it takes minutes)")
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
         ("h,help", "show this help");
@@ -274,6 +276,7 @@ int run(int argc, char** argv) {
     const int threads = args["threads"].as<int>();
     if (threads < 1) throw Error("[bench_train] --threads must be at least 1");
     set_threads(threads);
+    set_jit_gemm(args.count("openblas") == 0);
     Timing timing;
     timing.seconds = args["seconds"].as<double>();
     timing.warmup_seconds = args["warmup"].as<double>();
@@ -284,7 +287,8 @@ int run(int argc, char** argv) {
     if (device == "cuda") device::require_device("bench_train --device");  // refused here, before any output, without a GPU
 
     std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
-              << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename()) << "}" << std::endl;
+              << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename())
+              << ", \"gemm\": " << bench::json_string(jit_gemm() ? "libxsmm" : "openblas") << "}" << std::endl;
     // The probe is plain OpenBLAS sgemm at `threads` threads (attnlab itself keeps it at one).
     const bool no_probe = args.count("no-probe") > 0;
     auto probe = [threads, no_probe](const char* when) {

@@ -75,8 +75,10 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     if (trans_b) {  // B stored (N, K) -> (K, N)
         std::vector<float>& Bt = scratch();
         Bt.resize(N * K);
-        for (size_t n = 0; n < N; ++n)
-            for (size_t k = 0; k < K; ++k) Bt[k * N + n] = B[n * ldb + k];
+        for (size_t n0 = 0; n0 < N; n0 += 16)  // in 16 x 16 blocks: both sides stay in cache lines
+            for (size_t k0 = 0; k0 < K; k0 += 16)
+                for (size_t n = n0; n < std::min(N, n0 + 16); ++n)
+                    for (size_t k = k0; k < std::min(K, k0 + 16); ++k) Bt[k * N + n] = B[n * ldb + k];
         B = Bt.data();
         ldb = N;
     }
