@@ -19,13 +19,16 @@ constexpr size_t kQueryBlock = 64;   // blockwise: query rows per block
 template <class T> constexpr T minus_infinity() { return -std::numeric_limits<T>::infinity(); }
 
 // Runs task(b, kv) for every (batch item, K/V head) on the pool; `Scratch` is
-// one per chunk of tasks, reused across them.
+// one per chunk of tasks, reused across them. A chunk takes at least
+// kParallelWork multiply-adds of scores and weighted values, as a GEMM must:
+// small heads are not worth a thread each.
 template <class Scratch, class Task>
 void for_each_group(const Dims& dims, Task&& task) {
+    const size_t work = dims.group() * dims.Tq * dims.Tk * (dims.d + dims.d_v);
     parallel_for(dims.B * dims.H_kv, [&](size_t begin, size_t end) {
         Scratch scratch;
         for (size_t t = begin; t < end; ++t) task(t / dims.H_kv, t % dims.H_kv, scratch);
-    });
+    }, std::max<size_t>(1, kParallelWork / std::max<size_t>(work, 1)));
 }
 
 // Sets the scores of ineligible keys j0 .. j0 + n of query i (head h) to -inf,

@@ -25,9 +25,6 @@ void blas_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, double alpha, con
                 A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }
 
-// Below this many multiply-adds a product runs on one thread: waking the pool
-// costs a few microseconds, about what 2^20 multiply-adds take.
-constexpr size_t kParallelWork = size_t(1) << 18;
 constexpr size_t kMinBlock = 32;  // rows or columns per thread, at least
 
 }  // namespace

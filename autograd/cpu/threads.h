@@ -28,6 +28,10 @@ void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>&
 
 // Elements per chunk below which an elementwise loop is not worth splitting.
 constexpr size_t kElementGrain = size_t(1) << 12;
+// Multiply-adds per chunk below which a product (a GEMM, attention's heads) is
+// not worth splitting: waking the pool costs a few microseconds, about what
+// 2^18 multiply-adds take.
+constexpr size_t kParallelWork = size_t(1) << 18;
 
 // True on a pool thread, or on the caller while it runs its own chunk.
 bool in_parallel_region();
