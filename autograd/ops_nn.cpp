@@ -340,10 +340,10 @@ Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& l
         for (size_t k = 0; k < positions; ++k) {
             if (masked && !loss_mask(k)) continue;
             const T* z = Z + k * C;
-            T m = z[0];
-            for (size_t c = 1; c < C; ++c) m = std::max(m, z[c]);
-            const T sum_exp = kernels::exp_shifted(z, m, probs.data() + k * C, C);
-            for (size_t c = 0; c < C; ++c) probs.data()[k * C + c] /= sum_exp;
+            const T m = kernels::max(z, C);
+            T* __restrict p = probs.data() + k * C;  // restrict: the division vectorises
+            const T sum_exp = kernels::exp_shifted(z, m, p, C);
+            for (size_t c = 0; c < C; ++c) p[c] /= sum_exp;
             // -log softmax(z)[t] = log sum exp(z - m) - (z_t - m)
             total += std::log(sum_exp) - (z[targets.values[k]] - m);
         }

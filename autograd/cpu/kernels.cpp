@@ -10,6 +10,7 @@ namespace attnlab::kernels {
     namespace isa {                                                           \
     float sum(const float* x, size_t n);                                      \
     float dot(const float* a, const float* b, size_t n);                      \
+    float max(const float* x, size_t n);                                      \
     float exp_shifted(const float* x, float shift, float* y, size_t n);       \
     void gelu_forward(const float* x, float* y, size_t n);                    \
     void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);  \
@@ -24,6 +25,7 @@ namespace {
 struct FloatKernels {
     float (*sum)(const float*, size_t);
     float (*dot)(const float*, const float*, size_t);
+    float (*max)(const float*, size_t);
     float (*exp_shifted)(const float*, float, float*, size_t);
     void (*gelu_forward)(const float*, float*, size_t);
     void (*gelu_backward)(const float*, const float*, const float*, float*, size_t);
@@ -35,10 +37,10 @@ const FloatKernels& best() {
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl"))
-            return FloatKernels{avx512::sum, avx512::dot, avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward};
+            return FloatKernels{avx512::sum, avx512::dot, avx512::max, avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward};
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            return FloatKernels{avx2::sum, avx2::dot, avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward};
-        return FloatKernels{base::sum, base::dot, base::exp_shifted, base::gelu_forward, base::gelu_backward};
+            return FloatKernels{avx2::sum, avx2::dot, avx2::max, avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward};
+        return FloatKernels{base::sum, base::dot, base::max, base::exp_shifted, base::gelu_forward, base::gelu_backward};
     }();
     return chosen;
 }
@@ -55,6 +57,7 @@ float exp(float x) {
 
 float sum(const float* x, size_t n) { return best().sum(x, n); }
 float dot(const float* a, const float* b, size_t n) { return best().dot(a, b, n); }
+float max(const float* x, size_t n) { return best().max(x, n); }
 float exp_shifted(const float* x, float shift, float* y, size_t n) { return best().exp_shifted(x, shift, y, n); }
 void gelu_forward(const float* x, float* y, size_t n) { best().gelu_forward(x, y, n); }
 void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n) {
@@ -65,6 +68,12 @@ double sum(const double* x, size_t n) {
     double total = 0.0;
     for (size_t i = 0; i < n; ++i) total += x[i];
     return total;
+}
+
+double max(const double* x, size_t n) {
+    double m = x[0];
+    for (size_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
+    return m;
 }
 
 double dot(const double* a, const double* b, size_t n) {

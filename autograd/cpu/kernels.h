@@ -26,6 +26,12 @@ double sum(const double* x, size_t n);
 float dot(const float* a, const float* b, size_t n);
 double dot(const double* a, const double* b, size_t n);
 
+// The largest of x[0], ..., x[n-1], n >= 1 (exact in any order). A NaN may or
+// may not be returned: callers feed the maximum to exp_shifted, whose sum is
+// NaN for a row holding one either way.
+float max(const float* x, size_t n);
+double max(const double* x, size_t n);
+
 // y[i] = exp(x[i] - shift); returns the sum of y (accumulated in the input type).
 float exp_shifted(const float* x, float shift, float* y, size_t n);
 double exp_shifted(const double* x, double shift, double* y, size_t n);

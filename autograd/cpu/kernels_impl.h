@@ -102,6 +102,18 @@ float dot(const float* a, const float* b, size_t n) {
     return add_lanes(lanes) + rest;
 }
 
+float max(const float* x, size_t n) {
+    float lanes[kLanes];
+    for (size_t l = 0; l < kLanes; ++l) lanes[l] = x[0];
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (size_t l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+    float m = lanes[0];
+    for (size_t l = 1; l < kLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 float exp_shifted(const float* x, float shift, float* y, size_t n) {
     for (size_t i = 0; i < n; ++i) y[i] = exp_poly(x[i] - shift);
     return sum(y, n);

@@ -26,12 +26,12 @@ int threads();
 // is rethrown here after all chunks have finished.
 void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& body, size_t grain = 1);
 
-// Elements per chunk below which an elementwise loop is not worth splitting.
-constexpr size_t kElementGrain = size_t(1) << 12;
-// Multiply-adds per chunk below which a product (a GEMM, attention's heads) is
-// not worth splitting: waking the pool costs a few microseconds, about what
-// 2^18 multiply-adds take.
-constexpr size_t kParallelWork = size_t(1) << 18;
+// Work per chunk below which a loop is not worth splitting: elements of an
+// elementwise loop, and multiply-adds of a product (a GEMM, attention's heads:
+// 2^22 take ~20 us on libxsmm's kernels). Smaller bounds (2^12 and 2^18) made
+// two threads slower than one on the small bench step (bench/RESULTS.md, issue 32).
+constexpr size_t kElementGrain = size_t(1) << 16;
+constexpr size_t kParallelWork = size_t(1) << 22;
 
 // True on a pool thread, or on the caller while it runs its own chunk.
 bool in_parallel_region();

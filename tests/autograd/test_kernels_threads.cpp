@@ -37,6 +37,22 @@ TEST(Kernels, ExpEdgeCases) {
     EXPECT_TRUE(std::isnan(kernels::exp(std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST(Kernels, MaxIsTheLargestValueAtEveryLengthAndPosition) {
+    // every length across the vector body and its remainder, the largest value in each place
+    for (size_t n = 1; n <= 40; ++n)
+        for (size_t at = 0; at < n; ++at) {
+            std::vector<float> x(n);
+            for (size_t i = 0; i < n; ++i) x[i] = -1000.0f + 0.5f * static_cast<float>((i * 7) % 13);
+            x[at] = -3.25f;
+            EXPECT_EQ(kernels::max(x.data(), n), -3.25f) << "n=" << n << " at=" << at;
+            std::vector<double> xd(x.begin(), x.end());
+            EXPECT_EQ(kernels::max(xd.data(), n), -3.25) << "n=" << n << " at=" << at;
+        }
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> with_inf = {-inf, 2.0f, inf, 1.0f};
+    EXPECT_EQ(kernels::max(with_inf.data(), with_inf.size()), inf);
+}
+
 TEST(Kernels, ExpShiftedReturnsTheSumOfItsOutputs) {
     std::vector<float> x(37), y(37);
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i);

@@ -126,6 +126,9 @@ struct ThreadCount {
 
 // Three AdamW steps of a small decoder: the losses, the first step's
 // gradients (before any update), and the parameters after the third step.
+// Batch 64 x 40 positions: large enough that its GEMMs, elementwise ops and
+// attention heads are split over two threads (threads.h's kParallelWork and
+// kElementGrain).
 struct ThreeSteps {
     std::vector<double> losses, first_grads, params;
 };
@@ -140,8 +143,8 @@ ThreeSteps train_three_steps() {
     auto optimizer = make_adamw(model.named_parameters(), 1e-3);
     ThreeSteps out;
     for (int step = 0; step < 3; ++step) {
-        const Indices tokens = random_tokens(data, 8, 40, c.vocab);
-        const Indices targets = random_tokens(data, 8, 40, c.vocab);
+        const Indices tokens = random_tokens(data, 64, 40, c.vocab);
+        const Indices targets = random_tokens(data, 64, 40, c.vocab);
         Tensor loss = cross_entropy(model.forward(tokens), targets);
         out.losses.push_back(loss.item());
         loss.backward();
