@@ -5,10 +5,14 @@
 B ran STEPS more training steps than A; each function's self count in B minus A,
 over STEPS, is its cost per steady-state step (start-up and warm-up cancel).
 Prints a markdown table of the functions above 0.5% of a step, largest first.
+Code without a symbol (bare addresses: libxsmm's JIT-compiled GEMM kernels)
+counts as one row, "JIT-compiled code (libxsmm kernels)".
 """
 import re
 import subprocess
 import sys
+
+JIT = "JIT-compiled code (libxsmm kernels)"
 
 
 def self_costs(path):
@@ -20,6 +24,8 @@ def self_costs(path):
         if not m:
             continue
         count, name = int(m.group(1).replace(",", "")), m.group(2).strip()
+        if re.fullmatch(r"(\?\?\?:)?0x[0-9a-f]+( \[.*\])?", name):
+            name = JIT
         if "PROGRAM TOTALS" in name:
             total = count
         else:
@@ -30,6 +36,8 @@ def self_costs(path):
 def short(name):
     """'file:function [object]' -> the function, templates and arguments elided; a
     std::function's call names the attnlab function its lambda is in."""
+    if name == JIT:
+        return name
     name = re.sub(r"^\S*?:(?=[^/])", "", name, count=1)  # the source file
     name = re.sub(r" \[.*\]$", "", name)  # the object
     if name.startswith("std::_Function_handler"):

@@ -31,6 +31,18 @@ std::atomic<bool> enabled{true};
 constexpr size_t kTile = size_t(1) << 16;
 constexpr size_t kTileColumns = 256;
 
+// Where the kernels are AVX2 at widest, OpenBLAS's sgemm (AVX2 too, but blocked
+// for the cache) is faster on large products: libxsmm's AVX2 kernels ran
+// 1.1-1.6x OpenBLAS up to 2^21 multiply-adds and 0.6-1.0x above
+// (LIBXSMM_TARGET=hsw bench/bench_gemm, bench/RESULTS.md). With AVX-512 they
+// were 1.3-2.3x at every size measured.
+constexpr size_t kAvx2MaxWork = size_t(1) << 21;
+
+bool wide_kernels() {
+    static const bool avx512 = libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512;
+    return avx512;
+}
+
 std::vector<float>& scratch() {
     thread_local std::vector<float> buffer;
     return buffer;
@@ -56,6 +68,7 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     if (beta != 0.0f && beta != 1.0f) return false;
     if (alpha != 1.0f && beta != 0.0f) return false;  // alpha is applied after the product
     if (M == 0 || N == 0 || K == 0) return false;
+    if (!wide_kernels() && M * N * K > kAvx2MaxWork) return false;
 
     size_t nb = N, kb = K;
     libxsmm_smmfunction whole = nullptr;  // the one kernel of an untiled product
