@@ -48,6 +48,26 @@ std::vector<float>& scratch() {
     return buffer;
 }
 
+// B (N, K), rows ldb apart -> out (K, N), in 16 x 16 blocks so that the reads
+// and the writes each stay within a few cache lines; full blocks have
+// constant bounds, which the compiler unrolls.
+void transpose(const float* B, size_t ldb, size_t N, size_t K, float* out) {
+    constexpr size_t kBlock = 16;
+    for (size_t n0 = 0; n0 < N; n0 += kBlock)
+        for (size_t k0 = 0; k0 < K; k0 += kBlock) {
+            const float* from = B + n0 * ldb + k0;
+            float* to = out + k0 * N + n0;
+            if (n0 + kBlock <= N && k0 + kBlock <= K) {
+                for (size_t n = 0; n < kBlock; ++n)
+                    for (size_t k = 0; k < kBlock; ++k) to[k * N + n] = from[n * ldb + k];
+            } else {
+                const size_t rows = std::min(kBlock, N - n0), cols = std::min(kBlock, K - k0);
+                for (size_t n = 0; n < rows; ++n)
+                    for (size_t k = 0; k < cols; ++k) to[k * N + n] = from[n * ldb + k];
+            }
+        }
+}
+
 libxsmm_smmfunction kernel(size_t m, size_t n, size_t k, size_t lda, size_t ldb, size_t ldc, float beta, bool trans_b) {
     const libxsmm_blasint la = static_cast<libxsmm_blasint>(lda), lb = static_cast<libxsmm_blasint>(ldb),
                           lc = static_cast<libxsmm_blasint>(ldc);
@@ -88,10 +108,7 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     if (trans_b) {  // B stored (N, K) -> (K, N)
         std::vector<float>& Bt = scratch();
         Bt.resize(N * K);
-        for (size_t n0 = 0; n0 < N; n0 += 16)  // in 16 x 16 blocks: both sides stay in cache lines
-            for (size_t k0 = 0; k0 < K; k0 += 16)
-                for (size_t n = n0; n < std::min(N, n0 + 16); ++n)
-                    for (size_t k = k0; k < std::min(K, k0 + 16); ++k) Bt[k * N + n] = B[n * ldb + k];
+        transpose(B, ldb, N, K, Bt.data());
         B = Bt.data();
         ldb = N;
     }
