@@ -131,11 +131,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             // db = sum over rows of g   (out)
             send_grad<T>(bias, [&] {
                 Array<T> gb = make_array<T>({out_features});
-                gb.fill(T(0));
-                T* __restrict sum = gb.data();  // restrict: the compiler may vectorise over o
-                const T* __restrict rows_g = g.data();
-                for (size_t r = 0; r < rows; ++r)
-                    for (size_t o = 0; o < out_features; ++o) sum[o] += rows_g[r * out_features + o];
+                sum_rows<T>(g.data(), rows, out_features, gb.data());
                 return gb;
             });
         });

@@ -43,17 +43,32 @@ bool is_trailing(const Shape& inner, const Shape& outer) {
     return inner.size() <= outer.size() && std::equal(inner.begin(), inner.end(), outer.end() - static_cast<long>(inner.size()));
 }
 
+template <class T> void sum_rows(const T* x, size_t rows, size_t n, T* out) {
+    constexpr size_t kBlock = 16;
+    for (size_t i0 = 0; i0 < n; i0 += kBlock) {
+        const size_t width = std::min(kBlock, n - i0);
+        T acc[kBlock] = {};
+        if (width == kBlock) {  // constant bounds: the compiler keeps acc in vector registers
+            for (size_t r = 0; r < rows; ++r)
+                for (size_t j = 0; j < kBlock; ++j) acc[j] += x[r * n + i0 + j];
+        } else {
+            for (size_t r = 0; r < rows; ++r)
+                for (size_t j = 0; j < width; ++j) acc[j] += x[r * n + i0 + j];
+        }
+        std::copy(acc, acc + width, out + i0);
+    }
+}
+
+template void sum_rows(const float*, size_t, size_t, float*);
+template void sum_rows(const double*, size_t, size_t, double*);
+
 template <class T> Array<T> unbroadcast(Array<T> grad, const Shape& shape) {
     const Shape grad_shape = to_shape(grad.shape());
     if (grad_shape == shape) return grad;
     if (is_trailing(shape, grad_shape)) {  // only leading axes to sum: rows of `shape` added in order
         Array<T> summed = make_array<T>(shape);
         const size_t n = summed.size(), rows = grad.size() / std::max<size_t>(n, 1);
-        const T* g = grad.data();
-        T* out = summed.data();
-        std::copy(g, g + n, out);
-        for (size_t r = 1; r < rows; ++r)
-            for (size_t i = 0; i < n; ++i) out[i] += g[r * n + i];
+        sum_rows<T>(grad.data(), rows, n, summed.data());
         return summed;
     }
     // Axes to sum: the leading ones the input lacks, and those where it has size 1.

@@ -22,6 +22,11 @@ std::vector<size_t> normalize_axes(const char* op, const std::vector<int>& axes,
 // the shapes already agree.
 template <class T> Array<T> unbroadcast(Array<T> grad, const Shape& shape);
 
+// out[i] = sum over r of x[r * n + i]: the rows of x (rows, n) added in order,
+// which is what summing leading axes is (a bias's gradient, unbroadcast).
+// Blocks of 16 columns keep their sums in registers across the rows.
+template <class T> void sum_rows(const T* x, size_t rows, size_t n, T* out);
+
 // True when `inner` is `outer` with some leading axes removed: (T,D) in (B,T,D), () in anything.
 bool is_trailing(const Shape& inner, const Shape& outer);
 

@@ -122,8 +122,10 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
             f(first, second, C + n0);
         }
     if (alpha != 1.0f)
-        for (size_t i = 0; i < M; ++i)
-            for (size_t j = 0; j < N; ++j) C[i * ldc + j] *= alpha;
+        for (size_t i = 0; i < M; ++i) {
+            float* __restrict row = C + i * ldc;  // restrict: the loop vectorises
+            for (size_t j = 0; j < N; ++j) row[j] *= alpha;
+        }
     return true;
 }
 

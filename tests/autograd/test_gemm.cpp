@@ -1,7 +1,7 @@
 // gemm (blas.h) on its two float32 paths, libxsmm's JIT kernels and OpenBLAS,
 // against a float64 loop: every transpose, leading dimensions wider than the
 // matrix, alpha and beta, and shapes large enough to be cut into tiles
-// (jit_gemm.cpp) with remainders in both tiled dimensions.
+// (jit_gemm.cpp) with remainders in both tiled dimensions; and sum_rows (shape.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "autograd/cpu/blas.h"
 #include "autograd/cpu/jit_gemm.h"
+#include "autograd/shape.h"
 
 namespace attnlab {
 namespace {
@@ -95,6 +96,24 @@ TEST(Gemm, JitPathRefusesWhatItCannotDo) {
     set_jit_gemm(true);
     EXPECT_TRUE(jit_sgemm(false, false, 2, 2, 2, 1, A.data(), 2, B.data(), 2, 0, C.data(), 2));
     EXPECT_EQ(C, std::vector<float>(4, 2));
+}
+
+// sum_rows (shape.h), behind bias gradients and unbroadcast: bitwise the rows
+// added in order, across full 16-column blocks and remainders.
+TEST(SumRows, IsTheInOrderSumOfTheRows) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (size_t rows : {1, 3, 37})
+        for (size_t n : {1, 15, 16, 17, 40}) {
+            std::vector<float> x(rows * n), got(n);
+            for (float& v : x) v = u(rng);
+            sum_rows<float>(x.data(), rows, n, got.data());
+            for (size_t i = 0; i < n; ++i) {
+                float want = 0;
+                for (size_t r = 0; r < rows; ++r) want += x[r * n + i];
+                EXPECT_EQ(got[i], want) << "rows=" << rows << " n=" << n << " i=" << i;
+            }
+        }
 }
 
 }  // namespace
