@@ -198,19 +198,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         Array<T> xhat = make_array<T>(x.shape());  // (x - mean) / sqrt(var + eps), kept for backward
         std::vector<T> rstd(rows);                 // 1 / sqrt(var + eps) per row
         parallel_for(rows, [&](size_t r0, size_t r1) {
-            for (size_t r = r0; r < r1; ++r) {
-                const T* xr = X + r * D;
-                T* h = xhat.data() + r * D;  // x - mean, then scaled to xhat
-                T* o = out.data() + r * D;
-                const T mu = kernels::sum(xr, D) / static_cast<T>(D);
-                for (size_t d = 0; d < D; ++d) h[d] = xr[d] - mu;
-                const T var = kernels::dot(h, h, D) / static_cast<T>(D);
-                rstd[r] = T(1) / std::sqrt(var + static_cast<T>(eps));
-                for (size_t d = 0; d < D; ++d) {
-                    h[d] *= rstd[r];
-                    o[d] = (W ? h[d] * W[d] : h[d]) + (Bv ? Bv[d] : T(0));
-                }
-            }
+            for (size_t r = r0; r < r1; ++r)  // xhat = (x - mean) rstd, out = xhat w + b
+                rstd[r] = kernels::layer_norm_row(X + r * D, W, Bv, static_cast<T>(eps), xhat.data() + r * D,
+                                                  out.data() + r * D, D);
         }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
         return record<T>(op, std::move(out), {x, weight, bias},
                          [x, weight, bias, xhat = std::move(xhat), rstd = std::move(rstd), rows, D](const Array<T>& g, const Array<T>&) {
@@ -220,15 +210,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
             send_grad<T>(x, [&] {
                 Array<T> gx = make_array<T>(x.shape());
                 parallel_for(rows, [&](size_t r0, size_t r1) {
-                    for (size_t r = r0; r < r1; ++r) {
-                        T* dx = gx.data() + r * D;  // dh = g w, then dx in place
-                        const T* gr = g.data() + r * D;
-                        const T* hr = H + r * D;
-                        for (size_t d = 0; d < D; ++d) dx[d] = W ? gr[d] * W[d] : gr[d];
-                        const T mean_dh = kernels::sum(dx, D) / static_cast<T>(D);
-                        const T mean_dh_h = kernels::dot(dx, hr, D) / static_cast<T>(D);
-                        for (size_t d = 0; d < D; ++d) dx[d] = rstd[r] * (dx[d] - mean_dh - hr[d] * mean_dh_h);
-                    }
+                    for (size_t r = r0; r < r1; ++r)
+                        kernels::layer_norm_row_backward(g.data() + r * D, W, H + r * D, rstd[r], gx.data() + r * D, D);
                 }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
                 return gx;
             });

@@ -14,6 +14,8 @@ namespace attnlab::kernels {
     float exp_shifted(const float* x, float shift, float* y, size_t n);       \
     void gelu_forward(const float* x, float* y, size_t n);                    \
     void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);  \
+    float layer_norm_row(const float* x, const float* w, const float* b, float eps, float* h, float* y, size_t n);  \
+    void layer_norm_row_backward(const float* g, const float* w, const float* h, float rstd, float* dx, size_t n);  \
     }
 ATTNLAB_DECLARE_ISA(base)
 ATTNLAB_DECLARE_ISA(avx2)
@@ -29,6 +31,8 @@ struct FloatKernels {
     float (*exp_shifted)(const float*, float, float*, size_t);
     void (*gelu_forward)(const float*, float*, size_t);
     void (*gelu_backward)(const float*, const float*, const float*, float*, size_t);
+    float (*layer_norm_row)(const float*, const float*, const float*, float, float*, float*, size_t);
+    void (*layer_norm_row_backward)(const float*, const float*, const float*, float, float*, size_t);
 };
 
 // The widest set this CPU runs, chosen once.
@@ -37,10 +41,13 @@ const FloatKernels& best() {
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl"))
-            return FloatKernels{avx512::sum, avx512::dot, avx512::max, avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward};
+            return FloatKernels{avx512::sum, avx512::dot, avx512::max, avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward,
+                                avx512::layer_norm_row, avx512::layer_norm_row_backward};
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            return FloatKernels{avx2::sum, avx2::dot, avx2::max, avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward};
-        return FloatKernels{base::sum, base::dot, base::max, base::exp_shifted, base::gelu_forward, base::gelu_backward};
+            return FloatKernels{avx2::sum, avx2::dot, avx2::max, avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward,
+                                avx2::layer_norm_row, avx2::layer_norm_row_backward};
+        return FloatKernels{base::sum, base::dot, base::max, base::exp_shifted, base::gelu_forward, base::gelu_backward,
+                                base::layer_norm_row, base::layer_norm_row_backward};
     }();
     return chosen;
 }
@@ -62,6 +69,31 @@ float exp_shifted(const float* x, float shift, float* y, size_t n) { return best
 void gelu_forward(const float* x, float* y, size_t n) { best().gelu_forward(x, y, n); }
 void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n) {
     best().gelu_backward(g, x, y, gx, n);
+}
+
+float layer_norm_row(const float* x, const float* w, const float* b, float eps, float* h, float* y, size_t n) {
+    return best().layer_norm_row(x, w, b, eps, h, y, n);
+}
+void layer_norm_row_backward(const float* g, const float* w, const float* h, float rstd, float* dx, size_t n) {
+    best().layer_norm_row_backward(g, w, h, rstd, dx, n);
+}
+
+double layer_norm_row(const double* x, const double* w, const double* b, double eps, double* h, double* y, size_t n) {
+    const double mu = sum(x, n) / static_cast<double>(n);
+    for (size_t i = 0; i < n; ++i) h[i] = x[i] - mu;
+    const double rstd = 1.0 / std::sqrt(dot(h, h, n) / static_cast<double>(n) + eps);
+    for (size_t i = 0; i < n; ++i) {
+        h[i] *= rstd;
+        y[i] = (w ? h[i] * w[i] : h[i]) + (b ? b[i] : 0.0);
+    }
+    return rstd;
+}
+
+void layer_norm_row_backward(const double* g, const double* w, const double* h, double rstd, double* dx, size_t n) {
+    for (size_t i = 0; i < n; ++i) dx[i] = w ? g[i] * w[i] : g[i];
+    const double mean_dh = sum(dx, n) / static_cast<double>(n);
+    const double mean_dh_h = dot(dx, h, n) / static_cast<double>(n);
+    for (size_t i = 0; i < n; ++i) dx[i] = rstd * (dx[i] - mean_dh - h[i] * mean_dh_h);
 }
 
 double sum(const double* x, size_t n) {
