@@ -111,9 +111,16 @@ template <class T> void accumulate_grad(const Tensor& input, Array<T>&& grad) {
     TensorImpl& impl = input.impl();
     if (!impl.grad) {
         impl.grad = wrap<T>(std::move(grad)).impl_ptr();
-    } else {
-        impl.grad->array<T>() += grad;
+        return;
     }
+    Array<T>& sum = impl.grad->array<T>();
+    if (sum.shape() != grad.shape()) {  // not expected (send_grad's contract); xtensor's rules then
+        sum += grad;
+        return;
+    }
+    T* __restrict a = sum.data();  // a plain loop the vectoriser takes, not an xtensor expression
+    const T* __restrict b = grad.data();
+    for (size_t i = 0, n = sum.size(); i < n; ++i) a[i] += b[i];
 }
 
 // Sends a gradient to `input` if it wants one; `make_grad()` is only evaluated then.
