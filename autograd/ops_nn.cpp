@@ -157,22 +157,9 @@ Tensor embedding(const Tensor& weight, const Indices& ids) {
 // The gradient of a norm's weight (D): the sum over rows of g * xhat, both (rows, D).
 template <class T>
 Array<T> norm_weight_grad(const Array<T>& g, const T* xhat, size_t rows, size_t D) {
-    // As sum_rows (shape.h): blocks of 16 columns, their sums in registers across the rows.
-    constexpr size_t kBlock = 16;
     Array<T> gw = make_array<T>({D});
     const T* G = g.data();
-    for (size_t d0 = 0; d0 < D; d0 += kBlock) {
-        const size_t width = std::min(kBlock, D - d0);
-        T acc[kBlock] = {};
-        if (width == kBlock) {
-            for (size_t r = 0; r < rows; ++r)
-                for (size_t j = 0; j < kBlock; ++j) acc[j] += G[r * D + d0 + j] * xhat[r * D + d0 + j];
-        } else {
-            for (size_t r = 0; r < rows; ++r)
-                for (size_t j = 0; j < width; ++j) acc[j] += G[r * D + d0 + j] * xhat[r * D + d0 + j];
-        }
-        std::copy(acc, acc + width, gw.data() + d0);
-    }
+    sum_rows_of(rows, D, gw.data(), [G, xhat](size_t e) { return G[e] * xhat[e]; });
     return gw;
 }
 

@@ -44,19 +44,7 @@ bool is_trailing(const Shape& inner, const Shape& outer) {
 }
 
 template <class T> void sum_rows(const T* x, size_t rows, size_t n, T* out) {
-    constexpr size_t kBlock = 16;
-    for (size_t i0 = 0; i0 < n; i0 += kBlock) {
-        const size_t width = std::min(kBlock, n - i0);
-        T acc[kBlock] = {};
-        if (width == kBlock) {  // constant bounds: the compiler keeps acc in vector registers
-            for (size_t r = 0; r < rows; ++r)
-                for (size_t j = 0; j < kBlock; ++j) acc[j] += x[r * n + i0 + j];
-        } else {
-            for (size_t r = 0; r < rows; ++r)
-                for (size_t j = 0; j < width; ++j) acc[j] += x[r * n + i0 + j];
-        }
-        std::copy(acc, acc + width, out + i0);
-    }
+    sum_rows_of(rows, n, out, [x](size_t e) { return x[e]; });
 }
 
 template void sum_rows(const float*, size_t, size_t, float*);

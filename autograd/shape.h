@@ -2,6 +2,7 @@
 // broadcast gradient back to its input's shape, and axis normalisation.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "autograd/tensor_impl.h"
@@ -22,9 +23,27 @@ std::vector<size_t> normalize_axes(const char* op, const std::vector<int>& axes,
 // the shapes already agree.
 template <class T> Array<T> unbroadcast(Array<T> grad, const Shape& shape);
 
+// out[i] = sum over r of term(r * n + i), for i < n: a (rows, n) array's rows
+// added in order, each element given by term (its flat index -> value). Blocks
+// of 16 columns keep their sums in registers across the rows.
+template <class T, class Term> void sum_rows_of(size_t rows, size_t n, T* out, Term term) {
+    constexpr size_t kBlock = 16;
+    for (size_t i0 = 0; i0 < n; i0 += kBlock) {
+        const size_t width = std::min(kBlock, n - i0);
+        T acc[kBlock] = {};
+        if (width == kBlock) {  // constant bounds: the compiler keeps acc in vector registers
+            for (size_t r = 0; r < rows; ++r)
+                for (size_t j = 0; j < kBlock; ++j) acc[j] += term(r * n + i0 + j);
+        } else {
+            for (size_t r = 0; r < rows; ++r)
+                for (size_t j = 0; j < width; ++j) acc[j] += term(r * n + i0 + j);
+        }
+        std::copy(acc, acc + width, out + i0);
+    }
+}
+
 // out[i] = sum over r of x[r * n + i]: the rows of x (rows, n) added in order,
 // which is what summing leading axes is (a bias's gradient, unbroadcast).
-// Blocks of 16 columns keep their sums in registers across the rows.
 template <class T> void sum_rows(const T* x, size_t rows, size_t n, T* out);
 
 // True when `inner` is `outer` with some leading axes removed: (T,D) in (B,T,D), () in anything.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "autograd/cpu/layer_norm_rows.h"
+
 namespace attnlab::kernels {
 
 // One set of the float loops per instruction set (kernels_impl.h).
@@ -52,6 +54,10 @@ const FloatKernels& best() {
     return chosen;
 }
 
+// The float64 sum and dot (defined below), as callables for the row templates.
+constexpr auto plain_sum = [](const double* x, size_t n) { return sum(x, n); };
+constexpr auto plain_dot = [](const double* a, const double* b, size_t n) { return dot(a, b, n); };
+
 constexpr double kInvSqrt2Pi = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2;
 
 }  // namespace
@@ -78,22 +84,12 @@ void layer_norm_row_backward(const float* g, const float* w, const float* h, flo
     best().layer_norm_row_backward(g, w, h, rstd, dx, n);
 }
 
+// float64: the same row loops over the plain sum and dot below.
 double layer_norm_row(const double* x, const double* w, const double* b, double eps, double* h, double* y, size_t n) {
-    const double mu = sum(x, n) / static_cast<double>(n);
-    for (size_t i = 0; i < n; ++i) h[i] = x[i] - mu;
-    const double rstd = 1.0 / std::sqrt(dot(h, h, n) / static_cast<double>(n) + eps);
-    for (size_t i = 0; i < n; ++i) {
-        h[i] *= rstd;
-        y[i] = (w ? h[i] * w[i] : h[i]) + (b ? b[i] : 0.0);
-    }
-    return rstd;
+    return rows::layer_norm(x, w, b, eps, h, y, n, plain_sum, plain_dot);
 }
-
 void layer_norm_row_backward(const double* g, const double* w, const double* h, double rstd, double* dx, size_t n) {
-    for (size_t i = 0; i < n; ++i) dx[i] = w ? g[i] * w[i] : g[i];
-    const double mean_dh = sum(dx, n) / static_cast<double>(n);
-    const double mean_dh_h = dot(dx, h, n) / static_cast<double>(n);
-    for (size_t i = 0; i < n; ++i) dx[i] = rstd * (dx[i] - mean_dh - h[i] * mean_dh_h);
+    rows::layer_norm_backward(g, w, h, rstd, dx, n, plain_sum, plain_dot);
 }
 
 double sum(const double* x, size_t n) {

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <numbers>
 
+#include "autograd/cpu/layer_norm_rows.h"
+
 namespace attnlab::kernels::ATTNLAB_KERNEL_ISA {
 
 // a * b + c, rounded once where the CPU has FMA (vectorised as vfmadd), else twice.
@@ -134,21 +136,11 @@ void gelu_backward(const float* g, const float* x, const float* y, float* gx, si
 }
 
 float layer_norm_row(const float* x, const float* w, const float* b, float eps, float* h, float* y, size_t n) {
-    const float mu = sum(x, n) / static_cast<float>(n);
-    for (size_t i = 0; i < n; ++i) h[i] = x[i] - mu;
-    const float rstd = 1.0f / std::sqrt(dot(h, h, n) / static_cast<float>(n) + eps);
-    for (size_t i = 0; i < n; ++i) {
-        h[i] *= rstd;
-        y[i] = (w ? h[i] * w[i] : h[i]) + (b ? b[i] : 0.0f);
-    }
-    return rstd;
+    return rows::layer_norm(x, w, b, eps, h, y, n, sum, dot);
 }
 
 void layer_norm_row_backward(const float* g, const float* w, const float* h, float rstd, float* dx, size_t n) {
-    for (size_t i = 0; i < n; ++i) dx[i] = w ? g[i] * w[i] : g[i];
-    const float mean_dh = sum(dx, n) / static_cast<float>(n);
-    const float mean_dh_h = dot(dx, h, n) / static_cast<float>(n);
-    for (size_t i = 0; i < n; ++i) dx[i] = rstd * (dx[i] - mean_dh - h[i] * mean_dh_h);
+    rows::layer_norm_backward(g, w, h, rstd, dx, n, sum, dot);
 }
 
 }  // namespace attnlab::kernels::ATTNLAB_KERNEL_ISA
