@@ -12,11 +12,38 @@ static_assert(AttentionVariant{}.sep_token == kSep && AttentionVariant{}.bos_tok
 
 namespace {
 
+bool is_prime(size_t n) {
+    if (n < 2) return false;
+    for (size_t d = 2; d * d <= n; ++d)
+        if (n % d == 0) return false;
+    return true;
+}
+
+// b^e mod p, for the inverse b^(p-2) of Fermat's little theorem (p prime, p < 2^24).
+uint64_t power_mod(uint64_t b, uint64_t e, uint64_t p) {
+    uint64_t result = 1;
+    for (b %= p; e > 0; e >>= 1, b = b * b % p)
+        if (e & 1) result = result * b % p;
+    return result;
+}
+
+void check_modular(const TaskConfig& c) {
+    static const std::vector<std::string> ops = {"+", "-", "*", "/"};
+    if (std::find(ops.begin(), ops.end(), c.op) == ops.end()) fail("task", "modular: unknown op \"" + c.op + "\" (+, -, *, /)");
+    if (c.modulus < 2) fail("task", "modular: the modulus must be at least 2, got " + std::to_string(c.modulus));
+    if (c.vocab < c.modulus + kFirstContent)
+        fail("task", "modular: vocab " + std::to_string(c.vocab) + " cannot hold the numbers 0.." + std::to_string(c.modulus - 1) +
+                         " and the 3 special tokens (needs at least " + std::to_string(c.modulus + kFirstContent) + ")");
+    if (c.op == "/" && !is_prime(c.modulus))
+        fail("task", "modular: division needs a prime modulus (every b != 0 invertible), got " + std::to_string(c.modulus));
+}
+
 void check_config(const TaskConfig& c) {
-    static const std::vector<std::string> names = {"copy", "reverse", "sort", "recall", "induction", "translate"};
+    static const std::vector<std::string> names = {"copy", "reverse", "sort", "recall", "induction", "translate", "modular"};
     if (std::find(names.begin(), names.end(), c.name) == names.end())
-        fail("task", "unknown task \"" + c.name + "\" (copy, reverse, sort, recall, induction, translate)");
+        fail("task", "unknown task \"" + c.name + "\" (copy, reverse, sort, recall, induction, translate, modular)");
     if (c.vocab < kFirstContent + 2) fail("task", "vocab " + std::to_string(c.vocab) + " leaves fewer than 2 content tokens");
+    if (c.name == "modular") return check_modular(c);
     if (c.min_len < 1 || c.min_len > c.max_len)
         fail("task", "lengths must satisfy 1 <= min_len <= max_len, got " + std::to_string(c.min_len) + " and " + std::to_string(c.max_len));
     if (c.name == "recall") {
@@ -49,11 +76,23 @@ size_t TaskGenerator::max_sequence_length() const {
     if (config_.name == "recall") return 2 * n + 1 + 2 * config_.queries - 1;
     if (config_.name == "induction") return 2 * n - 1;
     if (config_.name == "translate") return n + 1;
+    if (config_.name == "modular") return 3;  // a b SEP
     return 2 * n;  // x SEP y minus the last token
 }
 
 TaskGenerator::Example TaskGenerator::make_example() {
     const TaskConfig& c = config_;
+    if (c.name == "modular") {
+        const auto p = static_cast<int64_t>(c.modulus);
+        const int64_t a = rng_.integer(0, p), b = rng_.integer(c.op == "/" ? 1 : 0, p);
+        int64_t answer = 0;
+        if (c.op == "+") answer = (a + b) % p;
+        if (c.op == "-") answer = (a - b + p) % p;
+        if (c.op == "*") answer = a * b % p;
+        if (c.op == "/") answer = a * static_cast<int64_t>(power_mod(static_cast<uint64_t>(b), static_cast<uint64_t>(p - 2), static_cast<uint64_t>(p))) % p;
+        auto number = [](int64_t n) { return static_cast<int32_t>(kFirstContent + n); };
+        return Example{{number(a), number(b), kSep, number(answer)}, {0, 0, 1}, {}};
+    }
     const auto n = static_cast<size_t>(rng_.integer(static_cast<int64_t>(c.min_len), static_cast<int64_t>(c.max_len) + 1));
     auto token = [&] { return static_cast<int32_t>(rng_.integer(kFirstContent, static_cast<int64_t>(c.vocab))); };
     Example ex;
@@ -155,6 +194,11 @@ Batch TaskGenerator::next(size_t batch_size) {
     if (config_.pack > 0) return next_packed(batch_size);
     std::vector<Example> examples;
     for (size_t b = 0; b < batch_size; ++b) examples.push_back(make_example());
+    return batch_of(examples);
+}
+
+Batch TaskGenerator::batch_of(const std::vector<Example>& examples) const {
+    const size_t batch_size = examples.size();
     Batch batch;
     const bool enc_dec = encoder_decoder();
     size_t T = 0, S = 0;

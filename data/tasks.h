@@ -18,6 +18,12 @@
 //   translate  encoder-decoder: src = x, target = map(reverse(x)) SEP, with a
 //              fixed permutation `map` of the content tokens; the decoder input
 //              is the target shifted right behind <BOS>   counts: every target token
+//   modular    a b SEP c  with c = a op b (mod p), op one of + - * / (Nanda et
+//              al. 2023's grokking task; number n is token 3 + n, SEP plays "=";
+//              for / the modulus is prime, b != 0 and c = a b^-1)   counts: c
+//
+// task.train_size = N (data/finite_task.h) trains on N distinct examples drawn
+// once instead of fresh ones, and evaluates on examples outside them.
 #pragma once
 
 #include <string>
@@ -37,6 +43,8 @@ struct TaskConfig {
     size_t max_len = 8;      //   (induction), or number of pairs (recall)
     size_t queries = 4;      // recall: queries per sequence
     size_t pack = 0;         // input positions of a packed row (decoder-only tasks); 0 = one example per row
+    size_t modulus = 113;    // modular: p, the numbers 0 .. p-1 (vocab >= p + 3)
+    std::string op = "+";    // modular: + - * /
 };
 
 struct Batch {
@@ -61,11 +69,23 @@ public:
     virtual Batch next(size_t batch_size) = 0;
     virtual size_t max_sequence_length() const = 0;  // longest input a batch can have
     virtual bool encoder_decoder() const = 0;
-    virtual Rng& rng() = 0;  // its whole state, for checkpoints
+    virtual Rng& rng() = 0;  // its state for checkpoints, with position()
+    // How far a finite source is through its data beyond rng() (data/finite_task.h); empty for the others.
+    virtual std::vector<int64_t> position() const { return {}; }
+    virtual void set_position(const std::vector<int64_t>& position) {
+        if (!position.empty()) throw Error("[data] this data source has no position to restore");
+    }
 };
 
 class TaskGenerator : public BatchSource {
 public:
+    // One drawn example, before it is laid out in a batch.
+    struct Example {
+        std::vector<int32_t> seq;       // whole sequence (decoder-only) or target (translate)
+        std::vector<uint8_t> counts;    // per target position of seq[1..]
+        std::vector<int32_t> src;       // translate only
+    };
+
     // `stream` separates train (0) from held-out eval (1) batches of the same seed.
     TaskGenerator(const TaskConfig& config, uint64_t seed, uint64_t stream);
     Batch next(size_t batch_size) override;
@@ -77,13 +97,12 @@ public:
     // The fixed content-token permutation of `translate` (depends only on vocab).
     int32_t translate_token(int32_t token) const;
 
-private:
-    struct Example {
-        std::vector<int32_t> seq;       // whole sequence (decoder-only) or target (translate)
-        std::vector<uint8_t> counts;    // per target position of seq[1..]
-        std::vector<int32_t> src;       // translate only
-    };
+    // The next example of this stream, and examples laid out as one batch (one
+    // per row, right-padded): what next() does unpacked.
     Example make_example();
+    Batch batch_of(const std::vector<Example>& examples) const;
+
+private:
     Batch next_packed(size_t batch_size);
     size_t packed_row() const;  // a packed row's input positions: task.pack, or more if an example needs them
 

@@ -389,7 +389,7 @@ AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptio
     rec.threads = threads();
     describe_masks(rec, enc_dec, config.model.variant);
 
-    rec.batch_size = static_cast<size_t>(config.train.batch);
+    rec.batch_size = static_cast<size_t>(batch_size(config));
     const std::vector<Batch> data = fresh_data(rec, *source, options.batches, enc_dec);
     measure_attention(rec, model, sites, data);
     measure_cache(rec, model, enc_dec, config.model.variant, options.seed);

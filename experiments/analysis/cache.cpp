@@ -26,7 +26,7 @@ Grid padded(const Grid& x, size_t width) {
 // with `hooks` recording (eval mode, no graph).
 Batch recorded_batch(BatchSource& source, const LoadedCheckpoint& in, Hooks& hooks) {
     const size_t T = source.max_sequence_length(), S = static_cast<size_t>(in.config.task.max_len);
-    Batch batch = source.next(static_cast<size_t>(in.config.train.batch));
+    Batch batch = source.next(static_cast<size_t>(batch_size(in.config)));
     batch.inputs = padded(batch.inputs, T);
     batch.targets = padded(batch.targets, T);
     batch.loss_mask = padded(batch.loss_mask, T);
@@ -55,7 +55,7 @@ size_t write_cache(const std::string& out, const CacheRequest& request, Hooks& h
     const LoadedCheckpoint& in = *request.checkpoint;
     const std::unique_ptr<BatchSource> source = make_batch_source(in.config, request.seed, 2);
     const size_t T = source->max_sequence_length(), S = static_cast<size_t>(in.config.task.max_len);
-    const size_t batch_size = static_cast<size_t>(in.config.train.batch);
+    const auto rows_per_batch = static_cast<size_t>(batch_size(in.config));
     size_t rows = 0;
     const TaskModel& model = *in.loaded.model;
     write_atomically(std::filesystem::path(out), "[cache]", [&](const std::string& tmp) {
@@ -64,14 +64,14 @@ size_t write_cache(const std::string& out, const CacheRequest& request, Hooks& h
         f.write_attr_string("config", in.checkpoint.config_toml);
         f.write_attr_int("seed", static_cast<int64_t>(request.seed));
         f.write_attr_int("batches", request.batches);
-        h5::Dataset tokens = f.create_extendible<int32_t>("tokens", {T}, batch_size);
-        h5::Dataset lengths = f.create_extendible<int64_t>("lengths", {}, batch_size);
-        h5::Dataset targets = f.create_extendible<int32_t>("targets", {T}, batch_size);
-        h5::Dataset loss_mask = f.create_extendible<uint8_t>("loss_mask", {T}, batch_size);
+        h5::Dataset tokens = f.create_extendible<int32_t>("tokens", {T}, rows_per_batch);
+        h5::Dataset lengths = f.create_extendible<int64_t>("lengths", {}, rows_per_batch);
+        h5::Dataset targets = f.create_extendible<int32_t>("targets", {T}, rows_per_batch);
+        h5::Dataset loss_mask = f.create_extendible<uint8_t>("loss_mask", {T}, rows_per_batch);
         h5::Dataset src, src_lengths;
         if (model.encoder_decoder()) {
-            src = f.create_extendible<int32_t>("src", {S}, batch_size);
-            src_lengths = f.create_extendible<int64_t>("src_lengths", {}, batch_size);
+            src = f.create_extendible<int32_t>("src", {S}, rows_per_batch);
+            src_lengths = f.create_extendible<int64_t>("src_lengths", {}, rows_per_batch);
         }
         const h5::Group group = f.create_group("hooks");
         std::map<std::string, h5::Dataset> datasets;

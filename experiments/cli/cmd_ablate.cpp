@@ -100,7 +100,7 @@ int cmd_ablate(const std::vector<std::string>& args) {
         throw;
     }
     std::printf("ablate %s (step %lld): %zu heads, %d batches x %lld sequences\n", path.c_str(),
-                static_cast<long long>(checkpoint.step), ablation.rows.size(), batches, static_cast<long long>(config.train.batch));
+                static_cast<long long>(checkpoint.step), ablation.rows.size(), batches, static_cast<long long>(batch_size(config)));
     std::fputs(ablation_table(ablation).c_str(), stdout);
     std::printf("wrote %s%s%s\n", out.c_str(), maps.empty() ? "" : " and ", maps.c_str());
     return 0;

@@ -209,7 +209,7 @@ inline void set_task_lengths(CheckpointInput& in, int64_t lo, int64_t hi) {
 inline std::vector<Batch> fresh_batches(const CheckpointInput& in) {
     const std::unique_ptr<BatchSource> source = make_batch_source(in.config, in.seed, 2);
     std::vector<Batch> data;
-    for (int i = 0; i < in.batches; ++i) data.push_back(source->next(static_cast<size_t>(in.config.train.batch)));
+    for (int i = 0; i < in.batches; ++i) data.push_back(source->next(static_cast<size_t>(batch_size(in.config))));
     return data;
 }
 

@@ -223,8 +223,22 @@ void check_rules(const Config& c) {
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");
 
-    if (c.train.reduce == "deterministic" && c.train.batch % c.train.micro_batches != 0)
-        fail_key("train.micro_batches", to_string(c.train.micro_batches) + " does not divide train.batch = " + to_string(c.train.batch));
+    if (c.train.batch == 0 && task.train_size == 0)
+        fail_key("train.batch", "\"all\" trains on the whole training set each step: set task.train_size (the set's size)");
+    if (task.name == "modular" && task.train_size > 0) {  // the task's examples can be counted: a held-out part must remain
+        const int64_t examples = task.modulus * (task.op == "/" ? task.modulus - 1 : task.modulus);
+        if (task.train_size >= examples)
+            fail_key("task.train_size", to_string(task.train_size) + " leaves no held-out example: task \"modular\" with task.modulus = " +
+                                            to_string(task.modulus) + " has " + to_string(examples) + " (a, b) pairs");
+    }
+    if (task.train_size > 0 && task.pack > 0)
+        fail_key("task.train_size", "a finite training set trains one example per row: set task.pack = 0, or task.train_size = 0");
+    if (task.train_size > 0 && c.train.eval_lengths[1] > 0)
+        fail_key("task.train_size", "train.eval_lengths with a finite training set is not supported yet (the held-out "
+                                    "examples at other lengths are not checked against the set): set one of them to 0");
+    if (c.train.reduce == "deterministic" && batch_size(c) % c.train.micro_batches != 0)
+        fail_key("train.micro_batches", to_string(c.train.micro_batches) + " does not divide train.batch = " + to_string(batch_size(c)) +
+                                            (c.train.batch == 0 ? " (\"all\": task.train_size)" : ""));
     if (c.train.reduce == "deterministic" && c.train.device == "cuda")
         fail_key("train.reduce", "\"deterministic\" sums micro-batches on the cpu; with train.device = \"cuda\" use \"fast\"");
     const size_t longest_eval = check_eval_lengths(c);  // also refuses it for file and text
@@ -247,9 +261,12 @@ void check_rules(const Config& c) {
     } catch (const Error& e) {
         std::string problem = e.what();
         if (problem.rfind("[task] ", 0) == 0) problem.erase(0, 7);
-        throw ConfigError("task", "task.vocab = " + to_string(task.vocab) + ", task.min_len = " + to_string(task.min_len) +
-                                      ", task.max_len = " + to_string(task.max_len) + ", task.queries = " + to_string(task.queries) +
-                                      ": " + problem);
+        const std::string sizes = task.name == "modular"
+                                      ? "task.vocab = " + to_string(task.vocab) + ", task.modulus = " + to_string(task.modulus) +
+                                            ", task.op = \"" + task.op + "\""
+                                      : "task.vocab = " + to_string(task.vocab) + ", task.min_len = " + to_string(task.min_len) +
+                                            ", task.max_len = " + to_string(task.max_len) + ", task.queries = " + to_string(task.queries);
+        throw ConfigError("task", sizes + ": " + problem);
     }
     if (task.pack > 0 && static_cast<size_t>(task.pack) < longest + 1)
         fail_key("task.pack", to_string(task.pack) + " positions cannot hold the longest example of task \"" + task.name + "\" (" +
@@ -279,15 +296,19 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
     const bool file = c.task.name == "file", text = c.task.name == "text";
     const bool adam = c.optim.name == "adam" || c.optim.name == "adamw", sgd = c.optim.name == "sgd";
     const bool prefix_tasks = c.task.name == "copy" || c.task.name == "reverse" || c.task.name == "sort" || c.task.name == "recall";
+    const bool modular = c.task.name == "modular";
     return {
         {"task.path", file || text, "task.name = \"file\" or \"text\"", task},
         {"task.alphabet", text, "task.name = \"text\"", task},
         // a text model's vocabulary is its alphabet, read from task.path; both given must agree (check_text_alphabet)
         {"task.vocab", !text || !c.task.alphabet.empty(), "task.alphabet is given with it",
          task + ": the vocabulary is the alphabet, read from task.path"},
-        {"task.min_len", !file && !text, "the task draws its sequences (the file's are read whole, the text's windows are "
-                                          "task.max_len characters)", task},
-        {"task.max_len", !file, "the task draws its sequences (the file's are read whole)", task},
+        {"task.min_len", !file && !text && !modular, "the task draws sequences of varying length (the file's are read whole, the "
+                                                     "text's windows are task.max_len characters, modular's are a b =)", task},
+        {"task.max_len", !file && !modular, "the task draws sequences of varying length (the file's are read whole, modular's are a b =)", task},
+        {"task.modulus", modular, "task.name = \"modular\"", task},
+        {"task.op", modular, "task.name = \"modular\"", task},
+        {"task.train_size", !file && !text, "the task draws its examples (a file's and a text's data are finite already)", task},
         {"task.queries", c.task.name == "recall", "task.name = \"recall\"", task},
         {"task.pack", !file && !text && c.task.name != "translate", "a decoder-only task draws its sequences", task},
         // the token rules read <SEP> (ending a prefix) and <BOS> (starting a document): tasks and files that hold them
@@ -367,6 +388,8 @@ TaskConfig task_config(const Config& config) {
     task.max_len = static_cast<size_t>(config.task.max_len);
     task.queries = static_cast<size_t>(config.task.queries);
     task.pack = static_cast<size_t>(config.task.pack);
+    task.modulus = static_cast<size_t>(config.task.modulus);
+    task.op = config.task.op;
     return task;
 }
 

@@ -47,12 +47,15 @@ struct Config {
     } run;
 
     struct Task {
-        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | file | text
+        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | modular | file | text
         int64_t vocab = 32;           // including the 3 special tokens
         int64_t min_len = 3;
         int64_t max_len = 6;
         int64_t queries = 4;          // recall only
         int64_t pack = 0;             // input positions of a packed row (decoder-only generated tasks); 0 = off
+        int64_t train_size = 0;       // generated tasks: train on this many distinct examples (data/finite_task.h); 0 = fresh ones
+        int64_t modulus = 113;        // modular only: p
+        std::string op = "+";         // modular only: + - * /
         std::string path;             // HDF5 token file (file) or UTF-8 text (text); required iff one of those
         std::string alphabet;         // text only: its characters, token id = index (filled from the file)
         bool operator==(const Task&) const = default;
@@ -83,7 +86,7 @@ struct Config {
 
     struct Train {
         int64_t steps = 1500;
-        int64_t batch = 32;
+        int64_t batch = 32;            // 0 = "all": the whole training set each step (task.train_size)
         int64_t log_every = 50;
         int64_t eval_every = 250;
         int64_t eval_batches = 4;
@@ -123,6 +126,9 @@ struct Config {
 
     bool operator==(const Config&) const = default;
 };
+
+// Sequences per step: train.batch, or task.train_size for train.batch = "all".
+inline int64_t batch_size(const Config& c) { return c.train.batch > 0 ? c.train.batch : c.task.train_size; }
 
 // The step the learning-rate schedule ends at: optim.schedule_steps, or train.steps when it is 0.
 inline int64_t schedule_horizon(const Config& c) { return c.optim.schedule_steps > 0 ? c.optim.schedule_steps : c.train.steps; }

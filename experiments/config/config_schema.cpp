@@ -240,6 +240,26 @@ Field scale(std::string key, Get get, std::string doc) {
             }};
 }
 
+// train.batch: a count, or "all" (kept as 0): the whole finite training set.
+template <class Get>
+Field batch(std::string key, Get get, std::string doc) {
+    return {std::move(key), "integer >= 1 | \"all\"", std::move(doc), false,
+            [get](Config& c, const toml::node& n) -> std::string {
+                if (n.is_string() && n.as_string()->get() == "all") {
+                    get(c) = 0;
+                    return "";
+                }
+                if (!n.is_integer()) return n.is_string() ? "expected an integer or \"all\", got " + quote(n.as_string()->get())
+                                                          : expected("an integer or \"all\"", n);
+                const int64_t value = n.as_integer()->get();
+                if (std::string error = at_least(1).check(static_cast<double>(value)); !error.empty()) return error + " (or \"all\")";
+                get(c) = value;
+                return "";
+            },
+            [get](const Config& c) { return get(c) == 0 ? std::string() : at_least(1).check(static_cast<double>(get(c))); },
+            [get](const Config& c) { return get(c) == 0 ? std::string("\"all\"") : std::to_string(get(c)); }};
+}
+
 // Two floats, each within bounds (Adam's betas).
 template <class Get>
 Field pair(std::string key, Get get, Bounds bounds, std::string doc) {
@@ -274,7 +294,7 @@ std::vector<Field> make_fields() {
         integer(KEY(run, seed), between(0, 9.2e18), "seed for initialisation, data and dropout"),
         text(KEY(run, out_dir), "path", folder_path, "folder that holds the run folders"),
 
-        choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "file", "text"},
+        choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "modular", "file", "text"},
                "toy task (data/tasks.h), tokens of the HDF5 file task.path, or characters of the text file task.path"),
         // a text model's vocabulary is its alphabet, from 2 characters; the other tasks' lower bound is a rule (config.cpp)
         integer(KEY(task, vocab), {2, 1 << 24}, "vocabulary size, including <PAD>, <SEP> and <BOS> (text: the alphabet's size)"),
@@ -282,6 +302,9 @@ std::vector<Field> make_fields() {
         integer(KEY(task, max_len), at_least(1), "longest x or r, or most pairs (recall)"),
         integer(KEY(task, queries), at_least(1), "recall: queries per sequence"),
         integer(KEY(task, pack), between(0, 1 << 20), "pack whole examples, each led by <BOS>, into rows of this many positions (decoder-only tasks); 0 = one per row"),
+        integer(KEY(task, train_size), between(0, 1 << 22), "train on this many distinct examples, drawn once, in epochs; evaluate on others (generated tasks); 0 = fresh examples every step"),
+        integer(KEY(task, modulus), between(2, (1 << 24) - 3), "modular: p, the numbers 0 .. p-1 (task.vocab >= p + 3)"),
+        choice(KEY(task, op), {"+", "-", "*", "/"}, "modular: a op b = c (mod p); / needs a prime p"),
         text(KEY(task, path), "path", path_text, "HDF5 token file (file) or UTF-8 text (text); required for those"),
         alphabet(KEY(task, alphabet), "text: the file's characters, sorted (token id = index); filled in by the run"),
 
@@ -312,7 +335,7 @@ std::vector<Field> make_fields() {
         integer(KEY(model, max_len), at_least(0), "positions the model covers; 0 = the task's longest sequence"),
 
         integer(KEY(train, steps), at_least(1), "optimiser steps"),
-        integer(KEY(train, batch), at_least(1), "sequences per step"),
+        batch(KEY(train, batch), "sequences per step; \"all\" = the whole training set (task.train_size)"),
         integer(KEY(train, log_every), at_least(1), "steps between training log rows"),
         integer(KEY(train, eval_every), at_least(1), "steps between evaluations"),
         // drawn once and evaluated at every evaluation: beyond 100000 a run would spend its time there

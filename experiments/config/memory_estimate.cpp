@@ -30,7 +30,7 @@ MemoryEstimate estimate_training_memory(const Config& c, double longest) {
     const double dh = m.head_width > 0 ? static_cast<double>(m.head_width) : D / H;
     const double F = static_cast<double>(m.ffn), V = static_cast<double>(c.task.vocab);
     const double T = m.max_len > 0 ? std::max(static_cast<double>(m.max_len), longest) : longest;
-    const double B = static_cast<double>(c.train.batch);
+    const double B = static_cast<double>(batch_size(c));
     const bool enc_dec = m.kind == "encoder-decoder";
 
     // Parameters: q and out projections D x H dh, k and v D x Hkv dh (with biases),
@@ -102,7 +102,7 @@ void check_fits_in_memory(const Config& config, double longest, const std::strin
     }
     Config copy = config;
     const std::string key = worst ? worst->key : length_key;
-    const std::string value = worst ? std::to_string(worst->get(copy))
+    const std::string value = worst ? (worst->get(copy) == 0 && key == "train.batch" ? "\"all\"" : std::to_string(worst->get(copy)))
                               : length_key == "train.eval_lengths"
                                   ? "[" + std::to_string(config.train.eval_lengths[0]) + ", " + std::to_string(config.train.eval_lengths[1]) + "]"
                                   : std::to_string(config.task.max_len);

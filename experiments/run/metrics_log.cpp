@@ -18,6 +18,8 @@ constexpr int64_t kFormatVersion = 1;
 
 const std::vector<std::string> kTrainValues{"loss", "lr", "grad_norm", "tokens_per_s", "wall_s"};
 const std::vector<std::string> kEvalValues{"loss", "token_acc", "seq_acc"};
+// The evaluations a log may have beside /eval, each laid out as it (docs/file_formats.md).
+const std::vector<std::string> kOptionalEvals{"eval_lengths", "eval_train"};
 // score_std: standard deviation of the scaled scores (scale * q.k) over eligible
 // pairs, per head: the seed chapter's Figure 21.5 statistic (row 0 is at init).
 const std::vector<std::string> kAttentionValues{"entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"};
@@ -84,14 +86,17 @@ struct MetricsLog::State {
     h5::File file;
     size_t layers = 0, heads = 0;
     Series train, eval;
-    std::optional<Series> eval_lengths;  // /eval_lengths, when the log has it
+    // The optional evaluations, each laid out as /eval, that this log has: /eval_lengths, /eval_train
+    std::vector<std::pair<std::string, Series>> more_evals;
     std::vector<std::pair<std::string, Series>> attention;  // in the order of `kinds`
 
     // Opens every series' datasets (after SWMR writing has started).
     void open_all(const std::vector<std::string>& kinds) {
         train = open_series(file.group("train"), kTrainValues);
         eval = open_series(file.group("eval"), kEvalValues);
-        if (file.has("eval_lengths")) eval_lengths = open_series(file.group("eval_lengths"), kEvalValues);
+        more_evals.clear();
+        for (const std::string& group : kOptionalEvals)
+            if (file.has(group)) more_evals.emplace_back(group, open_series(file.group(group), kEvalValues));
         attention.clear();
         const h5::Group groups = file.group("attention");
         for (const std::string& kind : kinds) attention.emplace_back(kind, open_series(groups.group(kind), kAttentionValues));
@@ -105,7 +110,7 @@ struct MetricsLog::State {
     void close_all() {
         train = Series{};
         eval = Series{};
-        eval_lengths.reset();
+        more_evals.clear();
         attention.clear();
     }
 };
@@ -123,13 +128,16 @@ MetricsLog::~MetricsLog() {
 }
 
 MetricsLog MetricsLog::create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
-                              std::vector<std::string> kinds, bool eval_lengths) {
+                              std::vector<std::string> kinds, const std::vector<std::string>& optional_evals) {
     const h5::Where where{kTag, path, ""};
     if (layers == 0 || heads == 0)
         where.fail("layers and heads must be positive (got " + std::to_string(layers) + " layers, " +
                        std::to_string(heads) + " heads)",
                    false);
     if (kinds.empty()) where.fail("needs at least one attention kind", false);
+    for (const std::string& group : optional_evals)
+        if (std::find(kOptionalEvals.begin(), kOptionalEvals.end(), group) == kOptionalEvals.end())
+            where.fail("'" + group + "' is not an optional evaluation of the layout (eval_lengths, eval_train)", false);
     std::set<std::string> seen;
     for (const std::string& kind : kinds) {
         if (kind.empty() || kind == "." || kind.find('/') != std::string::npos)
@@ -150,7 +158,9 @@ MetricsLog MetricsLog::create(const std::string& path, const std::string& config
     file.write_attr_int("heads", static_cast<int64_t>(heads));
     create_series(file.create_group("train"), kTrainValues, {});
     create_series(file.create_group("eval"), kEvalValues, {});
-    if (eval_lengths) create_series(file.create_group("eval_lengths"), kEvalValues, {});
+    for (const std::string& group : kOptionalEvals)  // in the layout's order
+        if (std::find(optional_evals.begin(), optional_evals.end(), group) != optional_evals.end())
+            create_series(file.create_group(group), kEvalValues, {});
     const h5::Group attention = file.create_group("attention");
     for (const std::string& kind : kinds) create_series(attention.create_group(kind), kAttentionValues, {layers, heads});
 
@@ -205,7 +215,7 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
         }
         probe.read_layout(path);
         for (const Series* series : {&probe.train, &probe.eval}) steps_of(*series);
-        if (probe.eval_lengths) steps_of(*probe.eval_lengths);
+        for (const auto& [group, series] : probe.more_evals) steps_of(series);
         for (const auto& [kind, series] : probe.attention) steps_of(series);
     });
     auto state = std::make_unique<State>();
@@ -223,10 +233,11 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
     const std::vector<std::string> kinds = state->read_layout(path);
     truncate(state->train, step);
     truncate(state->eval, step);
-    if (state->eval_lengths) truncate(*state->eval_lengths, step);
+    for (auto& [group, series] : state->more_evals) truncate(series, step);
     for (auto& [kind, series] : state->attention) truncate(series, step);
     const int64_t train_last = state->train.last_step, eval_last = state->eval.last_step;
-    const int64_t lengths_last = state->eval_lengths ? state->eval_lengths->last_step : -1;
+    std::vector<int64_t> evals_last;
+    for (auto& [group, series] : state->more_evals) evals_last.push_back(series.last_step);
     std::vector<int64_t> attention_last;
     for (auto& [kind, series] : state->attention) attention_last.push_back(series.last_step);
 
@@ -235,7 +246,7 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
     state->open_all(kinds);
     state->train.last_step = train_last;
     state->eval.last_step = eval_last;
-    if (state->eval_lengths) state->eval_lengths->last_step = lengths_last;
+    for (size_t i = 0; i < evals_last.size(); ++i) state->more_evals[i].second.last_step = evals_last[i];
     for (size_t i = 0; i < attention_last.size(); ++i) state->attention[i].second.last_step = attention_last[i];
     return MetricsLog(std::move(state));
 }
@@ -253,10 +264,11 @@ void MetricsLog::append_train(int64_t step, double loss, double lr, double grad_
     for (size_t i = 0; i < series.values.size(); ++i) series.values[i].append(&values[i], 1);
 }
 
-void MetricsLog::append_eval_lengths(int64_t step, double loss, double token_acc, double seq_acc) {
+void MetricsLog::append_eval(const std::string& group, int64_t step, double loss, double token_acc, double seq_acc) {
     State& state = live();
-    if (!state.eval_lengths) h5::Where{kTag, state.file.path(), ""}.fail("this log has no /eval_lengths group", false);
-    Series& series = *state.eval_lengths;
+    const auto found = std::find_if(state.more_evals.begin(), state.more_evals.end(), [&](const auto& g) { return g.first == group; });
+    if (found == state.more_evals.end()) h5::Where{kTag, state.file.path(), ""}.fail("this log has no /" + group + " group", false);
+    Series& series = found->second;
     const double values[] = {loss, token_acc, seq_acc};
     append_step(series, step);
     for (size_t i = 0; i < series.values.size(); ++i) series.values[i].append(&values[i], 1);

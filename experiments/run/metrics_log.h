@@ -9,6 +9,8 @@
 //   /eval/step (int64), loss, token_acc, seq_acc                            [M]
 //   /eval_lengths/step (int64), loss, token_acc, seq_acc   [M] only with train.eval_lengths:
 //                     the same evaluations at those task lengths (beyond the original layout's list)
+//   /eval_train/step (int64), loss, token_acc, seq_acc     [M] only with task.train_size: the
+//                     same evaluations on the finite training set (beyond the original list)
 //   /attention/<kind>/step (int64)                                          [K]
 //   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]
 //   /attention/<kind>/score_std   [K, layers, heads]  std of scale * q.k over eligible pairs
@@ -37,9 +39,10 @@ namespace attnlab {
 class MetricsLog {
 public:
     // Creates (replacing any file at `path`) the whole layout for `kinds`
-    // ("self", or "enc_self", "dec_self", "cross"), then starts SWMR writing.
+    // ("self", or "enc_self", "dec_self", "cross") and the optional evaluations
+    // ("eval_lengths", "eval_train"), then starts SWMR writing.
     static MetricsLog create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
-                             std::vector<std::string> kinds, bool eval_lengths = false);
+                             std::vector<std::string> kinds, const std::vector<std::string>& optional_evals = {});
 
     // Reopens an existing log for SWMR writing and cuts every series to its
     // rows with step <= `step` (the checkpoint a run resumes from), so the
@@ -57,7 +60,8 @@ public:
     // One row each. Steps must be >= 0 and never decrease within a series.
     void append_train(int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double wall_s);
     void append_eval(int64_t step, double loss, double token_acc, double seq_acc);
-    void append_eval_lengths(int64_t step, double loss, double token_acc, double seq_acc);  // a log made with eval_lengths
+    // A row of an optional evaluation the log was made with ("eval_lengths", "eval_train").
+    void append_eval(const std::string& group, int64_t step, double loss, double token_acc, double seq_acc);
     // Each vector holds layers * heads values, row-major [layer][head].
     void append_attention(const std::string& kind, int64_t step, const std::vector<double>& entropy,
                           const std::vector<double>& entropy_norm, const std::vector<double>& masked_mass,

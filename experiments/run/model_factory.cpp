@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "data/file_task.h"
+#include "data/finite_task.h"
 #include "data/text_task.h"
 #include "experiments/files/checkpoint.h"
 #include "experiments/config/config.h"
@@ -40,6 +41,13 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t se
         return std::make_unique<FileTask>(config.task.path, static_cast<size_t>(config.task.vocab), seed, stream);
     if (config.task.name == "text")
         return std::make_unique<TextTask>(config.task.path, config.task.alphabet, static_cast<size_t>(config.task.max_len), seed, stream);
+    if (config.task.train_size > 0) {  // the same set for every stream: train on it, or evaluate beside it
+        // always the run's set, whatever seed the other streams are drawn with (cache --seed, eval --seed)
+        auto training = std::make_unique<TrainingSet>(task_config(config), static_cast<size_t>(config.task.train_size),
+                                                      static_cast<uint64_t>(config.run.seed));
+        if (stream == 0) return training;
+        return std::make_unique<HeldOutTask>(task_config(config), seed, stream, training->keys());
+    }
     return std::make_unique<TaskGenerator>(task_config(config), seed, stream);
 }
 

@@ -80,7 +80,8 @@ std::vector<Tensor> recorded_per_layer(const Hooks& hooks, const AttentionKind& 
 ModelConfig model_config(const Config& config, size_t max_len);
 
 // The task's batches for a data stream: 0 trains, 1 is the run's held-out
-// evaluation set, 2 is fresh data for `attnlab eval`.
+// evaluation set, 2 is fresh data for `attnlab eval`. With task.train_size,
+// stream 0 is the finite training set and every other stream skips its examples.
 std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream);
 // A text task's alphabet (read from task.path when the config has none) and its
 // size as task.vocab, so that the run's config and every checkpoint describe the

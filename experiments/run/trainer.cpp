@@ -81,15 +81,25 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
     const Score e = evaluate_now();
     if (!summary.first_step_at_target && e.token_acc >= config.train.target_accuracy) summary.first_step_at_target = step;
     const Score l = eval_length_batches.empty() ? Score{} : evaluate(*model, eval_length_batches, *world);
+    const Score t = eval_train_batches.empty() ? Score{} : evaluate(*model, eval_train_batches, *world);
     if (!writes()) return;
     log->append_eval(step, e.loss, e.token_acc, e.seq_acc);
     if (tensorboard)
         tensorboard->scalars(step, {{"eval/loss", e.loss}, {"eval/token_acc", e.token_acc}, {"eval/seq_acc", e.seq_acc}});
-    char text[96];
-    std::snprintf(text, sizeof text, "  held-out acc %.3f (step %lld)", e.token_acc, static_cast<long long>(step));
+    char text[128];
+    if (eval_train_batches.empty())
+        std::snprintf(text, sizeof text, "  held-out acc %.3f (step %lld)", e.token_acc, static_cast<long long>(step));
+    else  // a finite training set: how well it is learnt beside how well that generalises
+        std::snprintf(text, sizeof text, "  held-out acc %.3f, train-set acc %.3f (step %lld)", e.token_acc, t.token_acc,
+                      static_cast<long long>(step));
     last_eval = text;
+    if (!eval_train_batches.empty()) {
+        log->append_eval("eval_train", step, t.loss, t.token_acc, t.seq_acc);
+        if (tensorboard)
+            tensorboard->scalars(step, {{"eval_train/loss", t.loss}, {"eval_train/token_acc", t.token_acc}, {"eval_train/seq_acc", t.seq_acc}});
+    }
     if (!eval_length_batches.empty()) {  // train.eval_lengths: the same model at other lengths
-        log->append_eval_lengths(step, l.loss, l.token_acc, l.seq_acc);
+        log->append_eval("eval_lengths", step, l.loss, l.token_acc, l.seq_acc);
         if (tensorboard)
             tensorboard->scalars(step, {{"eval_lengths/loss", l.loss}, {"eval_lengths/token_acc", l.token_acc},
                                         {"eval_lengths/seq_acc", l.seq_acc}});
@@ -108,15 +118,23 @@ void Trainer::State::finish() {
     r.eval_token_acc = final_score.token_acc;
     r.eval_seq_acc = final_score.seq_acc;
     const Score l = eval_length_batches.empty() ? Score{} : evaluate(*model, eval_length_batches, *world);
+    const Score t = eval_train_batches.empty() ? Score{} : evaluate(*model, eval_train_batches, *world);
     if (!writes()) return;
-    std::string at_lengths;  // summary.json's figures at train.eval_lengths, when it is set
+    std::string optional;  // summary.json's figures at train.eval_lengths and on the training set, when they are set
     if (!eval_length_batches.empty()) {
         std::ostringstream more;
         more.precision(10);
         more << ",\n  \"eval_lengths\": [" << config.train.eval_lengths[0] << ", " << config.train.eval_lengths[1]
              << "],\n  \"eval_lengths_loss\": " << l.loss << ",\n  \"eval_lengths_token_acc\": " << l.token_acc
              << ",\n  \"eval_lengths_seq_acc\": " << l.seq_acc;
-        at_lengths = more.str();
+        optional = more.str();
+    }
+    if (!eval_train_batches.empty()) {  // task.train_size: the final evaluation on the training set
+        std::ostringstream more;
+        more.precision(10);
+        more << ",\n  \"train_size\": " << config.task.train_size << ",\n  \"train_set_loss\": " << t.loss
+             << ",\n  \"train_set_token_acc\": " << t.token_acc << ",\n  \"train_set_seq_acc\": " << t.seq_acc;
+        optional += more.str();
     }
     r.wall_s = elapsed();
     // over the whole run, earlier processes of a resumed run included
@@ -127,7 +145,7 @@ void Trainer::State::finish() {
     json << "{\n  \"run_dir\": " << json_string(dir.string()) << ",\n  \"steps\": " << r.steps << ",\n  \"eval_loss\": " << r.eval_loss
          << ",\n  \"eval_token_acc\": " << r.eval_token_acc << ",\n  \"eval_seq_acc\": " << r.eval_seq_acc
          << ",\n  \"target_accuracy\": " << config.train.target_accuracy << ",\n  \"first_step_at_target\": "
-         << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << at_lengths << ",\n  \"wall_s\": " << r.wall_s
+         << (r.first_step_at_target ? std::to_string(*r.first_step_at_target) : "null") << optional << ",\n  \"wall_s\": " << r.wall_s
          << ",\n  \"tokens_per_s\": " << r.tokens_per_s << ",\n  \"peak_rss_mb\": " << r.peak_rss_mb << ",\n  "
          << provenance_json_members(provenance(config.train.threads > 0 ? static_cast<long>(config.train.threads) : 0)) << "\n}\n";
     write_text_atomically(dir / "summary.json", json.str(), "[train]");
@@ -166,7 +184,7 @@ int Trainer::run() {
                          tty ? "\n" : "", static_cast<long long>(s.step), s.dir.c_str());
             return 130;
         }
-        const Batch batch = s.train_data->next(static_cast<size_t>(c.train.batch));
+        const Batch batch = s.train_data->next(static_cast<size_t>(batch_size(c)));
         const double lr = scheduled_lr(c.optim.lr, schedule, s.step, c.optim.warmup, schedule_horizon(c));
         s.optimizer->lr = lr;
         const int64_t next = s.step + 1;

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "autograd/device/backend.h"
+#include "data/finite_task.h"
 #include "experiments/config/memory_estimate.h"
 
 namespace fs = std::filesystem;
@@ -49,8 +50,8 @@ void check_split(const Config& c, const World& world) {
     if (c.train.device == "cuda")
         throw Error("[train] train.device = \"cuda\" with " + ranks + ": data parallelism runs on the cpu only "
                     "(the GPU's would be NCCL's); train on one process, or set train.device = \"cpu\"");
-    if (c.train.reduce == "fast" && c.train.batch % n != 0)
-        throw ConfigError("train.batch", "train.batch = " + std::to_string(c.train.batch) + " cannot be split across " + ranks +
+    if (c.train.reduce == "fast" && batch_size(c) % n != 0)
+        throw ConfigError("train.batch", "train.batch = " + std::to_string(batch_size(c)) + " cannot be split across " + ranks +
                                              ": it must be a multiple of " + std::to_string(n));
     if (c.train.reduce == "deterministic" && ((n & (n - 1)) != 0 || c.train.micro_batches % n != 0))
         throw ConfigError("train.micro_batches", "train.reduce = \"deterministic\" with " + ranks +
@@ -128,14 +129,17 @@ Trainer::State::State(const Config& c)
     train_data = make_batch_source(config, seed, 0);
     // held out: a stream of its own, the same batches at every evaluation
     const std::unique_ptr<BatchSource> eval_data = make_batch_source(config, seed, 1);
-    for (int64_t i = 0; i < config.train.eval_batches; ++i)
-        eval_batches.push_back(eval_data->next(static_cast<size_t>(config.train.batch)));
+    const auto batch = static_cast<size_t>(batch_size(config));
+    for (int64_t i = 0; i < config.train.eval_batches; ++i) eval_batches.push_back(eval_data->next(batch));
+    // a finite training set: its first examples, as many as an evaluation holds, evaluated beside the held-out ones
+    if (const auto* set = dynamic_cast<const TrainingSet*>(train_data.get()))
+        eval_train_batches = set->evaluation_batches(static_cast<size_t>(config.train.eval_batches) * batch, batch);
     const size_t trained = train_data->max_sequence_length();
     size_t longest = trained;
     if (const auto [lo, hi] = config.train.eval_lengths; hi > 0) {  // and at other lengths: a stream of their own
         const std::unique_ptr<BatchSource> at = make_batch_source(with_task_lengths(config, lo, hi), seed, 3);
         for (int64_t i = 0; i < config.train.eval_batches; ++i)
-            eval_length_batches.push_back(at->next(static_cast<size_t>(config.train.batch)));
+            eval_length_batches.push_back(at->next(batch));
         longest = std::max(longest, at->max_sequence_length());  // a learned table covers them (untrained beyond training)
     }
     check_fits_in_memory(config, static_cast<double>(longest),  // a token file's lengths are known only now
@@ -202,8 +206,13 @@ fs::path Trainer::create_run(State& s, const std::string& run_dir) {
     s.lock.emplace(dir, "[train]");
     fs::create_directories(dir / "checkpoints");
     write_text_atomically(dir / "config.toml", to_toml(config), "[train]");
+    if (const auto* set = dynamic_cast<const TrainingSet*>(s.train_data.get()))  // what a finite run trains on, for analysis
+        write_atomically(dir / "train_set.h5", "[train]", [&](const std::string& tmp) { write_training_set(tmp, *set); });
+    std::vector<std::string> evals;  // beside /eval
+    if (!s.eval_length_batches.empty()) evals.push_back("eval_lengths");
+    if (!s.eval_train_batches.empty()) evals.push_back("eval_train");
     s.log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(config), s.model->layers(), s.model->heads(),
-                                     s.model->kinds(), !s.eval_length_batches.empty()));
+                                     s.model->kinds(), evals));
     s.open_tensorboard();
     s.log_initial_attention();
     return dir;
@@ -261,6 +270,14 @@ std::unique_ptr<Trainer::State> Trainer::resumed_state(const std::string& run_di
         if (name == "train_data") state->train_data->rng().set_state(s);
         if (name == "dropout") state->dropout_rng.set_state(s);
     }
+    const auto position = std::find_if(data.data.begin(), data.data.end(), [](const auto& d) { return d.first == "train_position"; });
+    try {  // a finite training set continues where it was in its epoch
+        state->train_data->set_position(position == data.data.end() ? std::vector<int64_t>{} : position->second);
+    } catch (const Error& e) {
+        throw Error("[train] " + newest + ": data/train_position: " + e.what());
+    }
+    if (!state->train_data->position().empty() && position == data.data.end())
+        throw Error("[train] " + newest + ": has no data/train_position, which a run with task.train_size needs to resume");
     for (const auto& [name, values] : data.data) {
         if (name == "first_step_at_target" && !values.empty() && values[0] >= 0) state->summary.first_step_at_target = values[0];
         if (name == "wall_ms" && !values.empty()) state->wall_before = static_cast<double>(values[0]) / 1000.0;

@@ -39,6 +39,7 @@ struct Trainer::State {
     std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
     std::vector<Batch> eval_length_batches;  // train.eval_lengths: held out at other lengths (else empty)
+    std::vector<Batch> eval_train_batches;   // task.train_size: the training set's first examples (else empty)
     Rng init_rng, dropout_rng;
     // On train.device: with "cuda" the parameters, their gradients and the
     // optimiser's state live on the device, and a step moves the batch in and
@@ -72,6 +73,7 @@ struct Trainer::State {
         data.data = {{"first_step_at_target", {summary.first_step_at_target.value_or(-1)}},
                      {"wall_ms", {static_cast<int64_t>(std::llround(elapsed() * 1000.0))}},
                      {"tokens", {tokens_before + static_cast<int64_t>(tokens_total)}}};
+        if (const std::vector<int64_t> at = train_data->position(); !at.empty()) data.data.emplace_back("train_position", at);
         const std::filesystem::path folder = dir / "checkpoints";
         write_checkpoint((folder / checkpoint_name(step)).string(), data);
         if (config.train.keep_checkpoints > 0) prune_checkpoints(folder.string(), static_cast<size_t>(config.train.keep_checkpoints));
@@ -152,7 +154,7 @@ struct Trainer::State {
     int stop_on_non_finite(int64_t next, double loss, double grad_norm, bool tty);
     // The train row of metrics.h5 (and TensorBoard) and the attention metrics (rank 0).
     void log_train_step(const StepValues& values, double lr, double tokens_per_s, const Hooks& hooks);
-    // The held-out evaluation, logged; `last_eval` becomes its part of the progress line.
+    // The held-out evaluation (and the training set's), logged; `last_eval` becomes its part of the progress line.
     void evaluate_and_log(std::string& last_eval);
     // The final evaluation, summary.json and the one-line report.
     void finish();

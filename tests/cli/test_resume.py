@@ -217,6 +217,78 @@ class ResumeGuards(cc.TempDirTest):
         self.assertEqual(os.listdir(os.path.join(out, "default")), [])
 
 
+class FiniteTrainingSet(cc.TempDirTest):
+    """task.train_size: a run stopped mid-epoch and resumed (train.steps raised, the
+    schedule pinned) logs the same rows, /eval_train included, and ends with the
+    same parameters as the run left alone; batches of 16 over 100 examples cross
+    epoch ends at both sides of the stop. Its training set is written once, as a
+    token file, and the held-out evaluations never see one of its examples."""
+
+    # copy over 2 content tokens at lengths 3..6 has 120 sequences: 20 are left to hold out
+    FINITE = dict(cc.TINY, **{"task.name": "copy", "task.vocab": "5", "task.train_size": "100", "train.batch": "16", "train.steps": "60",
+                              "train.eval_every": "10", "train.log_every": "5", "train.checkpoint_every": "10",
+                              "optim.schedule_steps": "60", "model.dropout": "0.1"})
+
+    def test_resume_mid_epoch_is_exact(self):
+        a = os.path.join(self.path("a"), "default")
+        self.run_ok(["train"] + cc.overrides(self.FINITE, **{"run.out_dir": self.path("a")}))
+        b = os.path.join(self.path("b"), "default")
+        self.run_ok(["train"] + cc.overrides(self.FINITE, **{"run.out_dir": self.path("b"), "train.steps": "30"}))
+        with open(os.path.join(b, "config.toml")) as f:
+            text = f.read()
+        with open(os.path.join(b, "config.toml"), "w") as f:
+            f.write(text.replace("steps = 30\n", "steps = 60\n", 1))
+        with h5py.File(cc.checkpoint_path(b, 30), "r") as f:
+            self.assertEqual(f["data/train_position"][()].tolist(), [30 * 16 % 100])  # 480 examples: 80 into epoch 5
+        self.run_ok(["train", "--resume", b])
+        series = {"train": ["step", "loss", "lr", "grad_norm"], "eval": ["step", "loss", "token_acc"],
+                  "eval_train": ["step", "loss", "token_acc", "seq_acc"]}
+        with cc.open_metrics(os.path.join(a, "metrics.h5")) as fa, cc.open_metrics(os.path.join(b, "metrics.h5")) as fb:
+            for group, names in series.items():
+                for name in names:
+                    np.testing.assert_array_equal(fa[group][name][()], fb[group][name][()], f"{group}/{name}")
+            self.assertEqual(fa["eval_train/step"][()].tolist(), list(range(10, 61, 10)))
+        pa, pb = read_params(cc.checkpoint_path(a, 60)), read_params(cc.checkpoint_path(b, 60))
+        for name in pa:
+            self.assertTrue(np.array_equal(pa[name], pb[name]), f"final parameter {name} differs")
+        with open(os.path.join(a, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["train_size"], 100)
+        self.assertGreaterEqual(summary["train_set_token_acc"], 0.0)
+        # the set on disk: 100 distinct copy sequences, none of them in a held-out batch
+        with h5py.File(os.path.join(a, "train_set.h5"), "r") as f:
+            tokens, lengths = f["tokens"][()], f["lengths"][()]
+        train = {tuple(tokens[i, :lengths[i]]) for i in range(len(lengths))}
+        self.assertEqual(len(train), 100)
+        # fresh data of any seed skips the run's set: the cache holds inputs (a sequence minus its last
+        # token), and a copy example is fixed by its inputs
+        trained_inputs = {t[:-1] for t in train}
+        for seed in ([], ["--seed", "7"]):
+            out = self.path("cache.h5")
+            self.run_ok(["cache", a, "--hooks", "embed", "--batches", "8", "--out", out] + seed)
+            with h5py.File(out, "r") as f:
+                seen = [tuple(f["tokens"][i, :f["lengths"][i]]) for i in range(len(f["lengths"]))]
+            self.assertEqual(len(seen), 8 * 16)
+            self.assertFalse([s for s in seen if s in trained_inputs], f"a held-out row is a training example ({seed})")
+            os.remove(out)
+
+    def test_batch_all_is_the_whole_set_every_step(self):
+        out = self.path("runs")
+        self.run_ok(["train"] + cc.overrides(self.FINITE, **{"run.out_dir": out, "train.batch": "all", "train.steps": "10",
+                                                             "optim.schedule_steps": "10", "train.checkpoint_every": "5"}))
+        with open(os.path.join(out, "default", "config.toml")) as f:
+            self.assertIn('batch = "all"', f.read())
+        with open(os.path.join(out, "default", "summary.json")) as f:
+            summary = json.load(f)
+        # tokens trained: 10 steps of all 100 sequences (copy of length 3..6: x SEP x minus one, 2n inputs)
+        with h5py.File(os.path.join(out, "default", "train_set.h5"), "r") as f:
+            per_epoch = int((f["lengths"][()] - 1).sum())
+        with h5py.File(cc.checkpoint_path(os.path.join(out, "default"), 10), "r") as f:
+            self.assertEqual(int(f["data/tokens"][0]), 10 * per_epoch)
+            self.assertEqual(f["data/train_position"][()].tolist(), [100])
+        self.assertEqual(summary["steps"], 10)
+
+
 class ConfigFileForms(cc.TempDirTest):
     """Files that must be accepted: a UTF-8 byte order mark, CRLF line endings."""
 

@@ -108,7 +108,10 @@ TEST_F(ConfigFiles, WrongTypes) {
 
 TEST_F(ConfigFiles, OutOfRangeValues) {
     EXPECT_EQ(load_error("[train]\nsteps = 0\n"), path_ + ":2:9: train.steps: must be >= 1, got 0");
-    EXPECT_EQ(load_error("[train]\nbatch = -4\n"), path_ + ":2:9: train.batch: must be >= 1, got -4");
+    EXPECT_EQ(load_error("[train]\nbatch = -4\n"), path_ + ":2:9: train.batch: must be >= 1, got -4 (or \"all\")");
+    EXPECT_EQ(load_error("[train]\nbatch = \"most\"\n"), path_ + ":2:9: train.batch: expected an integer or \"all\", got \"most\"");
+    EXPECT_EQ(load_error("[task]\nname = \"modular\"\nmodulus = 1\n"), path_ + ":3:11: task.modulus: must be in [2, 16777213], got 1");
+    EXPECT_EQ(load_error("[task]\ntrain_size = -1\n"), path_ + ":2:14: task.train_size: must be in [0, 4194304], got -1");
     EXPECT_EQ(load_error("[train]\nlog_every = 0\n"), path_ + ":2:13: train.log_every: must be >= 1, got 0");
     EXPECT_EQ(load_error("[model]\nwidth = 0\n"), path_ + ":2:9: model.width: must be >= 1, got 0");
     EXPECT_EQ(load_error("[model]\ndropout = 1.0\n"), path_ + ":2:11: model.dropout: must be in [0, 1), got 1");
@@ -162,6 +165,22 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\nvocab = 14\n"),
               path_ + ":1:1: task.vocab = 14, task.min_len = 3, task.max_len = 6, task.queries = 4: "
                       "recall needs distinct keys: max_len 6 pairs but only 5 key tokens in vocab 14");
+    // modular arithmetic and finite training sets
+    EXPECT_EQ(load_error("[task]\nname = \"modular\"\nmodulus = 97\n"),
+              path_ + ":1:1: task.vocab = 32, task.modulus = 97, task.op = \"+\": modular: vocab 32 cannot hold the numbers 0..96 "
+                      "and the 3 special tokens (needs at least 100)");
+    EXPECT_EQ(load_error("[task]\nname = \"modular\"\nmodulus = 21\nvocab = 24\nop = \"/\"\n"),
+              path_ + ":1:1: task.vocab = 24, task.modulus = 21, task.op = \"/\": modular: division needs a prime modulus "
+                      "(every b != 0 invertible), got 21");
+    EXPECT_EQ(load_error("[train]\nbatch = \"all\"\n"),
+              path_ + ":2:9: train.batch: \"all\" trains on the whole training set each step: set task.train_size (the set's size)");
+    EXPECT_EQ(load_error("[task]\nname = \"modular\"\nmodulus = 7\nvocab = 10\ntrain_size = 49\n"),
+              path_ + ":5:14: task.train_size: 49 leaves no held-out example: task \"modular\" with task.modulus = 7 has 49 (a, b) pairs");
+    EXPECT_EQ(load_error("[task]\nname = \"copy\"\ntrain_size = 100\npack = 64\n"),
+              path_ + ":3:14: task.train_size: a finite training set trains one example per row: set task.pack = 0, or task.train_size = 0");
+    EXPECT_EQ(load_error("[task]\ntrain_size = 100\n[train]\neval_lengths = [2, 4]\n"),
+              path_ + ":2:14: task.train_size: train.eval_lengths with a finite training set is not supported yet (the held-out "
+                      "examples at other lengths are not checked against the set): set one of them to 0");
     EXPECT_EQ(load_error("[optim]\nnesterov = true\n"),
               path_ + ":2:12: optim.nesterov: needs optim.name = \"sgd\" and optim.momentum > 0 (got \"adamw\", 0.9)");
 }
@@ -199,10 +218,19 @@ TEST_F(ConfigFiles, KeysNothingReadsAreRefused) {
               path_ + ":4:9: task.vocab: only used when task.alphabet is given with it (task.name = \"text\": the vocabulary is "
                       "the alphabet, read from task.path)");
     EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nmin_len = 2\n"),
-              path_ + ":4:11: task.min_len: only used when the task draws its sequences (the file's are read whole, the text's windows "
-                      "are task.max_len characters) (task.name = \"text\")");
+              path_ + ":4:11: task.min_len: only used when the task draws sequences of varying length (the file's are read whole, the "
+                      "text's windows are task.max_len characters, modular's are a b =) (task.name = \"text\")");
     EXPECT_EQ(load_error("[task]\nname = \"file\"\npath = \"t.h5\"\nmax_len = 9\n"),
-              path_ + ":4:11: task.max_len: only used when the task draws its sequences (the file's are read whole) (task.name = \"file\")");
+              path_ + ":4:11: task.max_len: only used when the task draws sequences of varying length (the file's are read whole, "
+                      "modular's are a b =) (task.name = \"file\")");
+    EXPECT_EQ(load_error("[task]\nname = \"modular\"\nvocab = 116\nmax_len = 9\n"),
+              path_ + ":4:11: task.max_len: only used when the task draws sequences of varying length (the file's are read whole, "
+                      "modular's are a b =) (task.name = \"modular\")");
+    EXPECT_EQ(load_error("[task]\nmodulus = 97\n"), path_ + ":2:11: task.modulus: only used when task.name = \"modular\" (task.name = \"recall\")");
+    EXPECT_EQ(load_error("[task]\nop = \"*\"\n"), path_ + ":2:6: task.op: only used when task.name = \"modular\" (task.name = \"recall\")");
+    EXPECT_EQ(load_error("[task]\nname = \"file\"\npath = \"t.h5\"\ntrain_size = 9\n"),
+              path_ + ":4:14: task.train_size: only used when the task draws its examples (a file's and a text's data are finite "
+                      "already) (task.name = \"file\")");
     EXPECT_EQ(load_error("[model]\nffn = 0\nactivation = \"relu\"\n"),
               path_ + ":3:14: model.activation: only used when model.ffn > 0 (model.ffn = 0: attention-only blocks)");
     EXPECT_EQ(load_error("[model]\nnorm = \"none\"\nnorm_type = \"rmsnorm\"\n"),
