@@ -220,12 +220,13 @@ Schedule parse_schedule(const std::string& name) {
     fail("schedule", "must be \"constant\", \"linear\" or \"cosine\", got \"" + name + "\"");
 }
 
-double scheduled_lr(double base_lr, Schedule schedule, long long step, long long warmup, long long total) {
+double scheduled_lr(double base_lr, Schedule schedule, long long step, long long warmup, long long total, double min_lr) {
     if (warmup > 0 && step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
     if (schedule == Schedule::constant || total <= warmup) return base_lr;
     const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
-    if (schedule == Schedule::linear) return base_lr * (1.0 - progress);
-    return base_lr * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+    // (grouped as before min_lr existed: with min_lr = 0 the same bits)
+    if (schedule == Schedule::linear) return min_lr + (base_lr - min_lr) * (1.0 - progress);
+    return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
 }  // namespace attnlab

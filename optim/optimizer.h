@@ -77,9 +77,11 @@ std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1 = 
 double clip_grad_norm(const NamedTensors& params, double max_norm);
 
 // Learning rate at a step: linear warm-up from 0 over `warmup` steps, then
-// constant, linear decay to 0, or cosine decay to 0 at `total` steps.
+// constant, or a linear or cosine decay from base_lr to min_lr at `total` steps
+// (min_lr after it): with p = (step - warmup) / (total - warmup) in [0, 1],
+// min_lr + (base_lr - min_lr) (1 - p), or min_lr + (base_lr - min_lr) (1 + cos(pi p)) / 2.
 enum class Schedule { constant, linear, cosine };
 Schedule parse_schedule(const std::string& name);  // "constant" | "linear" | "cosine"
-double scheduled_lr(double base_lr, Schedule schedule, long long step, long long warmup, long long total);
+double scheduled_lr(double base_lr, Schedule schedule, long long step, long long warmup, long long total, double min_lr = 0.0);
 
 }  // namespace attnlab

@@ -90,6 +90,9 @@ def read_metrics(path):
             config = {}
         train = read_group(f, "train", ["step", "loss", "lr", "grad_norm"])
         evaluation = read_group(f, "eval", ["step", "loss", "token_acc", "seq_acc"])
+        train_set = read_group(f, "eval_train", ["step", "loss", "token_acc", "seq_acc"])  # task.train_size only
+        if evaluation is not None and train_set is not None:
+            evaluation["train_set"] = train_set
         kinds = {}
         if "attention" in f:
             for kind in f["attention"]:
@@ -104,6 +107,8 @@ def title_of(config, run_dir):
     parts = [name]
     if task.get("name") == "file":
         parts.append(f"task file ({os.path.basename(task.get('path', ''))}, vocab {task.get('vocab')})")
+    elif task.get("name") == "modular":
+        parts.append(f"task modular (a {task.get('op')} b mod {task.get('modulus')})")
     elif task:
         what = "pairs" if task.get("name") == "recall" else "lengths"
         parts.append(f"task {task.get('name')} ({what} {task.get('min_len')}-{task.get('max_len')}, vocab {task.get('vocab')})")
@@ -118,6 +123,9 @@ def plot_loss(ax, train, evaluation):
         ax.plot(train["step"], train["loss"], label="train loss", color="tab:blue")
     if evaluation is not None and len(evaluation["step"]):
         ax.plot(evaluation["step"], evaluation["loss"], "o-", label="eval loss", color="tab:red", markersize=3)
+        if "train_set" in evaluation:  # a finite training set, evaluated as the held-out examples are
+            ax.plot(evaluation["train_set"]["step"], evaluation["train_set"]["loss"], "^-", label="train-set loss (eval)",
+                    color="tab:green", markersize=3)
     if ax.lines and all(np.all(line.get_ydata() > 0) for line in ax.lines):
         ax.set_yscale("log")
     ax.set_xlabel("step")
@@ -132,6 +140,9 @@ def plot_accuracy(ax, evaluation):
     if evaluation is not None and len(evaluation["step"]):
         ax.plot(evaluation["step"], evaluation["token_acc"], "o-", label="eval token accuracy", markersize=3)
         ax.plot(evaluation["step"], evaluation["seq_acc"], "s--", label="eval sequence accuracy", markersize=3)
+        if "train_set" in evaluation:
+            ax.plot(evaluation["train_set"]["step"], evaluation["train_set"]["token_acc"], "^-", label="train-set token accuracy",
+                    color="tab:green", markersize=3)
         ax.legend(loc="lower right")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("step")

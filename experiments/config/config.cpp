@@ -219,6 +219,9 @@ void check_rules(const Config& c) {
     if (model.positional == "rotary" && head_width % 2 != 0)
         fail_key("model.positional", "rotary positions rotate pairs of a head's features; the head width " +
                                          to_string(head_width) + " is odd (change model.width, model.heads or model.head_width)");
+    if (c.optim.min_lr > 0 && c.optim.min_lr >= c.optim.lr)
+        fail_key("optim.min_lr", config_schema::format_double(c.optim.min_lr) + " is not below optim.lr = " +
+                                     config_schema::format_double(c.optim.lr) + " (the decay goes from optim.lr down to it)");
     if (c.optim.nesterov && (c.optim.name != "sgd" || c.optim.momentum <= 0))
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");
@@ -324,6 +327,7 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
         {"optim.momentum", sgd, "optim.name = \"sgd\"", optim},
         {"optim.schedule_steps", c.optim.schedule != "constant", "optim.schedule = \"cosine\" or \"linear\"",
          is("optim.schedule", c.optim.schedule)},
+        {"optim.min_lr", c.optim.schedule != "constant", "optim.schedule = \"cosine\" or \"linear\"", is("optim.schedule", c.optim.schedule)},
     };
 }
 

@@ -118,6 +118,7 @@ struct Config {
         int64_t warmup = 100;
         std::string schedule = "cosine";  // cosine | linear | constant
         int64_t schedule_steps = 0;    // the step the schedule ends at (then its floor); 0 = train.steps
+        double min_lr = 0.0;           // the decay's floor (cosine, linear)
         double clip = 1.0;             // 0 = no clipping
         bool operator==(const Optim&) const = default;
     } optim;

@@ -361,6 +361,7 @@ std::vector<Field> make_fields() {
         choice(KEY(optim, schedule), {"cosine", "linear", "constant"}, "after warm-up: decay to 0 at the schedule's end, or constant"),
         integer(KEY(optim, schedule_steps), at_least(0), "the step the schedule ends at (its floor after it); 0 = train.steps, "
                                                            "so raising train.steps on resume stretches the schedule"),
+        number(KEY(optim, min_lr), non_negative(), "the floor the cosine or linear decay ends at (nanoGPT's min_lr), below optim.lr"),
         number(KEY(optim, clip), non_negative(), "largest global gradient norm; 0 = no clipping"),
     };
 }

@@ -185,7 +185,7 @@ int Trainer::run() {
             return 130;
         }
         const Batch batch = s.train_data->next(static_cast<size_t>(batch_size(c)));
-        const double lr = scheduled_lr(c.optim.lr, schedule, s.step, c.optim.warmup, schedule_horizon(c));
+        const double lr = scheduled_lr(c.optim.lr, schedule, s.step, c.optim.warmup, schedule_horizon(c), c.optim.min_lr);
         s.optimizer->lr = lr;
         const int64_t next = s.step + 1;
         const bool log_now = next % c.train.log_every == 0 || next == c.train.steps;

@@ -91,8 +91,8 @@ std::string schedule_change(const Config& saved, const Config& now, int64_t step
                   "the %s schedule now ends at step %lld instead of %lld, so the learning rate at step %lld goes from %.3g to %.3g; "
                   "to keep the old schedule (and its floor after step %lld), set optim.schedule_steps = %lld in config.toml",
                   now.optim.schedule.c_str(), static_cast<long long>(after), static_cast<long long>(before), static_cast<long long>(step),
-                  scheduled_lr(saved.optim.lr, schedule, step, saved.optim.warmup, before),
-                  scheduled_lr(now.optim.lr, schedule, step, now.optim.warmup, after), static_cast<long long>(before),
+                  scheduled_lr(saved.optim.lr, schedule, step, saved.optim.warmup, before, saved.optim.min_lr),
+                  scheduled_lr(now.optim.lr, schedule, step, now.optim.warmup, after, now.optim.min_lr), static_cast<long long>(before),
                   static_cast<long long>(before));
     return text;
 }

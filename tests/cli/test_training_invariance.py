@@ -10,6 +10,7 @@ initial draw, which changed every parameter that came after it.
 A resume that raises train.steps says in one line what the learning-rate
 schedule does, and optim.schedule_steps keeps the old schedule.
 """
+import math
 import os
 import sys
 
@@ -101,6 +102,19 @@ class TrainingInvariance(cc.TempDirTest):
         with h5py.File(os.path.join(kept, "metrics.h5"), "r") as f:
             lr = dict(zip(f["train/step"][()], f["train/lr"][()]))
         self.assertEqual(lr[45], 0.0)
+
+    def test_min_lr_is_the_decay_floor(self):
+        """optim.min_lr: the cosine decay ends there and stays; every rate between it and optim.lr after warm-up."""
+        run = self.train("floor", **{"train.steps": "40", "optim.warmup": "5", "optim.schedule_steps": "30",
+                                     "optim.lr": "0.002", "optim.min_lr": "0.0005"})
+        with h5py.File(os.path.join(run, "metrics.h5"), "r") as f:
+            lr = dict(zip(f["train/step"][()], f["train/lr"][()]))
+        self.assertEqual(lr[35], 0.0005)
+        self.assertEqual(lr[40], 0.0005)
+        for step in (10, 15, 20, 25):  # rates of steps 9, 14, ... (a row logs the rate its step used)
+            self.assertTrue(0.0005 < lr[step] < 0.002, (step, lr[step]))
+            expected = 0.0005 + 0.0015 * 0.5 * (1 + math.cos(math.pi * (step - 1 - 5) / 25))
+            self.assertAlmostEqual(lr[step], expected, places=12)
 
 
 if __name__ == "__main__":

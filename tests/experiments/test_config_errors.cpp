@@ -181,6 +181,10 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\ntrain_size = 100\n[train]\neval_lengths = [2, 4]\n"),
               path_ + ":2:14: task.train_size: train.eval_lengths with a finite training set is not supported yet (the held-out "
                       "examples at other lengths are not checked against the set): set one of them to 0");
+    EXPECT_EQ(load_error("[optim]\nmin_lr = 0.002\n"),
+              path_ + ":2:10: optim.min_lr: 0.002 is not below optim.lr = 0.001 (the decay goes from optim.lr down to it)");
+    EXPECT_EQ(load_error("[optim]\nschedule = \"constant\"\nmin_lr = 0.0001\n"),
+              path_ + ":3:10: optim.min_lr: only used when optim.schedule = \"cosine\" or \"linear\" (optim.schedule = \"constant\")");
     EXPECT_EQ(load_error("[optim]\nnesterov = true\n"),
               path_ + ":2:12: optim.nesterov: needs optim.name = \"sgd\" and optim.momentum > 0 (got \"adamw\", 0.9)");
 }

@@ -196,19 +196,20 @@ TEST(OptimTorch, ScheduledLrMatchesDocumentedFormulas) {
     std::unique_ptr<FixtureFile> file = open_fixtures();
     ASSERT_NE(file, nullptr);
     const std::vector<std::string> cases = {"constant_no_warmup", "constant_warmup", "linear_no_warmup",
-                                            "linear_warmup",      "cosine_no_warmup", "cosine_warmup"};
+                                            "linear_warmup",      "cosine_no_warmup", "cosine_warmup",
+                                            "linear_floor",       "cosine_floor"};
     for (const std::string& name : cases) {
         const std::string group = "schedules/" + name;
         ASSERT_TRUE(file->has(group)) << "the fixture file has no " << group << "; regenerate it. " << kHowToGenerate;
         const Schedule schedule = parse_schedule(file->attr_string(group, "schedule"));
-        const double base_lr = file->attr_double(group, "base_lr");
+        const double base_lr = file->attr_double(group, "base_lr"), min_lr = file->attr_double(group, "min_lr");
         const long long warmup = file->attr_int(group, "warmup"), total = file->attr_int(group, "total");
         const std::vector<long long> steps = file->integers(group + "/step");
         const std::vector<double> expected = file->tensor(group + "/lr", false, DType::f64).values();
         ASSERT_EQ(steps.size(), expected.size()) << group;
         double worst = 0.0;
         for (size_t i = 0; i < steps.size(); ++i) {
-            const double ours = scheduled_lr(base_lr, schedule, steps[i], warmup, total);
+            const double ours = scheduled_lr(base_lr, schedule, steps[i], warmup, total, min_lr);
             EXPECT_NEAR(ours, expected[i], kAbsTolerance64)
                 << group << " at step " << steps[i] << " (warmup " << warmup << ", total " << total << ")";
             worst = std::max(worst, std::abs(ours - expected[i]));

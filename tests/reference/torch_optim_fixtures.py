@@ -29,8 +29,9 @@ optim/optimizer.h, in float64, independently of the C++:
     step < warmup:            lr (step + 1) / warmup          (linear warm-up from 0)
     then, with p = min(1, (step - warmup) / (total - warmup)):
       constant                lr
-      linear                  lr (1 - p)                       (0 at step = total)
-      cosine                  lr (1 + cos(pi p)) / 2           (0 at step = total)
+      linear                  m + (lr - m) (1 - p)             (m at step = total)
+      cosine                  m + (lr - m) (1 + cos(pi p)) / 2 (m at step = total)
+    with m = min_lr (optim.min_lr, 0 by default).
 
 File layout:
 
@@ -47,7 +48,7 @@ File layout:
     <dtype>/total_norm                       () the norm torch returned (its dtype)
     <dtype>/{weight,bias}                    the gradients after clip_grad_norm_
   /schedules/<case>      attrs: schedule ("constant" | "linear" | "cosine"), base_lr,
-                                warmup, total
+                                warmup, total, min_lr
     step (N,) int64, lr (N,) float64
 """
 
@@ -91,6 +92,8 @@ SCHEDULE_CASES = [
     ("linear_warmup", "linear", 0.1, 3, 10),
     ("cosine_no_warmup", "cosine", 0.1, 0, 8),
     ("cosine_warmup", "cosine", 0.1, 4, 11),
+    ("linear_floor", "linear", 0.1, 2, 9, 0.02),   # optim.min_lr
+    ("cosine_floor", "cosine", 0.1, 3, 12, 0.01),
 ]
 
 
@@ -134,7 +137,7 @@ def run_clip(grads, max_norm, dtype):
     return total.detach().numpy(), {name: leaf.grad.numpy() for name, leaf in leaves.items()}
 
 
-def scheduled_lr(base_lr, schedule, step, warmup, total):
+def scheduled_lr(base_lr, schedule, step, warmup, total, min_lr=0.0):
     """optim/optimizer.h's documented schedule (see the module docstring)."""
     if step < warmup:
         return base_lr * (step + 1) / warmup
@@ -142,8 +145,8 @@ def scheduled_lr(base_lr, schedule, step, warmup, total):
         return base_lr
     progress = min(1.0, (step - warmup) / (total - warmup))
     if schedule == "linear":
-        return base_lr * (1.0 - progress)
-    return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return min_lr + (base_lr - min_lr) * (1.0 - progress)
+    return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def generate(path):
@@ -189,15 +192,17 @@ def generate(path):
             assert (norm > max_norm) == (name == "above"), f"clip/{name}: total norm {norm} vs max_norm {max_norm}"
             print(f"clip/{name}: total norm {norm:.4f}, max_norm {max_norm}")
 
-        for name, schedule, base_lr, warmup, total in SCHEDULE_CASES:
+        for name, schedule, base_lr, warmup, total, *floor in SCHEDULE_CASES:
+            min_lr = floor[0] if floor else 0.0
             grp = f.create_group(f"schedules/{name}")
             grp.attrs["schedule"] = np.bytes_(schedule)
             grp.attrs["base_lr"] = np.float64(base_lr)
+            grp.attrs["min_lr"] = np.float64(min_lr)
             grp.attrs["warmup"] = warmup
             grp.attrs["total"] = total
             steps = np.arange(total + 3, dtype=np.int64)
             grp["step"] = steps
-            grp["lr"] = np.array([scheduled_lr(base_lr, schedule, int(s), warmup, total) for s in steps],
+            grp["lr"] = np.array([scheduled_lr(base_lr, schedule, int(s), warmup, total, min_lr) for s in steps],
                                  dtype=np.float64)
         print(f"schedules: {len(SCHEDULE_CASES)} cases")
 
