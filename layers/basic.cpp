@@ -59,9 +59,9 @@ Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
     return x + slice(table, 0, offset, offset + T);  // (B,T,D) + (T,D)
 }
 
-LayerNorm::LayerNorm(size_t width, double eps_) : eps(eps_) {
+LayerNorm::LayerNorm(size_t width, double eps_, bool with_bias) : eps(eps_) {
     weight = register_parameter("weight", Tensor::ones({width}));
-    bias = register_parameter("bias", Tensor::zeros({width}));
+    if (with_bias) bias = register_parameter("bias", Tensor::zeros({width}));
     declare_hook_points({{"out", "batch pos d_model"}});
 }
 
@@ -105,10 +105,10 @@ Tensor ScaleNorm::frozen(const Tensor& component, const Tensor& stream) const {
     return component * inv_norm * weight.to(component.device());  // (..., D) * (1)
 }
 
-std::unique_ptr<NormLayer> make_norm(NormType type, size_t width) {
+std::unique_ptr<NormLayer> make_norm(NormType type, size_t width, bool bias) {
     if (type == NormType::rms) return std::make_unique<RMSNorm>(width);
     if (type == NormType::scale) return std::make_unique<ScaleNorm>(width);
-    return std::make_unique<LayerNorm>(width);
+    return std::make_unique<LayerNorm>(width, 1e-5, bias);
 }
 
 Tensor Dropout::forward(const Tensor& x) const {
@@ -117,8 +117,8 @@ Tensor Dropout::forward(const Tensor& x) const {
     return dropout(x, p, true, *rng);
 }
 
-FeedForward::FeedForward(size_t width, size_t hidden, Activation activation_, double dropout_p, Rng& init, Rng* dropout_rng)
-    : fc1(width, hidden, true, init), fc2(hidden, width, true, init), activation(activation_), drop(dropout_p, dropout_rng) {
+FeedForward::FeedForward(size_t width, size_t hidden, Activation activation_, double dropout_p, Rng& init, Rng* dropout_rng, bool bias)
+    : fc1(width, hidden, bias, init), fc2(hidden, width, bias, init), activation(activation_), drop(dropout_p, dropout_rng) {
     register_module("fc1", fc1);
     register_module("fc2", fc2);
     register_module("drop", drop);

@@ -75,13 +75,13 @@ public:
     Tensor weight;                                      // (D), ones; ScaleNorm's (1)
 };
 
-// (x - mean) / sqrt(var + eps) * weight + bias; bias zeros.
+// (x - mean) / sqrt(var + eps) * weight + bias; bias zeros, or none (model.norm_bias = false).
 class LayerNorm : public NormLayer {
 public:
-    explicit LayerNorm(size_t width, double eps = 1e-5);
+    explicit LayerNorm(size_t width, double eps = 1e-5, bool with_bias = true);
     Tensor forward(const Tensor& x) const override { return hook("out", layer_norm(x, weight, bias, eps)); }
     Tensor frozen(const Tensor& component, const Tensor& stream) const override;
-    Tensor bias;
+    Tensor bias;  // undefined without one
     double eps;
 };
 
@@ -104,7 +104,8 @@ public:
     double eps;
 };
 
-std::unique_ptr<NormLayer> make_norm(NormType type, size_t width);
+// `bias`: LayerNorm's (the other norms have none).
+std::unique_ptr<NormLayer> make_norm(NormType type, size_t width, bool bias = true);
 
 // Active only in training mode; draws from the Rng it was given (owned by the model).
 class Dropout : public Module {
@@ -118,11 +119,11 @@ public:
 enum class Activation { gelu, relu };
 const Choices<Activation>& activation_choices();  // "gelu" | "relu"
 
-// D -> F -> D: fc2(act(fc1(x))), then dropout.
+// D -> F -> D: fc2(act(fc1(x))), then dropout; fc1 and fc2 with biases or without.
 // Hook points: hidden (..., F) after the activation, out (..., D).
 class FeedForward : public Module {
 public:
-    FeedForward(size_t width, size_t hidden, Activation activation, double dropout, Rng& init, Rng* dropout_rng);
+    FeedForward(size_t width, size_t hidden, Activation activation, double dropout, Rng& init, Rng* dropout_rng, bool bias = true);
     Tensor forward(const Tensor& x) const;
     Linear fc1, fc2;
     Activation activation;

@@ -11,9 +11,9 @@ Norm parse_norm(const std::string& name) { return norm_choices().parse(name); }
 
 std::string to_string(Norm norm) { return norm_choices().name(norm); }
 
-Residual::Residual(Norm norm_, NormType norm_type, size_t width, double dropout, Rng* dropout_rng)
+Residual::Residual(Norm norm_, NormType norm_type, size_t width, double dropout, Rng* dropout_rng, bool norm_bias)
     : norm(norm_), drop(dropout, dropout_rng) {
-    if (norm != Norm::none) ln = make_norm(norm_type, width);
+    if (norm != Norm::none) ln = make_norm(norm_type, width, norm_bias);
     register_module("drop", drop);  // no parameters; follows train/eval
     // ln is registered by the owning block under its PyTorch-style name (ln1, ln2, ...)
 }
@@ -32,8 +32,8 @@ namespace {
 void add_feed_forward(Module& block, const BlockConfig& c, Rng& init, Rng* dropout_rng, std::unique_ptr<FeedForward>& ffn,
                       std::unique_ptr<Residual>& res2) {
     if (c.ffn == 0) return;
-    ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng);
-    res2 = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng);
+    ffn = std::make_unique<FeedForward>(c.attention.width, c.ffn, c.activation, 0.0, init, dropout_rng, c.ffn_bias);
+    res2 = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng, c.norm_bias);
     block.register_module("ffn", *ffn);
     if (res2->ln) block.register_module("ln2", *res2->ln);  // after its sublayer, as ln1 after attn
     block.register_module("res2", *res2);
@@ -42,7 +42,7 @@ void add_feed_forward(Module& block, const BlockConfig& c, Rng& init, Rng* dropo
 }  // namespace
 
 EncoderBlock::EncoderBlock(const BlockConfig& c, Rng& init, Rng* dropout_rng)
-    : attn(c.attention, init, dropout_rng), res1(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng) {
+    : attn(c.attention, init, dropout_rng), res1(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng, c.norm_bias) {
     register_module("attn", attn);
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
@@ -59,7 +59,7 @@ Tensor EncoderBlock::forward(const Tensor& x_in, const AttentionMask& mask) cons
 }
 
 DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init, Rng* dropout_rng)
-    : attn(c.attention, init, dropout_rng), res1(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng) {
+    : attn(c.attention, init, dropout_rng), res1(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng, c.norm_bias) {
     register_module("attn", attn);
     if (res1.ln) register_module("ln1", *res1.ln);
     register_module("res1", res1);
@@ -68,7 +68,7 @@ DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init
         cross.rotary_base = 0.0;  // positions of the target and the source are not comparable
         cross.variant = c.attention.variant.for_cross_attention();  // as ModelConfig::cross_mask
         cross_attn = std::make_unique<MultiHeadAttention>(cross, init, dropout_rng);
-        res_cross = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng);
+        res_cross = std::make_unique<Residual>(c.norm, c.norm_type, c.attention.width, c.dropout, dropout_rng, c.norm_bias);
         register_module("cross_attn", *cross_attn);
         if (res_cross->ln) register_module("ln_cross", *res_cross->ln);
         register_module("res_cross", *res_cross);

@@ -23,12 +23,14 @@ struct BlockConfig {
     Norm norm = Norm::pre;
     NormType norm_type = NormType::layer;  // LayerNorm or RMSNorm, wherever `norm` puts one
     double dropout = 0.0;       // on each sublayer's output (residual dropout)
+    bool ffn_bias = true;       // fc1's and fc2's biases
+    bool norm_bias = true;      // LayerNorm's bias (every norm of the model)
 };
 
 // One sublayer with its residual path and optional norm.
 class Residual : public Module {
 public:
-    Residual(Norm norm, NormType norm_type, size_t width, double dropout, Rng* dropout_rng);
+    Residual(Norm norm, NormType norm_type, size_t width, double dropout, Rng* dropout_rng, bool norm_bias = true);
     Tensor before(const Tensor& x) const;               // the sublayer's input
     Tensor after(const Tensor& x, const Tensor& y) const;  // combine input and sublayer output
     Norm norm;

@@ -132,10 +132,17 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
         register_module("blocks." + std::to_string(l), *blocks.back());
     }
     if (c.block.norm == Norm::pre) {  // post-norm blocks already end normalised
-        ln_f = make_norm(c.block.norm_type, c.block.attention.width);
+        ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias);
         register_module("ln_f", *ln_f);
     }
-    register_module("head", head);
+    if (c.tie_embeddings) {
+        // One tensor for both uses, whose gradients add: tok_emb.weight, starting from
+        // the head's draw U(+-1/sqrt(D)) (an N(0, 1) table would start the logits at std sqrt(D)).
+        tok_emb.weight.assign(head.weight);
+        head.weight = tok_emb.weight;
+    } else {
+        register_module("head", head);
+    }
     declare_hook_points({{"embed", "batch pos d_model"}, {"logits", "batch pos vocab"}});
 }
 
@@ -169,6 +176,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
       tgt_pos_emb(c.positional, c.max_len, c.block.attention.width, init),
       emb_drop(c.embedding_dropout, dropout_rng),
       head(c.block.attention.width, c.vocab, false, init) {
+    if (c.tie_embeddings) fail("model", "tied embeddings are for decoder-only models");
     register_module("src_emb", src_emb);
     register_module("tgt_emb", tgt_emb);
     register_module("src_pos_emb", src_pos_emb);
@@ -183,8 +191,8 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
         register_module("decoder." + std::to_string(l), *decoder.back());
     }
     if (c.block.norm == Norm::pre) {
-        enc_ln_f = make_norm(c.block.norm_type, c.block.attention.width);
-        dec_ln_f = make_norm(c.block.norm_type, c.block.attention.width);
+        enc_ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias);
+        dec_ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias);
         register_module("enc_ln_f", *enc_ln_f);
         register_module("dec_ln_f", *dec_ln_f);
     }

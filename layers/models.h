@@ -18,6 +18,9 @@ struct ModelConfig {
     double rotary_base = 10000.0;   // positional = rotary: the frequencies' base
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
+    // Decoder-only: the output head's matrix is the token embedding's (Press & Wolf
+    // 2017, GPT-2, nanoGPT): one parameter, tok_emb.weight, and no head.weight.
+    bool tie_embeddings = false;
     AttentionVariant variant;           // every attention's rules and score modifiers (autograd/variant.h)
     bool alibi() const { return positional == Positional::alibi; }  // the self-attention masks' variant.alibi
     // The masks the model runs each attention under, the one definition that
@@ -57,6 +60,8 @@ public:
     Tensor forward_cached(const Indices& tokens, DecoderCache& cache) const;
     // The norm before the output head (pre-norm blocks), or null.
     const NormLayer* final_norm() const { return ln_f.get(); }
+    // The parameter that holds the unembedding W_U (V, D): head.weight, or tok_emb.weight when tied.
+    std::string unembedding_name() const { return config.tie_embeddings ? "tok_emb.weight" : "head.weight"; }
 
     ModelConfig config;
     Embedding tok_emb;

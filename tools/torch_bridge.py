@@ -15,7 +15,8 @@ sinusoidal | none | rotary (RoPE on q and k of self-attention, split halves as
 Hugging Face's rotate_half: pair (c, c + d_h/2) turns by p base^(-2c/d_h),
 model.rotary_base) | alibi (self-attention scores + -m_h |p_q - p_k|, the
 slopes of Press et al. 2022: alibi_slopes), ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
-bias on | off, kv_heads (grouped K/V: query head h reads K/V head
+bias on | off (the attention projections'), ffn_bias and norm_bias (the feed-forward layers' and
+LayerNorm's), tie_embeddings (the head reads tok_emb.weight), kv_heads (grouped K/V: query head h reads K/V head
 h // (heads / kv_heads), i.e. repeat_interleave), head_width, scale sqrt | none
 | linear | a number. LayerNorm and RMSNorm eps is 1e-5. Sequences are right-padded; keys at
 positions >= length are ineligible, decoder self-attention is also causal.
@@ -155,7 +156,10 @@ class Arch:
             self.norm_type = m.get("norm_type", "layernorm")
             self.positional = m["positional"]
             self.activation = m.get("activation", "gelu")
-            self.bias = bool(m.get("bias", True))
+            self.bias = bool(m.get("bias", True))  # the attention projections'
+            self.ffn_bias = bool(m.get("ffn_bias", True))  # fc1's and fc2's
+            self.norm_bias = bool(m.get("norm_bias", True))  # LayerNorm's
+            self.tie_embeddings = bool(m.get("tie_embeddings", False))  # decoder: head = tok_emb.weight
             self.scale = resolve_scale(m.get("scale", "sqrt"), self.head_width)
             self.rotary_base = float(m.get("rotary_base", 10000.0)) if self.positional == "rotary" else 0.0
             self.softcap = float(m.get("softcap", 0.0))
@@ -405,8 +409,8 @@ class Attention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, a):
         super().__init__()
-        self.fc1 = nn.Linear(a.width, a.ffn)
-        self.fc2 = nn.Linear(a.ffn, a.width)
+        self.fc1 = nn.Linear(a.width, a.ffn, bias=a.ffn_bias)
+        self.fc2 = nn.Linear(a.ffn, a.width, bias=a.ffn_bias)
         self.activation = a.activation
 
     def forward(self, x):
@@ -438,17 +442,30 @@ class ScaleNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + self.eps) * self.weight
 
 
+class LayerNormNoBias(nn.Module):
+    """(x - mean) / sqrt(var + eps) * weight, no bias (model.norm_bias = false; torch 1.13's nn.LayerNorm has
+    no bias=False)."""
+
+    def __init__(self, width, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, None, self.eps)
+
+
 # model.norm_type -> the norm of that width, as attnlab's make_norm (layers/basic.cpp)
 NORMS = {
-    "layernorm": lambda width: nn.LayerNorm(width, eps=1e-5),
-    "rmsnorm": lambda width: RMSNorm(width, eps=1e-5),
-    "scalenorm": lambda width: ScaleNorm(width, eps=1e-5),
+    "layernorm": lambda width, bias=True: nn.LayerNorm(width, eps=1e-5) if bias else LayerNormNoBias(width, eps=1e-5),
+    "rmsnorm": lambda width, bias=True: RMSNorm(width, eps=1e-5),
+    "scalenorm": lambda width, bias=True: ScaleNorm(width, eps=1e-5),
 }
 
 
 def make_norm(a):
-    """The norm model.norm_type names, as attnlab's make_norm."""
-    return NORMS[a.norm_type](a.width)
+    """The norm model.norm_type names, as attnlab's make_norm (model.norm_bias: LayerNorm's bias)."""
+    return NORMS[a.norm_type](a.width, a.norm_bias)
 
 
 def sublayer(norm, ln, x, f):
@@ -501,7 +518,8 @@ class DecoderLM(nn.Module):
         self.pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.blocks = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
         self.ln_f = make_norm(a) if a.norm == "pre" else None
-        self.head = nn.Linear(a.width, a.vocab, bias=False)
+        # tied: no head of its own; the logits read tok_emb.weight (one parameter, as attnlab's)
+        self.head = None if a.tie_embeddings else nn.Linear(a.width, a.vocab, bias=False)
 
     def forward(self, tokens, lengths):
         """tokens (B, T), lengths (B) -> logits (B, T, V), {"self": [weights per layer]}, {"decoder": [hidden]}"""
@@ -514,7 +532,8 @@ class DecoderLM(nn.Module):
             hidden.append(x)
         if self.ln_f is not None:
             x = self.ln_f(x)
-        return self.head(x), {"self": weights["self"]}, {"decoder": hidden}
+        logits = F.linear(x, self.tok_emb.weight) if self.head is None else self.head(x)
+        return logits, {"self": weights["self"]}, {"decoder": hidden}
 
 
 class EncoderDecoder(nn.Module):

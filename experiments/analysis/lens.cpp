@@ -41,7 +41,7 @@ void attribute_logits(const TaskModel& model, const Hooks& pass, bool has_ffn, L
     r.attribution = true;
     const NormLayer* final_norm = lm.final_norm();  // pre-norm: ln_f; no norm: none
     const Tensor stream = pass.last(block(L - 1) + "resid_post");                     // (B, T, D)
-    const Tensor unembed_rows = embedding(parameter(model, "head.weight").to(Device::cpu),
+    const Tensor unembed_rows = embedding(parameter(model, lm.unembedding_name()).to(Device::cpu),
                                           Indices({B, T}, r.targets));                  // (B, T, D): W_U[target]
     auto normed = [&](const Tensor& component) { return final_norm ? final_norm->frozen(component, stream) : component; };
     // the logit a component (B, T, D) adds at each position, (B * T) values

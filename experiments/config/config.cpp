@@ -321,6 +321,11 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
         {"model.rotary_base", c.model.positional == "rotary", "model.positional = \"rotary\"", is("model.positional", c.model.positional)},
         {"model.norm_type", c.model.norm != "none", "model.norm = \"pre\" or \"post\"", is("model.norm", c.model.norm)},
         {"model.activation", c.model.ffn > 0, "model.ffn > 0", "model.ffn = 0: attention-only blocks"},
+        {"model.ffn_bias", c.model.ffn > 0, "model.ffn > 0", "model.ffn = 0: attention-only blocks"},
+        {"model.norm_bias", c.model.norm != "none" && c.model.norm_type == "layernorm", "LayerNorms are placed (model.norm "
+                                                                                         "\"pre\" or \"post\", model.norm_type = \"layernorm\")",
+         c.model.norm == "none" ? is("model.norm", c.model.norm) : is("model.norm_type", c.model.norm_type)},
+        {"model.tie_embeddings", c.model.kind == "decoder", "model.kind = \"decoder\"", is("model.kind", c.model.kind)},
         {"train.micro_batches", c.train.reduce == "deterministic", "train.reduce = \"deterministic\"", is("train.reduce", c.train.reduce)},
         {"optim.betas", adam, "optim.name = \"adamw\" or \"adam\"", optim},
         {"optim.eps", adam, "optim.name = \"adamw\" or \"adam\"", optim},

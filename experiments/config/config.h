@@ -77,7 +77,10 @@ struct Config {
         std::string masked_rows = "error";   // error | zero
         double dropout = 0.0;
         double attn_dropout = 0.0;
-        bool bias = true;
+        bool bias = true;              // the attention projections'
+        bool ffn_bias = true;          // the feed-forward layers'
+        bool norm_bias = true;         // LayerNorm's
+        bool tie_embeddings = false;   // decoder: the output head is the token embedding
         std::string activation = "gelu";     // gelu | relu
         int64_t max_len = 0;           // 0 = the task's longest sequence
         AttentionVariant variant;          // the score modifiers, each a key model.<field> (autograd/variant.h)

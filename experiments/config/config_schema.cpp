@@ -331,6 +331,9 @@ std::vector<Field> make_fields() {
         number(KEY(model, dropout), fraction, "dropout on embeddings and sublayer outputs"),
         number(KEY(model, attn_dropout), fraction, "dropout on attention weights"),
         boolean(KEY(model, bias), "biases in the attention projections"),
+        boolean(KEY(model, ffn_bias), "biases in the feed-forward layers (fc1, fc2)"),
+        boolean(KEY(model, norm_bias), "LayerNorm's bias (every LayerNorm of the model; nanoGPT's bias = False sets all three off)"),
+        boolean(KEY(model, tie_embeddings), "decoder: the output head's matrix is the token embedding's (one parameter, tok_emb.weight)"),
         choice(KEY(model, activation), activation_choices().names(), "feed-forward activation"),
         integer(KEY(model, max_len), at_least(0), "positions the model covers; 0 = the task's longest sequence"),
 

@@ -32,6 +32,9 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.norm = parse_norm(c.model.norm);
     b.norm_type = parse_norm_type(c.model.norm_type);
     b.dropout = c.model.dropout;
+    b.ffn_bias = c.model.ffn_bias;
+    b.norm_bias = c.model.norm_bias;
+    m.tie_embeddings = c.model.tie_embeddings;
     m.variant = c.model.variant;
     return m;
 }

@@ -77,8 +77,8 @@ class InspectAndBridge(cc.TempDirTest):
             self.assertEqual(a["config"], config_text)
             layers, heads, kind = int(a["layers"]), int(a["heads"]), a["kind"]
             enc_dec = kind == "encoder-decoder"
-            vocab = params["head.weight"].shape[0]
-            width = params["head.weight"].shape[1]
+            vocab = params["tok_emb.weight" if "head.weight" not in params else "head.weight"].shape[0]
+            width = params["tok_emb.weight" if "head.weight" not in params else "head.weight"].shape[1]
             dec_tokens = "tgt" if enc_dec else "tokens"
             tokens, lengths = f[dec_tokens][()], f[lengths_name(dec_tokens)][()]
             self.assertEqual(tokens.dtype, np.int32)
@@ -243,6 +243,17 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder ffn 0, norm none, no positions, kv_heads 1, scale linear, no bias",
                            model__ffn=0, model__norm="none", model__positional="none", model__heads=4,
                            model__kv_heads=1, model__scale="linear", model__bias="false", model__layers=2)
+
+    def test_decoder_nanogpt_biases_and_tied_embeddings(self):
+        # nanoGPT's bias = False and weight tying: no bias anywhere, head = tok_emb.weight
+        checkpoint, _ = self.check_variant("decoder tied, no biases (nanoGPT)", model__bias="false", model__ffn_bias="false",
+                                           model__norm_bias="false", model__tie_embeddings="true", model__layers=2)
+        with h5py.File(checkpoint, "r") as f:
+            names = list(f["params"])
+        self.assertNotIn("head.weight", names)
+        self.assertFalse([n for n in names if n.endswith(".bias")], names)
+        self.check_variant("decoder post, tied, no LayerNorm bias", model__norm="post", model__norm_bias="false",
+                           model__tie_embeddings="true")
 
     def test_decoder_head_width_scale_number(self):
         self.check_variant("decoder head_width 6, kv_heads 2, scale 0.3", model__heads=4, model__kv_heads=2,

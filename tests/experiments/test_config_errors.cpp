@@ -90,7 +90,7 @@ TEST_F(ConfigFiles, UnknownKeysSuggestTheNearest) {
     EXPECT_EQ(load_error("[trian]\n"), path_ + ":1:2: unknown section trian (did you mean train?)");
     EXPECT_EQ(load_error("[model]\nxyzzy = 1\n"),
               path_ + ":2:1: unknown key model.xyzzy (model keys: kind, layers, width, heads, kv_heads, head_width, ffn, norm, norm_type, "
-                      "positional, rotary_base, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, activation, max_len)");
+                      "positional, rotary_base, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, ffn_bias, norm_bias, tie_embeddings, activation, max_len)");
     // the first error in file order, not in toml++'s sorted order
     EXPECT_EQ(load_error("[run]\nzzz = 1\naaa = 2\n"), path_ + ":2:1: unknown key run.zzz (run keys: name, seed, out_dir)");
 }
@@ -235,6 +235,13 @@ TEST_F(ConfigFiles, KeysNothingReadsAreRefused) {
     EXPECT_EQ(load_error("[task]\nname = \"file\"\npath = \"t.h5\"\ntrain_size = 9\n"),
               path_ + ":4:14: task.train_size: only used when the task draws its examples (a file's and a text's data are finite "
                       "already) (task.name = \"file\")");
+    EXPECT_EQ(load_error("[model]\nffn = 0\nffn_bias = false\n"),
+              path_ + ":3:12: model.ffn_bias: only used when model.ffn > 0 (model.ffn = 0: attention-only blocks)");
+    EXPECT_EQ(load_error("[model]\nnorm_type = \"rmsnorm\"\nnorm_bias = false\n"),
+              path_ + ":3:13: model.norm_bias: only used when LayerNorms are placed (model.norm \"pre\" or \"post\", "
+                      "model.norm_type = \"layernorm\") (model.norm_type = \"rmsnorm\")");
+    EXPECT_EQ(load_error("[task]\nname = \"translate\"\n[model]\nkind = \"encoder-decoder\"\ntie_embeddings = true\n"),
+              path_ + ":5:18: model.tie_embeddings: only used when model.kind = \"decoder\" (model.kind = \"encoder-decoder\")");
     EXPECT_EQ(load_error("[model]\nffn = 0\nactivation = \"relu\"\n"),
               path_ + ":3:14: model.activation: only used when model.ffn > 0 (model.ffn = 0: attention-only blocks)");
     EXPECT_EQ(load_error("[model]\nnorm = \"none\"\nnorm_type = \"rmsnorm\"\n"),

@@ -153,5 +153,36 @@ TEST(LayerGradcheck, DecoderBlockCachedPath) {
                    }});
 }
 
+
+// nanoGPT's choices: no bias anywhere and the output head tied to the token
+// embedding. The one tensor's gradient is the sum of its two uses (the lookup
+// and the logits), checked by perturbing it; no head.weight and no bias exists.
+TEST(LayerGradcheck, DecoderLMTiedEmbeddingsWithoutBiases) {
+    for (const Norm norm : {Norm::pre, Norm::post}) {
+        ModelConfig c;
+        c.vocab = 7;
+        c.layers = 1;
+        c.max_len = 4;
+        c.block = block_config(norm, 8);
+        c.block.attention.bias = c.block.ffn_bias = c.block.norm_bias = false;
+        c.tie_embeddings = true;
+        Rng init(16);
+        DecoderLM model(c, init, nullptr);
+        model.to(DType::f64);
+        model.eval();
+        NamedTensors named = model.named_parameters();
+        std::vector<Tensor> params;
+        for (const auto& [name, p] : named) {
+            EXPECT_NE(name, "head.weight");
+            EXPECT_EQ(name.find(".bias"), std::string::npos) << name;
+            params.push_back(p);
+        }
+        EXPECT_EQ(named.front().first, "tok_emb.weight");
+        const Indices tokens({2, 3}, {3, 1, 6, 2, 5, 5});
+        expect_passes({"DecoderLM", std::string("tied, no biases, norm ") + to_string(norm), params,
+                                                [&](const std::vector<Tensor>&) { return model.forward(tokens, {3, 2}); }});
+    }
+}
+
 }  // namespace
 }  // namespace attnlab
