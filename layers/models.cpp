@@ -1,5 +1,7 @@
 #include "layers/models.h"
 
+#include <cmath>
+
 namespace attnlab {
 
 namespace {
@@ -93,7 +95,29 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
     return final_norm ? final_norm->forward(x) : x;
 }
 
+// Init::gpt2 over a model whose parameters are drawn (see Init): each drawn again
+// in registration order, from the model's own init generator.
+void gpt2_init(Module& model, Rng& init, size_t layers) {
+    const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layers));
+    auto ends_with = [](const std::string& name, const std::string& end) {
+        return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
+    };
+    for (auto& [name, p] : model.named_parameters()) {
+        if (ends_with(name, ".bias")) {
+            p.assign(Tensor::zeros(p.shape()));
+        } else if (p.dim() == 2 && !ends_with(name, "rel_bias")) {  // T5's bias table stays as drawn (zeros)
+            const bool residual = ends_with(name, "out_proj.weight") || ends_with(name, "fc2.weight");
+            p.assign(init.normal(p.shape(), 0.0, residual ? residual_std : 0.02));
+        }
+    }
+}
+
 }  // namespace
+
+const Choices<Init>& init_choices() {
+    static const Choices<Init> choices{"init", "", {{Init::torch, "torch"}, {Init::gpt2, "gpt2"}}};
+    return choices;
+}
 
 AttentionMask ModelConfig::self_mask(const Indices& tokens, const std::vector<size_t>& lengths) const {
     AttentionVariant self = variant;
@@ -143,6 +167,7 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
     } else {
         register_module("head", head);
     }
+    if (c.init == Init::gpt2) gpt2_init(*this, init, c.layers);
     declare_hook_points({{"embed", "batch pos d_model"}, {"logits", "batch pos vocab"}});
 }
 
@@ -197,6 +222,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
         register_module("dec_ln_f", *dec_ln_f);
     }
     register_module("head", head);
+    if (c.init == Init::gpt2) gpt2_init(*this, init, 2 * c.layers);  // the residual streams of both stacks
     declare_hook_points({{"src_embed", "batch pos d_model"}, {"memory", "batch pos d_model"}, {"tgt_embed", "batch pos d_model"},
                          {"logits", "batch pos vocab"}});
 }

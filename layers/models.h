@@ -10,6 +10,14 @@
 
 namespace attnlab {
 
+// How the parameters start. torch: each layer as its PyTorch default (Linear
+// U(+-1/sqrt(in)), Embedding and learned positions N(0, 1), norms ones and zeros).
+// gpt2: GPT-2's and nanoGPT's scheme: every matrix (embeddings, positions and
+// Linear weights) N(0, 0.02), the residual stream's output projections
+// (attn.out_proj, ffn.fc2) N(0, 0.02 / sqrt(2 L)), biases 0, norms as torch.
+enum class Init { torch, gpt2 };
+const Choices<Init>& init_choices();  // "torch" | "gpt2"
+
 struct ModelConfig {
     size_t vocab = 0;
     size_t layers = 1;
@@ -21,6 +29,7 @@ struct ModelConfig {
     // Decoder-only: the output head's matrix is the token embedding's (Press & Wolf
     // 2017, GPT-2, nanoGPT): one parameter, tok_emb.weight, and no head.weight.
     bool tie_embeddings = false;
+    Init init = Init::torch;
     AttentionVariant variant;           // every attention's rules and score modifiers (autograd/variant.h)
     bool alibi() const { return positional == Positional::alibi; }  // the self-attention masks' variant.alibi
     // The masks the model runs each attention under, the one definition that

@@ -35,6 +35,7 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.ffn_bias = c.model.ffn_bias;
     b.norm_bias = c.model.norm_bias;
     m.tie_embeddings = c.model.tie_embeddings;
+    m.init = init_choices().parse(c.model.init);
     m.variant = c.model.variant;
     return m;
 }

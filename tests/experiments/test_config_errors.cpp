@@ -90,7 +90,7 @@ TEST_F(ConfigFiles, UnknownKeysSuggestTheNearest) {
     EXPECT_EQ(load_error("[trian]\n"), path_ + ":1:2: unknown section trian (did you mean train?)");
     EXPECT_EQ(load_error("[model]\nxyzzy = 1\n"),
               path_ + ":2:1: unknown key model.xyzzy (model keys: kind, layers, width, heads, kv_heads, head_width, ffn, norm, norm_type, "
-                      "positional, rotary_base, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, ffn_bias, norm_bias, tie_embeddings, activation, max_len)");
+                      "positional, rotary_base, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, ffn_bias, norm_bias, init, tie_embeddings, activation, max_len)");
     // the first error in file order, not in toml++'s sorted order
     EXPECT_EQ(load_error("[run]\nzzz = 1\naaa = 2\n"), path_ + ":2:1: unknown key run.zzz (run keys: name, seed, out_dir)");
 }
