@@ -1,6 +1,7 @@
 #include "data/tasks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "autograd/variant.h"
@@ -39,11 +40,20 @@ void check_modular(const TaskConfig& c) {
 }
 
 void check_config(const TaskConfig& c) {
-    static const std::vector<std::string> names = {"copy", "reverse", "sort", "recall", "induction", "translate", "modular"};
+    static const std::vector<std::string> names = {"copy", "reverse", "sort", "recall", "induction", "translate", "modular", "mqar"};
     if (std::find(names.begin(), names.end(), c.name) == names.end())
-        fail("task", "unknown task \"" + c.name + "\" (copy, reverse, sort, recall, induction, translate, modular)");
+        fail("task", "unknown task \"" + c.name + "\" (copy, reverse, sort, recall, induction, translate, modular, mqar)");
     if (c.vocab < kFirstContent + 2) fail("task", "vocab " + std::to_string(c.vocab) + " leaves fewer than 2 content tokens");
     if (c.name == "modular") return check_modular(c);
+    if (c.name == "mqar") {
+        const size_t content = c.vocab - kFirstContent, n = c.max_len;
+        if (n > content / 2 || n > content - content / 2)
+            fail("task", "mqar needs distinct keys and values: max_len " + std::to_string(n) + " pairs but only " +
+                             std::to_string(content / 2) + " key tokens in vocab " + std::to_string(c.vocab));
+        if (c.seq_len % 2 != 0 || c.seq_len < 4 * n)
+            fail("task", "mqar: seq_len " + std::to_string(c.seq_len) + " must be even and at least 4 x max_len = " +
+                             std::to_string(4 * n) + " (the pairs, and a query slot for each)");
+    }
     if (c.min_len < 1 || c.min_len > c.max_len)
         fail("task", "lengths must satisfy 1 <= min_len <= max_len, got " + std::to_string(c.min_len) + " and " + std::to_string(c.max_len));
     if (c.name == "recall") {
@@ -77,6 +87,7 @@ size_t TaskGenerator::max_sequence_length() const {
     if (config_.name == "induction") return 2 * n - 1;
     if (config_.name == "translate") return n + 1;
     if (config_.name == "modular") return 3;  // a b SEP
+    if (config_.name == "mqar") return config_.seq_len;
     return 2 * n;  // x SEP y minus the last token
 }
 
@@ -93,6 +104,7 @@ TaskGenerator::Example TaskGenerator::make_example() {
         auto number = [](int64_t n) { return static_cast<int32_t>(kFirstContent + n); };
         return Example{{number(a), number(b), kSep, number(answer)}, {0, 0, 1}, {}};
     }
+    if (c.name == "mqar") return make_mqar_example();
     const auto n = static_cast<size_t>(rng_.integer(static_cast<int64_t>(c.min_len), static_cast<int64_t>(c.max_len) + 1));
     auto token = [&] { return static_cast<int32_t>(rng_.integer(kFirstContent, static_cast<int64_t>(c.vocab))); };
     Example ex;
@@ -143,6 +155,43 @@ TaskGenerator::Example TaskGenerator::make_example() {
         for (size_t i = n; i-- > 0;) seq.push_back(translate_token(ex.src[i]));
         seq.push_back(kSep);
         ex.counts.assign(seq.size(), 1);
+    }
+    return ex;
+}
+
+TaskGenerator::Example TaskGenerator::make_mqar_example() {
+    const TaskConfig& c = config_;
+    const size_t n = c.max_len, S = c.seq_len, half = (c.vocab - kFirstContent) / 2;
+    // the first n of a shuffle of [first, first + count): distinct tokens
+    auto distinct = [&](int32_t first, size_t count) {
+        std::vector<int32_t> pool(count);
+        std::iota(pool.begin(), pool.end(), first);
+        for (size_t i = 0; i < n; ++i) std::swap(pool[i], pool[static_cast<size_t>(rng_.integer(static_cast<int64_t>(i), static_cast<int64_t>(count)))]);
+        return std::vector<int32_t>(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(n));
+    };
+    const std::vector<int32_t> keys = distinct(kFirstContent, half);
+    const std::vector<int32_t> values = distinct(static_cast<int32_t>(kFirstContent + half), c.vocab - kFirstContent - half);
+    Example ex;
+    for (size_t i = 0; i < n; ++i) ex.seq.insert(ex.seq.end(), {keys[i], values[i]});
+    for (size_t t = 0; t < S - 2 * n + 1; ++t) ex.seq.push_back(static_cast<int32_t>(rng_.integer(kFirstContent, static_cast<int64_t>(c.vocab))));
+    ex.counts.assign(S, 0);
+    // the query slots g in [0, space), n of them without replacement, weight (g+1)^(a-1)
+    constexpr double a = 0.01;
+    const size_t space = (S - 2 * n) / 2;
+    std::vector<double> weight(space);
+    for (size_t g = 0; g < space; ++g) weight[g] = std::pow(static_cast<double>(g + 1), a - 1.0);
+    for (size_t i = 0; i < n; ++i) {
+        double total = 0;
+        for (double w : weight) total += w;
+        double pick = rng_.uniform() * total;
+        size_t g = 0;
+        while (g + 1 < space && (weight[g] == 0 || pick >= weight[g])) pick -= weight[g++];
+        while (weight[g] == 0) --g;  // rounding past the end: the last slot still free
+        weight[g] = 0;
+        const size_t at = 2 * n + 2 * g;
+        ex.seq[at] = keys[i];
+        ex.seq[at + 1] = values[i];
+        ex.counts[at] = 1;  // the query's position predicts the value
     }
     return ex;
 }

@@ -18,6 +18,16 @@
 //   translate  encoder-decoder: src = x, target = map(reverse(x)) SEP, with a
 //              fixed permutation `map` of the content tokens; the decoder input
 //              is the target shifted right behind <BOS>   counts: every target token
+//   mqar       multi-query associative recall in Zoology's parameterisation (Arora
+//              et al. 2023): S = task.seq_len inputs; k1 v1 .. kn vn (n = max_len
+//              pairs, keys distinct from the first half of the content tokens,
+//              values distinct from the second), then S - 2n + 1 random content
+//              tokens in which each key is asked once, at even offset 2g from the
+//              pairs' end, g drawn without replacement with weight (g+1)^(a-1),
+//              a = 0.01 (queries cluster near the pairs), followed by its value
+//              counts: the value after each query (Zoology labels the query's position
+//              with it and leaves the next token random; here the next token IS the
+//              value, which the causal model has not seen when it predicts it)
 //   modular    a b SEP c  with c = a op b (mod p), op one of + - * / (Nanda et
 //              al. 2023's grokking task; number n is token 3 + n, SEP plays "=";
 //              for / the modulus is prime, b != 0 and c = a b^-1)   counts: c
@@ -44,6 +54,7 @@ struct TaskConfig {
     size_t queries = 4;      // recall: queries per sequence
     size_t pack = 0;         // input positions of a packed row (decoder-only tasks); 0 = one example per row
     size_t modulus = 113;    // modular: p, the numbers 0 .. p-1 (vocab >= p + 3)
+    size_t seq_len = 64;     // mqar: input positions S (pairs: max_len)
     std::string op = "+";    // modular: + - * /
 };
 
@@ -104,6 +115,7 @@ public:
 
 private:
     Batch next_packed(size_t batch_size);
+    Example make_mqar_example();
     size_t packed_row() const;  // a packed row's input positions: task.pack, or more if an example needs them
 
     TaskConfig config_;

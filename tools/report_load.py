@@ -22,7 +22,7 @@ ATTENTION_FIELDS = ["step", "entropy", "entropy_norm", "masked_mass", "masked_ma
 # The generated tasks' special tokens (data/tasks.h); a token file's ids and a
 # text model's characters have none.
 SPECIAL_TOKENS = {0: "<PAD>", 1: "<SEP>", 2: "<BOS>"}
-GENERATED_TASKS = {"copy", "reverse", "sort", "recall", "induction", "translate"}
+GENERATED_TASKS = {"copy", "reverse", "sort", "recall", "induction", "translate", "modular", "mqar"}
 # Characters that would be invisible or break a label, shown as escapes.
 VISIBLE = {" ": "\u2423", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 

@@ -267,6 +267,9 @@ void check_rules(const Config& c) {
         const std::string sizes = task.name == "modular"
                                       ? "task.vocab = " + to_string(task.vocab) + ", task.modulus = " + to_string(task.modulus) +
                                             ", task.op = \"" + task.op + "\""
+                                  : task.name == "mqar"
+                                      ? "task.vocab = " + to_string(task.vocab) + ", task.max_len = " + to_string(task.max_len) +
+                                            ", task.seq_len = " + to_string(task.seq_len)
                                       : "task.vocab = " + to_string(task.vocab) + ", task.min_len = " + to_string(task.min_len) +
                                             ", task.max_len = " + to_string(task.max_len) + ", task.queries = " + to_string(task.queries);
         throw ConfigError("task", sizes + ": " + problem);
@@ -299,18 +302,20 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
     const bool file = c.task.name == "file", text = c.task.name == "text";
     const bool adam = c.optim.name == "adam" || c.optim.name == "adamw", sgd = c.optim.name == "sgd";
     const bool prefix_tasks = c.task.name == "copy" || c.task.name == "reverse" || c.task.name == "sort" || c.task.name == "recall";
-    const bool modular = c.task.name == "modular";
+    const bool modular = c.task.name == "modular", mqar = c.task.name == "mqar";
     return {
         {"task.path", file || text, "task.name = \"file\" or \"text\"", task},
         {"task.alphabet", text, "task.name = \"text\"", task},
         // a text model's vocabulary is its alphabet, read from task.path; both given must agree (check_text_alphabet)
         {"task.vocab", !text || !c.task.alphabet.empty(), "task.alphabet is given with it",
          task + ": the vocabulary is the alphabet, read from task.path"},
-        {"task.min_len", !file && !text && !modular, "the task draws sequences of varying length (the file's are read whole, the "
-                                                     "text's windows are task.max_len characters, modular's are a b =)", task},
+        {"task.min_len", !file && !text && !modular && !mqar, "the task draws sequences of varying length (the file's are read whole, "
+                                                              "the text's windows are task.max_len characters, modular's are a b =, "
+                                                              "mqar's task.seq_len)", task},
         {"task.max_len", !file && !modular, "the task draws sequences of varying length (the file's are read whole, modular's are a b =)", task},
         {"task.modulus", modular, "task.name = \"modular\"", task},
         {"task.op", modular, "task.name = \"modular\"", task},
+        {"task.seq_len", mqar, "task.name = \"mqar\"", task},
         {"task.train_size", !file && !text, "the task draws its examples (a file's and a text's data are finite already)", task},
         {"task.queries", c.task.name == "recall", "task.name = \"recall\"", task},
         {"task.pack", !file && !text && c.task.name != "translate", "a decoder-only task draws its sequences", task},
@@ -399,6 +404,7 @@ TaskConfig task_config(const Config& config) {
     task.pack = static_cast<size_t>(config.task.pack);
     task.modulus = static_cast<size_t>(config.task.modulus);
     task.op = config.task.op;
+    task.seq_len = static_cast<size_t>(config.task.seq_len);
     return task;
 }
 

@@ -47,7 +47,7 @@ struct Config {
     } run;
 
     struct Task {
-        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | modular | file | text
+        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | modular | mqar | file | text
         int64_t vocab = 32;           // including the 3 special tokens
         int64_t min_len = 3;
         int64_t max_len = 6;
@@ -55,6 +55,7 @@ struct Config {
         int64_t pack = 0;             // input positions of a packed row (decoder-only generated tasks); 0 = off
         int64_t train_size = 0;       // generated tasks: train on this many distinct examples (data/finite_task.h); 0 = fresh ones
         int64_t modulus = 113;        // modular only: p
+        int64_t seq_len = 64;         // mqar only: input positions (max_len: the key-value pairs)
         std::string op = "+";         // modular only: + - * /
         std::string path;             // HDF5 token file (file) or UTF-8 text (text); required iff one of those
         std::string alphabet;         // text only: its characters, token id = index (filled from the file)

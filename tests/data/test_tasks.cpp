@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "data/tasks.h"
 
@@ -216,6 +217,72 @@ TEST(Tasks, PackedRowsHoldWholeExamplesLedByBos) {
     TaskConfig translate = config("translate");
     translate.pack = 40;
     EXPECT_THROW(TaskGenerator(translate, 0, 0), Error);
+}
+
+}  // namespace
+}  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+// mqar (Zoology's multi-query associative recall): n distinct pairs, each key
+// asked once at an even offset after them, the target there its value; the
+// query slots cluster near the pairs (weight (g+1)^(a-1)).
+TEST(Tasks, MqarStructure) {
+    TaskConfig c;
+    c.name = "mqar";
+    c.vocab = 3 + 40;
+    c.max_len = 6;  // pairs
+    c.seq_len = 48;
+    TaskGenerator gen(c, 5, 0);
+    EXPECT_EQ(gen.max_sequence_length(), 48u);
+    const Batch batch = gen.next(200);
+    ASSERT_EQ(batch.inputs.shape, (Shape{200, 48}));
+    std::vector<size_t> slot_counts(18, 0);  // (48 - 12) / 2 query slots
+    for (size_t b = 0; b < 200; ++b) {
+        const int32_t* in = &batch.inputs.values[b * 48];
+        const int32_t* target = &batch.targets.values[b * 48];
+        const uint8_t* counts = &batch.loss_mask.values[b * 48];
+        EXPECT_EQ(batch.lengths[b], 48u);
+        std::map<int32_t, int32_t> pairs;
+        for (size_t i = 0; i < 6; ++i) {
+            EXPECT_GE(in[2 * i], 3);
+            EXPECT_LT(in[2 * i], 3 + 20);           // keys: the first half of the content tokens
+            EXPECT_GE(in[2 * i + 1], 3 + 20);       // values: the second half
+            EXPECT_TRUE(pairs.emplace(in[2 * i], in[2 * i + 1]).second) << "a repeated key";
+        }
+        std::set<int32_t> values;
+        for (const auto& [k, v] : pairs) values.insert(v);
+        EXPECT_EQ(values.size(), 6u) << "values are distinct";
+        std::set<int32_t> asked;
+        for (size_t t = 0; t < 48; ++t) {
+            if (!counts[t]) continue;
+            ASSERT_GE(t, 12u);
+            ASSERT_EQ((t - 12) % 2, 0u) << "a query at an odd offset";
+            ASSERT_TRUE(pairs.count(in[t])) << "a query that is no key";
+            EXPECT_EQ(target[t], pairs[in[t]]);
+            EXPECT_TRUE(asked.insert(in[t]).second) << "a key asked twice";
+            ++slot_counts[(t - 12) / 2];
+        }
+        EXPECT_EQ(asked.size(), 6u);
+    }
+    // 1200 queries over 18 slots: the first slots are asked more often than the last
+    EXPECT_GT(slot_counts[0], slot_counts[17]);
+    EXPECT_GT(slot_counts[0] + slot_counts[1] + slot_counts[2], slot_counts[15] + slot_counts[16] + slot_counts[17]);
+}
+
+TEST(Tasks, MqarRefusesWhatCannotFit) {
+    TaskConfig c;
+    c.name = "mqar";
+    c.vocab = 3 + 10;
+    c.max_len = 6;
+    c.seq_len = 48;
+    EXPECT_THROW(TaskGenerator(c, 0, 0), Error);  // 6 keys from 5
+    c.vocab = 3 + 40;
+    c.seq_len = 20;
+    EXPECT_THROW(TaskGenerator(c, 0, 0), Error);  // 4 x 6 > 20
+    c.seq_len = 25;
+    EXPECT_THROW(TaskGenerator(c, 0, 0), Error);  // odd
 }
 
 }  // namespace

@@ -172,6 +172,12 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\nname = \"modular\"\nmodulus = 21\nvocab = 24\nop = \"/\"\n"),
               path_ + ":1:1: task.vocab = 24, task.modulus = 21, task.op = \"/\": modular: division needs a prime modulus "
                       "(every b != 0 invertible), got 21");
+    EXPECT_EQ(load_error("[task]\nname = \"mqar\"\nmax_len = 8\nseq_len = 30\n"),
+              path_ + ":1:1: task.vocab = 32, task.max_len = 8, task.seq_len = 30: mqar: seq_len 30 must be even and at least "
+                      "4 x max_len = 32 (the pairs, and a query slot for each)");
+    EXPECT_EQ(load_error("[task]\nname = \"mqar\"\nmax_len = 15\nseq_len = 64\n"),
+              path_ + ":1:1: task.vocab = 32, task.max_len = 15, task.seq_len = 64: mqar needs distinct keys and values: max_len 15 "
+                      "pairs but only 14 key tokens in vocab 32");
     EXPECT_EQ(load_error("[train]\nbatch = \"all\"\n"),
               path_ + ":2:9: train.batch: \"all\" trains on the whole training set each step: set task.train_size (the set's size)");
     EXPECT_EQ(load_error("[task]\nname = \"modular\"\nmodulus = 7\nvocab = 10\ntrain_size = 49\n"),
@@ -223,7 +229,7 @@ TEST_F(ConfigFiles, KeysNothingReadsAreRefused) {
                       "the alphabet, read from task.path)");
     EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nmin_len = 2\n"),
               path_ + ":4:11: task.min_len: only used when the task draws sequences of varying length (the file's are read whole, the "
-                      "text's windows are task.max_len characters, modular's are a b =) (task.name = \"text\")");
+                      "text's windows are task.max_len characters, modular's are a b =, mqar's task.seq_len) (task.name = \"text\")");
     EXPECT_EQ(load_error("[task]\nname = \"file\"\npath = \"t.h5\"\nmax_len = 9\n"),
               path_ + ":4:11: task.max_len: only used when the task draws sequences of varying length (the file's are read whole, "
                       "modular's are a b =) (task.name = \"file\")");
