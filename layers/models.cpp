@@ -95,10 +95,11 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
     return final_norm ? final_norm->forward(x) : x;
 }
 
-// Init::gpt2 over a model whose parameters are drawn (see Init): each drawn again
-// in registration order, from the model's own init generator.
-void gpt2_init(Module& model, Rng& init, size_t layers) {
-    const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layers));
+// Init::gpt2 or transformerlens over a model whose parameters are drawn (see
+// Init): each drawn again in registration order, from the model's own init generator.
+void redraw(Module& model, Rng& init, Init scheme, size_t layers, size_t width) {
+    const double matrix_std = scheme == Init::gpt2 ? 0.02 : 0.8 / std::sqrt(static_cast<double>(width));
+    const double residual_std = scheme == Init::gpt2 ? 0.02 / std::sqrt(2.0 * static_cast<double>(layers)) : matrix_std;
     auto ends_with = [](const std::string& name, const std::string& end) {
         return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
     };
@@ -107,7 +108,7 @@ void gpt2_init(Module& model, Rng& init, size_t layers) {
             p.assign(Tensor::zeros(p.shape()));
         } else if (p.dim() == 2 && !ends_with(name, "rel_bias")) {  // T5's bias table stays as drawn (zeros)
             const bool residual = ends_with(name, "out_proj.weight") || ends_with(name, "fc2.weight");
-            p.assign(init.normal(p.shape(), 0.0, residual ? residual_std : 0.02));
+            p.assign(init.normal(p.shape(), 0.0, residual ? residual_std : matrix_std));
         }
     }
 }
@@ -115,7 +116,7 @@ void gpt2_init(Module& model, Rng& init, size_t layers) {
 }  // namespace
 
 const Choices<Init>& init_choices() {
-    static const Choices<Init> choices{"init", "", {{Init::torch, "torch"}, {Init::gpt2, "gpt2"}}};
+    static const Choices<Init> choices{"init", "", {{Init::torch, "torch"}, {Init::gpt2, "gpt2"}, {Init::transformerlens, "transformerlens"}}};
     return choices;
 }
 
@@ -167,7 +168,7 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
     } else {
         register_module("head", head);
     }
-    if (c.init == Init::gpt2) gpt2_init(*this, init, c.layers);
+    if (c.init != Init::torch) redraw(*this, init, c.init, c.layers, c.block.attention.width);
     declare_hook_points({{"embed", "batch pos d_model"}, {"logits", "batch pos vocab"}});
 }
 
@@ -222,7 +223,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
         register_module("dec_ln_f", *dec_ln_f);
     }
     register_module("head", head);
-    if (c.init == Init::gpt2) gpt2_init(*this, init, 2 * c.layers);  // the residual streams of both stacks
+    if (c.init != Init::torch) redraw(*this, init, c.init, 2 * c.layers, c.block.attention.width);  // gpt2: both stacks' residuals
     declare_hook_points({{"src_embed", "batch pos d_model"}, {"memory", "batch pos d_model"}, {"tgt_embed", "batch pos d_model"},
                          {"logits", "batch pos vocab"}});
 }

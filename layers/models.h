@@ -15,8 +15,10 @@ namespace attnlab {
 // gpt2: GPT-2's and nanoGPT's scheme: every matrix (embeddings, positions and
 // Linear weights) N(0, 0.02), the residual stream's output projections
 // (attn.out_proj, ffn.fc2) N(0, 0.02 / sqrt(2 L)), biases 0, norms as torch.
-enum class Init { torch, gpt2 };
-const Choices<Init>& init_choices();  // "torch" | "gpt2"
+// transformerlens: TransformerLens's default (as Nanda et al.'s grokking
+// models): every matrix N(0, 0.8 / sqrt(D)), biases 0, norms as torch.
+enum class Init { torch, gpt2, transformerlens };
+const Choices<Init>& init_choices();  // "torch" | "gpt2" | "transformerlens"
 
 struct ModelConfig {
     size_t vocab = 0;

@@ -82,7 +82,7 @@ struct Config {
         bool ffn_bias = true;          // the feed-forward layers'
         bool norm_bias = true;         // LayerNorm's
         bool tie_embeddings = false;   // decoder: the output head is the token embedding
-        std::string init = "torch";    // torch | gpt2 (init_choices(), layers/models.h)
+        std::string init = "torch";    // torch | gpt2 | transformerlens (init_choices(), layers/models.h)
         std::string activation = "gelu";     // gelu | relu
         int64_t max_len = 0;           // 0 = the task's longest sequence
         AttentionVariant variant;          // the score modifiers, each a key model.<field> (autograd/variant.h)

@@ -334,7 +334,7 @@ std::vector<Field> make_fields() {
         boolean(KEY(model, bias), "biases in the attention projections"),
         boolean(KEY(model, ffn_bias), "biases in the feed-forward layers (fc1, fc2)"),
         boolean(KEY(model, norm_bias), "LayerNorm's bias (every LayerNorm of the model; nanoGPT's bias = False sets all three off)"),
-        choice(KEY(model, init), init_choices().names(), "initial parameters: torch's layer defaults, or GPT-2's (nanoGPT's) N(0, 0.02) with the residual outputs scaled by 1/sqrt(2 layers) (layers/models.h)"),
+        choice(KEY(model, init), init_choices().names(), "initial parameters: torch's layer defaults, GPT-2's (nanoGPT's) N(0, 0.02) with the residual outputs scaled by 1/sqrt(2 layers), or TransformerLens's N(0, 0.8/sqrt(width)) (layers/models.h)"),
         boolean(KEY(model, tie_embeddings), "decoder: the output head's matrix is the token embedding's (one parameter, tok_emb.weight)"),
         choice(KEY(model, activation), activation_choices().names(), "feed-forward activation"),
         integer(KEY(model, max_len), at_least(0), "positions the model covers; 0 = the task's longest sequence"),

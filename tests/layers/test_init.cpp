@@ -56,6 +56,17 @@ TEST(Init, Gpt2DrawsMatricesFromNormal002AndScalesResidualOutputs) {
     EXPECT_EQ(matrices, 2u + 4u * 6u + 1u);  // tok_emb, pos_emb; q, k, v, out, fc1, fc2 per block; head
 }
 
+TEST(Init, TransformerLensDrawsEveryMatrixFromNormal08OverSqrtWidth) {
+    Rng init(4);
+    DecoderLM model(config(Init::transformerlens), init, nullptr);
+    const double expected = 0.8 / std::sqrt(128.0);
+    for (const auto& [name, p] : model.named_parameters()) {
+        const Moments m = moments(p);
+        if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) EXPECT_EQ(m.max_abs, 0.0) << name;
+        else if (p.dim() == 2) EXPECT_NEAR(m.std, expected, 0.05 * expected) << name;  // residual outputs too
+    }
+}
+
 TEST(Init, TorchIsEachLayersDefault) {
     Rng init(3);
     DecoderLM model(config(Init::torch), init, nullptr);
