@@ -13,6 +13,17 @@ namespace {
 // far beyond the wait for the last unseen example of any set this size.
 size_t patience(size_t size) { return std::max<size_t>(100000, 20 * size); }
 
+// The next example of `generator` that `wanted` takes; `exhausted(draws)` (which
+// throws) when patience(size) draws in a row are refused.
+template <class Wanted, class Exhausted>
+Example draw_wanted(TaskGenerator& generator, size_t size, Wanted&& wanted, Exhausted&& exhausted) {
+    for (size_t refused = 0;;) {
+        Example example = generator.make_example();
+        if (wanted(example)) return example;
+        if (++refused == patience(size)) exhausted(refused);
+    }
+}
+
 }  // namespace
 
 std::vector<int32_t> example_key(const Example& example) {
@@ -26,18 +37,14 @@ TrainingSet::TrainingSet(const TaskConfig& config, size_t size, uint64_t seed)
     : generator_(config, seed, 0), keys_(std::make_shared<Keys>()), epoch_rng_(seed, 4), next_epoch_rng_(seed, 4) {
     if (config.pack > 0) fail("task", "task.train_size: a finite set trains one example per row; task.pack must be 0");
     if (size == 0) fail("task", "task.train_size must be at least 1");
-    size_t fruitless = 0;
-    while (examples_.size() < size) {
-        Example example = generator_.make_example();
-        if (keys_->insert(example_key(example)).second) {
-            examples_.push_back(std::move(example));
-            fruitless = 0;
-        } else if (++fruitless == patience(size)) {
-            fail("task", "task.train_size = " + std::to_string(size) + ": task \"" + config.name + "\" has only about " +
-                             std::to_string(examples_.size()) + " distinct examples (" + std::to_string(patience(size)) +
-                             " draws in a row found no new one); lower task.train_size");
-        }
-    }
+    while (examples_.size() < size)
+        examples_.push_back(draw_wanted(
+            generator_, size, [&](const Example& e) { return keys_->insert(example_key(e)).second; },
+            [&](size_t draws) {
+                fail("task", "task.train_size = " + std::to_string(size) + ": task \"" + config.name + "\" has only about " +
+                                 std::to_string(examples_.size()) + " distinct examples (" + std::to_string(draws) +
+                                 " draws in a row found no new one); lower task.train_size");
+            }));
     draw_order();
 }
 
@@ -115,18 +122,14 @@ HeldOutTask::HeldOutTask(const TaskConfig& config, uint64_t seed, uint64_t strea
 
 Batch HeldOutTask::next(size_t batch_size) {
     std::vector<Example> rows;
-    size_t fruitless = 0;
-    while (rows.size() < batch_size) {
-        Example example = generator_.make_example();
-        if (!training_->count(example_key(example))) {
-            rows.push_back(std::move(example));
-            fruitless = 0;
-        } else if (++fruitless == patience(training_->size())) {
-            fail("task", "task.train_size = " + std::to_string(training_->size()) + " leaves no held-out example: " +
-                             std::to_string(patience(training_->size())) +
-                             " draws in a row were all in the training set; lower task.train_size");
-        }
-    }
+    const size_t size = training_->size();
+    while (rows.size() < batch_size)
+        rows.push_back(draw_wanted(
+            generator_, size, [&](const Example& e) { return !training_->count(example_key(e)); },
+            [&](size_t draws) {
+                fail("task", "task.train_size = " + std::to_string(size) + " leaves no held-out example: " + std::to_string(draws) +
+                                 " draws in a row were all in the training set; lower task.train_size");
+            }));
     return generator_.batch_of(rows);
 }
 

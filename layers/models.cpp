@@ -100,14 +100,11 @@ Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, c
 void redraw(Module& model, Rng& init, Init scheme, size_t layers, size_t width) {
     const double matrix_std = scheme == Init::gpt2 ? 0.02 : 0.8 / std::sqrt(static_cast<double>(width));
     const double residual_std = scheme == Init::gpt2 ? 0.02 / std::sqrt(2.0 * static_cast<double>(layers)) : matrix_std;
-    auto ends_with = [](const std::string& name, const std::string& end) {
-        return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
-    };
     for (auto& [name, p] : model.named_parameters()) {
-        if (ends_with(name, ".bias")) {
+        if (name.ends_with(".bias")) {
             p.assign(Tensor::zeros(p.shape()));
-        } else if (p.dim() == 2 && !ends_with(name, "rel_bias")) {  // T5's bias table stays as drawn (zeros)
-            const bool residual = ends_with(name, "out_proj.weight") || ends_with(name, "fc2.weight");
+        } else if (p.dim() == 2 && !name.ends_with("rel_bias")) {  // T5's bias table stays as drawn (zeros)
+            const bool residual = name.ends_with("out_proj.weight") || name.ends_with("fc2.weight");
             p.assign(init.normal(p.shape(), 0.0, residual ? residual_std : matrix_std));
         }
     }

@@ -93,16 +93,15 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
         std::snprintf(text, sizeof text, "  held-out acc %.3f, train-set acc %.3f (step %lld)", e.token_acc, t.token_acc,
                       static_cast<long long>(step));
     last_eval = text;
-    if (!eval_train_batches.empty()) {
-        log->append_eval("eval_train", step, t.loss, t.token_acc, t.seq_acc);
+    // an optional evaluation's row in metrics.h5 and its scalars <group>/* in TensorBoard
+    auto log_optional = [&](const std::string& group, const Score& s) {
+        log->append_eval(group, step, s.loss, s.token_acc, s.seq_acc);
         if (tensorboard)
-            tensorboard->scalars(step, {{"eval_train/loss", t.loss}, {"eval_train/token_acc", t.token_acc}, {"eval_train/seq_acc", t.seq_acc}});
-    }
+            tensorboard->scalars(step, {{group + "/loss", s.loss}, {group + "/token_acc", s.token_acc}, {group + "/seq_acc", s.seq_acc}});
+    };
+    if (!eval_train_batches.empty()) log_optional("eval_train", t);
     if (!eval_length_batches.empty()) {  // train.eval_lengths: the same model at other lengths
-        log->append_eval("eval_lengths", step, l.loss, l.token_acc, l.seq_acc);
-        if (tensorboard)
-            tensorboard->scalars(step, {{"eval_lengths/loss", l.loss}, {"eval_lengths/token_acc", l.token_acc},
-                                        {"eval_lengths/seq_acc", l.seq_acc}});
+        log_optional("eval_lengths", l);
         std::snprintf(text, sizeof text, ", at lengths %lld..%lld %.3f", static_cast<long long>(config.train.eval_lengths[0]),
                       static_cast<long long>(config.train.eval_lengths[1]), l.token_acc);
         last_eval += text;
