@@ -12,7 +12,12 @@ file itself. Writes into DIR (default RUN_DIR/plots):
                             cross): entropy (nats), normalised entropy (entropy /
                             log(eligible keys), in [0, 1]) and masked mass, one
                             line per layer/head (colour = head, line style = layer)
-    overview.png            all of the above in one figure
+    head_scores.png         with train.head_scores: the eval loss and the loss on the
+                            repeated-token batch, each head's induction score and
+                            previous-token score, against step; a dashed line marks
+                            the first step some head's induction score is >= 0.5
+                            (Olsson et al.'s phase change)
+    overview.png            all of the above but the head scores in one figure
 
 Masked mass is the attention weight on ineligible keys (padding, the future):
 with a correct mask it is exactly 0, and the panel's title says so; any other
@@ -70,7 +75,7 @@ def read_group(f, name, fields):
 
 
 def load(path):
-    """(config, train, eval, {kind: attention series}); a garbled file is an OSError naming it."""
+    """(config, train, eval, {kind: attention series}, head scores or None); a garbled file is an OSError naming it."""
     try:
         return read_metrics(path)
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:  # h5py on a damaged file
@@ -98,7 +103,8 @@ def read_metrics(path):
             for kind in f["attention"]:
                 kinds[kind] = read_group(f, "attention/" + kind,
                                          ["step", "entropy", "entropy_norm", "masked_mass", "masked_mass_max"])
-    return config, train, evaluation, kinds
+        heads = read_group(f, "head_scores", ["step", "previous_token", "duplicate_token", "induction", "repeat_loss"])
+    return config, train, evaluation, kinds, heads
 
 
 def title_of(config, run_dir):
@@ -182,6 +188,31 @@ def plot_attention_row(axes, kind, series):
         axes[0].legend(fontsize="x-small", ncol=2)
 
 
+def plot_head_scores(axes, evaluation, heads):
+    """Olsson et al.'s phase change: the losses, then the induction and previous-token scores per head."""
+    steps = heads["step"]
+    formed = steps[heads["induction"].reshape(len(steps), -1).max(axis=1) >= 0.5]
+    ax = axes[0]
+    if evaluation is not None and len(evaluation["step"]):
+        ax.plot(evaluation["step"], evaluation["loss"], "-", label="eval loss", color="tab:red")
+    ax.plot(steps, heads["repeat_loss"], "--", label="loss on the repeated-token batch", color="tab:purple")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_title("loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    plot_per_head(axes[1], steps, heads["induction"], "attention to the token after the earlier copy",
+                  "induction score per head")
+    plot_per_head(axes[2], steps, heads["previous_token"], "attention to the previous token", "previous-token score per head")
+    for ax in axes[1:]:
+        ax.set_ylim(-0.02, 1.02)
+    axes[1].legend(fontsize="x-small", ncol=2)
+    if len(formed):
+        for ax in axes:
+            ax.axvline(formed[0], color="grey", linestyle=":", linewidth=1)
+        axes[1].set_title(f"induction score per head (first >= 0.5 at step {formed[0]})")
+
+
 def save(fig, path):
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=110)
@@ -193,7 +224,7 @@ def plot(run_dir, out_dir):
     path = run_dir if run_dir.endswith(".h5") else os.path.join(run_dir, "metrics.h5")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file (is {run_dir} a run folder?)")
-    config, train, evaluation, kinds = load(path)
+    config, train, evaluation, kinds, heads = load(path)
     title = title_of(config, os.path.dirname(path))
     kinds = {k: v for k, v in kinds.items() if v is not None and len(v["step"])}
     os.makedirs(out_dir, exist_ok=True)
@@ -211,6 +242,13 @@ def plot(run_dir, out_dir):
         plot_attention_row(axes, kind, series)
         fig.suptitle(title, fontsize="medium")
         written.append(os.path.join(out_dir, f"attention_{kind}.png"))
+        save(fig, written[-1])
+
+    if heads is not None and len(heads["step"]):
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
+        plot_head_scores(axes, evaluation, heads)
+        fig.suptitle(title, fontsize="medium")
+        written.append(os.path.join(out_dir, "head_scores.png"))
         save(fig, written[-1])
 
     rows = 1 + len(kinds)

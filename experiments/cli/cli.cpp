@@ -34,6 +34,7 @@ constexpr const char* usage =
     "  path-patch CHECKPOINT ... --sender L.H --receiver L.H:q   the effect of one edge\n"
     "  lens CHECKPOINT --tokens \"...\"  logit lens per layer and direct logit attribution per head\n"
     "  cache CHECKPOINT --hooks ... --out F.h5   named activations over batches of the task's data\n"
+    "  heads CHECKPOINT [--checkpoints all]   previous-token, duplicate-token and induction scores per head\n"
     "  example                          the seed chapter's worked example, every number\n"
     "  gradcheck [OP ...]               float64 finite-difference check of every registered op\n"
     "\n"
@@ -149,6 +150,7 @@ int run_cli(int argc, char** argv) {
         if (command == "path-patch") return cmd_path_patch(args);
         if (command == "lens") return cmd_lens(args);
         if (command == "cache") return cmd_cache(args);
+        if (command == "heads") return cmd_heads(args);
         if (command == "example") return cmd_example(args);
         throw UsageError("unknown command '" + command + "' (try `attnlab --help`)");
     }, other_rank ? quiet : std::cerr);

@@ -226,6 +226,8 @@ void check_rules(const Config& c) {
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");
 
+    if (c.train.head_scores && model.kind != "decoder")
+        fail_key("train.head_scores", "head scores are measured on a decoder's self-attention; model.kind = \"" + model.kind + "\" has none of its own");
     if (c.train.batch == 0 && task.train_size == 0)
         fail_key("train.batch", "\"all\" trains on the whole training set each step: set task.train_size (the set's size)");
     if (task.name == "modular" && task.train_size > 0) {  // the task's examples can be counted: a held-out part must remain

@@ -109,6 +109,9 @@ struct Config {
         int64_t micro_batches = 8;     // deterministic only: pieces of train.batch (must divide it)
         double target_accuracy = 0.99;
         bool tensorboard = false;      // also TensorBoard event files under <run>/tb/
+        // at each evaluation, Olsson et al.'s head scores on a fixed repeated-token
+        // batch (experiments/run/head_scores.h): /head_scores in metrics.h5
+        bool head_scores = false;
         bool operator==(const Train&) const = default;
     } train;
 

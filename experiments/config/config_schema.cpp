@@ -354,6 +354,7 @@ std::vector<Field> make_fields() {
         integer(KEY(train, micro_batches), between(1, 1 << 20), "train.reduce = deterministic: micro-batches per step (divides train.batch)"),
         number(KEY(train, target_accuracy), probability, "eval token accuracy at which the task counts as solved"),
         boolean(KEY(train, tensorboard), "also write TensorBoard event files (scalars) under <run>/tb/, flushed at each log interval"),
+        boolean(KEY(train, head_scores), "at each evaluation, every head's previous-token, duplicate-token and induction scores on a fixed repeated-token batch (decoder models)"),
 
         choice(KEY(optim, name), {"adamw", "adam", "sgd"}, "optimiser (torch.optim's update rules)"),
         number(KEY(optim, lr), above(0), "peak learning rate"),

@@ -23,6 +23,10 @@ const std::vector<std::string> kOptionalEvals{"eval_lengths", "eval_train"};
 // score_std: standard deviation of the scaled scores (scale * q.k) over eligible
 // pairs, per head: the seed chapter's Figure 21.5 statistic (row 0 is at init).
 const std::vector<std::string> kAttentionValues{"entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"};
+// /head_scores (train.head_scores): per-head scores [K, layers, heads] named by the
+// writer (experiments/run/head_scores.h), then the model's loss on the repeat [K].
+const char* const kHeadScores = "head_scores";
+const char* const kRepeatLoss = "repeat_loss";
 
 constexpr size_t kChunkRows = 1024;          // 1-D series: 8 KiB chunks
 constexpr size_t kAttentionChunkValues = 8192;  // [rows, layers, heads] chunks of about 64 KiB
@@ -89,6 +93,16 @@ struct MetricsLog::State {
     // The optional evaluations, each laid out as /eval, that this log has: /eval_lengths, /eval_train
     std::vector<std::pair<std::string, Series>> more_evals;
     std::vector<std::pair<std::string, Series>> attention;  // in the order of `kinds`
+    std::optional<Series> head_scores;  // its per-head series, then repeat_loss
+    std::vector<std::string> head_score_names;
+
+    // The per-head series of an existing /head_scores: its members but step and repeat_loss.
+    void find_head_score_names() {
+        head_score_names.clear();
+        if (!file.has(kHeadScores)) return;
+        for (const std::string& name : file.group(kHeadScores).members())
+            if (name != "step" && name != kRepeatLoss) head_score_names.push_back(name);
+    }
 
     // Opens every series' datasets (after SWMR writing has started).
     void open_all(const std::vector<std::string>& kinds) {
@@ -100,6 +114,12 @@ struct MetricsLog::State {
         attention.clear();
         const h5::Group groups = file.group("attention");
         for (const std::string& kind : kinds) attention.emplace_back(kind, open_series(groups.group(kind), kAttentionValues));
+        head_scores.reset();
+        if (file.has(kHeadScores)) {
+            std::vector<std::string> names = head_score_names;
+            names.push_back(kRepeatLoss);
+            head_scores = open_series(file.group(kHeadScores), names);
+        }
     }
 
     // Checks the attributes and the series of an existing log against the
@@ -112,6 +132,7 @@ struct MetricsLog::State {
         eval = Series{};
         more_evals.clear();
         attention.clear();
+        head_scores.reset();
     }
 };
 
@@ -128,7 +149,8 @@ MetricsLog::~MetricsLog() {
 }
 
 MetricsLog MetricsLog::create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
-                              std::vector<std::string> kinds, const std::vector<std::string>& optional_evals) {
+                              std::vector<std::string> kinds, const std::vector<std::string>& optional_evals,
+                              const std::vector<std::string>& head_scores) {
     const h5::Where where{kTag, path, ""};
     if (layers == 0 || heads == 0)
         where.fail("layers and heads must be positive (got " + std::to_string(layers) + " layers, " +
@@ -163,6 +185,15 @@ MetricsLog MetricsLog::create(const std::string& path, const std::string& config
             create_series(file.create_group(group), kEvalValues, {});
     const h5::Group attention = file.create_group("attention");
     for (const std::string& kind : kinds) create_series(attention.create_group(kind), kAttentionValues, {layers, heads});
+    if (!head_scores.empty()) {
+        for (const std::string& name : head_scores)
+            if (name.empty() || name == "step" || name == kRepeatLoss || name.find('/') != std::string::npos)
+                where.fail("head score '" + name + "' is not a valid dataset name", false);
+        const h5::Group group = file.create_group(kHeadScores);
+        create_series(group, head_scores, {layers, heads});
+        group.create_extendible<double>(kRepeatLoss, {}, kChunkRows, kUnwrittenValue);
+        state->head_score_names = head_scores;
+    }
 
     // Everything is created: SWMR mode allows no new objects or attributes.
     state->file.start_swmr_write();
@@ -184,6 +215,7 @@ std::vector<std::string> MetricsLog::State::read_layout(const std::string& path)
     layers = static_cast<size_t>(stored_layers);
     heads = static_cast<size_t>(stored_heads);
     const std::vector<std::string> kinds = file.group("attention").members();
+    find_head_score_names();
 
     open_all(kinds);
     const Shape row_shape{layers, heads};
@@ -194,6 +226,14 @@ std::vector<std::string> MetricsLog::State::read_layout(const std::string& path)
                 values.where().fail("shape " + shape_str(shape) + " is not (K," + std::to_string(layers) + "," +
                                         std::to_string(heads) + ")",
                                     false);
+        }
+    if (head_scores)
+        for (size_t i = 0; i < head_score_names.size(); ++i) {
+            const Shape shape = head_scores->values[i].shape();
+            if (shape.size() != 3 || Shape(shape.begin() + 1, shape.end()) != row_shape)
+                head_scores->values[i].where().fail("shape " + shape_str(shape) + " is not (K," + std::to_string(layers) + "," +
+                                                        std::to_string(heads) + ")",
+                                                    false);
         }
     return kinds;
 }
@@ -217,6 +257,7 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
         for (const Series* series : {&probe.train, &probe.eval}) steps_of(*series);
         for (const auto& [group, series] : probe.more_evals) steps_of(series);
         for (const auto& [kind, series] : probe.attention) steps_of(series);
+        if (probe.head_scores) steps_of(*probe.head_scores);
     });
     auto state = std::make_unique<State>();
     try {
@@ -235,6 +276,8 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
     truncate(state->eval, step);
     for (auto& [group, series] : state->more_evals) truncate(series, step);
     for (auto& [kind, series] : state->attention) truncate(series, step);
+    if (state->head_scores) truncate(*state->head_scores, step);
+    const int64_t head_scores_last = state->head_scores ? state->head_scores->last_step : -1;
     const int64_t train_last = state->train.last_step, eval_last = state->eval.last_step;
     std::vector<int64_t> evals_last;
     for (auto& [group, series] : state->more_evals) evals_last.push_back(series.last_step);
@@ -248,6 +291,7 @@ MetricsLog MetricsLog::resume(const std::string& path, int64_t step) {
     state->eval.last_step = eval_last;
     for (size_t i = 0; i < evals_last.size(); ++i) state->more_evals[i].second.last_step = evals_last[i];
     for (size_t i = 0; i < attention_last.size(); ++i) state->attention[i].second.last_step = attention_last[i];
+    if (state->head_scores) state->head_scores->last_step = head_scores_last;
     return MetricsLog(std::move(state));
 }
 
@@ -304,6 +348,35 @@ void MetricsLog::append_attention(const std::string& kind, int64_t step, const s
     append_step(series, step);
     for (size_t i = 0; i < values.size(); ++i) series.values[i].append(values[i]->data(), 1);
 }
+
+void MetricsLog::append_head_scores(int64_t step, const std::vector<std::pair<std::string, std::vector<double>>>& per_head,
+                                    double repeat_loss) {
+    State& state = live();
+    const h5::Where where{kTag, state.file.path(), ""};
+    if (!state.head_scores) where.fail("this log has no /head_scores group", false);
+    Series& series = *state.head_scores;
+    const std::vector<std::string>& names = state.head_score_names;
+    const size_t expected = state.layers * state.heads;
+    // each of the log's series once, found by name (a resumed log lists them in HDF5's order)
+    std::vector<const std::vector<double>*> rows(names.size(), nullptr);
+    for (const auto& [name, values] : per_head) {
+        const auto found = std::find(names.begin(), names.end(), name);
+        if (found == names.end()) where.fail("this log has no /head_scores/" + name, false);
+        const size_t i = static_cast<size_t>(found - names.begin());
+        if (values.size() != expected)
+            series.values[i].where().fail(std::to_string(values.size()) + " values given, expected layers * heads = " +
+                                              std::to_string(expected),
+                                          false);
+        rows[i] = &values;
+    }
+    for (size_t i = 0; i < names.size(); ++i)
+        if (rows[i] == nullptr) where.fail("no values given for /head_scores/" + names[i], false);
+    append_step(series, step);
+    for (size_t i = 0; i < names.size(); ++i) series.values[i].append(rows[i]->data(), 1);
+    series.values.back().append(&repeat_loss, 1);
+}
+
+bool MetricsLog::has_head_scores() const { return live().head_scores.has_value(); }
 
 void MetricsLog::flush() { live().file.flush(); }
 

@@ -11,6 +11,11 @@
 //                     the same evaluations at those task lengths (beyond the original layout's list)
 //   /eval_train/step (int64), loss, token_acc, seq_acc     [M] only with task.train_size: the
 //                     same evaluations on the finite training set (beyond the original list)
+//   /head_scores/step (int64)                              [J] only with train.head_scores:
+//   /head_scores/<score>   [J, layers, heads]  each head's scores on a fixed repeated-token
+//                          batch (experiments/run/head_scores.h: previous_token,
+//                          duplicate_token, induction)
+//   /head_scores/repeat_loss                               [J] the model's loss on its repeat
 //   /attention/<kind>/step (int64)                                          [K]
 //   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]
 //   /attention/<kind>/score_std   [K, layers, heads]  std of scale * q.k over eligible pairs
@@ -30,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/h5file.h"
@@ -40,9 +46,11 @@ class MetricsLog {
 public:
     // Creates (replacing any file at `path`) the whole layout for `kinds`
     // ("self", or "enc_self", "dec_self", "cross") and the optional evaluations
-    // ("eval_lengths", "eval_train"), then starts SWMR writing.
+    // ("eval_lengths", "eval_train") and, when `head_scores` names any, the
+    // /head_scores group with those per-head series, then starts SWMR writing.
     static MetricsLog create(const std::string& path, const std::string& config_toml, size_t layers, size_t heads,
-                             std::vector<std::string> kinds, const std::vector<std::string>& optional_evals = {});
+                             std::vector<std::string> kinds, const std::vector<std::string>& optional_evals = {},
+                             const std::vector<std::string>& head_scores = {});
 
     // Reopens an existing log for SWMR writing and cuts every series to its
     // rows with step <= `step` (the checkpoint a run resumes from), so the
@@ -66,6 +74,12 @@ public:
     void append_attention(const std::string& kind, int64_t step, const std::vector<double>& entropy,
                           const std::vector<double>& entropy_norm, const std::vector<double>& masked_mass,
                           const std::vector<double>& masked_mass_max, const std::vector<double>& score_std = {});
+
+    // A row of /head_scores: each of its scores by name (layers * heads values,
+    // row-major [layer][head]), and the loss on the repeat.
+    void append_head_scores(int64_t step, const std::vector<std::pair<std::string, std::vector<double>>>& per_head,
+                            double repeat_loss);
+    bool has_head_scores() const;
 
     // Makes every row appended so far visible to readers and durable against a
     // crash. Call it once per log interval, and before writing a checkpoint.

@@ -100,6 +100,10 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
             tensorboard->scalars(step, {{group + "/loss", s.loss}, {group + "/token_acc", s.token_acc}, {group + "/seq_acc", s.seq_acc}});
     };
     if (!eval_train_batches.empty()) log_optional("eval_train", t);
+    if (const double repeat_loss = log_head_scores(); !std::isnan(repeat_loss)) {  // train.head_scores
+        std::snprintf(text, sizeof text, ", repeat loss %.3f", repeat_loss);
+        last_eval += text;
+    }
     if (!eval_length_batches.empty()) {  // train.eval_lengths: the same model at other lengths
         log_optional("eval_lengths", l);
         std::snprintf(text, sizeof text, ", at lengths %lld..%lld %.3f", static_cast<long long>(config.train.eval_lengths[0]),

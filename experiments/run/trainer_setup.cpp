@@ -161,6 +161,8 @@ Trainer::State::State(const Config& c)
     // train.device = "cuda": the same model, moved; the optimiser made after it keeps its state there too
     if (config.train.device == "cuda") model->module().to(Device::cuda);  // "[cuda] Context: <reason>" without a device
     optimizer = make_optimizer(config, model->module().named_parameters());
+    // the same batch at every evaluation, for every run of this model's shape (seed 0)
+    if (config.train.head_scores) head_score_input = head_score_batch(config, trained, kHeadScoreRows, 0);
 }
 
 Trainer::Trainer(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -212,7 +214,7 @@ fs::path Trainer::create_run(State& s, const std::string& run_dir) {
     if (!s.eval_length_batches.empty()) evals.push_back("eval_lengths");
     if (!s.eval_train_batches.empty()) evals.push_back("eval_train");
     s.log.emplace(MetricsLog::create((dir / "metrics.h5").string(), to_toml(config), s.model->layers(), s.model->heads(),
-                                     s.model->kinds(), evals));
+                                     s.model->kinds(), evals, s.head_score_input ? head_score_names() : std::vector<std::string>{}));
     s.open_tensorboard();
     s.log_initial_attention();
     return dir;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "experiments/files/run_files.h"
 #include "experiments/run/attention_metrics.h"
 #include "experiments/run/evaluate.h"
+#include "experiments/run/head_scores.h"
 #include "experiments/run/metrics_log.h"
 #include "experiments/run/model_factory.h"
 #include "experiments/run/tensorboard.h"
@@ -40,6 +42,7 @@ struct Trainer::State {
     std::vector<Batch> eval_batches;
     std::vector<Batch> eval_length_batches;  // train.eval_lengths: held out at other lengths (else empty)
     std::vector<Batch> eval_train_batches;   // task.train_size: the training set's first examples (else empty)
+    std::optional<HeadScoreBatch> head_score_input;  // train.head_scores: the fixed repeated-token batch
     Rng init_rng, dropout_rng;
     // On train.device: with "cuda" the parameters, their gradients and the
     // optimiser's state live on the device, and a step moves the batch in and
@@ -107,6 +110,25 @@ struct Trainer::State {
         }
     }
 
+    // train.head_scores: a /head_scores row (and TensorBoard's head_scores/<score>/L<l>.H<h>)
+    // at the current step; returns the model's loss on the repeat (NaN when off).
+    double log_head_scores() {
+        if (!head_score_input || !writes()) return std::numeric_limits<double>::quiet_NaN();
+        const HeadScores h = head_scores(*model, *head_score_input);
+        std::vector<std::pair<std::string, std::vector<double>>> rows;
+        std::vector<std::pair<std::string, double>> scalars{{"head_scores/repeat_loss", h.repeat_loss}};
+        const std::vector<std::string>& names = head_score_names();
+        for (size_t i = 0; i < names.size(); ++i) {
+            rows.emplace_back(names[i], head_score_values(h, i));
+            for (size_t cell = 0; cell < rows.back().second.size(); ++cell)
+                scalars.emplace_back("head_scores/" + names[i] + "/L" + std::to_string(cell / h.heads) + ".H" + std::to_string(cell % h.heads),
+                                     rows.back().second[cell]);
+        }
+        log->append_head_scores(step, rows, h.repeat_loss);
+        if (tensorboard) tensorboard->scalars(step, scalars);
+        return h.repeat_loss;
+    }
+
     // The rows of metrics.h5 reach the disk (and TensorBoard's file the OS) at each log interval.
     void flush_logs() {
         if (!writes()) return;
@@ -126,6 +148,7 @@ struct Trainer::State {
         Hooks hooks = metrics_hooks();
         model->forward(eval_batches.front(), hooks);
         log_attention(eval_batches.front(), hooks);
+        log_head_scores();
         flush_logs();
         model->module().train();
     }

@@ -178,6 +178,9 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\nname = \"mqar\"\nmax_len = 15\nseq_len = 64\n"),
               path_ + ":1:1: task.vocab = 32, task.max_len = 15, task.seq_len = 64: mqar needs distinct keys and values: max_len 15 "
                       "pairs but only 14 key tokens in vocab 32");
+    EXPECT_EQ(load_error("[task]\nname = \"translate\"\n[model]\nkind = \"encoder-decoder\"\n[train]\nhead_scores = true\n"),
+              path_ + ":6:15: train.head_scores: head scores are measured on a decoder's self-attention; model.kind = "
+                      "\"encoder-decoder\" has none of its own");
     EXPECT_EQ(load_error("[train]\nbatch = \"all\"\n"),
               path_ + ":2:9: train.batch: \"all\" trains on the whole training set each step: set task.train_size (the set's size)");
     EXPECT_EQ(load_error("[task]\nname = \"modular\"\nmodulus = 7\nvocab = 10\ntrain_size = 49\n"),

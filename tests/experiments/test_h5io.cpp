@@ -187,6 +187,35 @@ TEST_F(H5Test, MetricsLogResumeTruncatesToTheCheckpointStep) {
     EXPECT_TRUE(steps_in(file, "attention/self").empty());
 }
 
+TEST_F(H5Test, MetricsLogHeadScoresResumeByName) {
+    // /head_scores: per-head series named at creation; after a resume (which
+    // lists them in HDF5's order) each value still goes to its own name.
+    const std::string file = path("metrics.h5");
+    const std::vector<std::string> names{"previous_token", "duplicate_token", "induction"};
+    auto row = [&](double base) {
+        return std::vector<std::pair<std::string, std::vector<double>>>{
+            {"previous_token", {base + 0.1, base + 0.2}}, {"duplicate_token", {base + 0.3, base + 0.4}}, {"induction", {base + 0.5, base + 0.6}}};
+    };
+    {
+        MetricsLog log = MetricsLog::create(file, "cfg", 1, 2, {"self"}, {}, names);
+        EXPECT_TRUE(log.has_head_scores());
+        for (int64_t step : {0, 10, 20}) log.append_head_scores(step, row(static_cast<double>(step)), 4.0 - static_cast<double>(step) / 10);
+    }
+    {
+        MetricsLog log = MetricsLog::resume(file, 10);
+        EXPECT_TRUE(log.has_head_scores());
+        log.append_head_scores(30, row(30), 0.5);
+        EXPECT_ERROR(log.append_head_scores(40, {{"induction", {1, 2}}}, 0.0), file, "no values given for /head_scores/");
+        EXPECT_ERROR(log.append_head_scores(40, {{"copying", {1, 2}}}, 0.0), file, "no /head_scores/copying");
+    }
+    EXPECT_EQ(steps_in(file, "head_scores"), (std::vector<int64_t>{0, 10, 30}));
+    const h5::File h5 = h5::File::open(file, "test", h5::File::Access::read);
+    EXPECT_EQ(h5.dataset("head_scores/induction").read<double>(), (std::vector<double>{0.5, 0.6, 10.5, 10.6, 30.5, 30.6}));
+    EXPECT_EQ(h5.dataset("head_scores/previous_token").read<double>(), (std::vector<double>{0.1, 0.2, 10.1, 10.2, 30.1, 30.2}));
+    EXPECT_EQ(h5.dataset("head_scores/repeat_loss").read<double>(), (std::vector<double>{4.0, 3.0, 0.5}));
+    EXPECT_EQ(h5.dataset("head_scores/induction").shape(), (Shape{3, 1, 2}));
+}
+
 TEST_F(H5Test, MetricsLogSurvivesACrash) {
     const std::string file = path("metrics.h5");
     const pid_t child = fork();
@@ -222,7 +251,10 @@ TEST_F(H5Test, MetricsLogRejectsBadInput) {
     write_checkpoint(path("ckpt.h5"), CheckpointData{});
     EXPECT_ERROR(MetricsLog::resume(path("ckpt.h5"), 0), path("ckpt.h5"), "not an attnlab metrics log");
 
+    EXPECT_ERROR(MetricsLog::create(file, "", 1, 2, {"self"}, {}, {"repeat_loss"}), file, "head score 'repeat_loss' is not a valid dataset name");
     MetricsLog log = MetricsLog::create(file, "", 1, 2, {"self"});
+    EXPECT_FALSE(log.has_head_scores());
+    EXPECT_ERROR(log.append_head_scores(0, {}, 0.0), file, "this log has no /head_scores group");
     EXPECT_ERROR(log.append_attention("cross", 0, {1, 2}, {1, 2}, {0, 0}, {0, 0}), file, "no attention kind 'cross'");
     EXPECT_ERROR(log.append_attention("self", 0, {1, 2}, {1, 2}, {0}, {0, 0}), file + ": /attention/self/masked_mass",
                  "1 values given, expected layers * heads = 2");

@@ -13,15 +13,21 @@ Each configs/*.toml carries one machine-read line in its header,
 (summary.json's final held-out token accuracy, optionally its sequence
 accuracy, and the step of the first evaluation at train.target_accuracy, each
 with its slack; a task that never reaches its target, as text, claims its
-final eval loss instead: "; eval_loss 0.234 +- 0.02"). The "Measured"
+final eval loss instead: "; eval_loss 0.234 +- 0.02"; a config with
+train.head_scores may add Olsson et al.'s phase change, read from metrics.h5:
+"; induction_step 310 +- 150; loss_drop_step 300 +- 150", the first
+/head_scores step at which some head's induction score is >= 0.5 and the first
+evaluation whose loss is at most half the first evaluation's). The "Measured"
 lines above it (from "# Measured (seed S, train.threads = 1, MACHINE, DATE):"
 to the Claim line) may quote only figures the test checks, each in one of
 these phrases:
 
     eval token accuracy A     (sequence S)     eval loss L     first eval at >= P% at step T
+    induction score first >= 0.5 at step I
+    eval loss first at or below half its first value at step D
     after N steps     evals every E steps     N held-out batches of B
 
-A, S, L and T must be the Claim's own text; N, E, P (train.target_accuracy in
+A, S, L, T, I and D must be the Claim's own text; N, E, P (train.target_accuracy in
 percent), the held-out batches and B must be the config's train.steps,
 train.eval_every, train.eval_batches and train.batch, and the seed its
 run.seed. Any other figure in those lines fails the test (a wall time goes on
@@ -57,7 +63,8 @@ NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 CLAIM = re.compile(rf"^# Claim: eval_token_acc (?P<acc>{NUMBER}) \+- (?P<acc_slack>{NUMBER})"
                    rf"(?:; eval_seq_acc (?P<seq>{NUMBER}) \+- (?P<seq_slack>{NUMBER}))?; "
                    rf"(?:first_step_at_target (?P<step>\d+) \+- (?P<step_slack>\d+)"
-                   rf"|eval_loss (?P<loss>{NUMBER}) \+- (?P<loss_slack>{NUMBER}))$", re.M)
+                   rf"|eval_loss (?P<loss>{NUMBER}) \+- (?P<loss_slack>{NUMBER}))"
+                   rf"(?:; induction_step (?P<ind>\d+) \+- (?P<ind_slack>\d+); loss_drop_step (?P<drop>\d+) \+- (?P<drop_slack>\d+))?$", re.M)
 MEASURED = re.compile(r"^# Measured \(seed (?P<seed>\d+), train\.threads = 1, [^()]+, \d{4}-\d\d-\d\d\):$")
 
 # The phrases of the Measured lines that may hold a figure: (pattern, what each
@@ -68,6 +75,8 @@ PHRASES = [
     (r"\(sequence (?P<a>{n})\)", {"a": "claim:seq"}),
     (r"eval loss (?P<a>{n})", {"a": "claim:loss"}),
     (r"first eval at >= (?P<a>{n})% at step (?P<b>\d+)", {"a": "percent:train.target_accuracy", "b": "claim:step"}),
+    (r"induction score first >= 0\.5 at step (?P<a>\d+)", {"a": "claim:ind"}),
+    (r"eval loss first at or below half its first value at step (?P<a>\d+)", {"a": "claim:drop"}),
     (r"after (?P<a>\d+) steps", {"a": "config:train.steps"}),
     (r"evals every (?P<a>\d+) steps", {"a": "config:train.eval_every"}),
     (r"(?P<a>\d+) held-out batches of (?P<b>\d+)", {"a": "config:train.eval_batches", "b": "config:train.batch"}),
@@ -234,6 +243,8 @@ class Claims(unittest.TestCase):
             (summary_path,) = glob.glob(os.path.join(folder, "out", "*", "summary.json"))
             with open(summary_path) as f:
                 summary = json.load(f)
+            if claim["ind"] is not None:
+                self.check_phase_change(path, claim, os.path.join(os.path.dirname(summary_path), "metrics.h5"))
         got_acc = summary["eval_token_acc"]
         print(f"\n{name}: eval token accuracy {got_acc:.4f} (claims {acc} +- {acc_slack}), sequence {summary['eval_seq_acc']:.4f}, "
               f"eval loss {summary['eval_loss']:.4f}, first eval at target at step {summary['first_step_at_target']}", file=sys.stderr)
@@ -252,6 +263,23 @@ class Claims(unittest.TestCase):
         self.assertIsNotNone(got_step, f"{path}: no evaluation reached the target; the header claims step {step}")
         self.assertLessEqual(abs(got_step - step), step_slack,
                              f"{path}: first eval at target at step {got_step}, the header claims {step} +- {step_slack}")
+
+
+    def check_phase_change(self, path, claim, metrics):
+        """induction_step and loss_drop_step (the module's doc) from the run's metrics.h5."""
+        import h5py
+        import numpy as np
+        with h5py.File(metrics, "r") as f:
+            steps = f["head_scores/step"][()]
+            best = f["head_scores/induction"][()].reshape(len(steps), -1).max(axis=1)
+            eval_steps, eval_loss = f["eval/step"][()], f["eval/loss"][()]
+        formed = steps[best >= 0.5]
+        dropped = eval_steps[eval_loss <= eval_loss[0] / 2]
+        self.assertTrue(len(formed) and len(dropped), f"{path}: no head reached induction score 0.5, or the eval loss never halved")
+        print(f"{os.path.basename(path)}: induction score first >= 0.5 at step {formed[0]}, eval loss halved at step {dropped[0]}", file=sys.stderr)
+        for got, name in ((int(formed[0]), "ind"), (int(dropped[0]), "drop")):
+            self.assertLessEqual(abs(got - int(claim[name])), int(claim[name + "_slack"]),
+                                 f"{path}: {name} step {got}, the header claims {claim[name]} +- {claim[name + '_slack']}")
 
 
 def add_tests():

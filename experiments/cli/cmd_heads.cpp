@@ -1,0 +1,161 @@
+// attnlab heads CHECKPOINT [--checkpoints all] [--rows N] [--seed S] [--out F.h5]
+// Olsson et al.'s head scores (experiments/run/head_scores.h) of one
+// checkpoint, or of every checkpoint of its run, on one fixed repeated-token batch.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <optional>
+
+#include "data/h5file.h"
+#include "experiments/run/head_scores.h"
+#include "experiments/cli/command_line.h"
+#include "experiments/files/checkpoint.h"
+#include "experiments/files/provenance.h"
+#include "experiments/files/run_files.h"
+
+namespace attnlab {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kHeadsHelp = R"(
+Scores every head of a decoder on `--rows` sequences r r (r: n distinct random
+tokens, n as long as the model's positions allow), the same batch for every
+checkpoint (seeded by --seed):
+  previous_token   attention from t to t-1
+  duplicate_token  attention from t in the repeat to the same token earlier (t-n)
+  induction        attention from t in the repeat to the token after it (t-n+1)
+and the model's loss on the repeat (repeat_loss).
+
+--checkpoints all: every checkpoint of the run (CHECKPOINT's run folder), in
+step order: the scores over training (keep them with train.keep_checkpoints = 0).
+
+--out (default: CHECKPOINT with .heads.h5; with --checkpoints all, RUN/heads.h5):
+attrs format = "attnlab-head-scores", format_version, checkpoint, step (the
+last), rows, half (n), seed, layers, heads; /step [K], /checkpoints [K] (paths),
+/previous_token, /duplicate_token, /induction [K, layers, heads],
+/repeat_loss [K].
+)";
+
+// The checkpoints to score: CHECKPOINT (a file, or a run folder's newest), or
+// with --checkpoints all every one of its run, oldest first.
+std::vector<std::string> checkpoints_to_score(const std::string& given, bool all, std::string& run) {
+    std::error_code ec;
+    const bool folder = fs::is_directory(given, ec);
+    if (!all) {
+        run.clear();
+        return {resolve_checkpoint(given)};
+    }
+    // a run folder, or the run a checkpoint file lies in (RUN/checkpoints/step_*.h5)
+    run = folder ? given : fs::path(given).parent_path().parent_path().string();
+    if (!folder && !fs::is_regular_file(given, ec)) throw UsageError(given + ": no such checkpoint file or run folder");
+    std::vector<std::string> saved = list_checkpoints((fs::path(run.empty() ? "." : run) / "checkpoints").string());
+    if (saved.empty()) throw UsageError(given + ": --checkpoints all found no checkpoints/step_*.h5 in its run folder");
+    return saved;
+}
+
+void print_heads(const HeadScores& s) {
+    std::printf("  head     prev-token  duplicate  induction\n");
+    for (size_t i = 0; i < s.layers * s.heads; ++i)
+        std::printf("  L%zu.H%-4zu %10.3f %10.3f %10.3f\n", i / s.heads, i % s.heads, s.previous_token[i], s.duplicate_token[i],
+                    s.induction[i]);
+}
+
+// "L1.H2 0.93": the head with the largest value of `v`
+std::string best_head(const std::vector<double>& v, size_t heads) {
+    const size_t i = static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+    char text[48];
+    std::snprintf(text, sizeof text, "L%zu.H%zu %.3f", i / heads, i % heads, v[i]);
+    return text;
+}
+
+}  // namespace
+
+int cmd_heads(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab heads", "Previous-token, duplicate-token and induction scores of every head.");
+    add_device_option(options);
+    options.positional_help("CHECKPOINT");
+    options.add_options()("checkpoints", "\"all\": every checkpoint of the run; \"newest\": CHECKPOINT only",
+                          cxxopts::value<std::string>()->default_value("newest"))
+                         ("rows", "sequences in the batch", cxxopts::value<std::string>()->default_value(std::to_string(kHeadScoreRows)))
+                         ("seed", "the batch's seed", cxxopts::value<std::string>()->default_value("0"))
+                         ("out", "HDF5 file (default: CHECKPOINT with .heads.h5; all: RUN/heads.h5)", cxxopts::value<std::string>())
+                         ("h,help", "this help")
+                         ("checkpoint", "checkpoint file or run folder", cxxopts::value<std::vector<std::string>>());
+    options.parse_positional({"checkpoint"});
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
+    if (parsed.count("help")) {
+        std::printf("%s%s", options.help().c_str(), kHeadsHelp);
+        return 0;
+    }
+    if (!parsed.count("checkpoint") || parsed["checkpoint"].as<std::vector<std::string>>().size() != 1)
+        throw UsageError("give exactly one CHECKPOINT (see --help)");
+    const std::string which = parsed["checkpoints"].as<std::string>();
+    if (which != "all" && which != "newest") throw UsageError("--checkpoints: must be \"all\" or \"newest\", got '" + which + "'");
+    const Device device = device_option(parsed);
+    const auto rows = number_option<size_t>(parsed, "rows", 1, 1 << 16);
+    const auto seed = number_option<uint64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max());
+    std::string run;
+    const std::vector<std::string> paths = checkpoints_to_score(parsed["checkpoint"].as<std::vector<std::string>>()[0], which == "all", run);
+    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>()
+                            : which == "all"    ? (fs::path(run) / "heads.h5").string()
+                                                : beside_checkpoint(paths[0], ".heads.h5");
+    check_output("--out", out, paths, "attnlab-head-scores");
+
+    std::vector<int64_t> steps;
+    std::vector<HeadScores> scores;
+    std::optional<HeadScoreBatch> input;  // from the first checkpoint's config; every later one must fit it
+    std::string shape;                    // the first model's "L layers x H heads"
+    for (const std::string& path : paths) {
+        const LoadedCheckpoint in = load_checkpoint(path, device);
+        if (in.loaded.model->encoder_decoder())
+            throw UsageError(path + ": head scores need a decoder model (this is an encoder-decoder)");
+        if (!input) input = head_score_batch(in.config, in.loaded.max_len, rows, seed);
+        const std::string this_shape = std::to_string(in.loaded.model->layers()) + " layers x " + std::to_string(in.loaded.model->heads()) + " heads";
+        if (shape.empty()) shape = this_shape;
+        if (this_shape != shape) throw UsageError(path + ": " + this_shape + ", the run's first checkpoint has " + shape);
+        if (2 * input->half - 1 > in.loaded.max_len)
+            throw UsageError(path + ": covers " + std::to_string(in.loaded.max_len) + " positions, the batch has " + std::to_string(2 * input->half - 1));
+        scores.push_back(head_scores(*in.loaded.model, *input));
+        steps.push_back(in.checkpoint.step);
+        const HeadScores& s = scores.back();
+        if (paths.size() == 1) {
+            std::printf("heads %s (step %lld): %zu sequences r r, |r| = %zu; repeat loss %.4f\n", path.c_str(),
+                        static_cast<long long>(steps.back()), rows, input->half, s.repeat_loss);
+            print_heads(s);
+        } else {
+            std::printf("step %8lld  repeat loss %7.4f  induction %s  prev-token %s\n", static_cast<long long>(steps.back()),
+                        s.repeat_loss, best_head(s.induction, s.heads).c_str(), best_head(s.previous_token, s.heads).c_str());
+        }
+    }
+
+    const size_t K = scores.size(), L = scores[0].layers, H = scores[0].heads;
+    write_atomically(fs::path(out), "[heads]", [&](const std::string& tmp) {
+        h5::File f = h5::File::create(tmp, "heads");
+        write_output_attrs(f, "attnlab-head-scores", which == "all" ? run : paths[0], steps.back());
+        f.write_attr_int("rows", static_cast<int64_t>(rows));
+        f.write_attr_int("half", static_cast<int64_t>(input->half));
+        f.write_attr_int("seed", static_cast<int64_t>(seed));
+        f.write_attr_int("layers", static_cast<int64_t>(L));
+        f.write_attr_int("heads", static_cast<int64_t>(H));
+        f.write<int64_t>("step", Shape{K}, steps.data());
+        f.write_strings("checkpoints", paths);
+        const std::vector<std::string>& names = head_score_names();
+        for (size_t i = 0; i < names.size(); ++i) {
+            std::vector<double> all;
+            for (const HeadScores& s : scores) all.insert(all.end(), head_score_values(s, i).begin(), head_score_values(s, i).end());
+            f.write<double>(names[i], Shape{K, L, H}, all.data());
+        }
+        std::vector<double> repeat_loss;
+        for (const HeadScores& s : scores) repeat_loss.push_back(s.repeat_loss);
+        f.write<double>("repeat_loss", Shape{K}, repeat_loss.data());
+        f.close();
+    });
+    std::printf("wrote %s\n", out.c_str());
+    return 0;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,120 @@
+"""`attnlab heads` and train.head_scores as processes: the scores logged during
+training (/head_scores of metrics.h5) are the command's on the same step's
+checkpoint, bit for bit; --checkpoints all scores a run's checkpoints in step
+order; a resumed run's /head_scores rows are the uninterrupted run's; every bad
+argument (an encoder-decoder, a bad --checkpoints, --rows 0, an --out that is
+not the command's, train.head_scores on an encoder-decoder) exits 2 with one
+line and writes nothing.
+
+    /usr/bin/python3 tests/cli/test_heads.py ATTNLAB_BINARY REPO_ROOT
+"""
+import os
+import shutil
+import tempfile
+
+import h5py
+import numpy as np
+
+import cli_common as cc
+
+# induction, two attention-only layers: 60 steps, a checkpoint and head scores every 20
+CONFIG = dict(cc.TINY, **{"task.name": "induction", "task.vocab": "24", "model.layers": "2", "model.ffn": "0",
+                          "train.steps": "60", "train.eval_every": "20", "train.checkpoint_every": "20",
+                          "train.keep_checkpoints": "0", "train.head_scores": "true"})
+ENC_DEC = dict(cc.TINY, **{"task.name": "translate", "model.kind": "encoder-decoder"})
+SCORES = ("previous_token", "duplicate_token", "induction")
+
+Trained = cc.Trained
+
+
+def tearDownModule():
+    Trained.remove()
+
+
+def run_dir():
+    return os.path.dirname(os.path.dirname(Trained.checkpoint("induction", CONFIG)))
+
+
+def logged(run):
+    with cc.open_metrics(os.path.join(run, "metrics.h5")) as f:
+        return {name: f["head_scores/" + name][()] for name in ("step", "repeat_loss") + SCORES}
+
+
+class Heads(cc.TempDirTest):
+    def test_training_logs_what_the_command_computes(self):
+        run = run_dir()
+        rows = logged(run)
+        np.testing.assert_array_equal(rows["step"], [0, 20, 40, 60])  # step 0: the model at initialisation
+        self.assertEqual(rows["induction"].shape, (4, 2, 2))
+        for name in SCORES:
+            self.assertTrue(np.all((rows[name] >= 0) & (rows[name] <= 1)), name)
+        out = self.path("all.h5")
+        r = self.run_ok(["heads", run, "--checkpoints", "all", "--out", out])
+        self.assertEqual(r.stdout.count("repeat loss"), 3, r.stdout)
+        with h5py.File(out) as f:
+            self.assertEqual(f.attrs["format"], "attnlab-head-scores")
+            self.assertEqual(f.attrs["rows"], 32)
+            self.assertEqual(f.attrs["half"], 6)  # task.max_len 6: r r inputs of 11 positions
+            np.testing.assert_array_equal(f["step"][()], [20, 40, 60])
+            self.assertEqual([os.path.basename(p.decode() if isinstance(p, bytes) else p) for p in f["checkpoints"][()]],
+                             ["step_0000020.h5", "step_0000040.h5", "step_0000060.h5"])
+            for name in SCORES + ("repeat_loss",):  # the same batch, the same model: the same bits
+                np.testing.assert_array_equal(f[name][()], rows[name][1:], name)
+
+    def test_one_checkpoint(self):
+        ckpt = Trained.checkpoint("induction", CONFIG)
+        r = self.run_ok(["heads", ckpt])
+        self.assertIn("prev-token", r.stdout)
+        out = ckpt[:-3] + ".heads.h5"
+        self.addCleanup(os.remove, out)
+        rows = logged(run_dir())
+        with h5py.File(out) as f:
+            np.testing.assert_array_equal(f["step"][()], [60])
+            for name in SCORES:
+                np.testing.assert_array_equal(f[name][()][0], rows[name][-1], name)
+            self.assertEqual(f["repeat_loss"][0], rows["repeat_loss"][-1])
+
+    def test_resume_continues_the_rows(self):
+        out = self.path("runs")
+        whole = self.run_ok(["train"] + cc.overrides(CONFIG, **{"run.out_dir": out, "run.name": "whole"}))
+        self.assertIn("repeat loss", whole.stderr + whole.stdout)
+        self.run_ok(["train"] + cc.overrides(CONFIG, **{"run.out_dir": out, "run.name": "cut", "train.steps": "40"}))
+        cut = os.path.join(out, "cut")
+        with open(os.path.join(cut, "config.toml")) as f:
+            text = f.read().replace("steps = 40", "steps = 60")
+        with open(os.path.join(cut, "config.toml"), "w") as f:
+            f.write(text)
+        self.run_ok(["train", "--resume", cut])
+        a, b = logged(os.path.join(out, "whole")), logged(cut)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], name)
+
+
+class Refused(cc.TempDirTest):
+    def test_bad_arguments(self):
+        ckpt = Trained.checkpoint("induction", CONFIG)
+        enc_dec = Trained.checkpoint("enc_dec", ENC_DEC)
+        cases = [
+            (["heads", enc_dec], ["decoder model"]),
+            (["heads", ckpt, "--checkpoints", "some"], ["--checkpoints", "some"]),
+            (["heads", ckpt, "--rows", "0"], ["--rows", "[1, 65536]"]),
+            (["heads", ckpt, "--out", ckpt], ["--out", "input of this command"]),
+            (["heads", ckpt, "--out", os.path.join(os.path.dirname(os.path.dirname(ckpt)), "metrics.h5")],
+             ["--out", "not a file of this command"]),
+            (["heads", self.path("none")], ["none"]),
+            (["heads"], ["exactly one CHECKPOINT"]),
+            (["train"] + cc.overrides(ENC_DEC, **{"train.head_scores": "true"}), ["train.head_scores", "decoder"]),
+        ]
+        work = tempfile.mkdtemp(prefix="attnlab_heads_refused_")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        runs = tempfile.mkdtemp(prefix="attnlab_heads_runs_")
+        self.addCleanup(shutil.rmtree, runs, ignore_errors=True)
+        run = os.path.dirname(os.path.dirname(ckpt))
+        before = {run: cc.tree_hashes(run)}
+        for args, wants in cases:
+            with self.subTest(args=" ".join(args)):
+                cc.run_refused(self, args, work, runs, wants, before)
+
+
+if __name__ == "__main__":
+    cc.main()
