@@ -41,6 +41,12 @@ public:
     const std::vector<Tensor>& recorded(const std::string& name) const;
     const Tensor& last(const std::string& name) const { return recorded(name).back(); }
     bool has_recorded(const std::string& name) const { return recorded_.count(name) > 0; }
+    // Every name something was recorded under, in name order.
+    std::vector<std::string> recorded_names() const {
+        std::vector<std::string> names;
+        for (const auto& [name, values] : recorded_) names.push_back(name);
+        return names;
+    }
     void clear_recorded() {
         recorded_.clear();
         last_source_ = last_copy_ = Tensor();

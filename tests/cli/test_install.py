@@ -1,4 +1,4 @@
-"""The binary finds its Python tools wherever it is: in an installation made by
+"""The binary finds its Python tools wherever it is, and the Python module imports from the installation: in an installation made by
 `cmake --install BUILD --prefix PREFIX` (PREFIX/bin/attnlab with
 PREFIX/share/attnlab/tools and configs), and as a copy far from the source tree
 (a build folder outside it), where it falls back to the tree it was built from.
@@ -8,6 +8,7 @@ PREFIX/share/attnlab/tools and configs), and as a copy far from the source tree
 import os
 import shutil
 import subprocess
+import sys
 
 import cli_common as cc
 
@@ -40,7 +41,17 @@ class Install(cc.TempDirTest):
             self.assertTrue(os.path.isfile(os.path.join(prefix, part)), part)
         r = subprocess.run([binary, "train", "--keys"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.check_png(binary, self.train_tiny(binary))
+        run_dir = self.train_tiny(binary)
+        self.check_png(binary, run_dir)
+        # the Python module, when the build has it, installs into PREFIX's dist-packages and imports from there
+        if os.path.isdir(os.path.join(build, "python", "attnlab")):
+            packages = os.path.join(prefix, "lib", f"python3.{sys.version_info.minor}", "dist-packages")
+            env = dict(cc.env(), PYTHONPATH=packages)
+            r = subprocess.run(["/usr/bin/python3", "-c", "import sys, attnlab; m = attnlab.load(sys.argv[1]); "
+                                "print(attnlab.__file__, m.run([3, 4, 5]).shape)", run_dir],
+                               cwd=self.tmp, env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.startswith(packages), r.stdout)
 
     def test_a_binary_far_from_the_source_tree_finds_its_tools(self):
         elsewhere = self.path("elsewhere", "bin", "deep")

@@ -1,0 +1,281 @@
+// attnlab._core: the C++ half of the Python module (python/attnlab/__init__.py
+// is the public face). A loaded checkpoint's model runs on token arrays with
+// hooks that record, replace (a Python function's result) or take gradients at
+// named hook points (layers/hooks.h), all through the same forward the CLI runs.
+//
+// Arrays: a recorded activation, a gradient and a CPU parameter cross into
+// numpy without a copy (the array keeps the tensor alive); logits and token
+// inputs are copied once (the input into the engine's int32 layout), and so is
+// a replacement a hook returns.
+//
+// Errors: every attnlab error (Error, ConfigError, a bad token) becomes a
+// ValueError holding the CLI's message; a hook pattern that names no point, a
+// KeyError; a missing file, FileNotFoundError. Exceptions raised by a hook
+// function pass through unchanged.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "autograd/tensor_impl.h"
+#include "data/text_task.h"
+#include "experiments/config/config.h"
+#include "experiments/run/load_checkpoint.h"
+#include "experiments/run/model_factory.h"
+#include "layers/hooks.h"
+
+namespace py = pybind11;
+
+namespace attnlab {
+namespace {
+
+struct KeyError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// ---- arrays ----
+
+// A CPU tensor as a numpy array over its own storage (kept alive by the array).
+py::array to_numpy(const Tensor& tensor) {
+    const Tensor t = tensor.device() == Device::cpu ? tensor : tensor.detach().to(Device::cpu);
+    auto* keep = new Tensor(t);
+    py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+    const std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+    if (t.dtype() == DType::f32) return py::array_t<float>(shape, t.impl().array<float>().data(), owner);
+    return py::array_t<double>(shape, t.impl().array<double>().data(), owner);
+}
+
+// A numpy array as a new tensor of its own dtype (float32 or float64; anything
+// else is refused naming `what`).
+Tensor from_numpy(const py::array& a, const std::string& what) {
+    const Shape shape(a.shape(), a.shape() + a.ndim());
+    if (py::isinstance<py::array_t<float>>(a)) {
+        const auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+        Array<float> values = make_array<float>(shape);
+        std::memcpy(values.data(), c.data(), values.size() * sizeof(float));
+        return wrap(std::move(values));
+    }
+    if (py::isinstance<py::array_t<double>>(a)) {
+        const auto c = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
+        Array<double> values = make_array<double>(shape);
+        std::memcpy(values.data(), c.data(), values.size() * sizeof(double));
+        return wrap(std::move(values));
+    }
+    throw Error(what + ": expected a float32 or float64 array, got dtype " + std::string(py::str(a.dtype())));
+}
+
+void check_finite(const Tensor& t, const std::string& what) {
+    for (double v : t.values())
+        if (!std::isfinite(v)) throw Error(what + ": holds a non-finite value (" + std::to_string(v) + ")");
+}
+
+// ---- the model ----
+
+class Model {
+public:
+    Model(const std::string& path, const std::string& device) {
+        if (device != "cpu" && device != "cuda") throw Error("device: must be \"cpu\" or \"cuda\", got '" + device + "'");
+        std::error_code ec;
+        if (!std::filesystem::exists(path, ec)) throw std::filesystem::filesystem_error("[checkpoint] " + path + ": no such file", ec);
+        loaded_ = load_checkpoint(path, device == "cpu" ? Device::cpu : Device::cuda);
+        path_ = path;
+    }
+
+    const std::string& path() const { return path_; }
+    int64_t step() const { return loaded_.checkpoint.step; }
+    std::string config_toml() const { return to_toml(loaded_.config); }
+    size_t positions() const { return loaded_.loaded.max_len; }
+    bool encoder_decoder() const { return model().encoder_decoder(); }
+
+    py::dict params() const {
+        py::dict out;
+        for (const auto& [name, p] : model().module().named_parameters()) out[py::str(name)] = to_numpy(p);
+        return out;
+    }
+
+    std::vector<std::pair<std::string, std::vector<std::string>>> hook_points() const {
+        std::vector<std::pair<std::string, std::vector<std::string>>> out;
+        for (const Module::HookPoint& p : model().module().described_hook_points()) out.emplace_back(p.name, p.axes);
+        return out;
+    }
+
+    std::vector<int32_t> to_tokens(const std::string& text) const {
+        if (loaded_.config.task.name != "text") throw Error("to_tokens: task \"" + loaded_.config.task.name + "\" has no text (give token ids)");
+        return text_to_tokens(text, loaded_.config.task.alphabet, "to_tokens");
+    }
+
+    std::string to_text(const std::vector<int32_t>& ids) const {
+        if (loaded_.config.task.name != "text") throw Error("to_text: task \"" + loaded_.config.task.name + "\" has no text");
+        check_ids(ids, "to_text");
+        return tokens_to_text(ids, loaded_.config.task.alphabet);
+    }
+
+    // logits (B, T, V) and every point matching `record`.
+    std::pair<py::array, py::dict> run(const py::array_t<int32_t>& tokens, const std::vector<size_t>& lengths,
+                                       const std::vector<std::string>& record,
+                                       const std::vector<std::pair<std::string, py::function>>& replace,
+                                       const py::object& src, const std::vector<size_t>& src_lengths) const {
+        const Batch batch = make_batch(tokens, lengths, src, src_lengths);
+        Hooks hooks;
+        for (const std::string& pattern : record) hooks.record(pattern);
+        for (const auto& [pattern, fn] : replace)
+            hooks.replace(pattern, [fn](const std::string& name, const Tensor& value) {
+                py::object out = fn(to_numpy(value), name);
+                if (out.is_none()) return value;  // observed only
+                const Tensor replacement = from_numpy(py::array::ensure(out), "hook " + name + ": the replacement");
+                check_finite(replacement, "hook " + name + ": the replacement");
+                return replacement.to(value.device());
+            });
+        check_patterns(hooks);
+        NoGradGuard no_grad;
+        const Tensor logits = model().forward(batch, hooks);
+        return {to_numpy(logits), recorded(hooks)};
+    }
+
+    // d(sum(logits * seed))/d(activation) at every point matching `names`, and
+    // that sum: the gradient of any scalar metric of the logits whose own
+    // gradient with respect to the logits is `seed` (B, T, V).
+    std::pair<double, py::dict> grad(const py::array_t<int32_t>& tokens, const std::vector<size_t>& lengths, const py::array& seed,
+                                     const std::vector<std::string>& names, const py::object& src,
+                                     const std::vector<size_t>& src_lengths) const {
+        const Batch batch = make_batch(tokens, lengths, src, src_lengths);
+        // each point's value continues as value + zero, the zero a leaf whose gradient is the point's
+        std::vector<std::pair<std::string, Tensor>> zeros;
+        Hooks hooks;
+        for (const std::string& pattern : names)
+            hooks.replace(pattern, [&zeros](const std::string& name, const Tensor& value) {
+                Tensor zero = Tensor::zeros(value.shape(), value.dtype(), true);
+                if (value.device() != Device::cpu) move_to({zero}, value.device());
+                zeros.emplace_back(name, zero);
+                return value + zero;
+            });
+        check_patterns(hooks);
+        const Tensor logits = model().forward(batch, hooks);
+        Tensor w = from_numpy(seed, "grad: the metric's gradient");
+        if (w.shape() != logits.shape() || w.dtype() != logits.dtype())
+            throw Error("grad: the metric's gradient must have the logits' shape " + shape_str(logits.shape()) + " and dtype " +
+                        to_string(logits.dtype()) + ", got " + shape_str(w.shape()) + " " + to_string(w.dtype()));
+        check_finite(w, "grad: the metric's gradient");
+        w = w.to(logits.device());
+        const double value = sum(logits.detach() * w).item();
+        logits.backward(w);
+        py::dict out;
+        for (const auto& [name, zero] : zeros) {
+            if (out.contains(name)) throw Error("grad: " + name + " was reached twice in one forward");
+            out[py::str(name)] = to_numpy(zero.grad());
+        }
+        for (const auto& [name, p] : model().module().named_parameters()) Tensor(p).zero_grad();
+        return {value, out};
+    }
+
+private:
+    const TaskModel& model() const { return *loaded_.loaded.model; }
+
+    void check_ids(const std::vector<int32_t>& ids, const std::string& what) const {
+        const auto vocab = static_cast<int64_t>(loaded_.config.task.vocab);
+        for (int32_t id : ids)
+            if (id < 0 || id >= vocab)
+                throw Error(what + ": token " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+
+    Batch make_batch(const py::array_t<int32_t>& tokens, const std::vector<size_t>& lengths, const py::object& src,
+                     const std::vector<size_t>& src_lengths) const {
+        if (tokens.ndim() != 2) throw Error("tokens: expected a (batch, positions) array, got " + std::to_string(tokens.ndim()) + " axes");
+        const auto B = static_cast<size_t>(tokens.shape(0)), T = static_cast<size_t>(tokens.shape(1));
+        if (B == 0 || T == 0) throw Error("tokens: empty (" + std::to_string(B) + " x " + std::to_string(T) + ")");
+        Batch batch;
+        batch.inputs = Indices({B, T}, std::vector<int32_t>(tokens.data(), tokens.data() + B * T));
+        check_ids(batch.inputs.values, "tokens");
+        batch.lengths = lengths.empty() ? std::vector<size_t>(B, T) : lengths;
+        check_lengths(batch.lengths, B, T, "lengths");
+        const ModelConfig shape = model_config(loaded_.config, loaded_.loaded.max_len);
+        if (shape.position_table() && T > shape.max_len)
+            throw Error("tokens: " + std::to_string(T) + " positions exceed the model's " + std::to_string(shape.max_len));
+        if (model().encoder_decoder()) {
+            if (src.is_none()) throw Error("src: an encoder-decoder needs the source tokens (src=...)");
+            const auto s = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(src);
+            if (!s || s.ndim() != 2 || static_cast<size_t>(s.shape(0)) != B)
+                throw Error("src: expected a (" + std::to_string(B) + ", source positions) integer array");
+            const auto S = static_cast<size_t>(s.shape(1));
+            batch.src = Indices({B, S}, std::vector<int32_t>(s.data(), s.data() + B * S));
+            check_ids(batch.src.values, "src");
+            batch.src_lengths = src_lengths.empty() ? std::vector<size_t>(B, S) : src_lengths;
+            check_lengths(batch.src_lengths, B, S, "src_lengths");
+        } else if (!src.is_none()) {
+            throw Error("src: a decoder model takes no source tokens");
+        }
+        return batch;
+    }
+
+    static void check_lengths(const std::vector<size_t>& lengths, size_t B, size_t T, const std::string& what) {
+        if (lengths.size() != B)
+            throw Error(what + ": " + std::to_string(lengths.size()) + " lengths for " + std::to_string(B) + " sequences");
+        for (size_t n : lengths)
+            if (n < 1 || n > T) throw Error(what + ": " + std::to_string(n) + " is not in [1, " + std::to_string(T) + "]");
+    }
+
+    // A pattern that names no point is a KeyError before anything runs (HookScope's message).
+    void check_patterns(Hooks& hooks) const {
+        try {
+            HookScope scope(model().module(), hooks);
+        } catch (const Error& e) {
+            throw KeyError(e.what());
+        }
+    }
+
+    // name -> the last activation recorded there
+    static py::dict recorded(const Hooks& hooks) {
+        py::dict out;
+        for (const std::string& name : hooks.recorded_names()) out[py::str(name)] = to_numpy(hooks.last(name));
+        return out;
+    }
+
+    std::string path_;
+    LoadedCheckpoint loaded_;
+};
+
+}  // namespace
+}  // namespace attnlab
+
+PYBIND11_MODULE(_core, m) {
+    using namespace attnlab;
+    m.doc() = "attnlab's C++ core (use the package `attnlab`)";
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const KeyError& e) {
+            PyErr_SetString(PyExc_KeyError, e.what());
+        } catch (const std::filesystem::filesystem_error& e) {
+            PyErr_SetString(PyExc_FileNotFoundError, e.what());
+        } catch (const std::bad_alloc&) {
+            PyErr_SetString(PyExc_MemoryError, "out of memory");
+        } catch (const std::runtime_error& e) {  // Error, ConfigError: bad input, with the CLI's message
+            PyErr_SetString(PyExc_ValueError, e.what());
+        }
+    });
+    m.def("pattern_matches", &hook_pattern_matches, py::arg("pattern"), py::arg("name"),
+          "whether a hook point pattern (an exact name, or a glob with * and ?) names `name`");
+    py::class_<Model>(m, "Model")
+        .def(py::init<const std::string&, const std::string&>(), py::arg("path"), py::arg("device") = "cpu")
+        .def_property_readonly("path", &Model::path)
+        .def_property_readonly("step", &Model::step)
+        .def_property_readonly("config_toml", &Model::config_toml)
+        .def_property_readonly("positions", &Model::positions)
+        .def_property_readonly("encoder_decoder", &Model::encoder_decoder)
+        .def("params", &Model::params)
+        .def("hook_points", &Model::hook_points)
+        .def("to_tokens", &Model::to_tokens)
+        .def("to_text", &Model::to_text)
+        .def("run", &Model::run, py::arg("tokens"), py::arg("lengths"), py::arg("record"), py::arg("replace"), py::arg("src"),
+             py::arg("src_lengths"))
+        .def("grad", &Model::grad, py::arg("tokens"), py::arg("lengths"), py::arg("seed"), py::arg("names"), py::arg("src"),
+             py::arg("src_lengths"));
+}
