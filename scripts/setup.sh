@@ -30,7 +30,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   clang-14 libclang-rt-14-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib
-  python3-dev pybind11-dev python3-pybind11 python3-pytest
+  python3-dev pybind11-dev python3-pybind11 python3-pytest jupyter-nbconvert python3-ipykernel
   python3-plotly chromium python3-websocket fonts-dejavu-core
 )
 

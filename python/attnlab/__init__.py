@@ -5,6 +5,8 @@ for gradients at named hook points, on attnlab's own engine (docs/python.md).
     m = attnlab.load("runs/induction")              # a run folder (its newest checkpoint) or a checkpoint file
     logits, cache = m.run_with_cache([3, 7, 5, 3, 7], names="blocks.*.attn.pattern")
     logits = m.run_with_hooks(tokens, {"blocks.1.attn.z": lambda z, name: z * 0})
+    run = attnlab.train("configs/induction.toml", train__steps=500)   # the CLI's training, its run folder
+    grid = attnlab.patch(run, clean=[...], corrupt=[...])               # the CLI's .patch.h5 as arrays
 
 Tokens are a list of ids (one sequence), a list of lists (sequences of any
 lengths, right-padded and given lengths), a (batch, positions) integer array
@@ -18,8 +20,9 @@ import tomllib
 import numpy as np
 
 from attnlab import _core
+from attnlab.commands import CommandError, ablate, lens, patch, read_h5, train
 
-__all__ = ["load", "Model"]
+__all__ = ["load", "Model", "train", "patch", "ablate", "lens", "read_h5", "CommandError"]
 
 
 def _checkpoint_path(path):

@@ -174,6 +174,60 @@ class Running(unittest.TestCase):
             m.run([2, 5])
 
 
+class Commands(unittest.TestCase):
+    """attnlab.train, patch, ablate, lens: the CLI's runs and files."""
+
+    def test_train_from_a_dict_and_overrides(self):
+        out = os.path.join(ROOT, "trained_from_python")
+        run = attnlab.train({"task": {"name": "copy"}, "model": {"width": 16, "heads": 2, "layers": 1, "ffn": 32},
+                             "train.steps": 20, "train.eval_every": 10}, overrides={"run.out_dir": out},
+                            train__batch=8, quiet=True)
+        self.assertEqual(run, os.path.join(out, "default"))
+        with open(os.path.join(run, "config.toml")) as f:
+            text = f.read()
+        self.assertIn('name = "copy"', text)
+        self.assertIn("batch = 8", text)
+        self.assertEqual(attnlab.load(run).step, 20)
+        with self.assertRaisesRegex(ValueError, "unknown key model.hedas"):
+            attnlab.train(overrides={"model.hedas": 2, "run.out_dir": out}, quiet=True)
+        with self.assertRaisesRegex(ValueError, "model.heads"):
+            attnlab.train(model__heads=0, run__out_dir=out, quiet=True)
+        with self.assertRaises(FileNotFoundError):
+            attnlab.train(os.path.join(ROOT, "no_such.toml"))
+
+    def test_ctrl_c_checkpoints_and_raises(self):
+        import signal
+        import threading
+        out = os.path.join(ROOT, "interrupted")
+        timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            with self.assertRaises(KeyboardInterrupt) as raised:
+                attnlab.train(overrides={"run.out_dir": out, "train.steps": 200000, "train.checkpoint_every": 100000}, quiet=True)
+        finally:
+            timer.cancel()
+        self.assertIn("interrupted at step", str(raised.exception))
+        run = os.path.join(out, "default")
+        step = attnlab.load(run).step
+        self.assertGreater(step, 0)
+        self.assertIn(f"resume with `attnlab train --resume {run}`", str(raised.exception))
+
+    def test_patch_ablate_lens(self):
+        run = decoder()
+        m = attnlab.load(run)
+        clean, corrupt = [3, 9, 4, 12, 5, 3, 9, 4], [3, 8, 4, 12, 5, 3, 8, 4]
+        grid = attnlab.patch(run, clean=clean, corrupt=corrupt, answers="9:8", hooks=["z", "resid_pre"])
+        self.assertEqual(grid["attrs"]["format"], "attnlab-patch")
+        self.assertEqual(grid["grid"]["z"]["values"].shape, (2, 2))
+        self.assertEqual(grid["grid"]["z_axes"], ("layer", "head"))
+        table = attnlab.ablate(run, batches=2)
+        self.assertEqual(table["self"]["zero_loss"].shape, (2, 2))
+        lensed = attnlab.lens(run, tokens=SEQ)
+        np.testing.assert_allclose(lensed["lens"]["logits"][-1], m.run(SEQ), rtol=0, atol=1e-6)
+        with self.assertRaisesRegex(ValueError, "99"):
+            attnlab.lens(run, tokens=[3, 99])
+
+
 class BadInput(unittest.TestCase):
     """Each bad input: the right exception, the CLI's message, the interpreter alive."""
 
