@@ -17,10 +17,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -134,8 +136,9 @@ public:
                 check_finite(replacement, "hook " + name + ": the replacement");
                 return replacement.to(value.device());
             });
-        check_patterns(hooks);
         NoGradGuard no_grad;
+        if (record.empty() && replace.empty()) return {to_numpy(model().forward(batch)), py::dict()};  // no hooks to attach
+        check_patterns(hooks);
         const Tensor logits = model().forward(batch, hooks);
         return {to_numpy(logits), recorded(hooks)};
     }
@@ -174,6 +177,18 @@ public:
         }
         for (const auto& [name, p] : model().module().named_parameters()) Tensor(p).zero_grad();
         return {value, out};
+    }
+
+    // Seconds per forward pass of the engine alone (no hooks, no arrays), the
+    // mean of `repeats`: what a call through the module adds is measured against it (bench/).
+    double forward_seconds(const py::array_t<int32_t>& tokens, const std::vector<size_t>& lengths, int repeats) const {
+        if (repeats < 1) throw Error("forward_seconds: repeats must be >= 1");
+        const Batch batch = make_batch(tokens, lengths, py::none(), {});
+        NoGradGuard no_grad;
+        model().forward(batch);  // warm
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < repeats; ++i) model().forward(batch);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
     }
 
 private:
@@ -222,13 +237,21 @@ private:
             if (n < 1 || n > T) throw Error(what + ": " + std::to_string(n) + " is not in [1, " + std::to_string(T) + "]");
     }
 
-    // A pattern that names no point is a KeyError before anything runs (HookScope's message).
+    // A pattern that names no point is a KeyError before anything runs (HookScope's
+    // message); a pattern once found good is not checked again.
     void check_patterns(Hooks& hooks) const {
+        std::vector<std::string> unchecked;
+        for (const std::string& pattern : hooks.patterns())
+            if (!good_patterns_.count(pattern)) unchecked.push_back(pattern);
+        if (unchecked.empty()) return;
+        Hooks probe;
+        for (const std::string& pattern : unchecked) probe.record(pattern);
         try {
-            HookScope scope(model().module(), hooks);
+            HookScope scope(model().module(), probe);
         } catch (const Error& e) {
             throw KeyError(e.what());
         }
+        good_patterns_.insert(unchecked.begin(), unchecked.end());
     }
 
     // name -> the last activation recorded there
@@ -240,6 +263,7 @@ private:
 
     std::string path_;
     LoadedCheckpoint loaded_;
+    mutable std::set<std::string> good_patterns_;
 };
 
 }  // namespace
@@ -276,6 +300,7 @@ PYBIND11_MODULE(_core, m) {
         .def("to_text", &Model::to_text)
         .def("run", &Model::run, py::arg("tokens"), py::arg("lengths"), py::arg("record"), py::arg("replace"), py::arg("src"),
              py::arg("src_lengths"))
+        .def("forward_seconds", &Model::forward_seconds, py::arg("tokens"), py::arg("lengths"), py::arg("repeats"))
         .def("grad", &Model::grad, py::arg("tokens"), py::arg("lengths"), py::arg("seed"), py::arg("names"), py::arg("src"),
              py::arg("src_lengths"));
 }

@@ -62,6 +62,8 @@ class Model:
         self.step = self._core.step
         #: the checkpoint's config: {"task": {...}, "model": {...}, ...}
         self.config = tomllib.loads(self._core.config_toml)
+        #: the longest input the model was trained on (a learned positional table covers no more)
+        self.positions = self._core.positions
         #: hook point name -> its axes, outermost first ("batch", "query_pos", "head", ...)
         self.hook_points = dict(self._core.hook_points())
 
