@@ -149,8 +149,14 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
     register_module("tok_emb", tok_emb);
     register_module("pos_emb", pos_emb);
     register_module("emb_drop", emb_drop);
+    for (const auto& [layer, head] : c.ablated_heads)
+        if (layer >= c.layers) fail("model", "ablated head " + std::to_string(layer) + "." + std::to_string(head) + " of a model with " +
+                                                 std::to_string(c.layers) + " layers");
     for (size_t l = 0; l < c.layers; ++l) {
-        blocks.push_back(std::make_unique<DecoderBlock>(config.block, false, init, dropout_rng));
+        BlockConfig block = config.block;  // this layer's, with its ablated heads
+        for (const auto& [layer, head] : c.ablated_heads)
+            if (layer == l) block.attention.ablated_heads.push_back(head);
+        blocks.push_back(std::make_unique<DecoderBlock>(block, false, init, dropout_rng));
         register_module("blocks." + std::to_string(l), *blocks.back());
     }
     if (c.block.norm == Norm::pre) {  // post-norm blocks already end normalised
@@ -200,6 +206,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
       emb_drop(c.embedding_dropout, dropout_rng),
       head(c.block.attention.width, c.vocab, false, init) {
     if (c.tie_embeddings) fail("model", "tied embeddings are for decoder-only models");
+    if (!c.ablated_heads.empty()) fail("model", "ablated heads are for decoder-only models");
     register_module("src_emb", src_emb);
     register_module("tgt_emb", tgt_emb);
     register_module("src_pos_emb", src_pos_emb);

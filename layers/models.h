@@ -32,6 +32,8 @@ struct ModelConfig {
     // 2017, GPT-2, nanoGPT): one parameter, tok_emb.weight, and no head.weight.
     bool tie_embeddings = false;
     Init init = Init::torch;
+    // (layer, head) pairs whose self-attention output is zero (model.ablate_heads; decoder only)
+    std::vector<std::pair<size_t, size_t>> ablated_heads;
     AttentionVariant variant;           // every attention's rules and score modifiers (autograd/variant.h)
     bool alibi() const { return positional == Positional::alibi; }  // the self-attention masks' variant.alibi
     // The masks the model runs each attention under, the one definition that

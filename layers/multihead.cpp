@@ -64,6 +64,10 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
     register_module("k_proj", k_proj);
     register_module("v_proj", v_proj);
     register_module("out_proj", out_proj);
+    ablated_heads = config_in.ablated_heads;
+    std::sort(ablated_heads.begin(), ablated_heads.end());
+    for (size_t h : ablated_heads)
+        if (h >= heads) fail("attention", "ablated head " + std::to_string(h) + " of a module with " + std::to_string(heads) + " heads");
     const AttentionVariant& variant = config_in.variant;
     if (variant.sinks) sink = register_parameter("sink", Tensor::zeros({heads}));  // no weight on the sink's side at first: e^0
     if (variant.rel_buckets > 0)  // no bias at first
@@ -118,8 +122,16 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
         }
         if (hooked("pattern")) hook("pattern", r.weights);
     }
-    const Tensor z = hook_heads("z", r.context, heads);  // Concat(heads) (B, Tq, H d_h)
+    const Tensor z = hook_heads("z", ablated_heads.empty() ? r.context : r.context * kept_heads(r.context), heads);  // Concat(heads) (B, Tq, H d_h)
     return {hook("out", out_proj.forward(z)), need_weights ? r.weights : Tensor()};
+}
+
+// (H d_h): 1 for each kept head's columns, 0 for an ablated head's, in t's dtype and on its device
+Tensor MultiHeadAttention::kept_heads(const Tensor& t) const {
+    std::vector<double> keep(heads * head_width, 1.0);
+    for (size_t h : ablated_heads) std::fill(keep.begin() + static_cast<std::ptrdiff_t>(h * head_width),
+                                             keep.begin() + static_cast<std::ptrdiff_t>((h + 1) * head_width), 0.0);
+    return Tensor::from_values(keep, {heads * head_width}, t.dtype()).to(t.device());
 }
 
 // scale Q K^T per head (B, H, Tq, Tk), -inf at ineligible keys

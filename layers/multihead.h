@@ -30,6 +30,9 @@ struct AttentionConfig {
     // the variant the module's masks carry: its learned parts are the module's
     // parameters, `sink` (H) with sinks, `rel_bias` (buckets, H) with rel_buckets
     AttentionVariant variant;
+    // heads whose output z is zero in every forward (model.ablate_heads): their
+    // queries, keys and values then get no gradient through the output
+    std::vector<size_t> ablated_heads;
 };
 
 // Keys and values of earlier positions, (B, T_cached, H_kv d_h) each: the
@@ -52,7 +55,7 @@ struct KVCache {
 //   rot_k    (B, Tk, H_kv, d_h) rotary positions only: k after the rotation (cached: the new positions)
 //   scores   (B, H, Tq, Tk)    scale q.k, -inf at ineligible keys (0 in a row with none, policy "zero")
 //   pattern  (B, H, Tq, Tk)    the attention weights, before dropout
-//   z        (B, Tq, H, d_h)   each head's output, before the output projection
+//   z        (B, Tq, H, d_h)   each head's output, before the output projection (0 for an ablated head)
 //   out      (B, Tq, D)        the module's output
 // Recording scores or pattern forms them beside the fused op (whose result is
 // unchanged); replacing either runs attention as separate ops so that the
@@ -85,6 +88,7 @@ public:
     Linear q_proj, k_proj, v_proj, out_proj;
     Tensor sink;      // (H) the sink logits, with config.variant.sinks; else undefined
     Tensor rel_bias;  // (buckets, H) T5's relative position bias, with config.variant.rel_buckets; else undefined
+    std::vector<size_t> ablated_heads;  // AttentionConfig::ablated_heads, sorted
 
 private:
     // t (B, T, n d_h) through hook point `point` as (B, T, n, d_h)
@@ -96,6 +100,7 @@ private:
     AttentionResult attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     const AttentionOptions& options) const;
     Tensor scores_of(const Tensor& q, const Tensor& k, const AttentionMask& mask) const;
+    Tensor kept_heads(const Tensor& t) const;  // (H d_h) 1 or 0 per column, for ablated_heads
     Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;
 };
 

@@ -169,6 +169,8 @@ class Arch:
             self.sinks = bool(m.get("sinks", False))  # attention sinks: a learned logit per head, self-attention
             self.rel_buckets = int(m.get("rel_buckets", 0))  # T5's relative bias, self-attention
             self.rel_max_distance = int(m.get("rel_max_distance", 128))
+            # model.ablate_heads: "L.H" heads whose output (context) is zero, decoder self-attention
+            self.ablate_heads = [tuple(int(x) for x in h.split(".")) for h in m.get("ablate_heads", [])]
         except KeyError as e:
             raise BridgeError(f"config has no key {e}") from None
         checks = [
@@ -359,10 +361,11 @@ class Attention(nn.Module):
         self.sink = nn.Parameter(torch.zeros(a.heads)) if sinks else None  # attnlab's `sink` (H)
         self.rel_bias = nn.Parameter(torch.zeros(rel_buckets, a.heads)) if rel_buckets else None  # `rel_bias` (buckets, H)
         self.ran_nn_mha = False
+        self.ablated = []  # heads whose context is zero (model.ablate_heads), set by DecoderLM
 
     def nn_mha_compatible(self):
         width = self.out_proj.out_features
-        return (self.kv_heads == self.heads and self.heads * self.head_width == width and self.rotary_base == 0
+        return (not self.ablated and self.kv_heads == self.heads and self.heads * self.head_width == width and self.rotary_base == 0
                 and not self.alibi and not has_score_mods(self.arch) and math.isclose(self.scale, 1.0 / math.sqrt(self.head_width), rel_tol=1e-12))
 
     def split(self, x, heads):  # (B, T, h*d_h) -> (B, h, T, d_h)
@@ -390,6 +393,10 @@ class Attention(nn.Module):
         scores = scores.masked_fill(~eligible[:, None], float("-inf"))
         weights = softmax_with_sink(scores, self.sink)
         context = weights @ v  # (B, H, Tq, d_h)
+        if self.ablated:  # model.ablate_heads: those heads' outputs are zero
+            keep = torch.ones(self.heads, dtype=context.dtype)
+            keep[self.ablated] = 0
+            context = context * keep[None, :, None, None]
         B, _, Tq, _ = context.shape
         return self.out_proj(context.transpose(1, 2).reshape(B, Tq, self.heads * self.head_width)), weights
 
@@ -517,6 +524,8 @@ class DecoderLM(nn.Module):
         self.window, self.prefix_lm, self.documents = a.window, a.prefix_lm, a.documents
         self.pos_emb = PositionalEncoding(a.positional, max_len, a.width)
         self.blocks = nn.ModuleList(Block(a, cross=False) for _ in range(a.layers))
+        for layer, head in a.ablate_heads:
+            self.blocks[layer].attn.ablated.append(head)
         self.ln_f = make_norm(a) if a.norm == "pre" else None
         # tied: no head of its own; the logits read tok_emb.weight (one parameter, as attnlab's)
         self.head = None if a.tie_embeddings else nn.Linear(a.width, a.vocab, bias=False)

@@ -226,6 +226,15 @@ void check_rules(const Config& c) {
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");
 
+    for (const std::string& head : model.ablate_heads) {  // "L.H" (the schema checked the form)
+        const size_t dot = head.find('.');
+        const int64_t layer = std::stoll(head.substr(0, dot)), index = std::stoll(head.substr(dot + 1));
+        if (model.kind != "decoder")
+            fail_key("model.ablate_heads", "ablates heads of a decoder's self-attention; model.kind = \"" + model.kind + "\" is not one");
+        if (layer >= model.layers || index >= model.heads)
+            fail_key("model.ablate_heads", config_schema::quote(head) + " is outside the model: layers 0.." + to_string(model.layers - 1) +
+                                               ", heads 0.." + to_string(model.heads - 1));
+    }
     if (c.train.head_scores && model.kind != "decoder")
         fail_key("train.head_scores", "head scores are measured on a decoder's self-attention; model.kind = \"" + model.kind + "\" has none of its own");
     if (c.train.batch == 0 && task.train_size == 0)

@@ -85,6 +85,9 @@ struct Config {
         std::string init = "torch";    // torch | gpt2 | transformerlens (init_choices(), layers/models.h)
         std::string activation = "gelu";     // gelu | relu
         int64_t max_len = 0;           // 0 = the task's longest sequence
+        // "L.H": heads whose output z is zero in every forward (Bietti et al. 2023's
+        // ablations during training); decoder self-attention
+        std::vector<std::string> ablate_heads;
         AttentionVariant variant;          // the score modifiers, each a key model.<field> (autograd/variant.h)
         bool operator==(const Model&) const = default;
     } model;
@@ -109,6 +112,8 @@ struct Config {
         int64_t micro_batches = 8;     // deterministic only: pieces of train.batch (must divide it)
         double target_accuracy = 0.99;
         bool tensorboard = false;      // also TensorBoard event files under <run>/tb/
+        // parameter names or globs the optimiser leaves alone (they keep their initial values)
+        std::vector<std::string> freeze;
         // at each evaluation, Olsson et al.'s head scores on a fixed repeated-token
         // batch (experiments/run/head_scores.h): /head_scores in metrics.h5
         bool head_scores = false;

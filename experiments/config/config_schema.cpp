@@ -240,6 +240,48 @@ Field scale(std::string key, Get get, std::string doc) {
             }};
 }
 
+// A list of strings, each checked by `rule` (model.ablate_heads, train.freeze).
+template <class Get>
+Field text_list(std::string key, Get get, std::string allowed, std::string (*rule)(const std::string&), std::string doc) {
+    return {std::move(key), std::move(allowed), std::move(doc), false,
+            [get](Config& c, const toml::node& n) -> std::string {
+                const toml::array* array = n.as_array();
+                if (!array) return expected("an array of strings", n);
+                std::vector<std::string> values;
+                for (size_t i = 0; i < array->size(); ++i) {
+                    std::string value;
+                    if (std::string problem = read_string(*array->get(i), value); !problem.empty())
+                        return "element " + std::to_string(i) + ": " + (array->get(i)->is_string() ? problem : expected("a string", *array->get(i)));
+                    values.push_back(value);
+                }
+                get(c) = std::move(values);
+                return "";
+            },
+            [get, rule](const Config& c) -> std::string {
+                const std::vector<std::string>& values = get(c);
+                for (size_t i = 0; i < values.size(); ++i) {
+                    if (std::string problem = rule(values[i]); !problem.empty()) return "element " + std::to_string(i) + " " + problem;
+                    if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i), values[i]) != values.begin() + static_cast<std::ptrdiff_t>(i))
+                        return "element " + std::to_string(i) + " " + quote(values[i]) + " is given twice";
+                }
+                return "";
+            },
+            [get](const Config& c) {
+                std::string out = "[";
+                for (const std::string& value : get(c)) out += (out.size() > 1 ? ", " : "") + quote(value);
+                return out + "]";
+            }};
+}
+
+// "L.H": a layer and a head, each a number (their range is checked against the model's).
+std::string layer_head(const std::string& text) {
+    const size_t dot = text.find('.');
+    const auto digits = [](const std::string& part) { return !part.empty() && part.size() <= 6 && std::all_of(part.begin(), part.end(), ::isdigit); };
+    if (dot == std::string::npos || !digits(text.substr(0, dot)) || !digits(text.substr(dot + 1)))
+        return "must be \"LAYER.HEAD\" (e.g. \"1.0\"), got " + quote(text);
+    return "";
+}
+
 // train.batch: a count, or "all" (kept as 0): the whole finite training set.
 template <class Get>
 Field batch(std::string key, Get get, std::string doc) {
@@ -338,6 +380,7 @@ std::vector<Field> make_fields() {
         boolean(KEY(model, tie_embeddings), "decoder: the output head's matrix is the token embedding's (one parameter, tok_emb.weight)"),
         choice(KEY(model, activation), activation_choices().names(), "feed-forward activation"),
         integer(KEY(model, max_len), at_least(0), "positions the model covers; 0 = the task's longest sequence"),
+        text_list(KEY(model, ablate_heads), "[\"L.H\", ...]", layer_head, "heads whose output (z) is zero, in training and every analysis (decoder self-attention)"),
 
         integer(KEY(train, steps), at_least(1), "optimiser steps"),
         batch(KEY(train, batch), "sequences per step; \"all\" = the whole training set (task.train_size)"),
@@ -354,6 +397,7 @@ std::vector<Field> make_fields() {
         integer(KEY(train, micro_batches), between(1, 1 << 20), "train.reduce = deterministic: micro-batches per step (divides train.batch)"),
         number(KEY(train, target_accuracy), probability, "eval token accuracy at which the task counts as solved"),
         boolean(KEY(train, tensorboard), "also write TensorBoard event files (scalars) under <run>/tb/, flushed at each log interval"),
+        text_list(KEY(train, freeze), "[\"pattern\", ...]", non_empty, "parameters the optimiser leaves at their initial values: names or globs (blocks.0.attn.*)"),
         boolean(KEY(train, head_scores), "at each evaluation, every head's previous-token, duplicate-token and induction scores on a fixed repeated-token batch (decoder models)"),
 
         choice(KEY(optim, name), {"adamw", "adam", "sgd"}, "optimiser (torch.optim's update rules)"),

@@ -167,7 +167,7 @@ int Trainer::run() {
     const bool tty = isatty(STDERR_FILENO) && s.writes();
     const Schedule schedule = parse_schedule(c.optim.schedule);
     const double clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
-    const NamedTensors params = s.model->module().named_parameters();
+    const NamedTensors& params = s.trainable;  // train.freeze's parameters take no gradient
     s.model->module().train();
     if (c.train.device == "cuda" && s.writes())
         std::fprintf(stderr, "attnlab train: train.device = \"cuda\": the whole training step runs on the GPU\n");

@@ -13,6 +13,7 @@
 
 #include "autograd/device/backend.h"
 #include "data/finite_task.h"
+#include "experiments/config/edit_distance.h"
 #include "experiments/config/memory_estimate.h"
 
 namespace fs = std::filesystem;
@@ -120,6 +121,32 @@ std::unique_ptr<TaskModel> with_wider_table(std::unique_ptr<TaskModel> model, co
     return wider;
 }
 
+// train.freeze: the parameters its patterns name take no gradient (and so no
+// update); the others, returned, are what the optimiser and clipping see. A
+// pattern that names no parameter, or one that freezes them all, is refused.
+NamedTensors trainable_parameters(const Config& config, const NamedTensors& all) {
+    for (const std::string& pattern : config.train.freeze) {
+        std::string nearest;
+        size_t best = static_cast<size_t>(-1);
+        bool any = false;
+        for (const auto& [name, p] : all) {
+            if (hook_pattern_matches(pattern, name)) any = true;
+            if (const size_t d = edit_distance(pattern, name); d < best) best = d, nearest = name;
+        }
+        if (!any)
+            throw ConfigError("train.freeze", "train.freeze: \"" + pattern + "\" names no parameter of the model (nearest: " + nearest + ")");
+    }
+    NamedTensors trainable;
+    for (const auto& [name, p] : all) {
+        const bool frozen = std::any_of(config.train.freeze.begin(), config.train.freeze.end(),
+                                        [&](const std::string& pattern) { return hook_pattern_matches(pattern, name); });
+        if (frozen) Tensor(p).set_requires_grad(false);
+        else trainable.emplace_back(name, p);
+    }
+    if (trainable.empty()) throw ConfigError("train.freeze", "train.freeze: freezes every parameter; nothing would train");
+    return trainable;
+}
+
 }  // namespace
 
 Trainer::State::State(const Config& c)
@@ -160,7 +187,8 @@ Trainer::State::State(const Config& c)
     if (config.model.max_len != drawn.model.max_len) model = with_wider_table(std::move(model), config, longest, &dropout_rng);
     // train.device = "cuda": the same model, moved; the optimiser made after it keeps its state there too
     if (config.train.device == "cuda") model->module().to(Device::cuda);  // "[cuda] Context: <reason>" without a device
-    optimizer = make_optimizer(config, model->module().named_parameters());
+    trainable = trainable_parameters(config, model->module().named_parameters());
+    optimizer = make_optimizer(config, trainable);
     // the same batch at every evaluation, for every run of this model's shape (seed 0)
     if (config.train.head_scores) head_score_input = head_score_batch(config, trained, kHeadScoreRows, 0);
 }

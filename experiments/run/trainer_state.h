@@ -48,6 +48,7 @@ struct Trainer::State {
     // optimiser's state live on the device, and a step moves the batch in and
     // the loss and gradient norm out (the logits too at log steps, for the metrics).
     std::unique_ptr<TaskModel> model;
+    NamedTensors trainable;  // the parameters but train.freeze's: what the optimiser and clipping see
     std::unique_ptr<Optimizer> optimizer;
     std::optional<MetricsLog> log;
     std::optional<TensorBoardWriter> tensorboard;  // train.tensorboard: the same scalars, for TensorBoard

@@ -1,7 +1,9 @@
 """`attnlab heads` and train.head_scores as processes: the scores logged during
 training (/head_scores of metrics.h5) are the command's on the same step's
 checkpoint, bit for bit; --checkpoints all scores a run's checkpoints in step
-order; a resumed run's /head_scores rows are the uninterrupted run's; every bad
+order; a resumed run's /head_scores rows are the uninterrupted run's;
+model.ablate_heads zeroes those heads' output and train.freeze keeps parameters
+at their values; every bad
 argument (an encoder-decoder, a bad --checkpoints, --rows 0, an --out that is
 not the command's, train.head_scores on an encoder-decoder) exits 2 with one
 line and writes nothing.
@@ -90,6 +92,29 @@ class Heads(cc.TempDirTest):
             np.testing.assert_array_equal(a[name], b[name], name)
 
 
+class TrainingInterventions(cc.TempDirTest):
+    """model.ablate_heads and train.freeze (Bietti et al. 2023's interventions during training)."""
+
+    def test_frozen_parameters_keep_their_values_and_ablated_heads_output_zero(self):
+        out = self.path("runs")
+        self.run_ok(["train"] + cc.overrides(CONFIG, **{"run.out_dir": out, "train.freeze": '["blocks.0.*", "tok_emb.weight"]',
+                                                        "model.ablate_heads": '["1.1"]'}))
+        run = os.path.join(out, "default")
+        with h5py.File(cc.checkpoint_path(run, 20)) as a, h5py.File(cc.checkpoint_path(run, 60)) as b:
+            names = []
+            a["params"].visit(lambda n: names.append(n) if isinstance(a["params"][n], h5py.Dataset) else None)
+            for name in names:
+                same = np.array_equal(a["params"][name][()], b["params"][name][()])
+                frozen = name.startswith("blocks.0.") or name.startswith("blocks/0/") or name == "tok_emb.weight"
+                self.assertEqual(same, frozen, name)
+        inspect = self.path("i.h5")
+        self.run_ok(["inspect", run, "--tokens", "3 4 5 6 3 4 5", "--out", inspect, "--hooks", "blocks.1.attn.z"])
+        with h5py.File(inspect) as f:
+            z = f["hooks/blocks.1.attn.z"][()]  # (B, T, H, d_h)
+        self.assertEqual(float(np.abs(z[:, :, 1]).max()), 0.0)
+        self.assertGreater(float(np.abs(z[:, :, 0]).max()), 0.0)
+
+
 class Refused(cc.TempDirTest):
     def test_bad_arguments(self):
         ckpt = Trained.checkpoint("induction", CONFIG)
@@ -104,6 +129,10 @@ class Refused(cc.TempDirTest):
             (["heads", self.path("none")], ["none"]),
             (["heads"], ["exactly one CHECKPOINT"]),
             (["train"] + cc.overrides(ENC_DEC, **{"train.head_scores": "true"}), ["train.head_scores", "decoder"]),
+            (["train"] + cc.overrides(CONFIG, **{"train.freeze": '["blocks.7.*"]'}), ["train.freeze", "blocks.7.*", "names no parameter"]),
+            (["train"] + cc.overrides(CONFIG, **{"train.freeze": '["*"]'}), ["train.freeze", "every parameter"]),
+            (["train"] + cc.overrides(CONFIG, **{"model.ablate_heads": '["2.0"]'}), ["model.ablate_heads", "outside the model"]),
+            (["train"] + cc.overrides(CONFIG, **{"model.ablate_heads": '["0.0", "0.0"]'}), ["given twice"]),
         ]
         work = tempfile.mkdtemp(prefix="attnlab_heads_refused_")
         self.addCleanup(shutil.rmtree, work, ignore_errors=True)

@@ -255,6 +255,10 @@ class InspectAndBridge(cc.TempDirTest):
         self.check_variant("decoder post, tied, no LayerNorm bias", model__norm="post", model__norm_bias="false",
                            model__tie_embeddings="true")
 
+    def test_decoder_ablated_heads(self):
+        # model.ablate_heads: those heads' outputs are zero in attnlab and in the bridge alike
+        self.check_variant("decoder, heads 0.1 and 1.0 ablated", model__layers=2, model__ablate_heads='["0.1", "1.0"]')
+
     def test_decoder_head_width_scale_number(self):
         self.check_variant("decoder head_width 6, kv_heads 2, scale 0.3", model__heads=4, model__kv_heads=2,
                            model__head_width=6, model__scale="0.3")

@@ -90,7 +90,7 @@ TEST_F(ConfigFiles, UnknownKeysSuggestTheNearest) {
     EXPECT_EQ(load_error("[trian]\n"), path_ + ":1:2: unknown section trian (did you mean train?)");
     EXPECT_EQ(load_error("[model]\nxyzzy = 1\n"),
               path_ + ":2:1: unknown key model.xyzzy (model keys: kind, layers, width, heads, kv_heads, head_width, ffn, norm, norm_type, "
-                      "positional, rotary_base, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, ffn_bias, norm_bias, init, tie_embeddings, activation, max_len)");
+                      "positional, rotary_base, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, ffn_bias, norm_bias, init, tie_embeddings, activation, max_len, ablate_heads)");
     // the first error in file order, not in toml++'s sorted order
     EXPECT_EQ(load_error("[run]\nzzz = 1\naaa = 2\n"), path_ + ":2:1: unknown key run.zzz (run keys: name, seed, out_dir)");
 }
@@ -178,6 +178,15 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\nname = \"mqar\"\nmax_len = 15\nseq_len = 64\n"),
               path_ + ":1:1: task.vocab = 32, task.max_len = 15, task.seq_len = 64: mqar needs distinct keys and values: max_len 15 "
                       "pairs but only 14 key tokens in vocab 32");
+    EXPECT_EQ(load_error("[model]\nablate_heads = [\"1.0\", \"0.4\"]\n"),
+              path_ + ":2:16: model.ablate_heads: \"0.4\" is outside the model: layers 0..1, heads 0..3");
+    EXPECT_EQ(load_error("[model]\nablate_heads = [\"1.x\"]\n"),
+              path_ + ":2:16: model.ablate_heads: element 0 must be \"LAYER.HEAD\" (e.g. \"1.0\"), got \"1.x\"");
+    EXPECT_EQ(load_error("[model]\nablate_heads = \"1.0\"\n"), path_ + ":2:16: model.ablate_heads: expected an array of strings, got a string");
+    EXPECT_EQ(load_error("[model]\nablate_heads = [1]\n"), path_ + ":2:16: model.ablate_heads: element 0: expected a string, got an integer");
+    EXPECT_EQ(load_error("[task]\nname = \"translate\"\n[model]\nkind = \"encoder-decoder\"\nablate_heads = [\"0.0\"]\n"),
+              path_ + ":5:16: model.ablate_heads: ablates heads of a decoder's self-attention; model.kind = \"encoder-decoder\" is not one");
+    EXPECT_EQ(load_error("[train]\nfreeze = [\"\"]\n"), path_ + ":2:10: train.freeze: element 0 must not be empty");
     EXPECT_EQ(load_error("[task]\nname = \"translate\"\n[model]\nkind = \"encoder-decoder\"\n[train]\nhead_scores = true\n"),
               path_ + ":6:15: train.head_scores: head scores are measured on a decoder's self-attention; model.kind = "
                       "\"encoder-decoder\" has none of its own");
