@@ -19,6 +19,8 @@ import numpy as np
 import h5_probe
 
 ATTENTION_FIELDS = ["step", "entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"]
+# /head_scores (train.head_scores): per-head scores and the loss on the repeated-token batch
+HEAD_SCORE_FIELDS = ["step", "previous_token", "duplicate_token", "induction", "repeat_loss"]
 # The generated tasks' special tokens (data/tasks.h); a token file's ids and a
 # text model's characters have none.
 SPECIAL_TOKENS = {0: "<PAD>", 1: "<SEP>", 2: "<BOS>"}
@@ -176,7 +178,7 @@ def read_series(path, f, name, fields, per_head=()):
 
 
 def load_metrics(path):
-    """(train, eval, {kind: attention series}) of a metrics.h5."""
+    """(train, eval, {kind: attention series}, head scores or None) of a metrics.h5."""
     with open_h5(path, swmr=True) as f, reading(path):
         if text(f.attrs.get("format", "attnlab-metrics")) != "attnlab-metrics":
             raise ReportError(f"{path}: not an attnlab metrics file (format {text(f.attrs['format'])!r})")
@@ -194,7 +196,10 @@ def load_metrics(path):
                 series = read_series(path, f, "attention/" + kind, ATTENTION_FIELDS, per_head=ATTENTION_FIELDS[1:])
                 if series is not None and len(series["step"]):
                     kinds[kind] = series
-    return train, evaluation, kinds
+        heads = read_series(path, f, "head_scores", HEAD_SCORE_FIELDS, per_head=HEAD_SCORE_FIELDS[1:4])
+        if heads is not None and not len(heads["step"]):
+            heads = None
+    return train, evaluation, kinds, heads
 
 
 class Run:
@@ -209,7 +214,7 @@ class Run:
         tables_of(config_path, self.config, ("run", "task", "model", "train", "optim"))
         self.flat = flatten(self.config)
         self.metrics_path = os.path.join(self.folder, "metrics.h5")
-        self.train, self.eval, self.attention = load_metrics(self.metrics_path)
+        self.train, self.eval, self.attention, self.head_scores = load_metrics(self.metrics_path)
         summary_path = os.path.join(self.folder, "summary.json")
         self.summary = check_summary(summary_path, read_json(summary_path, optional=True))
         self.audit_path, self.audit = find_audit(self.folder)

@@ -110,7 +110,7 @@ def head_heatmap(kind, series, field, title, hover):
     rows = head_labels(values)
     z = values.reshape(values.shape[0], -1).T  # [layers * heads, K]
     zmin, zmax = float(np.nanmin(z)), float(np.nanmax(z))
-    if field == "entropy_norm":
+    if field in ("entropy_norm", "previous_token", "duplicate_token", "induction"):  # shares of attention
         zmin, zmax = 0.0, 1.0
     if field in ("masked_mass", "entropy"):
         zmin = 0.0
@@ -126,6 +126,43 @@ def head_heatmap(kind, series, field, title, hover):
                          height=130 + 24 * len(rows))
     layout["yaxis"].update(autorange="reversed", type="category")
     fig.update_layout(**layout)
+    return fig
+
+
+# train.head_scores's per-head series (experiments/run/head_scores.h)
+HEAD_SCORES = [
+    ("induction", "induction score (attention from a repeated token to the token after its first occurrence)",
+     "induction score {z:.4f}"),
+    ("previous_token", "previous-token score (attention to position t - 1)", "previous-token score {z:.4f}"),
+    ("duplicate_token", "duplicate-token score (attention to the same token's first occurrence)", "duplicate-token score {z:.4f}"),
+]
+
+
+def optimiser_figure(run):
+    """The learning rate the schedule gave and the gradient norm before clipping, per logged step."""
+    fig = go.Figure()
+    if has(run.train, "lr"):
+        fig.add_trace(go.Scatter(x=run.train["step"], y=run.train["lr"], mode="lines", name="learning rate",
+                                 line=dict(color=colour(0)), hovertemplate="step %{x}<br>lr %{y:.3g}<extra></extra>"))
+    if has(run.train, "grad_norm"):
+        fig.add_trace(go.Scatter(x=run.train["step"], y=run.train["grad_norm"], mode="lines", name="gradient norm",
+                                 yaxis="y2", line=dict(color=colour(1)),
+                                 hovertemplate="step %{x}<br>gradient norm %{y:.4g}<extra></extra>"))
+    layout = base_layout("learning rate and gradient norm (before clipping)", "step", "learning rate")
+    layout["yaxis2"] = dict(title="gradient norm", overlaying="y", side="right", showgrid=False)
+    fig.update_layout(**layout)
+    return say_if_empty(fig, "no training rows logged yet")
+
+
+def repeat_loss_figure(run):
+    heads = run.head_scores
+    fig = go.Figure(go.Scatter(x=heads["step"], y=heads["repeat_loss"], mode="lines+markers", marker=dict(size=4),
+                               name="repeat loss", hovertemplate="step %{x}<br>loss on the repeat %{y:.4f}<extra></extra>"))
+    if has(run.eval):
+        fig.add_trace(go.Scatter(x=run.eval["step"], y=run.eval["loss"], mode="lines", line=dict(dash="dot"),
+                                 name="held-out loss", hovertemplate="step %{x}<br>held-out loss %{y:.4f}<extra></extra>"))
+    fig.update_layout(**base_layout("loss on the repeated-token batch (from its second copy's second token)", "step",
+                                    "cross-entropy (nats)"))
     return fig
 
 
@@ -211,6 +248,15 @@ def run_page(run):
                    "on the run's held-out batches at each eval step." + note, "note")
     page.figures_side_by_side([("loss", loss_figure([run], "loss")),
                                ("accuracy", accuracy_figure([run], "held-out accuracy"))])
+    page.heading("Optimiser")
+    page.figure("optimiser", optimiser_figure(run))
+    if run.head_scores is not None:
+        page.heading("Head scores over training")
+        page.paragraph("train.head_scores: every head on one fixed batch of repeated random tokens r r "
+                       "(Olsson et al. 2022's induction and previous-token scores; docs/induction_bump.md).", "note")
+        page.figure("repeat_loss", repeat_loss_figure(run))
+        for field, title, hover in HEAD_SCORES:
+            page.figure(f"head-{field}", head_heatmap("heads", run.head_scores, field, title, hover))
     page.heading("Attention heads over training")
     if not run.attention:
         page.paragraph("metrics.h5 has no attention series yet.", "note")

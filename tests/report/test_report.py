@@ -49,7 +49,7 @@ class Reports(rc.cc.TempDirTest):
 
     def test_run(self):
         page, charts = self.make([Fixtures.analysed_run()])
-        self.assertEqual(charts, ["loss", "accuracy", "self-entropy", "self-entropy_norm", "self-masked_mass",
+        self.assertEqual(charts, ["loss", "accuracy", "optimiser", "self-entropy", "self-entropy_norm", "self-masked_mass",
                                   "self-score_std", "ablation"])
         for text in ['id="audit-tests"', "passed, 0 failed", 'id="config"', "all 0 (mask correct)"]:
             self.assertTrue(text in page, text)
@@ -58,6 +58,12 @@ class Reports(rc.cc.TempDirTest):
         _, charts = self.make([rc.Fixtures.train("plain", rc.DECODER)])
         self.assertNotIn("ablation", charts)
         self.assertIn("self-score_std", charts)
+
+    def test_run_with_head_scores(self):
+        page, charts = self.make([Fixtures.train("heads", dict(rc.DECODER, **{"train.head_scores": "true"}))])
+        self.assertEqual(charts[:7], ["loss", "accuracy", "optimiser", "repeat_loss", "head-induction", "head-previous_token",
+                                      "head-duplicate_token"])
+        self.assertIn("Head scores over training", page)
 
     def test_encoder_decoder_run(self):
         _, charts = self.make([Fixtures.train("encdec", rc.ENC_DEC)])

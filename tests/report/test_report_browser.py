@@ -114,8 +114,12 @@ class InBrowser(rc.cc.TempDirTest):
     def test_run(self):
         run = Fixtures.analysed_run()
         charts = self.open([run], "run")
-        self.assertEqual(set(charts), {"loss", "accuracy", "self-entropy", "self-entropy_norm", "self-masked_mass",
+        self.assertEqual(set(charts), {"loss", "accuracy", "optimiser", "self-entropy", "self-entropy_norm", "self-masked_mass",
                                        "self-score_std", "ablation"})
+        with h5py.File(os.path.join(run, "metrics.h5"), "r") as f:  # the optimiser chart: lr and gradient norm as logged
+            np.testing.assert_allclose(BROWSER.evaluate("document.getElementById('optimiser').data[0].y"), f["train/lr"][()], rtol=1e-12)
+            np.testing.assert_allclose(BROWSER.evaluate("document.getElementById('optimiser').data[1].y"), f["train/grad_norm"][()],
+                                       rtol=1e-12)
         with h5py.File(os.path.join(run, "metrics.h5"), "r") as f:
             steps = f["attention/self/step"][()]
             entropy = f["attention/self/entropy"][()]  # [K, layers, heads]
