@@ -20,7 +20,7 @@ import h5_probe
 
 ATTENTION_FIELDS = ["step", "entropy", "entropy_norm", "masked_mass", "masked_mass_max", "score_std"]
 # /head_scores (train.head_scores): per-head scores and the loss on the repeated-token batch
-HEAD_SCORE_FIELDS = ["step", "previous_token", "duplicate_token", "induction", "repeat_loss"]
+HEAD_SCORE_FIELDS = ["step", "previous_token", "duplicate_token", "induction", "copying", "repeat_loss"]
 # The generated tasks' special tokens (data/tasks.h); a token file's ids and a
 # text model's characters have none.
 SPECIAL_TOKENS = {0: "<PAD>", 1: "<SEP>", 2: "<BOS>"}
@@ -196,7 +196,7 @@ def load_metrics(path):
                 series = read_series(path, f, "attention/" + kind, ATTENTION_FIELDS, per_head=ATTENTION_FIELDS[1:])
                 if series is not None and len(series["step"]):
                     kinds[kind] = series
-        heads = read_series(path, f, "head_scores", HEAD_SCORE_FIELDS, per_head=HEAD_SCORE_FIELDS[1:4])
+        heads = read_series(path, f, "head_scores", HEAD_SCORE_FIELDS, per_head=HEAD_SCORE_FIELDS[1:5])
         if heads is not None and not len(heads["step"]):
             heads = None
     return train, evaluation, kinds, heads

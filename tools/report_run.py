@@ -112,6 +112,8 @@ def head_heatmap(kind, series, field, title, hover):
     zmin, zmax = float(np.nanmin(z)), float(np.nanmax(z))
     if field in ("entropy_norm", "previous_token", "duplicate_token", "induction"):  # shares of attention
         zmin, zmax = 0.0, 1.0
+    if field == "copying":  # sum Re(eigenvalue) / sum |eigenvalue|
+        zmin, zmax = -1.0, 1.0
     if field in ("masked_mass", "entropy"):
         zmin = 0.0
     if field == "masked_mass":
@@ -135,6 +137,7 @@ HEAD_SCORES = [
      "induction score {z:.4f}"),
     ("previous_token", "previous-token score (attention to position t - 1)", "previous-token score {z:.4f}"),
     ("duplicate_token", "duplicate-token score (attention to the same token's first occurrence)", "duplicate-token score {z:.4f}"),
+    ("copying", "copying score of the OV circuit (-1 to 1)", "copying score {z:.4f}"),
 ]
 
 

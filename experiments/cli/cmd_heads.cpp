@@ -28,6 +28,8 @@ checkpoint (seeded by --seed):
   previous_token   attention from t to t-1
   duplicate_token  attention from t in the repeat to the same token earlier (t-n)
   induction        attention from t in the repeat to the token after it (t-n+1)
+  copying          Olsson et al.'s copying score of the head's OV circuit (from the
+                   weights: sum Re(eigenvalue) / sum |eigenvalue| of W_E W_V W_O W_U)
 and the model's loss on the repeat (repeat_loss).
 
 --checkpoints all: every checkpoint of the run (CHECKPOINT's run folder), in
@@ -36,7 +38,7 @@ step order: the scores over training (keep them with train.keep_checkpoints = 0)
 --out (default: CHECKPOINT with .heads.h5; with --checkpoints all, RUN/heads.h5):
 attrs format = "attnlab-head-scores", format_version, checkpoint, step (the
 last), rows, half (n), seed, layers, heads; /step [K], /checkpoints [K] (paths),
-/previous_token, /duplicate_token, /induction [K, layers, heads],
+/previous_token, /duplicate_token, /induction, /copying [K, layers, heads],
 /repeat_loss [K].
 )";
 
@@ -58,10 +60,10 @@ std::vector<std::string> checkpoints_to_score(const std::string& given, bool all
 }
 
 void print_heads(const HeadScores& s) {
-    std::printf("  head     prev-token  duplicate  induction\n");
+    std::printf("  head     prev-token  duplicate  induction    copying\n");
     for (size_t i = 0; i < s.layers * s.heads; ++i)
-        std::printf("  L%zu.H%-4zu %10.3f %10.3f %10.3f\n", i / s.heads, i % s.heads, s.previous_token[i], s.duplicate_token[i],
-                    s.induction[i]);
+        std::printf("  L%zu.H%-4zu %10.3f %10.3f %10.3f %10.3f\n", i / s.heads, i % s.heads, s.previous_token[i], s.duplicate_token[i],
+                    s.induction[i], s.copying[i]);
 }
 
 // "L1.H2 0.93": the head with the largest value of `v`
@@ -75,7 +77,7 @@ std::string best_head(const std::vector<double>& v, size_t heads) {
 }  // namespace
 
 int cmd_heads(const std::vector<std::string>& args) {
-    cxxopts::Options options("attnlab heads", "Previous-token, duplicate-token and induction scores of every head.");
+    cxxopts::Options options("attnlab heads", "Previous-token, duplicate-token, induction and copying scores of every head.");
     add_device_option(options);
     options.positional_help("CHECKPOINT");
     options.add_options()("checkpoints", "\"all\": every checkpoint of the run; \"newest\": CHECKPOINT only",

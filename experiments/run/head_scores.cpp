@@ -86,6 +86,61 @@ HeadScores attention_scores(const std::vector<Tensor>& patterns, size_t half) {
     return s;
 }
 
+namespace {
+
+extern "C" void dgeev_(const char* jobvl, const char* jobvr, const int* n, double* a, const int* lda, double* wr, double* wi,
+                       double* vl, const int* ldvl, double* vr, const int* ldvr, double* work, const int* lwork, int* info);
+
+// sum Re(lambda) / sum |lambda| over the eigenvalues of the n x n row-major matrix `m` (0 when all are 0).
+double copying_of(std::vector<double> m, int n) {
+    // LAPACK reads column-major: the transpose, which has the same eigenvalues
+    std::vector<double> wr(static_cast<size_t>(n)), wi(static_cast<size_t>(n)), work(static_cast<size_t>(8 * n + 8));
+    const int lwork = static_cast<int>(work.size()), one = 1;
+    int info = 0;
+    dgeev_("N", "N", &n, m.data(), &n, wr.data(), wi.data(), nullptr, &one, nullptr, &one, work.data(), &lwork, &info);
+    if (info != 0) fail("head scores", "the OV circuit's eigenvalues did not converge (LAPACK dgeev info " + std::to_string(info) + ")");
+    double real = 0, magnitude = 0;
+    for (int i = 0; i < n; ++i) {
+        real += wr[static_cast<size_t>(i)];
+        magnitude += std::hypot(wr[static_cast<size_t>(i)], wi[static_cast<size_t>(i)]);
+    }
+    return magnitude > 0 ? real / magnitude : 0.0;
+}
+
+Tensor parameter(const TaskModel& model, const std::string& name) {
+    for (const auto& [n, p] : model.module().named_parameters())
+        if (n == name) return p.detach().to(Device::cpu).to(DType::f64);
+    fail("head scores", "the model has no parameter " + name);
+}
+
+}  // namespace
+
+std::vector<double> copying_scores(const TaskModel& model) {
+    const DecoderLM* lm = model.decoder_lm();
+    if (lm == nullptr) fail("head scores", "copying scores need a decoder model");
+    NoGradGuard no_grad;
+    const size_t L = model.layers(), H = model.heads();
+    const Tensor embed = parameter(model, "tok_emb.weight");          // W_E (V, D)
+    const Tensor unembed = parameter(model, lm->unembedding_name());   // W_U (V, D)
+    const Tensor readout = matmul(transpose(unembed, 0, 1), embed);    // W_U^T W_E (D, D): every token's logit, back in the stream
+    std::vector<double> out;
+    for (size_t l = 0; l < L; ++l) {
+        const std::string block = "blocks." + std::to_string(l) + ".attn.";
+        const Tensor w_v = parameter(model, block + "v_proj.weight");    // (H_kv d_h, D)
+        const Tensor w_o = parameter(model, block + "out_proj.weight");  // (D, H d_h)
+        const size_t d_h = w_o.size(1) / H, group = H / (w_v.size(0) / d_h);
+        for (size_t h = 0; h < H; ++h) {
+            const size_t kv = h / group;  // the K/V head query head h reads (grouped K/V)
+            const Tensor v_h = slice(w_v, 0, kv * d_h, (kv + 1) * d_h);  // W_V,h (d_h, D)
+            const Tensor o_h = slice(w_o, 1, h * d_h, (h + 1) * d_h);    // W_O,h (D, d_h)
+            // B A = W_O,h^T W_U^T W_E W_V,h^T (d_h, d_h): M's nonzero eigenvalues
+            const Tensor ba = matmul(matmul(transpose(o_h, 0, 1), readout), transpose(v_h, 0, 1));
+            out.push_back(copying_of(ba.values(), static_cast<int>(d_h)));
+        }
+    }
+    return out;
+}
+
 HeadScores head_scores(const TaskModel& model, const HeadScoreBatch& input) {
     if (model.encoder_decoder()) fail("head scores", "head scores need a decoder model (this one is an encoder-decoder)");
     Module& module = model.module();
@@ -101,13 +156,14 @@ HeadScores head_scores(const TaskModel& model, const HeadScoreBatch& input) {
     const AttentionKind kind = model.kinds_for(batch).front();  // the decoder's self-attention
     HeadScores s = attention_scores(recorded_per_layer(hooks, kind, "pattern"), half);
     s.repeat_loss = cross_entropy(logits, batch.targets, batch.loss_mask).item();
+    s.copying = copying_scores(model);
 
     module.train(was_training);
     return s;
 }
 
 const std::vector<std::string>& head_score_names() {
-    static const std::vector<std::string> names{"previous_token", "duplicate_token", "induction"};
+    static const std::vector<std::string> names{"previous_token", "duplicate_token", "induction", "copying"};
     return names;
 }
 
@@ -116,6 +172,7 @@ const std::vector<double>& head_score_values(const HeadScores& scores, size_t wh
         case 0: return scores.previous_token;
         case 1: return scores.duplicate_token;
         case 2: return scores.induction;
+        case 3: return scores.copying;
         default: fail("head scores", "no score " + std::to_string(which));
     }
 }

@@ -12,11 +12,21 @@
 //   induction        mean over t = n .. T-1     of a[t, t-n+1]    (the token after it:
 //                                                                  prefix matching)
 //
+// and from the weights alone
+//
+//   copying          Olsson et al.'s copying score of the head's full OV circuit
+//                    M = W_E W_V,h^T W_O,h^T W_U^T (vocab x vocab: what attending to
+//                    token s adds to each logit): sum Re(lambda) / sum |lambda| over
+//                    its eigenvalues, in [-1, 1]; near 1 a head raises the logit of
+//                    the token it attends to (the copying half of an induction head).
+//                    The norms, biases and positions are left out, as in their paper;
+//                    the nonzero eigenvalues of M = A B are those of the d_h x d_h
+//                    B A, which is what is computed (LAPACK's dgeev).
+//
 // and for the whole model repeat_loss, the mean cross-entropy at t = n .. T-1 (the
 // repeat from its second token, which only in-context copying can predict: a
-// model without it is at about log(tokens) there). Each score is in [0, 1]; a
-// perfect head of its kind scores 1. (Olsson et al.'s copying half of an
-// induction head, from the OV circuit, is not measured here.)
+// model without it is at about log(tokens) there). The attention scores are in
+// [0, 1]; a perfect head of its kind scores 1.
 #pragma once
 
 #include <cstdint>
@@ -53,12 +63,15 @@ HeadScoreBatch head_score_batch(const Config& config, size_t max_positions, size
 struct HeadScores {
     size_t layers = 0, heads = 0;
     // each layers * heads, row-major [layer][head]
-    std::vector<double> previous_token, duplicate_token, induction;
+    std::vector<double> previous_token, duplicate_token, induction, copying;
     double repeat_loss = 0.0;
 };
 
 // The scores from each layer's weights (B, H, T, T), T = 2 half - 1 (repeat_loss left 0).
 HeadScores attention_scores(const std::vector<Tensor>& patterns, size_t half);
+
+// The copying score of every head (layers * heads, [layer][head]) of a decoder.
+std::vector<double> copying_scores(const TaskModel& model);
 
 // Everything above for `model` on `input`, in eval mode without a graph (the
 // model's mode is restored).

@@ -14,7 +14,7 @@
 //   /head_scores/step (int64)                              [J] only with train.head_scores:
 //   /head_scores/<score>   [J, layers, heads]  each head's scores on a fixed repeated-token
 //                          batch (experiments/run/head_scores.h: previous_token,
-//                          duplicate_token, induction)
+//                          duplicate_token, induction, copying)
 //   /head_scores/repeat_loss                               [J] the model's loss on its repeat
 //   /attention/<kind>/step (int64)                                          [K]
 //   /attention/<kind>/entropy, entropy_norm, masked_mass, masked_mass_max   [K, layers, heads]

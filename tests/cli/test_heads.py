@@ -24,7 +24,7 @@ CONFIG = dict(cc.TINY, **{"task.name": "induction", "task.vocab": "24", "model.l
                           "train.steps": "60", "train.eval_every": "20", "train.checkpoint_every": "20",
                           "train.keep_checkpoints": "0", "train.head_scores": "true"})
 ENC_DEC = dict(cc.TINY, **{"task.name": "translate", "model.kind": "encoder-decoder"})
-SCORES = ("previous_token", "duplicate_token", "induction")
+SCORES = ("previous_token", "duplicate_token", "induction", "copying")
 
 Trained = cc.Trained
 
@@ -48,8 +48,8 @@ class Heads(cc.TempDirTest):
         rows = logged(run)
         np.testing.assert_array_equal(rows["step"], [0, 20, 40, 60])  # step 0: the model at initialisation
         self.assertEqual(rows["induction"].shape, (4, 2, 2))
-        for name in SCORES:
-            self.assertTrue(np.all((rows[name] >= 0) & (rows[name] <= 1)), name)
+        for name in SCORES:  # shares of attention in [0, 1]; the copying score in [-1, 1]
+            self.assertTrue(np.all((rows[name] >= (-1 if name == "copying" else 0)) & (rows[name] <= 1)), name)
         out = self.path("all.h5")
         r = self.run_ok(["heads", run, "--checkpoints", "all", "--out", out])
         self.assertEqual(r.stdout.count("repeat loss"), 3, r.stdout)
@@ -75,6 +75,26 @@ class Heads(cc.TempDirTest):
             for name in SCORES:
                 np.testing.assert_array_equal(f[name][()][0], rows[name][-1], name)
             self.assertEqual(f["repeat_loss"][0], rows["repeat_loss"][-1])
+
+    def test_copying_is_the_ov_circuits_eigenvalues(self):
+        """Olsson et al.'s copying score, from numpy on the checkpoint's weights: the full
+        vocab x vocab circuit W_E W_V,h^T W_O,h^T W_U^T, not the small one attnlab uses."""
+        ckpt = Trained.checkpoint("induction", CONFIG)
+        out = self.path("one.h5")
+        self.run_ok(["heads", ckpt, "--out", out])
+        with h5py.File(ckpt) as f, h5py.File(out) as g:
+            p = {name: f["params/" + name][()].astype(np.float64) for name in f["params"]}
+            got = g["copying"][0]
+        heads, width = 2, p["tok_emb.weight"].shape[1]
+        d_h = width // heads
+        for layer in range(2):
+            for head in range(heads):
+                w_v = p[f"blocks.{layer}.attn.v_proj.weight"][head * d_h:(head + 1) * d_h]        # (d_h, D)
+                w_o = p[f"blocks.{layer}.attn.out_proj.weight"][:, head * d_h:(head + 1) * d_h]  # (D, d_h)
+                circuit = p["tok_emb.weight"] @ w_v.T @ w_o.T @ p["head.weight"].T               # (V, V)
+                eigenvalues = np.linalg.eigvals(circuit)
+                expected = eigenvalues.real.sum() / np.abs(eigenvalues).sum()
+                self.assertAlmostEqual(got[layer, head], expected, delta=1e-6, msg=f"L{layer}.H{head}")
 
     def test_resume_continues_the_rows(self):
         out = self.path("runs")

@@ -87,6 +87,7 @@ TEST(HeadScores, ARealModelIsScoredFromItsOwnPatterns) {
     c.model.heads = 2;
     c.model.ffn = 0;
     c.model.positional = "rotary";
+    c.model.kv_heads = 1;  // grouped K/V: every query head reads the one K/V head
     Rng init(3, 10);
     TaskModel model(c, 9, init, nullptr);
     const HeadScoreBatch input = head_score_batch(c, 9, 4, 0);
@@ -107,10 +108,45 @@ TEST(HeadScores, ARealModelIsScoredFromItsOwnPatterns) {
         EXPECT_GE(v, 0.0);
         EXPECT_LE(v, 1.0);
     }
+    ASSERT_EQ(s.copying.size(), 4u);
+    for (double v : s.copying) {
+        EXPECT_GE(v, -1.0);
+        EXPECT_LE(v, 1.0);
+    }
     // an encoder-decoder has no decoder self-attention of its own to score
     Config translate = c;
     translate.model.kind = "encoder-decoder";
     EXPECT_THROW(head_score_batch(translate, 9, 4, 0), Error);
+}
+
+// The copying score from the weights: with W_U = W_E and an OV map of +I, the
+// circuit W_E W_E^T is positive semi-definite (score 1); with -I it is -1.
+TEST(HeadScores, CopyingScoreOfKnownOVCircuits) {
+    Config c;
+    c.task.name = "induction";
+    c.task.vocab = 9;
+    c.model.layers = 1;
+    c.model.width = 4;
+    c.model.heads = 1;
+    c.model.ffn = 0;
+    Rng init(4, 10), values(5);
+    TaskModel model(c, 9, init, nullptr);
+    const Tensor e = values.normal({9, 4}, 0.0, 1.0);
+    std::vector<double> eye(16, 0.0);
+    for (size_t i = 0; i < 4; ++i) eye[i * 4 + i] = 1.0;
+    for (const auto& [name, p] : model.module().named_parameters()) {
+        Tensor param = p;
+        if (name == "tok_emb.weight" || name == "head.weight") param.assign(e);
+        if (name == "blocks.0.attn.v_proj.weight" || name == "blocks.0.attn.out_proj.weight") param.assign(Tensor::from_values(eye, {4, 4}));
+    }
+    EXPECT_NEAR(copying_scores(model)[0], 1.0, 1e-9);
+    for (const auto& [name, p] : model.module().named_parameters())
+        if (name == "blocks.0.attn.out_proj.weight") {
+            std::vector<double> minus(eye);
+            for (double& v : minus) v = -v;
+            Tensor(p).assign(Tensor::from_values(minus, {4, 4}));
+        }
+    EXPECT_NEAR(copying_scores(model)[0], -1.0, 1e-9);
 }
 
 }  // namespace

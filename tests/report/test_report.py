@@ -61,8 +61,8 @@ class Reports(rc.cc.TempDirTest):
 
     def test_run_with_head_scores(self):
         page, charts = self.make([Fixtures.train("heads", dict(rc.DECODER, **{"train.head_scores": "true"}))])
-        self.assertEqual(charts[:7], ["loss", "accuracy", "optimiser", "repeat_loss", "head-induction", "head-previous_token",
-                                      "head-duplicate_token"])
+        self.assertEqual(charts[:8], ["loss", "accuracy", "optimiser", "repeat_loss", "head-induction", "head-previous_token",
+                                      "head-duplicate_token", "head-copying"])
         self.assertIn("Head scores over training", page)
 
     def test_encoder_decoder_run(self):
