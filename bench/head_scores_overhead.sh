@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# What train.head_scores costs: the same training run with and without the
-# per-evaluation head scores (experiments/run/head_scores.h), A B A B, at
-# several evaluation intervals; the overhead as a share of training time and
-# per evaluation, in training steps.
+# What train.head_scores costs: one evaluation's head scores
+# (experiments/run/head_scores.h), in milliseconds and in training steps, and
+# the share of training time that makes at several evaluation intervals.
 #
-#   bench/head_scores_overhead.sh [CONFIG]     (default configs/induction_bump.toml; about a minute)
+#   bench/head_scores_overhead.sh [CONFIG]     (default configs/induction_bump.toml; about two minutes)
 #
-# Each cell: the median of ROUNDS runs (default 5) of summary.json's wall_s
-# (the whole run, evaluations included), one thread. Environment: BUILD_DIR
-# (default build), ROUNDS, EVERY (the train.eval_every values, default "10 20 100").
+# Measured where the scores are most of the difference: the config trained with
+# an evaluation at every step, with and without train.head_scores, ROUNDS times
+# each (default 5) in turn; one evaluation's scores = the difference of the
+# medians of summary.json's wall_s over the evaluations; a step's time from the
+# config run with one evaluation. The share at train.eval_every = E is then
+# (one evaluation's scores) / (E steps). One thread. Environment: BUILD_DIR
+# (default build), ROUNDS, EVERY (the intervals to report, default "10 20 100").
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,21 +36,24 @@ run_once() {
 }
 
 wait_for_quiet
-printf "%-11s %-12s %-12s %-9s %s\n" "eval_every" "off (s)" "on (s)" "overhead" "per evaluation (steps)"
-for e in $every; do
-  : > "$work/off"; : > "$work/on"
-  for _ in $(seq "$rounds"); do
-    run_once "$e" false >> "$work/off"
-    run_once "$e" true >> "$work/on"
-  done
-  "$python" - "$work/off" "$work/on" "$e" <<'PY'
-import statistics, sys
-off = [tuple(map(float, line.split())) for line in open(sys.argv[1])]
-on = [tuple(map(float, line.split())) for line in open(sys.argv[2])]
-every, steps = int(sys.argv[3]), off[0][1]
-a, b = statistics.median(w for w, _ in off), statistics.median(w for w, _ in on)
-evaluations = steps // every + 1  # the step-0 row as well
-per_eval_steps = (b - a) / evaluations / (a / steps)
-print(f"{every:<11} {a:<12.3f} {b:<12.3f} {100 * (b - a) / a:+7.1f}%  {per_eval_steps:.2f}")
-PY
+# One evaluation's head scores, measured where they are most of the difference:
+# an evaluation at every step (on - off) / evaluations; a training step's own
+# time from runs with a single evaluation, at the end.
+steps=$("$python" -c "import tomllib, sys; print(tomllib.load(open(sys.argv[1], 'rb')).get('train', {}).get('steps', 1500))" "$config")
+: > "$work/every_off"; : > "$work/every_on"; : > "$work/none"
+for _ in $(seq "$rounds"); do
+  run_once 1 false >> "$work/every_off"
+  run_once 1 true >> "$work/every_on"
+  run_once "$steps" false >> "$work/none"
 done
+"$python" - "$work/every_off" "$work/every_on" "$work/none" "$every" <<'PY'
+import statistics, sys
+median = lambda path: statistics.median(float(line.split()[0]) for line in open(path))
+off, on, plain = median(sys.argv[1]), median(sys.argv[2]), median(sys.argv[3])
+steps = int(float(open(sys.argv[3]).readline().split()[1]))
+per_eval, per_step = (on - off) / (steps + 1), plain / steps
+print(f"one evaluation's head scores: {per_eval * 1e3:.3f} ms = {per_eval / per_step:.2f} training steps of {per_step * 1e3:.3f} ms "
+      f"(evaluating every step: {off:.3f} s without, {on:.3f} s with; {steps} steps alone: {plain:.3f} s)")
+for every in sys.argv[4].split():
+    print(f"  train.eval_every = {every}: the head scores add {100 * per_eval / (every_ := int(every)) / per_step:.1f}% to the training steps")
+PY

@@ -107,9 +107,11 @@ double copying_of(std::vector<double> m, int n) {
     return magnitude > 0 ? real / magnitude : 0.0;
 }
 
-Tensor parameter(const TaskModel& model, const std::string& name) {
-    for (const auto& [n, p] : model.module().named_parameters())
-        if (n == name) return p.detach().to(Device::cpu).to(DType::f64);
+// A parameter by name, on the CPU (in its own dtype: the products below are
+// small, and only the last d_h x d_h one goes to LAPACK, in float64).
+Tensor parameter(const NamedTensors& params, const std::string& name) {
+    for (const auto& [n, p] : params)
+        if (n == name) return p.detach().to(Device::cpu);
     fail("head scores", "the model has no parameter " + name);
 }
 
@@ -120,14 +122,15 @@ std::vector<double> copying_scores(const TaskModel& model) {
     if (lm == nullptr) fail("head scores", "copying scores need a decoder model");
     NoGradGuard no_grad;
     const size_t L = model.layers(), H = model.heads();
-    const Tensor embed = parameter(model, "tok_emb.weight");          // W_E (V, D)
-    const Tensor unembed = parameter(model, lm->unembedding_name());   // W_U (V, D)
+    const NamedTensors params = model.module().named_parameters();
+    const Tensor embed = parameter(params, "tok_emb.weight");          // W_E (V, D)
+    const Tensor unembed = parameter(params, lm->unembedding_name());   // W_U (V, D)
     const Tensor readout = matmul(transpose(unembed, 0, 1), embed);    // W_U^T W_E (D, D): every token's logit, back in the stream
     std::vector<double> out;
     for (size_t l = 0; l < L; ++l) {
         const std::string block = "blocks." + std::to_string(l) + ".attn.";
-        const Tensor w_v = parameter(model, block + "v_proj.weight");    // (H_kv d_h, D)
-        const Tensor w_o = parameter(model, block + "out_proj.weight");  // (D, H d_h)
+        const Tensor w_v = parameter(params, block + "v_proj.weight");    // (H_kv d_h, D)
+        const Tensor w_o = parameter(params, block + "out_proj.weight");  // (D, H d_h)
         const size_t d_h = w_o.size(1) / H, group = H / (w_v.size(0) / d_h);
         for (size_t h = 0; h < H; ++h) {
             const size_t kv = h / group;  // the K/V head query head h reads (grouped K/V)

@@ -94,7 +94,7 @@ class Heads(cc.TempDirTest):
                 circuit = p["tok_emb.weight"] @ w_v.T @ w_o.T @ p["head.weight"].T               # (V, V)
                 eigenvalues = np.linalg.eigvals(circuit)
                 expected = eigenvalues.real.sum() / np.abs(eigenvalues).sum()
-                self.assertAlmostEqual(got[layer, head], expected, delta=1e-6, msg=f"L{layer}.H{head}")
+                self.assertAlmostEqual(got[layer, head], expected, delta=1e-5, msg=f"L{layer}.H{head}")  # float32 products
 
     def test_resume_continues_the_rows(self):
         out = self.path("runs")

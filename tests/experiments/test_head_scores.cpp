@@ -139,14 +139,14 @@ TEST(HeadScores, CopyingScoreOfKnownOVCircuits) {
         if (name == "tok_emb.weight" || name == "head.weight") param.assign(e);
         if (name == "blocks.0.attn.v_proj.weight" || name == "blocks.0.attn.out_proj.weight") param.assign(Tensor::from_values(eye, {4, 4}));
     }
-    EXPECT_NEAR(copying_scores(model)[0], 1.0, 1e-9);
+    EXPECT_NEAR(copying_scores(model)[0], 1.0, 1e-6);
     for (const auto& [name, p] : model.module().named_parameters())
         if (name == "blocks.0.attn.out_proj.weight") {
             std::vector<double> minus(eye);
             for (double& v : minus) v = -v;
             Tensor(p).assign(Tensor::from_values(minus, {4, 4}));
         }
-    EXPECT_NEAR(copying_scores(model)[0], -1.0, 1e-9);
+    EXPECT_NEAR(copying_scores(model)[0], -1.0, 1e-6);
 }
 
 }  // namespace
