@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "data/h5file.h"
+#include "experiments/analysis/composition.h"
 #include "experiments/run/head_scores.h"
 #include "experiments/cli/command_line.h"
 #include "experiments/files/checkpoint.h"
@@ -30,7 +31,9 @@ checkpoint (seeded by --seed):
   induction        attention from t in the repeat to the token after it (t-n+1)
   copying          Olsson et al.'s copying score of the head's OV circuit (from the
                    weights: sum Re(eigenvalue) / sum |eigenvalue| of W_E W_V W_O W_U)
-and the model's loss on the repeat (repeat_loss).
+and the model's loss on the repeat (repeat_loss); from the weights, the Q-, K- and
+V-composition scores of every pair of heads in different layers (Elhage et al.
+2021: |OV_a QK_b| / (|OV_a| |QK_b|) and alike; experiments/analysis/composition.h).
 
 --checkpoints all: every checkpoint of the run (CHECKPOINT's run folder), in
 step order: the scores over training (keep them with train.keep_checkpoints = 0).
@@ -39,7 +42,9 @@ step order: the scores over training (keep them with train.keep_checkpoints = 0)
 attrs format = "attnlab-head-scores", format_version, checkpoint, step (the
 last), rows, half (n), seed, layers, heads; /step [K], /checkpoints [K] (paths),
 /previous_token, /duplicate_token, /induction, /copying [K, layers, heads],
-/repeat_loss [K].
+/repeat_loss [K]; /composition/q, /composition/k, /composition/v [K, layers * heads,
+layers * heads]: sender (row) to receiver (column), head index layer * heads + head,
+NaN unless the sender's layer is earlier.
 )";
 
 // The checkpoints to score: CHECKPOINT (a file, or a run folder's newest), or
@@ -64,6 +69,21 @@ void print_heads(const HeadScores& s) {
     for (size_t i = 0; i < s.layers * s.heads; ++i)
         std::printf("  L%zu.H%-4zu %10.3f %10.3f %10.3f %10.3f\n", i / s.heads, i % s.heads, s.previous_token[i], s.duplicate_token[i],
                     s.induction[i], s.copying[i]);
+}
+
+// The strongest K-compositions (an induction head reading a previous-token head), at most 5.
+void print_composition(const CompositionScores& c) {
+    const size_t n = c.layers * c.heads;
+    std::vector<std::pair<double, size_t>> pairs;
+    for (size_t i = 0; i < n * n; ++i)
+        if (!std::isnan(c.k[i])) pairs.emplace_back(c.k[i], i);
+    if (pairs.empty()) return;
+    std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::printf("  strongest K-composition (sender -> receiver: K, Q, V):\n");
+    for (size_t j = 0; j < std::min<size_t>(5, pairs.size()); ++j) {
+        const size_t i = pairs[j].second, a = i / n, b = i % n;
+        std::printf("    L%zu.H%zu -> L%zu.H%zu: %.3f, %.3f, %.3f\n", a / c.heads, a % c.heads, b / c.heads, b % c.heads, c.k[i], c.q[i], c.v[i]);
+    }
 }
 
 // "L1.H2 0.93": the head with the largest value of `v`
@@ -109,6 +129,7 @@ int cmd_heads(const std::vector<std::string>& args) {
 
     std::vector<int64_t> steps;
     std::vector<HeadScores> scores;
+    std::vector<CompositionScores> compositions;
     std::optional<HeadScoreBatch> input;  // from the first checkpoint's config; every later one must fit it
     std::string shape;                    // the first model's "L layers x H heads"
     for (const std::string& path : paths) {
@@ -122,12 +143,14 @@ int cmd_heads(const std::vector<std::string>& args) {
         if (2 * input->half - 1 > in.loaded.max_len)
             throw UsageError(path + ": covers " + std::to_string(in.loaded.max_len) + " positions, the batch has " + std::to_string(2 * input->half - 1));
         scores.push_back(head_scores(*in.loaded.model, *input));
+        compositions.push_back(composition_scores(*in.loaded.model));
         steps.push_back(in.checkpoint.step);
         const HeadScores& s = scores.back();
         if (paths.size() == 1) {
             std::printf("heads %s (step %lld): %zu sequences r r, |r| = %zu; repeat loss %.4f\n", path.c_str(),
                         static_cast<long long>(steps.back()), rows, input->half, s.repeat_loss);
             print_heads(s);
+            print_composition(compositions.back());
         } else {
             std::printf("step %8lld  repeat loss %7.4f  induction %s  prev-token %s\n", static_cast<long long>(steps.back()),
                         s.repeat_loss, best_head(s.induction, s.heads).c_str(), best_head(s.previous_token, s.heads).c_str());
@@ -154,6 +177,15 @@ int cmd_heads(const std::vector<std::string>& args) {
         std::vector<double> repeat_loss;
         for (const HeadScores& s : scores) repeat_loss.push_back(s.repeat_loss);
         f.write<double>("repeat_loss", Shape{K}, repeat_loss.data());
+        const h5::Group composition = f.create_group("composition");
+        for (const char* kind : {"q", "k", "v"}) {
+            std::vector<double> all;
+            for (const CompositionScores& c : compositions) {
+                const std::vector<double>& values = *kind == 'q' ? c.q : *kind == 'k' ? c.k : c.v;
+                all.insert(all.end(), values.begin(), values.end());
+            }
+            composition.write<double>(kind, Shape{K, L * H, L * H}, all.data());
+        }
         f.close();
     });
     std::printf("wrote %s\n", out.c_str());

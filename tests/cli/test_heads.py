@@ -96,6 +96,39 @@ class Heads(cc.TempDirTest):
                 expected = eigenvalues.real.sum() / np.abs(eigenvalues).sum()
                 self.assertAlmostEqual(got[layer, head], expected, delta=1e-5, msg=f"L{layer}.H{head}")  # float32 products
 
+    def test_composition_scores_from_numpy(self):
+        """Elhage et al.'s Q-, K- and V-composition of every earlier-to-later head pair,
+        from numpy on the checkpoint's weights (row-vector convention, y = x W^T)."""
+        ckpt = Trained.checkpoint("induction", CONFIG)
+        out = self.path("composition.h5")
+        r = self.run_ok(["heads", ckpt, "--out", out])
+        self.assertIn("strongest K-composition", r.stdout)
+        with h5py.File(ckpt) as f, h5py.File(out) as g:
+            p = {name: f["params/" + name][()].astype(np.float64) for name in f["params"]}
+            got = {kind: g["composition/" + kind][0] for kind in "qkv"}
+        heads, width = 2, p["tok_emb.weight"].shape[1]
+        d_h = width // heads
+
+        def circuits(layer, head):
+            rows = slice(head * d_h, (head + 1) * d_h)
+            w = {name: p[f"blocks.{layer}.attn.{name}.weight"] for name in ("q_proj", "k_proj", "v_proj", "out_proj")}
+            return w["v_proj"][rows].T @ w["out_proj"][:, rows].T, w["q_proj"][rows].T @ w["k_proj"][rows]  # OV, QK
+
+        def score(a, b):
+            return np.linalg.norm(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
+        n = 2 * heads
+        for a in range(n):
+            for b in range(n):
+                if a // heads >= b // heads:
+                    for kind in "qkv":
+                        self.assertTrue(np.isnan(got[kind][a, b]))
+                    continue
+                ov_a, _ = circuits(a // heads, a % heads)
+                ov_b, qk_b = circuits(b // heads, b % heads)
+                self.assertAlmostEqual(got["q"][a, b], score(ov_a, qk_b), delta=1e-5)
+                self.assertAlmostEqual(got["k"][a, b], score(ov_a, qk_b.T), delta=1e-5)
+                self.assertAlmostEqual(got["v"][a, b], score(ov_a, ov_b), delta=1e-5)
+
     def test_resume_continues_the_rows(self):
         out = self.path("runs")
         whole = self.run_ok(["train"] + cc.overrides(CONFIG, **{"run.out_dir": out, "run.name": "whole"}))

@@ -1,0 +1,38 @@
+// Composition scores between heads (Elhage et al. 2021, "A Mathematical
+// Framework for Transformer Circuits"), from a decoder's weights. In the
+// row-vector convention of the model's Linear layers (y = x W^T), head h has
+//
+//   OV_h = W_V,h^T W_O,h^T   (D, D): what it writes, for what it reads
+//   QK_h = W_Q,h^T W_K,h     (D, D): its score x_q QK_h x_k^T (before the scale)
+//
+// (W_V,h, W_Q,h, W_K,h: the head's rows of v_proj, q_proj, k_proj; W_O,h: its
+// columns of out_proj; grouped K/V: the K/V head the query head reads). For a
+// sender head a in an earlier layer than a receiver head b:
+//
+//   Q-composition  |OV_a QK_b|   / (|OV_a| |QK_b|)     a's output read by b's queries
+//   K-composition  |OV_a QK_b^T| / (|OV_a| |QK_b|)     ... by b's keys (an induction head
+//                                                      reading a previous-token head)
+//   V-composition  |OV_a OV_b|   / (|OV_a| |OV_b|)     ... by b's values
+//
+// with Frobenius norms, as TransformerLens's all_composition_scores. The norms,
+// biases and positions (rotary's rotation included) are left out.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace attnlab {
+
+class TaskModel;
+
+struct CompositionScores {
+    size_t layers = 0, heads = 0;
+    // each (layers * heads)^2, row-major [sender layer * heads + head][receiver layer * heads + head];
+    // NaN where the sender is not in an earlier layer than the receiver
+    std::vector<double> q, k, v;
+};
+
+// Throws Error for an encoder-decoder.
+CompositionScores composition_scores(const TaskModel& model);
+
+}  // namespace attnlab
