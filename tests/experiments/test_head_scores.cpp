@@ -76,16 +76,22 @@ TEST(HeadScores, RepeatedTokenBatchLayout) {
     EXPECT_THROW(repeated_token_batch(5, 1, 3, 20, 7), Error);
 }
 
-TEST(HeadScores, ARealModelIsScoredFromItsOwnPatterns) {
+// An attention-only decoder on task "induction".
+Config attention_only(size_t vocab, size_t layers, size_t width, size_t heads) {
     Config c;
     c.task.name = "induction";
-    c.task.vocab = 16;
+    c.task.vocab = static_cast<int64_t>(vocab);
+    c.model.layers = static_cast<int64_t>(layers);
+    c.model.width = static_cast<int64_t>(width);
+    c.model.heads = static_cast<int64_t>(heads);
+    c.model.ffn = 0;
+    return c;
+}
+
+TEST(HeadScores, ARealModelIsScoredFromItsOwnPatterns) {
+    Config c = attention_only(16, 2, 16, 2);
     c.task.min_len = 3;
     c.task.max_len = 5;
-    c.model.layers = 2;
-    c.model.width = 16;
-    c.model.heads = 2;
-    c.model.ffn = 0;
     c.model.positional = "rotary";
     c.model.kv_heads = 1;  // grouped K/V: every query head reads the one K/V head
     Rng init(3, 10);
@@ -122,13 +128,7 @@ TEST(HeadScores, ARealModelIsScoredFromItsOwnPatterns) {
 // The copying score from the weights: with W_U = W_E and an OV map of +I, the
 // circuit W_E W_E^T is positive semi-definite (score 1); with -I it is -1.
 TEST(HeadScores, CopyingScoreOfKnownOVCircuits) {
-    Config c;
-    c.task.name = "induction";
-    c.task.vocab = 9;
-    c.model.layers = 1;
-    c.model.width = 4;
-    c.model.heads = 1;
-    c.model.ffn = 0;
+    const Config c = attention_only(9, 1, 4, 1);
     Rng init(4, 10), values(5);
     TaskModel model(c, 9, init, nullptr);
     const Tensor e = values.normal({9, 4}, 0.0, 1.0);
