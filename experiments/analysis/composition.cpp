@@ -29,13 +29,9 @@ struct HeadCircuits {
     double ov_norm = 0, qk_norm = 0;
 };
 
-}  // namespace
-
-CompositionScores composition_scores(const TaskModel& model) {
-    if (model.encoder_decoder()) fail("composition", "composition scores need a decoder model (this one is an encoder-decoder)");
-    NoGradGuard no_grad;
+// Every head's OV and QK (D, D), [layer * H + head].
+std::vector<HeadCircuits> head_circuits(const TaskModel& model, const NamedTensors& params) {
     const size_t L = model.layers(), H = model.heads();
-    const NamedTensors params = model.module().named_parameters();
     std::vector<HeadCircuits> heads;  // [layer * H + head]
     for (size_t l = 0; l < L; ++l) {
         const std::string block = "blocks." + std::to_string(l) + ".attn.";
@@ -56,6 +52,16 @@ CompositionScores composition_scores(const TaskModel& model) {
             heads.push_back(c);
         }
     }
+    return heads;
+}
+
+}  // namespace
+
+CompositionScores composition_scores(const TaskModel& model) {
+    if (model.encoder_decoder()) fail("composition", "composition scores need a decoder model (this one is an encoder-decoder)");
+    NoGradGuard no_grad;
+    const size_t L = model.layers(), H = model.heads();
+    const std::vector<HeadCircuits> heads = head_circuits(model, model.module().named_parameters());
     CompositionScores s;
     s.layers = L;
     s.heads = H;
@@ -74,6 +80,27 @@ CompositionScores composition_scores(const TaskModel& model) {
             s.v[a * n + b] = frobenius(matmul(sender.ov, receiver.ov)) / (ov * receiver.ov_norm);
         }
     return s;
+}
+
+
+TokenCircuits token_circuits(const TaskModel& model) {
+    const DecoderLM* lm = model.decoder_lm();
+    if (lm == nullptr) fail("composition", "token circuits need a decoder model (this one is an encoder-decoder)");
+    NoGradGuard no_grad;
+    const NamedTensors params = model.module().named_parameters();
+    const Tensor embed = parameter(params, "tok_emb.weight");         // W_E (V, D)
+    const Tensor unembed = parameter(params, lm->unembedding_name());  // W_U (V, D)
+    TokenCircuits t;
+    t.layers = model.layers();
+    t.heads = model.heads();
+    t.vocab = embed.size(0);
+    for (const HeadCircuits& c : head_circuits(model, params)) {
+        const std::vector<double> qk = matmul(matmul(embed, c.qk), transpose(embed, 0, 1)).values();    // (V, V)
+        const std::vector<double> ov = matmul(matmul(embed, c.ov), transpose(unembed, 0, 1)).values();  // (V, V)
+        t.qk.insert(t.qk.end(), qk.begin(), qk.end());
+        t.ov.insert(t.ov.end(), ov.begin(), ov.end());
+    }
+    return t;
 }
 
 }  // namespace attnlab

@@ -35,4 +35,16 @@ struct CompositionScores {
 // Throws Error for an encoder-decoder.
 CompositionScores composition_scores(const TaskModel& model);
 
+// Each head's circuits through the token embedding W_E and unembedding W_U, as
+// token x token tables (Elhage et al.'s for attention-only models; the positions,
+// norms and biases left out, and for heads past layer 0 the composition too):
+//   qk  W_E QK_h W_E^T   [query token, key token]: the score before the scale
+//   ov  W_E OV_h W_U^T   [attended token, logit token]: what attending to a token
+//                        adds to each logit (its eigenvalues give the copying score)
+struct TokenCircuits {
+    size_t layers = 0, heads = 0, vocab = 0;
+    std::vector<float> qk, ov;  // each [layers * heads, vocab, vocab]
+};
+TokenCircuits token_circuits(const TaskModel& model);
+
 }  // namespace attnlab

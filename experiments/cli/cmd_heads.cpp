@@ -45,6 +45,9 @@ last), rows, half (n), seed, layers, heads; /step [K], /checkpoints [K] (paths),
 /repeat_loss [K]; /composition/q, /composition/k, /composition/v [K, layers * heads,
 layers * heads]: sender (row) to receiver (column), head index layer * heads + head,
 NaN unless the sender's layer is earlier.
+--circuits: also /circuits/qk and /circuits/ov [layers * heads, vocab, vocab] (float32),
+each head's W_E QK W_E^T [query token, key token] and W_E OV W_U^T [attended token,
+logit token] at the last checkpoint (attr step), positions, norms and biases left out.
 )";
 
 // The checkpoints to score: CHECKPOINT (a file, or a run folder's newest), or
@@ -105,6 +108,7 @@ int cmd_heads(const std::vector<std::string>& args) {
                          ("rows", "sequences in the batch", cxxopts::value<std::string>()->default_value(std::to_string(kHeadScoreRows)))
                          ("seed", "the batch's seed", cxxopts::value<std::string>()->default_value("0"))
                          ("out", "HDF5 file (default: CHECKPOINT with .heads.h5; all: RUN/heads.h5)", cxxopts::value<std::string>())
+                         ("circuits", "also write every head's token x token QK and OV circuits (of the last checkpoint)")
                          ("h,help", "this help")
                          ("checkpoint", "checkpoint file or run folder", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"checkpoint"});
@@ -127,6 +131,8 @@ int cmd_heads(const std::vector<std::string>& args) {
                                                 : beside_checkpoint(paths[0], ".heads.h5");
     check_output("--out", out, paths, "attnlab-head-scores");
 
+    const bool circuits = parsed.count("circuits") > 0;
+    std::optional<TokenCircuits> tables;  // --circuits: the last checkpoint's
     std::vector<int64_t> steps;
     std::vector<HeadScores> scores;
     std::vector<CompositionScores> compositions;
@@ -144,6 +150,7 @@ int cmd_heads(const std::vector<std::string>& args) {
             throw UsageError(path + ": covers " + std::to_string(in.loaded.max_len) + " positions, the batch has " + std::to_string(2 * input->half - 1));
         scores.push_back(head_scores(*in.loaded.model, *input));
         compositions.push_back(composition_scores(*in.loaded.model));
+        if (circuits && path == paths.back()) tables = token_circuits(*in.loaded.model);
         steps.push_back(in.checkpoint.step);
         const HeadScores& s = scores.back();
         if (paths.size() == 1) {
@@ -185,6 +192,13 @@ int cmd_heads(const std::vector<std::string>& args) {
                 all.insert(all.end(), values.begin(), values.end());
             }
             composition.write<double>(kind, Shape{K, L * H, L * H}, all.data());
+        }
+        if (tables) {
+            const h5::Group group = f.create_group("circuits");
+            group.write_attr_int("step", steps.back());
+            const Shape shape{L * H, tables->vocab, tables->vocab};
+            group.write<float>("qk", shape, tables->qk.data());
+            group.write<float>("ov", shape, tables->ov.data());
         }
         f.close();
     });

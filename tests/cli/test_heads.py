@@ -101,11 +101,13 @@ class Heads(cc.TempDirTest):
         from numpy on the checkpoint's weights (row-vector convention, y = x W^T)."""
         ckpt = Trained.checkpoint("induction", CONFIG)
         out = self.path("composition.h5")
-        r = self.run_ok(["heads", ckpt, "--out", out])
+        r = self.run_ok(["heads", ckpt, "--out", out, "--circuits"])
         self.assertIn("strongest K-composition", r.stdout)
         with h5py.File(ckpt) as f, h5py.File(out) as g:
             p = {name: f["params/" + name][()].astype(np.float64) for name in f["params"]}
             got = {kind: g["composition/" + kind][0] for kind in "qkv"}
+            tables = {kind: g["circuits/" + kind][()] for kind in ("qk", "ov")}
+            self.assertEqual(g["circuits"].attrs["step"], 60)
         heads, width = 2, p["tok_emb.weight"].shape[1]
         d_h = width // heads
 
@@ -128,6 +130,12 @@ class Heads(cc.TempDirTest):
                 self.assertAlmostEqual(got["q"][a, b], score(ov_a, qk_b), delta=1e-5)
                 self.assertAlmostEqual(got["k"][a, b], score(ov_a, qk_b.T), delta=1e-5)
                 self.assertAlmostEqual(got["v"][a, b], score(ov_a, ov_b), delta=1e-5)
+        # --circuits: each head's token x token tables through the embedding and the unembedding
+        embed, unembed = p["tok_emb.weight"], p["head.weight"]
+        for a in range(n):
+            ov, qk = circuits(a // heads, a % heads)
+            for got_table, expected in ((tables["qk"][a], embed @ qk @ embed.T), (tables["ov"][a], embed @ ov @ unembed.T)):
+                np.testing.assert_allclose(got_table, expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
 
     def test_resume_continues_the_rows(self):
         out = self.path("runs")
