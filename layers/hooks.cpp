@@ -84,23 +84,18 @@ std::vector<std::string> Hooks::patterns() const {
     return out;
 }
 
-namespace {
-
-// The points sharing the longest prefix with `pattern`, for the error message.
-std::string nearest_points(const std::string& pattern, const std::vector<std::string>& points) {
+std::string nearest_names(const std::string& pattern, const std::vector<std::string>& names) {
     auto common = [&](const std::string& p) {
         size_t n = 0;
         while (n < p.size() && n < pattern.size() && p[n] == pattern[n]) ++n;
         return n;
     };
-    std::vector<std::string> sorted = points;
+    std::vector<std::string> sorted = names;
     std::stable_sort(sorted.begin(), sorted.end(), [&](const auto& a, const auto& b) { return common(a) > common(b); });
     std::string out;
     for (size_t i = 0; i < std::min<size_t>(3, sorted.size()); ++i) out += (i ? ", " : "") + sorted[i];
     return out;
 }
-
-}  // namespace
 
 HookScope::HookScope(const Module& model, Hooks& hooks) : model_(model) {
     const std::vector<std::string> points = model.hook_points();
@@ -108,7 +103,7 @@ HookScope::HookScope(const Module& model, Hooks& hooks) : model_(model) {
         const bool any = std::any_of(points.begin(), points.end(),
                                      [&](const std::string& p) { return hook_pattern_matches(pattern, p); });
         if (!any)
-            fail("hooks", "no hook point matches \"" + pattern + "\" (nearest: " + nearest_points(pattern, points) + ")");
+            fail("hooks", "no hook point matches \"" + pattern + "\" (nearest: " + nearest_names(pattern, points) + ")");
     }
     model_.attach_hooks(&hooks);
 }

@@ -78,6 +78,9 @@ private:
 
 // Whether `name` matches `pattern` (exact, or a glob with '*' and '?').
 bool hook_pattern_matches(const std::string& pattern, const std::string& name);
+// The (at most three) names sharing the longest prefix with `pattern`,
+// comma-separated: what an error about a pattern that names nothing suggests.
+std::string nearest_names(const std::string& pattern, const std::vector<std::string>& names);
 
 // Attaches `hooks` to every module of `model` for its lifetime and detaches
 // them after, whatever happens in between. Throws "[hooks] no hook point

@@ -226,12 +226,11 @@ void check_rules(const Config& c) {
         fail_key("optim.nesterov", "needs optim.name = \"sgd\" and optim.momentum > 0 (got \"" + c.optim.name + "\", " +
                                        config_schema::format_double(c.optim.momentum) + ")");
 
-    for (const std::string& head : model.ablate_heads) {  // "L.H" (the schema checked the form)
-        const size_t dot = head.find('.');
-        const int64_t layer = std::stoll(head.substr(0, dot)), index = std::stoll(head.substr(dot + 1));
+    for (const std::string& head : model.ablate_heads) {
+        const auto [layer, index] = ablated_head(head);
         if (model.kind != "decoder")
             fail_key("model.ablate_heads", "ablates heads of a decoder's self-attention; model.kind = \"" + model.kind + "\" is not one");
-        if (layer >= model.layers || index >= model.heads)
+        if (layer >= static_cast<size_t>(model.layers) || index >= static_cast<size_t>(model.heads))
             fail_key("model.ablate_heads", config_schema::quote(head) + " is outside the model: layers 0.." + to_string(model.layers - 1) +
                                                ", heads 0.." + to_string(model.heads - 1));
     }
@@ -397,6 +396,11 @@ Config without_unread_keys(Config config) {
 }
 
 Config default_config() { return Config{}; }
+
+std::pair<size_t, size_t> ablated_head(const std::string& text) {
+    const size_t dot = text.find('.');
+    return {std::stoul(text.substr(0, dot)), std::stoul(text.substr(dot + 1))};
+}
 
 Config with_task_lengths(const Config& config, int64_t min_len, int64_t max_len) {
     Config out = config;

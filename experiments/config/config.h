@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/variant.h"  // AttentionVariant
@@ -149,6 +150,9 @@ inline int64_t schedule_horizon(const Config& c) { return c.optim.schedule_steps
 
 // The built-in default experiment (valid as it is).
 Config default_config();
+// An entry of model.ablate_heads, "LAYER.HEAD" (the form the schema checked), as (layer, head).
+std::pair<size_t, size_t> ablated_head(const std::string& text);
+
 // The config with the task drawn at lengths [min_len, max_len] (eval --min-len/--max-len, train.eval_lengths).
 Config with_task_lengths(const Config& config, int64_t min_len, int64_t max_len);
 

@@ -107,39 +107,55 @@ double copying_of(std::vector<double> m, int n) {
     return magnitude > 0 ? real / magnitude : 0.0;
 }
 
-// A parameter by name, on the CPU (in its own dtype: the products below are
-// small, and only the last d_h x d_h one goes to LAPACK, in float64).
-Tensor parameter(const NamedTensors& params, const std::string& name) {
+}  // namespace
+
+namespace {
+
+Tensor cpu_parameter(const NamedTensors& params, const std::string& name, const std::string& what) {
     for (const auto& [n, p] : params)
         if (n == name) return p.detach().to(Device::cpu);
-    fail("head scores", "the model has no parameter " + name);
+    fail(what, "the model has no parameter " + name);
 }
 
 }  // namespace
+
+Tensor cpu_parameter(const TaskModel& model, const std::string& name, const std::string& what) {
+    return cpu_parameter(model.module().named_parameters(), name, what);
+}
+
+std::vector<HeadWeights> head_weights(const TaskModel& model) {
+    const size_t L = model.layers(), H = model.heads();
+    const NamedTensors params = model.module().named_parameters();
+    std::vector<HeadWeights> out;
+    for (size_t l = 0; l < L; ++l) {
+        const std::string block = "blocks." + std::to_string(l) + ".attn.";
+        const Tensor w_q = cpu_parameter(params, block + "q_proj.weight", "head weights");    // (H d_h, D)
+        const Tensor w_k = cpu_parameter(params, block + "k_proj.weight", "head weights");    // (H_kv d_h, D)
+        const Tensor w_v = cpu_parameter(params, block + "v_proj.weight", "head weights");    // (H_kv d_h, D)
+        const Tensor w_o = cpu_parameter(params, block + "out_proj.weight", "head weights");  // (D, H d_h)
+        const size_t d_h = w_q.size(0) / H, group = H / (w_k.size(0) / d_h);
+        for (size_t h = 0; h < H; ++h) {
+            const size_t kv = h / group;  // the K/V head query head h reads
+            out.push_back({slice(w_q, 0, h * d_h, (h + 1) * d_h), slice(w_k, 0, kv * d_h, (kv + 1) * d_h),
+                           slice(w_v, 0, kv * d_h, (kv + 1) * d_h), slice(w_o, 1, h * d_h, (h + 1) * d_h)});
+        }
+    }
+    return out;
+}
 
 std::vector<double> copying_scores(const TaskModel& model) {
     const DecoderLM* lm = model.decoder_lm();
     if (lm == nullptr) fail("head scores", "copying scores need a decoder model");
     NoGradGuard no_grad;
-    const size_t L = model.layers(), H = model.heads();
-    const NamedTensors params = model.module().named_parameters();
-    const Tensor embed = parameter(params, "tok_emb.weight");          // W_E (V, D)
-    const Tensor unembed = parameter(params, lm->unembedding_name());   // W_U (V, D)
-    const Tensor readout = matmul(transpose(unembed, 0, 1), embed);    // W_U^T W_E (D, D): every token's logit, back in the stream
+    // W_U^T W_E (D, D): every token's logit, back in the stream (in the model's dtype:
+    // the products are small, and only the last d_h x d_h one goes to LAPACK, in float64)
+    const Tensor readout = matmul(transpose(cpu_parameter(model, lm->unembedding_name(), "head scores"), 0, 1),
+                                  cpu_parameter(model, "tok_emb.weight", "head scores"));
     std::vector<double> out;
-    for (size_t l = 0; l < L; ++l) {
-        const std::string block = "blocks." + std::to_string(l) + ".attn.";
-        const Tensor w_v = parameter(params, block + "v_proj.weight");    // (H_kv d_h, D)
-        const Tensor w_o = parameter(params, block + "out_proj.weight");  // (D, H d_h)
-        const size_t d_h = w_o.size(1) / H, group = H / (w_v.size(0) / d_h);
-        for (size_t h = 0; h < H; ++h) {
-            const size_t kv = h / group;  // the K/V head query head h reads (grouped K/V)
-            const Tensor v_h = slice(w_v, 0, kv * d_h, (kv + 1) * d_h);  // W_V,h (d_h, D)
-            const Tensor o_h = slice(w_o, 1, h * d_h, (h + 1) * d_h);    // W_O,h (D, d_h)
-            // B A = W_O,h^T W_U^T W_E W_V,h^T (d_h, d_h): M's nonzero eigenvalues
-            const Tensor ba = matmul(matmul(transpose(o_h, 0, 1), readout), transpose(v_h, 0, 1));
-            out.push_back(copying_of(ba.values(), static_cast<int>(d_h)));
-        }
+    for (const HeadWeights& w : head_weights(model)) {
+        // B A = W_O,h^T W_U^T W_E W_V,h^T (d_h, d_h): the nonzero eigenvalues of M = W_E W_V,h^T W_O,h^T W_U^T
+        const Tensor ba = matmul(matmul(transpose(w.o, 0, 1), readout), transpose(w.v, 0, 1));
+        out.push_back(copying_of(ba.values(), static_cast<int>(w.v.size(0))));
     }
     return out;
 }

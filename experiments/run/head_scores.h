@@ -70,6 +70,17 @@ struct HeadScores {
 // The scores from each layer's weights (B, H, T, T), T = 2 half - 1 (repeat_loss left 0).
 HeadScores attention_scores(const std::vector<Tensor>& patterns, size_t half);
 
+// One head's slices of its self-attention's weights, on the CPU in the model's
+// dtype, with grouped K/V resolved (k and v are those of the K/V head it reads):
+// q, k, v its rows of q_proj, k_proj, v_proj (d_h, D); o its columns of out_proj (D, d_h).
+struct HeadWeights {
+    Tensor q, k, v, o;
+};
+// Every head of a decoder, [layer * heads + head].
+std::vector<HeadWeights> head_weights(const TaskModel& model);
+// A parameter of the model by its name, on the CPU; Error naming `what` when there is none.
+Tensor cpu_parameter(const TaskModel& model, const std::string& name, const std::string& what);
+
 // The copying score of every head (layers * heads, [layer][head]) of a decoder.
 std::vector<double> copying_scores(const TaskModel& model);
 

@@ -36,10 +36,7 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.norm_bias = c.model.norm_bias;
     m.tie_embeddings = c.model.tie_embeddings;
     m.init = init_choices().parse(c.model.init);
-    for (const std::string& head : c.model.ablate_heads) {  // "L.H", checked by the config's rules
-        const size_t dot = head.find('.');
-        m.ablated_heads.emplace_back(std::stoul(head.substr(0, dot)), std::stoul(head.substr(dot + 1)));
-    }
+    for (const std::string& head : c.model.ablate_heads) m.ablated_heads.push_back(ablated_head(head));
     m.variant = c.model.variant;
     return m;
 }

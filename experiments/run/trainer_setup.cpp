@@ -13,7 +13,6 @@
 
 #include "autograd/device/backend.h"
 #include "data/finite_task.h"
-#include "experiments/config/edit_distance.h"
 #include "experiments/config/memory_estimate.h"
 
 namespace fs = std::filesystem;
@@ -125,17 +124,12 @@ std::unique_ptr<TaskModel> with_wider_table(std::unique_ptr<TaskModel> model, co
 // update); the others, returned, are what the optimiser and clipping see. A
 // pattern that names no parameter, or one that freezes them all, is refused.
 NamedTensors trainable_parameters(const Config& config, const NamedTensors& all) {
-    for (const std::string& pattern : config.train.freeze) {
-        std::string nearest;
-        size_t best = static_cast<size_t>(-1);
-        bool any = false;
-        for (const auto& [name, p] : all) {
-            if (hook_pattern_matches(pattern, name)) any = true;
-            if (const size_t d = edit_distance(pattern, name); d < best) best = d, nearest = name;
-        }
-        if (!any)
-            throw ConfigError("train.freeze", "train.freeze: \"" + pattern + "\" names no parameter of the model (nearest: " + nearest + ")");
-    }
+    std::vector<std::string> names;
+    for (const auto& [name, p] : all) names.push_back(name);
+    for (const std::string& pattern : config.train.freeze)
+        if (std::none_of(names.begin(), names.end(), [&](const std::string& name) { return hook_pattern_matches(pattern, name); }))
+            throw ConfigError("train.freeze", "train.freeze: \"" + pattern + "\" names no parameter of the model (nearest: " +
+                                                  nearest_names(pattern, names) + ")");
     NamedTensors trainable;
     for (const auto& [name, p] : all) {
         const bool frozen = std::any_of(config.train.freeze.begin(), config.train.freeze.end(),
