@@ -87,6 +87,13 @@ class Model:
 
     def _batch(self, tokens, lengths):
         """(int32 array (B, T), lengths) from any accepted form of tokens."""
+        array, given = self._padded(tokens, lengths)
+        if np.any(array < np.iinfo(np.int32).min) or np.any(array > np.iinfo(np.int32).max):
+            raise ValueError("tokens: ids beyond int32")
+        return np.ascontiguousarray(array, dtype=np.int32), given
+
+    def _padded(self, tokens, lengths):
+        """(integer array (B, T), lengths; [] for full rows) from any accepted form of tokens."""
         if isinstance(tokens, str):
             tokens = self.to_tokens(tokens)
         if isinstance(tokens, np.ndarray):
@@ -95,9 +102,7 @@ class Model:
             array = tokens[None, :] if tokens.ndim == 1 else tokens
             if array.ndim != 2:
                 raise ValueError(f"tokens: expected a (batch, positions) array, got {array.ndim} axes")
-            if np.any(array < np.iinfo(np.int32).min) or np.any(array > np.iinfo(np.int32).max):
-                raise ValueError("tokens: ids beyond int32")
-            return np.ascontiguousarray(array, dtype=np.int32), list(lengths) if lengths is not None else []
+            return array, list(lengths) if lengths is not None else []
         rows = list(tokens)
         if rows and all(isinstance(r, (int, np.integer)) for r in rows):
             rows = [rows]
@@ -107,16 +112,10 @@ class Model:
         array = np.zeros((len(rows), width), dtype=np.int64)
         for i, r in enumerate(rows):
             array[i, :len(r)] = [int(t) for t in r]
-        if np.any(array < np.iinfo(np.int32).min) or np.any(array > np.iinfo(np.int32).max):
-            raise ValueError("tokens: ids beyond int32")
-        given = list(lengths) if lengths is not None else [len(r) for r in rows]
-        return array.astype(np.int32), given
+        return array, list(lengths) if lengths is not None else [len(r) for r in rows]
 
     def _source(self, src, src_lengths):
-        if src is None:
-            return None, []
-        array, lengths = self._batch(src, src_lengths)
-        return array, lengths
+        return (None, []) if src is None else self._batch(src, src_lengths)
 
     def run(self, tokens, lengths=None, src=None, src_lengths=None):
         """The logits (batch, positions, vocab), float32."""
