@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "autograd/ops.h"
 #include "data/h5file.h"
@@ -21,25 +22,6 @@ const DecoderLM& decoder_of(const TaskModel& model, const char* what) {
     if (model.encoder_decoder() || model.decoder_lm() == nullptr)
         fail(what, "patching takes decoder models; this checkpoint is an encoder-decoder");
     return *model.decoder_lm();
-}
-
-// The rows as one batch, every position valid.
-Batch batch_of(const std::vector<std::vector<int32_t>>& rows) {
-    Batch b;
-    const size_t N = rows.size(), T = rows.front().size();
-    std::vector<int32_t> flat;
-    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
-    b.inputs = Indices({N, T}, flat);
-    b.lengths.assign(N, T);
-    return b;
-}
-
-// logits (N, T, V) of the rows, eval mode, no graph; with `hooks` attached when given.
-Tensor run(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, Hooks* hooks) {
-    NoGradGuard no_grad;
-    model.module().eval();
-    const Batch batch = batch_of(rows);
-    return hooks ? model.forward(batch, *hooks) : model.forward(batch);
 }
 
 std::string block(size_t layer) { return "blocks." + std::to_string(layer) + "."; }
@@ -76,6 +58,32 @@ void write_table(const h5::File& f, const std::string& name, const std::vector<s
 
 }  // namespace
 
+Batch prompt_batch(const std::vector<std::vector<int32_t>>& rows) {
+    Batch b;
+    const size_t N = rows.size(), T = rows.front().size();
+    std::vector<int32_t> flat;
+    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+    b.inputs = Indices({N, T}, flat);
+    b.lengths.assign(N, T);
+    return b;
+}
+
+Tensor run_prompts(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, Hooks* hooks, bool with_graph) {
+    std::optional<NoGradGuard> no_grad;
+    if (!with_graph) no_grad.emplace();
+    model.module().eval();
+    const Batch batch = prompt_batch(rows);
+    return hooks ? model.forward(batch, *hooks) : model.forward(batch);
+}
+
+void write_prompt_pairs(const h5::File& f, const PromptPairs& p) {
+    write_table(f, "clean", p.clean);
+    write_table(f, "corrupt", p.corrupt);
+    write_table(f, "positions", p.positions);
+    write_table(f, "clean_answers", p.clean_answers);
+    write_table(f, "corrupt_answers", p.corrupt_answers);
+}
+
 void write_patch_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& p,
                       const PatchOptions& o, const PatchResult& r) {
     write_atomically(std::filesystem::path(path), "[patch]", [&](const std::string& tmp) {
@@ -85,11 +93,7 @@ void write_patch_file(const std::string& path, const std::string& checkpoint, in
         f.write_attr_string("direction", o.noising ? "noising" : "denoising");
         f.write_attr_double("clean_metric", r.clean);
         f.write_attr_double("corrupt_metric", r.corrupt);
-        write_table(f, "clean", p.clean);
-        write_table(f, "corrupt", p.corrupt);
-        write_table(f, "positions", p.positions);
-        write_table(f, "clean_answers", p.clean_answers);
-        write_table(f, "corrupt_answers", p.corrupt_answers);
+        write_prompt_pairs(f, p);
         const h5::Group g = f.create_group("grid");
         for (const PatchGrid& grid : r.grids) {
             std::string axes;
@@ -145,8 +149,8 @@ void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric)
     p.clean_answers.resize(p.clean.size());
     p.corrupt_answers.resize(p.clean.size());
     const bool fill = p.clean_answers.front().empty();
-    const std::vector<double> clean = fill ? run(model, p.clean, nullptr).values() : std::vector<double>();
-    const std::vector<double> corrupt = fill ? run(model, p.corrupt, nullptr).values() : std::vector<double>();
+    const std::vector<double> clean = fill ? run_prompts(model, p.clean, nullptr).values() : std::vector<double>();
+    const std::vector<double> corrupt = fill ? run_prompts(model, p.corrupt, nullptr).values() : std::vector<double>();
     auto argmax = [&](const std::vector<double>& logits, size_t r, size_t t) {
         const double* row = logits.data() + (r * T + t) * vocab;
         return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
@@ -197,6 +201,31 @@ double patch_metric(const Tensor& logits, const PromptPairs& p, PatchMetric metr
             ++count;
         }
     return total / static_cast<double>(std::max<size_t>(count, 1));
+}
+
+Tensor patch_metric_gradient(const Tensor& logits, const PromptPairs& p, PatchMetric metric) {
+    const size_t T = logits.size(1), V = logits.size(2);
+    const std::vector<double> l = logits.values();
+    std::vector<double> seed(l.size(), 0.0);
+    size_t count = 0;
+    for (const auto& positions : p.positions) count += positions.size();
+    const double w = 1.0 / static_cast<double>(std::max<size_t>(count, 1));
+    for (size_t r = 0; r < p.positions.size(); ++r)
+        for (size_t i = 0; i < p.positions[r].size(); ++i) {
+            const size_t at = (r * T + p.positions[r][i]) * V;
+            const int32_t good = p.clean_answers[r][i], bad = p.corrupt_answers[r][i];
+            if (metric == PatchMetric::logit_diff || metric == PatchMetric::norm_logit_diff) {
+                seed[at + good] += w, seed[at + bad] -= w;
+                continue;
+            }
+            // d log p_good / d logit_v = [v = good] - p_v
+            const double log_good = log_prob_at(l.data() + at, V, good);
+            const double top = log_good - l[at + good];  // -logsumexp(row)
+            const double dlog = metric == PatchMetric::prob ? std::exp(log_good) : -1.0;  // d metric / d log p_good
+            for (size_t v = 0; v < V; ++v) seed[at + v] -= w * dlog * std::exp(l[at + v] + top);
+            seed[at + good] += w * dlog;
+        }
+    return Tensor::from_values(seed, logits.shape(), logits.dtype());
 }
 
 double normalised(double value, double clean, double corrupt, PatchMetric metric) {
@@ -253,15 +282,15 @@ PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs
     const auto& source = options.noising ? pairs.corrupt : pairs.clean;
     const auto& base = options.noising ? pairs.clean : pairs.corrupt;
     PatchResult result;
-    result.clean = patch_metric(run(model, pairs.clean, nullptr), pairs, options.metric);
-    result.corrupt = patch_metric(run(model, pairs.corrupt, nullptr), pairs, options.metric);
+    result.clean = patch_metric(run_prompts(model, pairs.clean, nullptr), pairs, options.metric);
+    result.corrupt = patch_metric(run_prompts(model, pairs.corrupt, nullptr), pairs, options.metric);
     check_normalisable(result.clean, result.corrupt, options.metric, "patch");
     auto score = [&](const Tensor& logits) {
         return normalised(patch_metric(logits, pairs, options.metric), result.clean, result.corrupt, options.metric);
     };
     Hooks recorded;  // every patched point on the source prompt
     for (const PatchHook& h : options.hooks) recorded.record("blocks.*." + h.point);
-    run(model, source, &recorded);
+    run_prompts(model, source, &recorded);
     for (const PatchHook& h : options.hooks) {
         const size_t heads = h.per_head ? recorded.last(block(0) + h.point).size(static_cast<size_t>(h.head_axis)) : 1;
         const size_t positions = options.per_position ? T : 1;
@@ -281,7 +310,7 @@ PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs
                         return mixed(value, clean_value, h.per_head ? h.head_axis : -1, head,
                                      options.per_position ? h.position_axis : -1, t);
                     });
-                    grid.values.push_back(score(run(model, base, &patch)));
+                    grid.values.push_back(score(run_prompts(model, base, &patch)));
                 }
         result.grids.push_back(std::move(grid));
     }
@@ -343,16 +372,16 @@ PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, 
     };
 
     PathPatchResult result;
-    result.clean = patch_metric(run(model, pairs.clean, nullptr), pairs, metric);
-    result.corrupt = patch_metric(run(model, pairs.corrupt, nullptr), pairs, metric);
+    result.clean = patch_metric(run_prompts(model, pairs.clean, nullptr), pairs, metric);
+    result.corrupt = patch_metric(run_prompts(model, pairs.corrupt, nullptr), pairs, metric);
     check_normalisable(result.clean, result.corrupt, metric, "path-patch");
     Hooks clean, corrupt;  // every component's output on both prompts
     for (Hooks* h : {&clean, &corrupt}) {
         h->record("embed").record("blocks.*.attn.z");
         if (has_ffn) h->record("blocks.*.ffn.out");
     }
-    run(model, pairs.clean, &clean);
-    run(model, pairs.corrupt, &corrupt);
+    run_prompts(model, pairs.clean, &clean);
+    run_prompts(model, pairs.corrupt, &corrupt);
 
     // 1. The corrupted prompt with the senders clean and every other component
     //    upstream of the receiver frozen at its corrupted value: the receiver's input.
@@ -372,7 +401,7 @@ PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, 
                 return sends(Sender::Kind::mlp, l, 0) ? clean.last(name) : corrupt.last(name);
             });
     }
-    run(model, pairs.corrupt, &frozen);
+    run_prompts(model, pairs.corrupt, &frozen);
     const Tensor& received = frozen.last(receiver);  // (B, T, H or H_kv, d_h)
     if (edge.receiver_head >= received.size(2))
         fail("path-patch", "--receiver head " + std::to_string(edge.receiver_head) + ": its " + edge.receiver_input + " has " +
@@ -381,7 +410,7 @@ PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, 
     // 2. The corrupted prompt with only the receiver head's input replaced by it.
     Hooks patch;
     patch.replace(receiver, [&](const std::string&, const Tensor& value) { return mixed(value, received, 2, edge.receiver_head); });
-    result.patched = normalised(patch_metric(run(model, pairs.corrupt, &patch), pairs, metric), result.clean, result.corrupt, metric);
+    result.patched = normalised(patch_metric(run_prompts(model, pairs.corrupt, &patch), pairs, metric), result.clean, result.corrupt, metric);
     return result;
 }
 

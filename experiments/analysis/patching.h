@@ -26,6 +26,11 @@
 namespace attnlab {
 
 class TaskModel;
+class Hooks;
+struct Batch;
+namespace h5 {
+class File;
+}
 
 enum class PatchMetric { norm_logit_diff, logit_diff, prob, loss };
 PatchMetric parse_patch_metric(const std::string& name);  // Error naming the choices
@@ -88,6 +93,10 @@ PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs
 void write_patch_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
                       const PatchOptions& options, const PatchResult& result);
 
+// The pairs as a patch file holds them: /clean, /corrupt [N, T], /positions,
+// /clean_answers, /corrupt_answers [N, P] (int64); the circuit file too.
+void write_prompt_pairs(const h5::File& file, const PromptPairs& pairs);
+
 // One edge: the sender heads' outputs (clean) reaching the receiver head's query,
 // key or value input only, every other component frozen at its value on the
 // corrupted prompt (Wang et al. 2022). Senders are "L.H" heads, "mlp L" feed-
@@ -104,8 +113,17 @@ struct PathPatchResult {
 };
 PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, const PathPatch& edge, PatchMetric metric);
 
+// Prompts of one length as one batch, every position valid; and the model's logits
+// (N, T, V) for them in eval mode, with `hooks` attached when given. Without a
+// graph unless `with_graph` (the gradient methods of circuit.h).
+Batch prompt_batch(const std::vector<std::vector<int32_t>>& rows);
+Tensor run_prompts(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, Hooks* hooks, bool with_graph = false);
+
 // The metric of logits (B, T, V) against the pairs' answers, and its normalisation.
 double patch_metric(const Tensor& logits, const PromptPairs& pairs, PatchMetric metric);
+// Its gradient with respect to the logits (B, T, V; the logits' dtype), unnormalised:
+// the seed of a backward pass that differentiates the metric.
+Tensor patch_metric_gradient(const Tensor& logits, const PromptPairs& pairs, PatchMetric metric);
 double normalised(double value, double clean, double corrupt, PatchMetric metric);
 // norm_logit_diff is undefined when the clean and corrupted logit differences
 // agree to float32 precision (clean into clean): an Error "[what] ..." saying so.

@@ -32,6 +32,7 @@ constexpr const char* usage =
     "  report PATH... --out REPORT.html an interactive HTML report of a run, runs, a sweep or a checkpoint\n"
     "  patch CHECKPOINT --clean \"...\" --corrupt \"...\"   activation patching per hook, layer and head\n"
     "  path-patch CHECKPOINT ... --sender L.H --receiver L.H:q   the effect of one edge\n"
+    "  circuit CHECKPOINT --pairs F.h5 [--method M]   every edge's effect, exact or by attribution\n"
     "  lens CHECKPOINT --tokens \"...\"  logit lens per layer and direct logit attribution per head\n"
     "  cache CHECKPOINT --hooks ... --out F.h5   named activations over batches of the task's data\n"
     "  heads CHECKPOINT [--checkpoints all]   previous-token, duplicate-token and induction scores per head\n"
@@ -148,6 +149,7 @@ int run_cli(int argc, char** argv) {
         if (command == "report") return cmd_report(args);
         if (command == "patch") return cmd_patch(args);
         if (command == "path-patch") return cmd_path_patch(args);
+        if (command == "circuit") return cmd_circuit(args);
         if (command == "lens") return cmd_lens(args);
         if (command == "cache") return cmd_cache(args);
         if (command == "heads") return cmd_heads(args);

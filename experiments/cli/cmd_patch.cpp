@@ -11,6 +11,7 @@
 #include "experiments/analysis/generate.h"
 #include "experiments/analysis/patching.h"
 #include "experiments/cli/command_line.h"
+#include "experiments/cli/patch_options.h"
 #include "experiments/cli/tools_path.h"
 #include "experiments/config/config.h"
 #include "experiments/files/checkpoint.h"
@@ -20,44 +21,6 @@
 namespace attnlab {
 
 namespace {
-
-constexpr const char* kPatchHelp = R"(
-Prompts: --clean and --corrupt hold token ids of one length (a decoder model);
---pairs FILE.h5 holds many: /clean and /corrupt [N, T] integers, optionally
-/positions [N, P] (answer positions) with /clean_answers and /corrupt_answers [N, P].
-Answers: by default the last position, and there the clean run's and the
-corrupted run's own predictions; --positions "t ..." and --answers "C:W ..."
-(one clean:corrupted token pair per position) set them.
-
-Metric (--metric): norm_logit_diff (default) = (LD - LD_corrupt) / (LD_clean - LD_corrupt)
-with LD = logit[clean answer] - logit[corrupted answer]: 0 = corrupted, 1 = clean;
-logit_diff (LD itself), prob (of the clean answer), loss (-log of it).
-Denoising (default): the corrupted prompt with one clean activation patched in.
---noising: the clean prompt with one corrupted activation patched in.
-
---hooks (default z): a block's points, per head for those with a head axis (q, k,
-v, z, pattern, scores, and rot_q, rot_k with rotary positions; k and v have the
-K/V heads), per layer for the others (resid_pre, resid_mid, resid_post, attn.out,
-ffn.out, ffn.hidden, ln1.out, ln2.out); --per-position: per position too.
-
---out (default: CHECKPOINT with .patch.h5): attrs format = "attnlab-patch",
-format_version, checkpoint, step, metric, direction, clean_metric, corrupt_metric;
-/clean, /corrupt [N, T]; /positions, /clean_answers, /corrupt_answers [N, P];
-/grid/<hook>/values (float64; the group's attr axes = "layer,head[,position]" or
-"layer[,position]").
---png DIR: one heatmap per hook (tools/plot_patch.py, matplotlib).
-)";
-
-constexpr const char* kPathPatchHelp = R"(
-Prompts, answers and --metric as `attnlab patch`. The edge from the senders to one
-input of the receiver head: the corrupted prompt is run with the senders'
-outputs clean and every other component upstream of the receiver (embeddings,
-heads, feed-forward outputs) frozen at its corrupted value; the receiver head's
-q, k or v from that run is then patched alone into the corrupted prompt, and
-the metric read. Senders: L.H (a head), mlp.L (a feed-forward output), embed,
-or all (every upstream component: the same as patching the receiver's input).
-)";
-
 std::vector<std::vector<int32_t>> read_rows(const h5::File& file, const std::string& name, const std::string& shape, size_t rows_wanted) {
     using h5::Expect;
     if (!file.has(name)) h5::Where{file.where().tag, file.where().file, "/" + name}.fail("missing dataset", false);
@@ -95,6 +58,8 @@ PromptPairs read_pairs_unprobed(const std::string& path) {
 PromptPairs read_pairs(const std::string& path) {
     return h5::read_probed(path, "pairs", [&] { return read_pairs_unprobed(path); });
 }
+
+}  // namespace
 
 // The prompts and answers from --clean/--corrupt/--positions/--answers or --pairs.
 PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& config) {
@@ -148,10 +113,50 @@ void add_prompt_options(cxxopts::Options& options) {
     options.parse_positional({"checkpoint"});
 }
 
-LoadedCheckpoint load(const cxxopts::ParseResult& parsed) {
+LoadedCheckpoint load_checkpoint_argument(const cxxopts::ParseResult& parsed) {
     const std::string path = checkpoint_argument(parsed);
     return load_checkpoint(path, device_option(parsed));
 }
+
+namespace {
+
+
+constexpr const char* kPatchHelp = R"(
+Prompts: --clean and --corrupt hold token ids of one length (a decoder model);
+--pairs FILE.h5 holds many: /clean and /corrupt [N, T] integers, optionally
+/positions [N, P] (answer positions) with /clean_answers and /corrupt_answers [N, P].
+Answers: by default the last position, and there the clean run's and the
+corrupted run's own predictions; --positions "t ..." and --answers "C:W ..."
+(one clean:corrupted token pair per position) set them.
+
+Metric (--metric): norm_logit_diff (default) = (LD - LD_corrupt) / (LD_clean - LD_corrupt)
+with LD = logit[clean answer] - logit[corrupted answer]: 0 = corrupted, 1 = clean;
+logit_diff (LD itself), prob (of the clean answer), loss (-log of it).
+Denoising (default): the corrupted prompt with one clean activation patched in.
+--noising: the clean prompt with one corrupted activation patched in.
+
+--hooks (default z): a block's points, per head for those with a head axis (q, k,
+v, z, pattern, scores, and rot_q, rot_k with rotary positions; k and v have the
+K/V heads), per layer for the others (resid_pre, resid_mid, resid_post, attn.out,
+ffn.out, ffn.hidden, ln1.out, ln2.out); --per-position: per position too.
+
+--out (default: CHECKPOINT with .patch.h5): attrs format = "attnlab-patch",
+format_version, checkpoint, step, metric, direction, clean_metric, corrupt_metric;
+/clean, /corrupt [N, T]; /positions, /clean_answers, /corrupt_answers [N, P];
+/grid/<hook>/values (float64; the group's attr axes = "layer,head[,position]" or
+"layer[,position]").
+--png DIR: one heatmap per hook (tools/plot_patch.py, matplotlib).
+)";
+
+constexpr const char* kPathPatchHelp = R"(
+Prompts, answers and --metric as `attnlab patch`. The edge from the senders to one
+input of the receiver head: the corrupted prompt is run with the senders'
+outputs clean and every other component upstream of the receiver (embeddings,
+heads, feed-forward outputs) frozen at its corrupted value; the receiver head's
+q, k or v from that run is then patched alone into the corrupted prompt, and
+the metric read. Senders: L.H (a head), mlp.L (a feed-forward output), embed,
+or all (every upstream component: the same as patching the receiver's input).
+)";
 
 // The cells of every grid, best first ("z 1.0 pos 3: 0.93").
 void print_top(const PatchResult& r, PatchMetric metric, size_t count) {
@@ -209,7 +214,7 @@ int cmd_patch(const std::vector<std::string>& args) {
     o.noising = parsed.count("noising") > 0;
     o.per_position = parsed.count("per-position") > 0;
 
-    const LoadedCheckpoint l = load(parsed);
+    const LoadedCheckpoint l = load_checkpoint_argument(parsed);
     PromptPairs pairs = prompts_from(parsed, l.config);
     for (const std::string& name : list_option(parsed, "hooks"))
         o.hooks.push_back(parse_patch_hook(*l.loaded.model, name));
@@ -256,7 +261,7 @@ int cmd_path_patch(const std::vector<std::string>& args) {
     edge.receiver_input = receiver.substr(colon + 1);
     const PatchMetric metric = parse_patch_metric(parsed["metric"].as<std::string>());
 
-    const LoadedCheckpoint l = load(parsed);
+    const LoadedCheckpoint l = load_checkpoint_argument(parsed);
     PromptPairs pairs = prompts_from(parsed, l.config);
     resolve_answers(*l.loaded.model, pairs, metric);
     const PathPatchResult r = path_patching(*l.loaded.model, pairs, edge, metric);

@@ -1,0 +1,100 @@
+// Every edge of a decoder's residual graph and its effect on a patching metric
+// (experiments/analysis/patching.h), exactly or by the gradient approximations
+// the circuit-finding literature uses, so that the approximations can be judged
+// against the truth on models small enough to compute it.
+//
+// The residual stream of a pre-norm (or norm-free) decoder is a sum of
+// components, each read by the components after it:
+//   senders    embed (tokens and positions), each head's output L.H (its slice
+//              of the output projection), each feed-forward output mlp.L
+//   receivers  each head's query, key and value input L.H:q, L.G:k, L.G:v (G a
+//              K/V head), each feed-forward input mlp.L, and the logits
+// An edge sender -> receiver exists when the sender is upstream: a head feeds
+// the later layers and the feed-forward of its own layer.
+//
+// Patching one edge (denoising; noising swaps the prompts): the receiver's input
+// becomes its input on the corrupted prompt plus (sender on the clean prompt -
+// sender on the corrupted prompt), every other input unchanged, and everything
+// downstream of the receiver recomputed (path patching, Wang et al. 2022, one
+// edge at a time; the same number `attnlab path-patch` gives for a head's edge).
+// Its effect is the metric's change from the unpatched run, normalised as the
+// metric is (norm_logit_diff: divided by clean - corrupted).
+//
+// Methods (scores in the same units as the effect):
+//   exact   the patched runs themselves: per receiver layer one batched run for
+//           the receivers' patched inputs, then one patched run per edge, many
+//           edges side by side in one batch
+//   atp     attribution patching (Nanda 2023) at the receiver: the change of the
+//           receiver's activation (its q, k or v, or the feed-forward's output),
+//           computed exactly, times the metric's gradient there
+//   eap     edge attribution patching (Syed et al. 2023): the sender's change
+//           times the gradient of the metric with respect to the receiver's
+//           residual input, through that receiver alone
+//   eap-ig  EAP with integrated gradients (Hanna et al. 2024): the gradient
+//           averaged over `ig_steps` runs whose input embeddings lie on the
+//           line from the unpatched prompt's to the other prompt's (alpha =
+//           k / steps, k = 1..steps)
+// Gradients are taken on the unpatched run (the corrupted prompt when
+// denoising). Post-norm decoders (the residual is not a sum of components) and
+// encoder-decoders are refused.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "experiments/analysis/patching.h"
+
+namespace attnlab {
+
+enum class CircuitMethod { exact, atp, eap, eap_ig };
+CircuitMethod parse_circuit_method(const std::string& name);  // Error naming the choices
+std::string to_string(CircuitMethod method);
+
+struct CircuitEdge {
+    std::string sender;    // "embed", "1.2", "mlp.0"
+    std::string receiver;  // "2.0:q", "2.1:k", "mlp.1", "logits"
+};
+
+struct CircuitOptions {
+    CircuitMethod method = CircuitMethod::exact;
+    PatchMetric metric = PatchMetric::norm_logit_diff;
+    bool noising = false;
+    size_t ig_steps = 5;
+    // Tokens per batched run: how many patched copies of the prompts go side by side.
+    size_t batch_tokens = 32768;
+    // Each sender's change multiplied by this before it is patched in (exact
+    // and atp): 1 is the edge itself; a small one gives the derivative along the
+    // edge, which the gradient methods estimate.
+    double delta_scale = 1.0;
+};
+
+struct CircuitResult {
+    double clean = 0, corrupt = 0;   // the metric of the unpatched runs (baseline_name's metric)
+    std::vector<CircuitEdge> edges;  // senders in order, receivers in order (the graph of residual_edges)
+    std::vector<double> scores;      // per edge
+    size_t copies = 0;               // prompt copies run through the model (each N rows of T tokens)
+};
+
+// The edges of the model's residual graph, in the order results list them.
+std::vector<CircuitEdge> residual_edges(const TaskModel& model);
+
+CircuitResult edge_scores(const TaskModel& model, const PromptPairs& pairs, const CircuitOptions& options);
+
+// How well `approx` ranks edges against `exact` (same order): Spearman's rank
+// correlation of the signed scores (ties get their mean rank), and the share of
+// the k largest |exact| edges found among the k largest |approx| ones.
+struct Agreement {
+    double spearman = 0;
+    size_t top_k = 0;
+    double recall = 0;
+};
+Agreement agreement(const std::vector<double>& approx, const std::vector<double>& exact, size_t top_k);
+
+// The circuit file (format "attnlab-circuit", docs/file_formats.md), written whole.
+// `exact` and `agreement` are written when `exact` is non-empty (--compare exact).
+void write_circuit_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
+                        const CircuitOptions& options, const CircuitResult& result, const std::vector<double>& exact,
+                        const Agreement& agreement);
+
+}  // namespace attnlab

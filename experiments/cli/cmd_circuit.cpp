@@ -1,0 +1,121 @@
+// attnlab circuit CHECKPOINT (--clean ... --corrupt ... | --pairs F.h5) [--method exact|atp|eap|eap-ig]
+//   [--compare exact] [--metric M] [--noising] [--ig-steps K] [--top N] [--recall-k K] [--out F.h5]
+// Every edge of the residual graph scored (experiments/analysis/circuit.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "experiments/analysis/circuit.h"
+#include "experiments/cli/command_line.h"
+#include "experiments/cli/commands.h"
+#include "experiments/cli/patch_options.h"
+
+namespace attnlab {
+
+namespace {
+
+constexpr const char* kCircuitHelp = R"(
+Prompts, answers, --metric and --noising as `attnlab patch`.
+
+Edges: senders (embed, each head L.H, each feed-forward mlp.L) to receivers (each
+head's q, k and v input L.H:q, L.G:k, L.G:v, each feed-forward input mlp.L, the
+logits) downstream of them. An edge's effect: the receiver's input on the
+corrupted prompt plus the sender's change (clean - corrupted), everything else
+as it was, everything downstream recomputed; the metric's change, normalised as
+the metric is (norm_logit_diff: 1 = the whole clean behaviour).
+
+--method: exact (the patched runs, many side by side in a batch), atp (the
+receiver's exact change times the metric's gradient there), eap (the sender's
+change times the gradient at the receiver's input), eap-ig (eap with the
+gradient averaged over --ig-steps runs between the prompts' embeddings).
+--compare exact: also the exact effects, and how the method ranks them
+(Spearman's rho; recall of the --recall-k largest |effects|).
+
+--out (default: CHECKPOINT with .circuit.h5): attrs format = "attnlab-circuit",
+format_version, checkpoint, step, metric, direction, method, clean_metric,
+corrupt_metric; the pairs as in a patch file; /edges/sender, /edges/receiver
+(strings), /edges/score (float64); with --compare, /edges/exact and the
+attrs spearman, top_k, top_k_recall of /edges.
+Pre-norm and norm-free decoders; post-norm models and encoder-decoders are refused.
+)";
+
+void print_top(const CircuitResult& r, size_t count) {
+    std::vector<size_t> order(r.scores.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return std::abs(r.scores[a]) > std::abs(r.scores[b]); });
+    std::printf("top %zu of %zu edges by |score|:\n", std::min(count, order.size()), order.size());
+    for (size_t i = 0; i < std::min(count, order.size()); ++i) {
+        const CircuitEdge& e = r.edges[order[i]];
+        std::printf("  %-8s -> %-8s %9.4f\n", e.sender.c_str(), e.receiver.c_str(), r.scores[order[i]]);
+    }
+}
+
+}  // namespace
+
+int cmd_circuit(const std::vector<std::string>& args) {
+    cxxopts::Options options("attnlab circuit", "Every edge of the residual graph: its exact effect or an attribution estimate.");
+    add_prompt_options(options);
+    options.add_options()("method", "exact | atp | eap | eap-ig", cxxopts::value<std::string>()->default_value("exact"))
+                         ("compare", "exact: also compute the exact effects and compare", cxxopts::value<std::string>())
+                         ("noising", "patch corrupted senders into the clean run instead")
+                         ("ig-steps", "eap-ig: runs along the line between the embeddings", cxxopts::value<std::string>()->default_value("5"))
+                         ("batch-tokens", "tokens per batched run (copies of the prompts side by side)",
+                          cxxopts::value<std::string>()->default_value("32768"))
+                         ("top", "edges to print", cxxopts::value<std::string>()->default_value("10"))
+                         ("recall-k", "--compare: the k of top-k recall", cxxopts::value<std::string>()->default_value("20"))
+                         ("out", "HDF5 edge table (default: CHECKPOINT with .circuit.h5)", cxxopts::value<std::string>());
+    const cxxopts::ParseResult parsed = parse_command_line(options, args);
+    if (parsed.count("help")) {
+        std::printf("%s%s", options.help().c_str(), kCircuitHelp);
+        return 0;
+    }
+    const std::string path = checkpoint_argument(parsed);
+    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".circuit.h5");
+    std::vector<std::string> inputs = {path};
+    if (parsed.count("pairs")) inputs.push_back(parsed["pairs"].as<std::string>());
+    check_output("--out", out, inputs, "attnlab-circuit");
+    CircuitOptions o;
+    o.method = parse_circuit_method(parsed["method"].as<std::string>());
+    o.metric = parse_patch_metric(parsed["metric"].as<std::string>());
+    o.noising = parsed.count("noising") > 0;
+    o.ig_steps = static_cast<size_t>(number_option<int64_t>(parsed, "ig-steps", 1, 1000));
+    o.batch_tokens = static_cast<size_t>(number_option<int64_t>(parsed, "batch-tokens", 1, int64_t{1} << 30));
+    const size_t top = static_cast<size_t>(number_option<int64_t>(parsed, "top", 0, 1 << 20));
+    const size_t recall_k = static_cast<size_t>(number_option<int64_t>(parsed, "recall-k", 1, 1 << 20));
+    const bool compare = parsed.count("compare") > 0;
+    if (compare && parsed["compare"].as<std::string>() != "exact")
+        throw UsageError("--compare takes exact (the method compared against), got '" + parsed["compare"].as<std::string>() + "'");
+
+    const LoadedCheckpoint l = load_checkpoint_argument(parsed);
+    PromptPairs pairs = prompts_from(parsed, l.config);
+    residual_edges(*l.loaded.model);  // refuses a model without a residual graph before any run
+    resolve_answers(*l.loaded.model, pairs, o.metric);
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    const CircuitResult r = edge_scores(*l.loaded.model, pairs, o);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::vector<double> exact;
+    Agreement a;
+    double exact_seconds = 0;
+    if (compare) {
+        CircuitOptions e = o;
+        e.method = CircuitMethod::exact;
+        const Clock::time_point t = Clock::now();
+        exact = o.method == CircuitMethod::exact ? r.scores : edge_scores(*l.loaded.model, pairs, e).scores;
+        exact_seconds = std::chrono::duration<double>(Clock::now() - t).count();
+        a = agreement(r.scores, exact, recall_k);
+    }
+    write_circuit_file(out, l.path, l.checkpoint.step, pairs, o, r, exact, a);
+    std::printf("circuit %s (step %lld): %zu pair(s) of %zu tokens, %s, %s, %zu edges in %.2f s (%zu prompt copies run); "
+                "unpatched %s: clean %.4f, corrupted %.4f\n",
+                l.path.c_str(), static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
+                o.noising ? "noising" : "denoising", to_string(o.method).c_str(), r.edges.size(), seconds, r.copies,
+                baseline_name(o.metric).c_str(), r.clean, r.corrupt);
+    print_top(r, top);
+    if (compare)
+        std::printf("against exact (%.2f s): Spearman %.4f, top-%zu recall %.3f\n", exact_seconds, a.spearman, a.top_k, a.recall);
+    std::printf("wrote %s\n", out.c_str());
+    return 0;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,20 @@
+// The options patch, path-patch and circuit share: the checkpoint, the prompt
+// pairs (--clean/--corrupt or --pairs FILE.h5), answers and --metric.
+#pragma once
+
+#include <cxxopts.hpp>
+
+#include "experiments/analysis/patching.h"
+#include "experiments/run/load_checkpoint.h"
+
+namespace attnlab {
+
+struct Config;
+
+void add_prompt_options(cxxopts::Options& options);
+// The prompts and answers from --clean/--corrupt/--positions/--answers or --pairs.
+PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& config);
+// The positional checkpoint (a file or a run folder), loaded on --device.
+LoadedCheckpoint load_checkpoint_argument(const cxxopts::ParseResult& parsed);
+
+}  // namespace attnlab
