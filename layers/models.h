@@ -67,6 +67,10 @@ public:
     DecoderLM(const ModelConfig& config, Rng& init, Rng* dropout_rng);
     // tokens (B, T) right-padded to lengths (empty: all T) -> logits (B, T, V)
     Tensor forward(const Indices& tokens, const std::vector<size_t>& lengths = {}) const;
+    // The same from block `first` on (TransformerLens's start_at_layer): `resid` (B, T, D)
+    // is the residual stream entering it (its resid_pre), the tokens only set the masks;
+    // first = layers runs the final norm and the head alone. The earlier blocks do not run.
+    Tensor forward_from(size_t first, const Tensor& resid, const Indices& tokens, const std::vector<size_t>& lengths = {}) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
     // Prefix-LM: new tokens that end a prefix begun in earlier calls rebuild the cache from every
     // token seen (the prefix's cached keys read the later prefix tokens), once per such prefix.

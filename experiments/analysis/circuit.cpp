@@ -157,6 +157,9 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
     return s;
 }
 
+// `t` (N, ...) repeated `copies` times along the batch.
+Tensor tiled(const Tensor& t, size_t copies) { return copies == 1 ? t : concat(std::vector<Tensor>(copies, t), 0); }
+
 // One head's slice (axis 2) of a (N, T, H, d_h) activation, or the whole of another.
 Tensor of_receiver(const Tensor& activation, const Node& r) {
     return r.per_head() ? slice(activation, 2, r.head, r.head + 1) : activation;
@@ -209,7 +212,8 @@ private:
         Hooks base, source;
         for (Hooks* h : {&base, &source}) h->record("embed").record("blocks.*.attn.z").record("blocks.*.attn.out");
         if (g_.ffn) base.record("blocks.*.ffn.out"), source.record("blocks.*.ffn.out");
-        base.record("blocks.*.attn.q").record("blocks.*.attn.k").record("blocks.*.attn.v").record(block(g_.layers - 1) + "resid_post");
+        base.record("blocks.*.attn.q").record("blocks.*.attn.k").record("blocks.*.attn.v").record("blocks.*.resid_pre");
+        base.record(block(g_.layers - 1) + "resid_post");
         run_prompts(model_, base_, &base);
         run_prompts(model_, source_, &source);
         copies_ += 2;
@@ -248,8 +252,7 @@ private:
                 hooks.replace(point, [&, list](const std::string&, const Tensor& value) { return patch_copies(value, N_, list); });
                 hooks.record(point.substr(0, point.size() - 1) + "out");  // blocks.l.attn.out
             }
-            run_prompts(model_, repeated(base_, copies), &hooks);
-            copies_ += copies;
+            run_copies_from(g_.senders[heads[first]].layer, copies, Tensor(), &hooks);
             for (size_t c = 0; c < copies; ++c) {
                 const Node& n = g_.senders[heads[first + c]];
                 const std::string out = block(n.layer) + "attn.out";
@@ -262,9 +265,22 @@ private:
         }
     }
 
-    // Runs the base prompts in copies side by side, copy c with sender senders[c]'s
-    // change added at `input`, and records `points`: the receivers' patched activations.
-    void with_changes_at(const std::string& input, const std::vector<size_t>& senders, const std::vector<std::string>& points,
+    // The base prompts in `copies` copies side by side (copy c = rows [c N, (c + 1) N)),
+    // run from block `layer` on (the earlier blocks' outputs are the base run's);
+    // `resid` (copies N, T, D) is added to the residual stream entering it when defined.
+    Tensor run_copies_from(size_t layer, size_t copies, const Tensor& added, Hooks* hooks) {
+        const std::string entering = layer < g_.layers ? block(layer) + "resid_pre" : block(g_.layers - 1) + "resid_post";
+        Tensor resid = tiled(base_records_.last(entering), copies);
+        if (added.defined()) resid = resid + added;
+        copies_ += copies;
+        return run_prompts_from(model_, repeated(base_, copies), layer, resid, hooks);
+    }
+
+    // Runs the base prompts in copies side by side from the receiver's layer on,
+    // copy c with sender senders[c]'s change added at the receiver's `input` (the
+    // stream entering the layer, the stream after its attention, or the final
+    // stream), and records `points`: the receivers' patched activations.
+    void with_changes_at(const Node& receiver, const std::vector<size_t>& senders, const std::vector<std::string>& points,
                          const std::function<void(size_t sender, const Hooks& recorded, size_t copy, const Tensor& logits)>& read) {
         for (size_t first = 0; first < senders.size(); first += copies_per_run_) {
             const size_t copies = std::min(copies_per_run_, senders.size() - first);
@@ -272,10 +288,14 @@ private:
             for (size_t c = 0; c < copies; ++c) changes.push_back(delta_.at(senders[first + c]));
             const Tensor added = changes.size() == 1 ? changes.front() : concat(changes, 0);
             Hooks hooks;
-            hooks.replace(input, [&](const std::string&, const Tensor& value) { return value + added; });
             for (const std::string& p : points) hooks.record(p);
-            const Tensor logits = run_prompts(model_, repeated(base_, copies), &hooks);
-            copies_ += copies;
+            Tensor logits;
+            if (receiver.kind == Node::Kind::mlp) {
+                hooks.replace(receiver.input(g_.layers), [&](const std::string&, const Tensor& value) { return value + added; });
+                logits = run_copies_from(receiver.layer, copies, Tensor(), &hooks);
+            } else {
+                logits = run_copies_from(receiver.kind == Node::Kind::logits ? g_.layers : receiver.layer, copies, added, &hooks);
+            }
             for (size_t c = 0; c < copies; ++c) read(senders[first + c], hooks, c, slice(logits, 0, c * N_, (c + 1) * N_));
         }
     }
@@ -284,7 +304,7 @@ private:
     // then one patched run per edge; atp: times the metric's gradient there).
     void patched_inputs(size_t l) {
         // edges into layer l, by input point
-        std::map<std::string, std::vector<size_t>> by_input;
+        std::map<std::string, std::vector<size_t>> by_input;  // (the receivers of one input share it: any one stands for them)
         for (size_t e = 0; e < g_.edges.size(); ++e) {
             const Node& r = g_.receivers[g_.edges[e].receiver];
             if (r.kind != Node::Kind::logits && r.layer == l) by_input[r.input(g_.layers)].push_back(e);
@@ -298,7 +318,7 @@ private:
                 const std::string p = g_.receivers[g_.edges[e].receiver].activation(g_.layers);
                 if (std::find(points.begin(), points.end(), p) == points.end()) points.push_back(p);
             }
-            with_changes_at(input, senders, points, [&](size_t sender, const Hooks& rec, size_t c, const Tensor&) {
+            with_changes_at(g_.receivers[g_.edges[edges.front()].receiver], senders, points, [&](size_t sender, const Hooks& rec, size_t c, const Tensor&) {
                 for (size_t e : edges) {
                     if (g_.edges[e].sender != sender) continue;
                     const Node& r = g_.receivers[g_.edges[e].receiver];
@@ -327,8 +347,7 @@ private:
             Hooks hooks;
             for (auto& [point, list] : patches)
                 hooks.replace(point, [&, list](const std::string&, const Tensor& value) { return patch_copies(value, N_, list); });
-            const Tensor logits = run_prompts(model_, repeated(base_, copies), &hooks);
-            copies_ += copies;
+            const Tensor logits = run_copies_from(l, copies, Tensor(), &hooks);
             for (size_t c = 0; c < copies; ++c)
                 scores_[edges[first + c]] = effect(slice(logits, 0, c * N_, (c + 1) * N_));
         }
@@ -344,7 +363,7 @@ private:
             for (size_t i = 0; i < edges.size(); ++i) scores_[edges[i]] = dot(delta_values_.at(senders[i]), grad);
             return;
         }
-        with_changes_at(block(g_.layers - 1) + "resid_post", senders, {}, [&](size_t sender, const Hooks&, size_t, const Tensor& logits) {
+        with_changes_at(g_.receivers.back(), senders, {}, [&](size_t sender, const Hooks&, size_t, const Tensor& logits) {
             for (size_t i = 0; i < edges.size(); ++i)
                 if (senders[i] == sender) scores_[edges[i]] = effect(logits);
         });

@@ -62,7 +62,7 @@ struct CircuitOptions {
     bool noising = false;
     size_t ig_steps = 5;
     // Tokens per batched run: how many patched copies of the prompts go side by side.
-    size_t batch_tokens = 32768;
+    size_t batch_tokens = 2048;
     // Each sender's change multiplied by this before it is patched in (exact
     // and atp): 1 is the edge itself; a small one gives the derivative along the
     // edge, which the gradient methods estimate.

@@ -76,6 +76,13 @@ Tensor run_prompts(const TaskModel& model, const std::vector<std::vector<int32_t
     return hooks ? model.forward(batch, *hooks) : model.forward(batch);
 }
 
+Tensor run_prompts_from(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, size_t first, const Tensor& resid,
+                        Hooks* hooks) {
+    NoGradGuard no_grad;
+    model.module().eval();
+    return model.forward_from(prompt_batch(rows), first, resid, hooks);
+}
+
 void write_prompt_pairs(const h5::File& f, const PromptPairs& p) {
     write_table(f, "clean", p.clean);
     write_table(f, "corrupt", p.corrupt);

@@ -118,6 +118,9 @@ PathPatchResult path_patching(const TaskModel& model, const PromptPairs& pairs, 
 // graph unless `with_graph` (the gradient methods of circuit.h).
 Batch prompt_batch(const std::vector<std::vector<int32_t>>& rows);
 Tensor run_prompts(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, Hooks* hooks, bool with_graph = false);
+// The same from block `first` on, `resid` (N, T, D) entering it (no graph).
+Tensor run_prompts_from(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, size_t first, const Tensor& resid,
+                        Hooks* hooks);
 
 // The metric of logits (B, T, V) against the pairs' answers, and its normalisation.
 double patch_metric(const Tensor& logits, const PromptPairs& pairs, PatchMetric metric);

@@ -60,7 +60,7 @@ int cmd_circuit(const std::vector<std::string>& args) {
                          ("noising", "patch corrupted senders into the clean run instead")
                          ("ig-steps", "eap-ig: runs along the line between the embeddings", cxxopts::value<std::string>()->default_value("5"))
                          ("batch-tokens", "tokens per batched run (copies of the prompts side by side)",
-                          cxxopts::value<std::string>()->default_value("32768"))
+                          cxxopts::value<std::string>()->default_value("2048"))
                          ("top", "edges to print", cxxopts::value<std::string>()->default_value("10"))
                          ("recall-k", "--compare: the k of top-k recall", cxxopts::value<std::string>()->default_value("20"))
                          ("out", "HDF5 edge table (default: CHECKPOINT with .circuit.h5)", cxxopts::value<std::string>());

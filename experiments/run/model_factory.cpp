@@ -81,6 +81,13 @@ Tensor TaskModel::forward(const Batch& batch, Hooks& hooks) const {
     return forward(batch);
 }
 
+Tensor TaskModel::forward_from(const Batch& batch, size_t first, const Tensor& resid, Hooks* hooks) const {
+    if (!decoder_) fail("model", "forward_from runs decoder models");
+    if (!hooks) return decoder_->forward_from(first, resid, batch.inputs, batch.lengths);
+    HookScope scope(module(), *hooks);
+    return decoder_->forward_from(first, resid, batch.inputs, batch.lengths);
+}
+
 std::vector<std::string> TaskModel::kinds() const {
     if (enc_dec_) return {"enc_self", "dec_self", "cross"};
     return {"self"};

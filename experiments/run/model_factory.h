@@ -31,6 +31,9 @@ public:
     Tensor forward(const Batch& batch) const;
     // The same with `hooks` attached (layers/hooks.h) for this pass only.
     Tensor forward(const Batch& batch, Hooks& hooks) const;
+    // A decoder's logits from block `first` on, `resid` (B, T, D) entering it
+    // (DecoderLM::forward_from), with `hooks` attached when given.
+    Tensor forward_from(const Batch& batch, size_t first, const Tensor& resid, Hooks* hooks) const;
     std::vector<std::string> kinds() const;
     // Each kind with its mask for this batch and its modules' hook-point prefixes.
     std::vector<AttentionKind> kinds_for(const Batch& batch) const;

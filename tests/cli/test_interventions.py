@@ -1,7 +1,8 @@
-"""`attnlab patch`, `path-patch`, `lens`, `cache`, `example` and `inspect --hooks`
+"""`attnlab patch`, `path-patch`, `circuit`, `lens`, `cache`, `example` and `inspect --hooks`
 as processes, on a tiny trained decoder: each writes its file (the layouts its
 --help gives) and prints its table; the lens at the last stream is the model's
-logits; cache streams every batch; every bad argument (unknown hook, prompts of
+logits; circuit's exact edge into a head is path-patch's number; cache streams
+every batch; every bad argument (unknown hook, prompts of
 different lengths, out-of-range tokens, a sender downstream of its receiver, an
 encoder-decoder, bad --pairs files) exits 2 with one line and writes nothing.
 
@@ -74,6 +75,26 @@ class Interventions(cc.TempDirTest):
                          "--receiver", "1.0:k"])
         self.assertRegex(r.stdout, r"0\.0,0\.1 -> 1\.0:k: unpatched logit_diff clean -?[0-9.]+, corrupted -?[0-9.]+; patched norm_logit_diff -?[0-9.]+")
 
+    def test_circuit_writes_every_edge_and_compares(self):
+        out = self.path("c.h5")
+        r = self.run_ok(["circuit", decoder(), "--clean", CLEAN, "--corrupt", CORRUPT, *ANSWERS, "--method", "eap-ig",
+                         "--ig-steps", "3", "--compare", "exact", "--recall-k", "5", "--out", out])
+        self.assertRegex(r.stdout, r"eap-ig, 46 edges in [0-9.]+ s")
+        self.assertRegex(r.stdout, r"against exact \([0-9.]+ s\): Spearman -?[0-9.]+, top-5 recall [0-9.]+")
+        with h5py.File(out) as f:
+            self.assertEqual(f.attrs["format"], "attnlab-circuit")
+            self.assertEqual(f.attrs["method"], "eap-ig")
+            self.assertEqual(f.attrs["ig_steps"], 3)
+            edges = {(s.decode(), r.decode()): (a, b) for s, r, a, b in zip(f["edges/sender"][()], f["edges/receiver"][()],
+                                                                                f["edges/score"][()], f["edges/exact"][()])}
+            self.assertEqual(len(edges), 46)
+            self.assertEqual(f["edges"].attrs["top_k"], 5)
+        # the exact edge 0.0 -> 1.0:k is path-patch's number
+        r = self.run_ok(["path-patch", decoder(), "--clean", CLEAN, "--corrupt", CORRUPT, *ANSWERS, "--sender", "0.0",
+                         "--receiver", "1.0:k"])
+        patched = float(r.stdout.rsplit("patched norm_logit_diff", 1)[1])
+        self.assertAlmostEqual(edges[("0.0", "1.0:k")][1], patched, places=4)
+
     def test_lens_ends_at_the_model(self):
         out = self.path("lens.h5")
         r = self.run_ok(["lens", decoder(), "--tokens", CLEAN, "--out", out, "--png", self.path("png")])
@@ -137,6 +158,7 @@ class Interventions(cc.TempDirTest):
     def test_bad_inputs_exit_2_with_one_line(self):
         ckpt = decoder()
         enc_dec = Trained.checkpoint("enc_dec", ENC_DEC)
+        post_norm = Trained.checkpoint("post_norm", dict(CONFIG, **{"model.norm": "post"}))
         bad_pairs = self.path("bad_pairs.h5")
         with h5py.File(bad_pairs, "w") as f:
             f["clean"] = np.array([[3, 4, 5]])
@@ -169,6 +191,15 @@ class Interventions(cc.TempDirTest):
             (["path-patch", ckpt, *base, "--sender", "0.7", "--receiver", "1.0:q"], ["0.7", "2 heads"]),
             (["path-patch", ckpt, *base, "--sender", "0.0", "--receiver", "5.0:q"], ["layer 5"]),
             (["path-patch", ckpt, *base, "--sender", "0.0"], ["--receiver is required"]),
+            (["circuit", ckpt, *base, "--method", "acdc"], ["--method", "acdc"]),
+            (["circuit", ckpt, *base, "--compare", "eap"], ["--compare", "eap"]),
+            (["circuit", ckpt, *base, "--ig-steps", "0"], ["--ig-steps"]),
+            (["circuit", ckpt, *base, "--batch-tokens", "-5"], ["--batch-tokens"]),
+            (["circuit", ckpt, "--clean", CLEAN, "--corrupt", CLEAN, *ANSWERS], ["same logit difference"]),
+            (["circuit", ckpt, "--pairs", short_pairs], ["/corrupt", "2 rows"]),
+            (["circuit", ckpt, *base, "--out", ckpt], ["--out"]),
+            (["circuit", enc_dec, *base], ["encoder-decoder"]),
+            (["circuit", post_norm, *base], ["post-norm"]),
             (["lens", ckpt, "--tokens", "3 99"], ["--tokens", "99"]),
             (["lens", ckpt, "--tokens", CLEAN, "--target", "3 4"], ["--target"]),
             (["lens", enc_dec, "--tokens", "3 4"], ["decoder models"]),

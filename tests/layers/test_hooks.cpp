@@ -146,6 +146,32 @@ TEST(Hooks, RecordingEverythingChangesNoLogitOrGradient) {
     EXPECT_EQ(run(&hooks), plain);  // bit for bit
 }
 
+// forward_from (TransformerLens's start_at_layer): the rest of the model from a
+// block's recorded input gives the whole forward's logits bit for bit, padding
+// and all; from the last block's output (first = layers) the final norm and head.
+TEST(Hooks, ForwardFromABlocksInputIsTheWholeForward) {
+    Rng init(3), data(4);
+    ModelConfig config = small_config();
+    config.layers = 3;
+    DecoderLM model(config, init, nullptr);
+    const Indices tokens = random_tokens(data, 2, 6, 11);
+    const std::vector<size_t> lengths = {6, 4};
+    Hooks hooks;
+    hooks.record("blocks.*.resid_pre").record("blocks.2.resid_post");
+    const std::vector<double> whole = recorded_forward(model, hooks, [&] { return model.forward(tokens, lengths); }).values();
+    for (size_t first = 0; first <= 3; ++first) {
+        const std::string entering = first < 3 ? "blocks." + std::to_string(first) + ".resid_pre" : "blocks.2.resid_post";
+        Hooks later;
+        later.record("blocks.*.resid_pre");
+        const Tensor logits = recorded_forward(model, later, [&] { return model.forward_from(first, hooks.last(entering), tokens, lengths); });
+        EXPECT_EQ(logits.values(), whole) << first;
+        for (size_t l = 0; l < 3; ++l)  // the earlier blocks do not run
+            EXPECT_EQ(later.has_recorded("blocks." + std::to_string(l) + ".resid_pre"), l >= first) << first << " " << l;
+    }
+    EXPECT_THROW(model.forward_from(4, hooks.last("blocks.0.resid_pre"), tokens, lengths), Error);
+    EXPECT_THROW(model.forward_from(1, Tensor::zeros({2, 5, 16}), tokens, lengths), Error);  // the wrong shape
+}
+
 // Replacing the pattern (or the scores) by the value it had runs attention as
 // separate ops: the logits and every gradient match the fused op's.
 TEST(Hooks, ReplacingPatternOrScoresByThemselvesReproducesTheFusedOp) {
