@@ -1,6 +1,7 @@
 #include "layers/models.h"
 
 #include <cmath>
+#include <cstdint>
 
 namespace attnlab {
 
@@ -85,11 +86,12 @@ AttentionMask cached_self_mask(const ModelConfig& config, const Indices& tokens,
 // distances) are bottom-right aligned over every cached key.
 Tensor decoder_stack(const std::vector<std::unique_ptr<DecoderBlock>>& blocks, const NormLayer* final_norm, Tensor x,
                      const Indices& tokens, const std::vector<size_t>& lengths, const Tensor& memory,
-                     const std::vector<size_t>& src_lengths, DecoderCache* cache, const ModelConfig& config, size_t first = 0) {
+                     const std::vector<size_t>& src_lengths, DecoderCache* cache, const ModelConfig& config, size_t first = 0,
+                     size_t last = SIZE_MAX) {
     const AttentionMask self_mask = cache ? cached_self_mask(config, tokens, *cache) : config.self_mask(tokens, lengths);
     const AttentionMask cross_mask = config.cross_mask(src_lengths);
     if (cache && cache->layers.empty()) cache->layers.resize(blocks.size());
-    for (size_t l = first; l < blocks.size(); ++l)
+    for (size_t l = first; l < std::min(last, blocks.size()); ++l)
         x = blocks[l]->forward(x, self_mask, memory, cross_mask, cache ? &cache->layers[l] : nullptr);
     if (cache) cache->position += x.size(1);
     return final_norm ? final_norm->forward(x) : x;
@@ -181,12 +183,32 @@ Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& leng
     return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, tokens, lengths, Tensor(), {}, nullptr, config)));  // (B, T, V)
 }
 
+namespace {
+
+// forward_from's and forward_blocks' checks: blocks from `first` exist, the stream entering them has the batch's shape.
+void check_entering(const DecoderLM& lm, size_t first, size_t last, const Tensor& resid, const Indices& tokens) {
+    if (first > last || last > lm.blocks.size())
+        fail("decoder", "blocks [" + std::to_string(first) + ", " + std::to_string(last) + ") of a model with " +
+                            std::to_string(lm.blocks.size()) + " blocks");
+    const Shape want{tokens.shape[0], tokens.shape[1], lm.config.block.attention.width};
+    if (resid.shape() != want)
+        fail("decoder", "the residual stream entering block " + std::to_string(first) + " is " + shape_str(resid.shape()) +
+                            ", expected " + shape_str(want));
+}
+
+}  // namespace
+
 Tensor DecoderLM::forward_from(size_t first, const Tensor& resid, const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
-    if (first > blocks.size()) fail("decoder", "forward_from block " + std::to_string(first) + " of a model with " + std::to_string(blocks.size()) + " blocks");
-    const Shape want{tokens.shape[0], tokens.shape[1], config.block.attention.width};
-    if (resid.shape() != want) fail("decoder", "forward_from: the residual stream is " + shape_str(resid.shape()) + ", expected " + shape_str(want));
+    check_entering(*this, first, blocks.size(), resid, tokens);
     return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), resid, tokens, lengths, Tensor(), {}, nullptr, config, first)));
+}
+
+Tensor DecoderLM::forward_blocks(size_t first, size_t last, const Tensor& resid, const Indices& tokens,
+                                 const std::vector<size_t>& lengths) const {
+    check_tokens("decoder", tokens, lengths);
+    check_entering(*this, first, last, resid, tokens);
+    return decoder_stack(blocks, nullptr, resid, tokens, lengths, Tensor(), {}, nullptr, config, first, last);
 }
 
 Tensor DecoderLM::forward_cached(const Indices& tokens, DecoderCache& cache) const {

@@ -71,6 +71,10 @@ public:
     // is the residual stream entering it (its resid_pre), the tokens only set the masks;
     // first = layers runs the final norm and the head alone. The earlier blocks do not run.
     Tensor forward_from(size_t first, const Tensor& resid, const Indices& tokens, const std::vector<size_t>& lengths = {}) const;
+    // Blocks [first, last) alone (TransformerLens's start_at_layer and stop_at_layer): the
+    // residual stream leaving block last - 1 (its resid_post), no final norm, no head.
+    Tensor forward_blocks(size_t first, size_t last, const Tensor& resid, const Indices& tokens,
+                          const std::vector<size_t>& lengths = {}) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
     // Prefix-LM: new tokens that end a prefix begun in earlier calls rebuild the cache from every
     // token seen (the prefix's cached keys read the later prefix tokens), once per such prefix.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace attnlab {
 
@@ -80,6 +81,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
                          {"scores", "batch head query_pos key_pos"},
                          {"pattern", "batch head query_pos key_pos"},
                          {"z", "batch query_pos head d_head"},
+                         {"result", "batch query_pos head d_model"},
                          {"out", "batch query_pos d_model"}});
     if (rotary_base > 0.0)  // what attention reads, after the rotation
         declare_hook_points({{"rot_q", "batch query_pos head d_head"}, {"rot_k", "batch key_pos kv_head d_head"}});
@@ -123,7 +125,29 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
         if (hooked("pattern")) hook("pattern", r.weights);
     }
     const Tensor z = hook_heads("z", ablated_heads.empty() ? r.context : r.context * kept_heads(r.context), heads);  // Concat(heads) (B, Tq, H d_h)
-    return {hook("out", out_proj.forward(z)), need_weights ? r.weights : Tensor()};
+    return {hook("out", hooked("result") ? out_of_results(z) : out_proj.forward(z)), need_weights ? r.weights : Tensor()};
+}
+
+// Each head's output in the stream, result[b, t, h] = W_O[:, h] z[b, t, h] (B, Tq, H, D)
+// (TransformerLens's hook_result): formed only when hooked. Recorded only, the
+// output is the fused projection's as always; replaced, the output is the sum of
+// the results plus the output bias, gradients included.
+Tensor MultiHeadAttention::out_of_results(const Tensor& z) const {
+    const Shape packed = z.shape();  // (B, Tq, H d_h)
+    std::vector<Tensor> results;
+    {
+        std::optional<NoGradGuard> no_grad;
+        if (!hook_replaces("result")) no_grad.emplace();  // a record needs no graph
+        for (size_t h = 0; h < heads; ++h) {
+            const Tensor w = slice(out_proj.weight, 1, h * head_width, (h + 1) * head_width);  // (D, d_h)
+            const Tensor one = linear(slice(z, 2, h * head_width, (h + 1) * head_width), w, Tensor());  // (B, Tq, D)
+            results.push_back(reshape(one, {packed[0], packed[1], 1, one.size(2)}));
+        }
+    }
+    const Tensor result = hook("result", concat(results, 2));  // (B, Tq, H, D)
+    if (!hook_replaces("result")) return out_proj.forward(z);
+    const Tensor out = sum(result, {2});
+    return out_proj.bias.defined() ? out + out_proj.bias : out;
 }
 
 // (H d_h): 1 for each kept head's columns, 0 for an ablated head's, in t's dtype and on its device

@@ -101,6 +101,7 @@ private:
                                     const AttentionOptions& options) const;
     Tensor scores_of(const Tensor& q, const Tensor& k, const AttentionMask& mask) const;
     Tensor kept_heads(const Tensor& t) const;  // (H d_h) 1 or 0 per column, for ablated_heads
+    Tensor out_of_results(const Tensor& z) const;  // the output projection by way of the hook point "result"
     Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;
 };
 

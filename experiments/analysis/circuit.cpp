@@ -1,4 +1,5 @@
 #include "experiments/analysis/circuit.h"
+#include "experiments/analysis/residual_graph.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,151 +20,8 @@ namespace attnlab {
 
 namespace {
 
-std::string block(size_t layer) { return "blocks." + std::to_string(layer) + "."; }
+using namespace residual_graph;
 
-// A node of the residual graph: a sender (embed, head, mlp) or a receiver (q, k, v, mlp, logits).
-struct Node {
-    enum class Kind { embed, head, mlp, q, k, v, logits } kind = Kind::embed;
-    size_t layer = 0, head = 0;
-
-    std::string name() const {
-        const std::string l = std::to_string(layer), h = std::to_string(head);
-        switch (kind) {
-            case Kind::embed: return "embed";
-            case Kind::head: return l + "." + h;
-            case Kind::mlp: return "mlp." + l;
-            case Kind::q: return l + "." + h + ":q";
-            case Kind::k: return l + "." + h + ":k";
-            case Kind::v: return l + "." + h + ":v";
-            default: return "logits";
-        }
-    }
-    // A receiver's activation: the head's q, k or v (head axis 2), the feed-forward's
-    // output, or the final residual stream (which the logits read through ln_f).
-    std::string activation(size_t layers) const {
-        switch (kind) {
-            case Kind::q: return block(layer) + "attn.q";
-            case Kind::k: return block(layer) + "attn.k";
-            case Kind::v: return block(layer) + "attn.v";
-            case Kind::mlp: return block(layer) + "ffn.out";
-            default: return block(layers - 1) + "resid_post";
-        }
-    }
-    bool per_head() const { return kind == Kind::q || kind == Kind::k || kind == Kind::v; }
-    // A receiver's residual input: where a sender's change is added in.
-    std::string input(size_t layers) const {
-        if (per_head()) return block(layer) + "resid_pre";
-        if (kind == Kind::mlp) return block(layer) + "resid_mid";
-        return block(layers - 1) + "resid_post";
-    }
-};
-
-// Whether sender s writes into what receiver r reads: a head feeds the later
-// layers and its own layer's feed-forward; a feed-forward the later layers.
-bool feeds(const Node& s, const Node& r) {
-    if (s.kind == Node::Kind::embed || r.kind == Node::Kind::logits) return true;
-    if (s.kind == Node::Kind::head && r.kind == Node::Kind::mlp) return s.layer <= r.layer;
-    return s.layer < r.layer;
-}
-
-struct Graph {
-    size_t layers = 0, heads = 0, kv_heads = 0;
-    bool ffn = false;
-    std::vector<Node> senders, receivers;
-    struct Edge {
-        size_t sender, receiver;
-    };
-    std::vector<Edge> edges;  // by receiver, then sender
-};
-
-const DecoderLM& decoder_of(const TaskModel& model) {
-    if (model.encoder_decoder() || model.decoder_lm() == nullptr)
-        fail("circuit", "the residual graph is a decoder's; this checkpoint is an encoder-decoder");
-    const DecoderLM& lm = *model.decoder_lm();
-    if (lm.config.block.norm == Norm::post)
-        fail("circuit", "model.norm = \"post\": a post-norm residual stream is not a sum of the components' outputs, so its "
-                        "edges are undefined (pre-norm and norm-free decoders only)");
-    return lm;
-}
-
-Graph graph_of(const TaskModel& model) {
-    const DecoderLM& lm = decoder_of(model);
-    Graph g;
-    g.layers = model.layers();
-    g.heads = model.heads();
-    g.kv_heads = lm.config.block.attention.kv_heads == 0 ? g.heads : lm.config.block.attention.kv_heads;
-    g.ffn = lm.config.block.ffn > 0;
-    using K = Node::Kind;
-    g.senders.push_back({K::embed});
-    for (size_t l = 0; l < g.layers; ++l) {
-        for (size_t h = 0; h < g.heads; ++h) g.senders.push_back({K::head, l, h});
-        if (g.ffn) g.senders.push_back({K::mlp, l});
-    }
-    for (size_t l = 0; l < g.layers; ++l) {
-        for (size_t h = 0; h < g.heads; ++h) g.receivers.push_back({K::q, l, h});
-        for (K kind : {K::k, K::v})
-            for (size_t h = 0; h < g.kv_heads; ++h) g.receivers.push_back({kind, l, h});
-        if (g.ffn) g.receivers.push_back({K::mlp, l});
-    }
-    g.receivers.push_back({K::logits});
-    for (size_t r = 0; r < g.receivers.size(); ++r)
-        for (size_t s = 0; s < g.senders.size(); ++s)
-            if (feeds(g.senders[s], g.receivers[r])) g.edges.push_back({s, r});
-    return g;
-}
-
-// `value` (C N, T, ...): C copies of the N prompts side by side; copy c's rows
-// replaced by `patch.value`, whole, or only its head `patch.head` (axis 2) when >= 0.
-struct CopyPatch {
-    size_t copy = 0;
-    int head = -1;
-    Tensor value;  // (N, T, ...) whole; (N, T, 1, d_h) one head
-};
-Tensor patch_copies(const Tensor& value, size_t N, std::vector<CopyPatch> patches) {
-    std::sort(patches.begin(), patches.end(), [](const CopyPatch& a, const CopyPatch& b) { return a.copy < b.copy; });
-    const size_t copies = value.size(0) / N;
-    std::vector<Tensor> parts;
-    size_t next = 0;  // first copy not yet in parts
-    for (const CopyPatch& p : patches) {
-        if (p.copy > next) parts.push_back(slice(value, 0, next * N, p.copy * N));  // unpatched copies, one slice
-        if (p.head < 0) {
-            parts.push_back(p.value);
-        } else {
-            const Tensor rows = slice(value, 0, p.copy * N, (p.copy + 1) * N);
-            const size_t h = static_cast<size_t>(p.head), H = rows.size(2);
-            std::vector<Tensor> heads;
-            if (h > 0) heads.push_back(slice(rows, 2, 0, h));
-            heads.push_back(p.value);
-            if (h + 1 < H) heads.push_back(slice(rows, 2, h + 1, H));
-            parts.push_back(heads.size() == 1 ? heads.front() : concat(heads, 2));
-        }
-        next = p.copy + 1;
-    }
-    if (next < copies) parts.push_back(slice(value, 0, next * N, copies * N));
-    return parts.size() == 1 ? parts.front() : concat(parts, 0);
-}
-
-// The N prompts repeated `copies` times.
-std::vector<std::vector<int32_t>> repeated(const std::vector<std::vector<int32_t>>& rows, size_t copies) {
-    std::vector<std::vector<int32_t>> out;
-    out.reserve(rows.size() * copies);
-    for (size_t c = 0; c < copies; ++c) out.insert(out.end(), rows.begin(), rows.end());
-    return out;
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-    double s = 0;
-    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-    return s;
-}
-
-// `t` (N, ...) repeated `copies` times along the batch.
-Tensor tiled(const Tensor& t, size_t copies) { return copies == 1 ? t : concat(std::vector<Tensor>(copies, t), 0); }
-
-// One head's slice (axis 2) of a (N, T, H, d_h) activation, or the whole of another.
-Tensor of_receiver(const Tensor& activation, const Node& r) {
-    return r.per_head() ? slice(activation, 2, r.head, r.head + 1) : activation;
-}
 
 // Everything the methods share: the two prompts' runs and each sender's change.
 class EdgeScorer {
@@ -210,7 +68,7 @@ private:
     // changes are made of on both prompts.
     void record_unpatched() {
         Hooks base, source;
-        for (Hooks* h : {&base, &source}) h->record("embed").record("blocks.*.attn.z").record("blocks.*.attn.out");
+        for (Hooks* h : {&base, &source}) h->record("embed").record("blocks.*.attn.result");
         if (g_.ffn) base.record("blocks.*.ffn.out"), source.record("blocks.*.ffn.out");
         base.record("blocks.*.attn.q").record("blocks.*.attn.k").record("blocks.*.attn.v").record("blocks.*.resid_pre");
         base.record(block(g_.layers - 1) + "resid_post");
@@ -224,12 +82,10 @@ private:
         source_records_ = std::move(source);
     }
 
-    // Each sender's change (source - base) in the residual stream, (N, T, D):
-    // a head's is its slice of the output projection, found by running the
-    // base prompts with that head's z from the source prompts and reading the
-    // attention output (many heads side by side, one copy each).
+    // Each sender's change (source - base) in the residual stream, (N, T, D): a
+    // head's is the change of its result (its output through its slice of the
+    // output projection, the hook point attn.result).
     void sender_changes() {
-        std::vector<size_t> heads;
         for (size_t s = 0; s < g_.senders.size(); ++s) {
             const Node& n = g_.senders[s];
             if (n.kind == Node::Kind::embed) delta_[s] = source_embed_ - base_embed_;
@@ -237,26 +93,10 @@ private:
                 const std::string point = block(n.layer) + "ffn.out";
                 delta_[s] = source_records_.last(point) - base_records_.last(point);
             }
-            if (n.kind == Node::Kind::head) heads.push_back(s);
-        }
-        for (size_t first = 0; first < heads.size(); first += copies_per_run_) {
-            const size_t copies = std::min(copies_per_run_, heads.size() - first);
-            std::map<std::string, std::vector<CopyPatch>> patches;
-            for (size_t c = 0; c < copies; ++c) {
-                const Node& n = g_.senders[heads[first + c]];
-                const std::string z = block(n.layer) + "attn.z";
-                patches[z].push_back({c, static_cast<int>(n.head), slice(source_records_.last(z), 2, n.head, n.head + 1)});
-            }
-            Hooks hooks;
-            for (auto& [point, list] : patches) {
-                hooks.replace(point, [&, list](const std::string&, const Tensor& value) { return patch_copies(value, N_, list); });
-                hooks.record(point.substr(0, point.size() - 1) + "out");  // blocks.l.attn.out
-            }
-            run_copies_from(g_.senders[heads[first]].layer, copies, Tensor(), &hooks);
-            for (size_t c = 0; c < copies; ++c) {
-                const Node& n = g_.senders[heads[first + c]];
-                const std::string out = block(n.layer) + "attn.out";
-                delta_[heads[first + c]] = slice(hooks.last(out), 0, c * N_, (c + 1) * N_) - base_records_.last(out);
+            if (n.kind == Node::Kind::head) {
+                const std::string point = block(n.layer) + "attn.result";
+                const Tensor d = slice(source_records_.last(point) - base_records_.last(point), 2, n.head, n.head + 1);  // (N, T, 1, D)
+                delta_[s] = reshape(d, {d.size(0), d.size(1), d.size(3)});
             }
         }
         for (auto& [s, d] : delta_) {
@@ -542,7 +382,8 @@ Agreement agreement(const std::vector<double>& approx, const std::vector<double>
 }
 
 void write_circuit_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
-                        const CircuitOptions& o, const CircuitResult& r, const std::vector<double>& exact, const Agreement& a) {
+                        const CircuitOptions& o, const CircuitResult& r, const std::vector<double>& exact, const Agreement& a,
+                        const Discovery* d) {
     write_atomically(std::filesystem::path(path), "[circuit]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "circuit");
         write_output_attrs(f, "attnlab-circuit", checkpoint, step);
@@ -564,6 +405,18 @@ void write_circuit_file(const std::string& path, const std::string& checkpoint, 
             edges.write_attr_double("spearman", a.spearman);
             edges.write_attr_int("top_k", static_cast<int64_t>(a.top_k));
             edges.write_attr_double("top_k_recall", a.recall);
+        }
+        if (d) {
+            const h5::Group circuit = f.create_group("circuit");
+            std::vector<uint8_t> kept(d->kept.begin(), d->kept.end());
+            circuit.write<uint8_t>("kept", kept);
+            circuit.write_attr_double("threshold", d->threshold);
+            circuit.write_attr_double("metric", d->metric);
+            circuit.write_attr_int("edges_kept", static_cast<int64_t>(std::count(d->kept.begin(), d->kept.end(), true)));
+            const h5::Group curve = f.create_group("faithfulness");
+            std::vector<int64_t> counts(d->curve_kept.begin(), d->curve_kept.end());
+            curve.write<int64_t>("edges_kept", counts);
+            curve.write<double>("metric", d->curve_metric);
         }
         f.close();
     });

@@ -91,10 +91,36 @@ struct Agreement {
 };
 Agreement agreement(const std::vector<double>& approx, const std::vector<double>& exact, size_t top_k);
 
+// A circuit is a subset of the edges (kept[e], in residual_edges' order). Its
+// metric (ACDC's convention, Conmy et al. 2023): the clean prompts run with
+// every edge outside the circuit carrying the corrupted prompts' sender output
+// in place of this run's own (the receiver's input minus this run's sender
+// output plus the corrupted one), normalised as the metric is (norm_logit_diff:
+// every edge kept = 1, the clean model; none = 0, the corrupted one).
+double circuit_metric(const TaskModel& model, const PromptPairs& pairs, PatchMetric metric, const std::vector<bool>& kept);
+
+// Greedy pruning by a threshold (ACDC's procedure, with the edges tried in order
+// of increasing |score| from any method, not in ACDC's reverse topological order):
+// starting from every edge, an edge is removed for good when the circuit's
+// metric then drops by less than `threshold`. And the faithfulness curve: the
+// metric of the circuit of the k edges of largest |score|, for k = 0 to all
+// (at most `curve_points` values of k, spread evenly).
+struct Discovery {
+    double threshold = 0;
+    std::vector<bool> kept;  // the circuit found
+    double metric = 0;       // its metric
+    std::vector<size_t> curve_kept;
+    std::vector<double> curve_metric;
+    size_t evaluations = 0;  // circuits evaluated
+};
+Discovery discover_circuit(const TaskModel& model, const PromptPairs& pairs, PatchMetric metric, const std::vector<double>& scores,
+                           double threshold, size_t curve_points = 33);
+
 // The circuit file (format "attnlab-circuit", docs/file_formats.md), written whole.
-// `exact` and `agreement` are written when `exact` is non-empty (--compare exact).
+// `exact` and `agreement` are written when `exact` is non-empty (--compare exact),
+// `discovery` when given (--prune).
 void write_circuit_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
                         const CircuitOptions& options, const CircuitResult& result, const std::vector<double>& exact,
-                        const Agreement& agreement);
+                        const Agreement& agreement, const Discovery* discovery = nullptr);
 
 }  // namespace attnlab

@@ -1,5 +1,5 @@
 // attnlab circuit CHECKPOINT (--clean ... --corrupt ... | --pairs F.h5) [--method exact|atp|eap|eap-ig]
-//   [--compare exact] [--metric M] [--noising] [--ig-steps K] [--top N] [--recall-k K] [--out F.h5]
+//   [--compare exact] [--prune TAU] [--metric M] [--noising] [--ig-steps K] [--top N] [--recall-k K] [--out F.h5]
 // Every edge of the residual graph scored (experiments/analysis/circuit.h).
 #include <algorithm>
 #include <chrono>
@@ -31,11 +31,20 @@ gradient averaged over --ig-steps runs between the prompts' embeddings).
 --compare exact: also the exact effects, and how the method ranks them
 (Spearman's rho; recall of the --recall-k largest |effects|).
 
+--prune TAU: circuit discovery. Starting from every edge, each edge (smallest
+|score| first) is removed for good when the circuit's metric then drops by less
+than TAU (ACDC's greedy rule); a circuit runs the clean prompts with every edge
+outside it carrying the corrupted prompts' sender output. Also the faithfulness
+curve: the metric of the circuit of the k largest |scores|, k = 0 .. all
+(--curve-points values of k). Normalised metric: 1 = the clean model.
+
 --out (default: CHECKPOINT with .circuit.h5): attrs format = "attnlab-circuit",
 format_version, checkpoint, step, metric, direction, method, clean_metric,
 corrupt_metric; the pairs as in a patch file; /edges/sender, /edges/receiver
 (strings), /edges/score (float64); with --compare, /edges/exact and the
-attrs spearman, top_k, top_k_recall of /edges.
+attrs spearman, top_k, top_k_recall of /edges. With --prune: /circuit/kept [E]
+uint8 (attrs threshold, metric, edges_kept), /faithfulness/edges_kept [P] int64,
+/faithfulness/metric [P] float64.
 Pre-norm and norm-free decoders; post-norm models and encoder-decoders are refused.
 )";
 
@@ -61,6 +70,8 @@ int cmd_circuit(const std::vector<std::string>& args) {
                          ("ig-steps", "eap-ig: runs along the line between the embeddings", cxxopts::value<std::string>()->default_value("5"))
                          ("batch-tokens", "tokens per batched run (copies of the prompts side by side)",
                           cxxopts::value<std::string>()->default_value("2048"))
+                         ("prune", "circuit discovery: remove edges that cost less than TAU of the metric", cxxopts::value<std::string>())
+                         ("curve-points", "--prune: circuits on the faithfulness curve", cxxopts::value<std::string>()->default_value("33"))
                          ("top", "edges to print", cxxopts::value<std::string>()->default_value("10"))
                          ("recall-k", "--compare: the k of top-k recall", cxxopts::value<std::string>()->default_value("20"))
                          ("out", "HDF5 edge table (default: CHECKPOINT with .circuit.h5)", cxxopts::value<std::string>());
@@ -83,6 +94,9 @@ int cmd_circuit(const std::vector<std::string>& args) {
     const size_t top = static_cast<size_t>(number_option<int64_t>(parsed, "top", 0, 1 << 20));
     const size_t recall_k = static_cast<size_t>(number_option<int64_t>(parsed, "recall-k", 1, 1 << 20));
     const bool compare = parsed.count("compare") > 0;
+    const bool prune = parsed.count("prune") > 0;
+    const double threshold = prune ? number_option<double>(parsed, "prune", 0.0, 1e30) : 0.0;
+    const size_t curve_points = static_cast<size_t>(number_option<int64_t>(parsed, "curve-points", 2, 100000));
     if (compare && parsed["compare"].as<std::string>() != "exact")
         throw UsageError("--compare takes exact (the method compared against), got '" + parsed["compare"].as<std::string>() + "'");
 
@@ -105,7 +119,14 @@ int cmd_circuit(const std::vector<std::string>& args) {
         exact_seconds = std::chrono::duration<double>(Clock::now() - t).count();
         a = agreement(r.scores, exact, recall_k);
     }
-    write_circuit_file(out, l.path, l.checkpoint.step, pairs, o, r, exact, a);
+    Discovery d;
+    double prune_seconds = 0;
+    if (prune) {
+        const Clock::time_point t = Clock::now();
+        d = discover_circuit(*l.loaded.model, pairs, o.metric, r.scores, threshold, curve_points);
+        prune_seconds = std::chrono::duration<double>(Clock::now() - t).count();
+    }
+    write_circuit_file(out, l.path, l.checkpoint.step, pairs, o, r, exact, a, prune ? &d : nullptr);
     std::printf("circuit %s (step %lld): %zu pair(s) of %zu tokens, %s, %s, %zu edges in %.2f s (%zu prompt copies run); "
                 "unpatched %s: clean %.4f, corrupted %.4f\n",
                 l.path.c_str(), static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
@@ -114,6 +135,15 @@ int cmd_circuit(const std::vector<std::string>& args) {
     print_top(r, top);
     if (compare)
         std::printf("against exact (%.2f s): Spearman %.4f, top-%zu recall %.3f\n", exact_seconds, a.spearman, a.top_k, a.recall);
+    if (prune) {
+        std::printf("circuit at threshold %g: %zu of %zu edges, metric %.4f (%zu circuits run, %.2f s); faithfulness:",
+                    threshold, static_cast<size_t>(std::count(d.kept.begin(), d.kept.end(), true)), d.kept.size(), d.metric,
+                    d.evaluations, prune_seconds);
+        for (size_t i = 0; i < d.curve_kept.size(); ++i) std::printf(" %zu:%.3f", d.curve_kept[i], d.curve_metric[i]);
+        std::printf("\n");
+        for (size_t e = 0; e < d.kept.size(); ++e)
+            if (d.kept[e]) std::printf("  kept %-8s -> %-8s %9.4f\n", r.edges[e].sender.c_str(), r.edges[e].receiver.c_str(), r.scores[e]);
+    }
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

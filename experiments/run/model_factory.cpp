@@ -88,6 +88,13 @@ Tensor TaskModel::forward_from(const Batch& batch, size_t first, const Tensor& r
     return decoder_->forward_from(first, resid, batch.inputs, batch.lengths);
 }
 
+Tensor TaskModel::forward_blocks(const Batch& batch, size_t first, size_t last, const Tensor& resid, Hooks* hooks) const {
+    if (!decoder_) fail("model", "forward_blocks runs decoder models");
+    if (!hooks) return decoder_->forward_blocks(first, last, resid, batch.inputs, batch.lengths);
+    HookScope scope(module(), *hooks);
+    return decoder_->forward_blocks(first, last, resid, batch.inputs, batch.lengths);
+}
+
 std::vector<std::string> TaskModel::kinds() const {
     if (enc_dec_) return {"enc_self", "dec_self", "cross"};
     return {"self"};

@@ -34,6 +34,8 @@ public:
     // A decoder's logits from block `first` on, `resid` (B, T, D) entering it
     // (DecoderLM::forward_from), with `hooks` attached when given.
     Tensor forward_from(const Batch& batch, size_t first, const Tensor& resid, Hooks* hooks) const;
+    // A decoder's blocks [first, last) alone: the stream leaving them (DecoderLM::forward_blocks).
+    Tensor forward_blocks(const Batch& batch, size_t first, size_t last, const Tensor& resid, Hooks* hooks) const;
     std::vector<std::string> kinds() const;
     // Each kind with its mask for this batch and its modules' hook-point prefixes.
     std::vector<AttentionKind> kinds_for(const Batch& batch) const;

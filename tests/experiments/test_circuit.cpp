@@ -10,6 +10,7 @@
 //     on known rankings; post-norm models and encoder-decoders are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -138,6 +139,63 @@ TEST(Circuit, GradientMethodsAreTheDerivativeOfTheExactEffect) {
         EXPECT_NEAR(exact.scores[i] / eps, eap.scores[i], 1e-4 * largest) << name;
         EXPECT_NEAR(atp.scores[i] / eps, eap.scores[i], 1e-4 * largest) << name;
     }
+}
+
+// A circuit's metric: every edge is the clean model (1), none the corrupted (0);
+// removing one edge from the whole graph is noising that edge alone, which the
+// exact method computes in its own way (patched inputs, started at the layer).
+TEST(Circuit, RemovingOneEdgeFromTheWholeGraphIsNoisingIt) {
+    const Trained& run = decoder_run();  // LayerNorm, feed-forwards, grouped K/V
+    const LoadedModel loaded = run.load();
+    const PromptPairs pairs = recall_pairs(*loaded.model);
+    CircuitOptions o;
+    o.metric = PatchMetric::prob;
+    o.noising = true;
+    const CircuitResult noised = edge_scores(*loaded.model, pairs, o);
+    const size_t E = noised.edges.size();
+    const double clean = noised.clean, corrupt = noised.corrupt;
+    EXPECT_NEAR(circuit_metric(*loaded.model, pairs, PatchMetric::prob, std::vector<bool>(E, true)), clean, 1e-6);
+    EXPECT_NEAR(circuit_metric(*loaded.model, pairs, PatchMetric::prob, std::vector<bool>(E, false)), corrupt, 1e-6);
+    for (size_t e = 0; e < E; ++e) {
+        std::vector<bool> kept(E, true);
+        kept[e] = false;
+        EXPECT_NEAR(circuit_metric(*loaded.model, pairs, PatchMetric::prob, kept) - clean, noised.scores[e], 1e-6)
+            << noised.edges[e].sender << " -> " << noised.edges[e].receiver;
+    }
+    // pruning reuses each circuit run's blocks up to the first edge that changed:
+    // the circuit it ends with has the metric a fresh run gives it
+    const Discovery d = discover_circuit(*loaded.model, pairs, PatchMetric::prob, noised.scores, std::abs(clean - corrupt) / 50);
+    const size_t kept = static_cast<size_t>(std::count(d.kept.begin(), d.kept.end(), true));
+    EXPECT_GT(kept, 0u);
+    EXPECT_LT(kept, E);
+    EXPECT_NEAR(d.metric, circuit_metric(*loaded.model, pairs, PatchMetric::prob, d.kept), 1e-9);
+}
+
+// On the hand-built linear model the five edges of its circuit are what pruning
+// keeps at any threshold below their smallest effect, and the faithfulness curve
+// climbs from 0 to 1 through them.
+TEST(Circuit, PruningKeepsTheHandBuiltCircuit) {
+    HandBuilt m;
+    PromptPairs pairs = majority_pairs();
+    resolve_answers(*m.model, pairs);
+    const CircuitResult exact = edge_scores(*m.model, pairs, CircuitOptions());
+    const Discovery d = discover_circuit(*m.model, pairs, PatchMetric::norm_logit_diff, exact.scores, 0.05);
+    std::vector<std::string> kept;
+    for (size_t e = 0; e < d.kept.size(); ++e)
+        if (d.kept[e]) kept.push_back(exact.edges[e].sender + " -> " + exact.edges[e].receiver);
+    std::sort(kept.begin(), kept.end());
+    EXPECT_EQ(kept, (std::vector<std::string>{"0.0 -> 1.0:v", "0.0 -> logits", "1.0 -> logits", "embed -> 0.0:v", "embed -> 1.0:v"}));
+    EXPECT_NEAR(d.metric, 1.0, 1e-5);
+    EXPECT_EQ(d.curve_kept.front(), 0u);
+    EXPECT_EQ(d.curve_kept.back(), exact.edges.size());
+    EXPECT_NEAR(d.curve_metric.front(), 0.0, 1e-5);
+    EXPECT_NEAR(d.curve_metric.back(), 1.0, 1e-5);
+    EXPECT_NEAR(d.curve_metric[5], 1.0, 1e-5);  // k = 5 with 29 edges and 29 + 1 points: the five edges
+    EXPECT_EQ(d.evaluations, d.curve_kept.size() + exact.edges.size());
+    // a threshold above every effect prunes everything
+    const Discovery none = discover_circuit(*m.model, pairs, PatchMetric::norm_logit_diff, exact.scores, 2.0);
+    EXPECT_EQ(std::count(none.kept.begin(), none.kept.end(), true), 0);
+    EXPECT_NEAR(none.metric, 0.0, 1e-5);
 }
 
 TEST(Circuit, TheMetricsGradientIsItsDerivative) {

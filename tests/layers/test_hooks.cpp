@@ -19,7 +19,7 @@ using namespace layer_testing;
 
 const std::vector<std::string> kDecoderBlockPoints = {
     "resid_pre",    "resid_mid",   "resid_post",   "attn.in",     "attn.in_kv", "attn.q",  "attn.k",
-    "attn.v",       "attn.scores", "attn.pattern", "attn.z",      "attn.out",   "ln1.out", "ffn.hidden",
+    "attn.v",       "attn.scores", "attn.pattern", "attn.z",      "attn.result", "attn.out", "ln1.out", "ffn.hidden",
     "ffn.out",      "ln2.out"};
 
 // The logits of a forward (with `hooks` attached when given), then every
@@ -146,7 +146,7 @@ TEST(Hooks, RecordingEverythingChangesNoLogitOrGradient) {
     EXPECT_EQ(run(&hooks), plain);  // bit for bit
 }
 
-// forward_from (TransformerLens's start_at_layer): the rest of the model from a
+// forward_from and forward_blocks (TransformerLens's start_at_layer, stop_at_layer): the rest of the model from a
 // block's recorded input gives the whole forward's logits bit for bit, padding
 // and all; from the last block's output (first = layers) the final norm and head.
 TEST(Hooks, ForwardFromABlocksInputIsTheWholeForward) {
@@ -170,13 +170,24 @@ TEST(Hooks, ForwardFromABlocksInputIsTheWholeForward) {
     }
     EXPECT_THROW(model.forward_from(4, hooks.last("blocks.0.resid_pre"), tokens, lengths), Error);
     EXPECT_THROW(model.forward_from(1, Tensor::zeros({2, 5, 16}), tokens, lengths), Error);  // the wrong shape
+    // forward_blocks: blocks [1, 3) then from 3 on is the whole forward; [1, 2) is block 1's output
+    const Tensor middle = model.forward_blocks(1, 3, hooks.last("blocks.1.resid_pre"), tokens, lengths);
+    EXPECT_EQ(model.forward_from(3, middle, tokens, lengths).values(), whole);
+    Hooks one;
+    one.record("blocks.1.resid_post").record("blocks.2.resid_pre");
+    const Tensor block1 = recorded_forward(model, one, [&] { return model.forward_blocks(1, 2, hooks.last("blocks.1.resid_pre"), tokens, lengths); });
+    EXPECT_EQ(block1.values(), hooks.last("blocks.2.resid_pre").values());
+    EXPECT_FALSE(one.has_recorded("blocks.2.resid_pre"));  // block 2 did not run
+    EXPECT_THROW(model.forward_blocks(2, 1, hooks.last("blocks.0.resid_pre"), tokens, lengths), Error);
 }
 
 // Replacing the pattern (or the scores) by the value it had runs attention as
-// separate ops: the logits and every gradient match the fused op's.
+// separate ops: the logits and every gradient match the fused op's. Replacing
+// each head's result by itself sums them (plus the bias) in place of the output
+// projection: the same numbers within rounding.
 TEST(Hooks, ReplacingPatternOrScoresByThemselvesReproducesTheFusedOp) {
     for (size_t kv_heads : {0u, 1u}) {
-        for (const char* point : {"*.attn.pattern", "*.attn.scores"}) {
+        for (const char* point : {"*.attn.pattern", "*.attn.scores", "*.attn.result"}) {
             SCOPED_TRACE(std::string(point) + (kv_heads ? ", grouped K/V" : ""));
             Rng init(5), data(6);
             DecoderLM model(small_config(Norm::pre, Positional::learned, kv_heads), init, nullptr);
@@ -195,6 +206,26 @@ TEST(Hooks, ReplacingPatternOrScoresByThemselvesReproducesTheFusedOp) {
             EXPECT_LT(max_abs_diff(composed, fused), 1e-10);
         }
     }
+}
+
+// result: each head's output in the stream; over heads, plus the bias, the module's output.
+TEST(Hooks, EachHeadsResultSumsToTheOutput) {
+    Rng init(9), data(10);
+    DecoderLM model(small_config(Norm::pre, Positional::learned, 1), init, nullptr);
+    model.to(DType::f64);
+    const Indices tokens = random_tokens(data, 2, 5, 11);
+    Hooks hooks;
+    hooks.record("blocks.0.attn.result").record("blocks.0.attn.out").record("blocks.0.attn.z");
+    recorded_forward(model, hooks, [&] { return model.forward(tokens, {5, 5}); });
+    const Tensor& result = hooks.last("blocks.0.attn.result");
+    ASSERT_EQ(result.shape(), (Shape{2, 5, 2, 16}));
+    const Tensor summed = sum(result, {2}) + model.blocks[0]->attn.out_proj.bias;
+    EXPECT_LT(max_abs_diff(summed.values(), hooks.last("blocks.0.attn.out").values()), 1e-12);
+    // head 1's result is its z through its columns of W_O alone
+    const Tensor z1 = slice(hooks.last("blocks.0.attn.z"), 2, 1, 2);  // (B, T, 1, d_h)
+    const Tensor w1 = slice(model.blocks[0]->attn.out_proj.weight, 1, 8, 16);
+    const Tensor expected = linear(reshape(z1, {2, 5, 8}), w1, Tensor());
+    EXPECT_LT(max_abs_diff(reshape(slice(result, 2, 1, 2), {2, 5, 16}).values(), expected.values()), 1e-12);
 }
 
 TEST(Hooks, AReplacementFlowsOnAndGradientsFlowThroughIt) {
