@@ -70,6 +70,8 @@ public:
     // With `caches`, x holds only new positions and keys/values are cached.
     Tensor forward(const Tensor& x, const AttentionMask& self_mask, const Tensor& memory,
                    const AttentionMask& cross_mask, Caches* caches = nullptr) const;
+    // The norm the self-attention reads the stream through (pre-norm: ln1), or null.
+    const NormLayer* attention_norm() const { return res1.norm == Norm::pre ? res1.ln.get() : nullptr; }
     MultiHeadAttention attn;
     Residual res1;
     std::unique_ptr<MultiHeadAttention> cross_attn;

@@ -95,6 +95,16 @@ class Interventions(cc.TempDirTest):
         patched = float(r.stdout.rsplit("patched norm_logit_diff", 1)[1])
         self.assertAlmostEqual(edges[("0.0", "1.0:k")][1], patched, places=4)
 
+    def test_decompose_adds_up_to_the_score(self):
+        out = self.path("parts.h5")
+        r = self.run_ok(["decompose", decoder(), "--tokens", CLEAN, "--head", "1.0", "--query", "8", "--key", "3", "--out", out])
+        self.assertRegex(r.stdout, r"head 1\.0, query 8 \(4\), key 3 \(12\): score -?[0-9.]+ = parts -?[0-9.]+ \+ modifier -?0\.0000")
+        with h5py.File(out) as f:
+            self.assertEqual(f.attrs["format"], "attnlab-score-parts")
+            names = [n.decode() for n in f["components"][()]]
+            self.assertEqual(names, ["tok_emb", "pos_emb", "0.0", "0.1", "mlp.0", "attn_bias", "bias"])
+            self.assertAlmostEqual(float(f["parts"][()].sum()), float(f.attrs["score"]), places=4)
+
     def test_lens_ends_at_the_model(self):
         out = self.path("lens.h5")
         r = self.run_ok(["lens", decoder(), "--tokens", CLEAN, "--out", out, "--png", self.path("png")])
@@ -200,6 +210,13 @@ class Interventions(cc.TempDirTest):
             (["circuit", ckpt, *base, "--out", ckpt], ["--out"]),
             (["circuit", enc_dec, *base], ["encoder-decoder"]),
             (["circuit", post_norm, *base], ["post-norm"]),
+            (["decompose", ckpt, "--tokens", CLEAN, "--head", "1", "--query", "8", "--key", "3"], ["--head '1'", "L.H"]),
+            (["decompose", ckpt, "--tokens", CLEAN, "--head", "1.5", "--query", "8", "--key", "3"], ["2 heads"]),
+            (["decompose", ckpt, "--tokens", CLEAN, "--head", "1.0", "--query", "3", "--key", "8"], ["not eligible"]),
+            (["decompose", ckpt, "--tokens", CLEAN, "--head", "1.0", "--query", "9", "--key", "3"], ["9 positions"]),
+            (["decompose", ckpt, "--tokens", CLEAN, "--head", "1.0", "--query", "8"], ["--key is required"]),
+            (["decompose", enc_dec, "--tokens", "3 4", "--head", "0.0", "--query", "1", "--key", "0"], ["encoder-decoder"]),
+            (["decompose", post_norm, "--tokens", CLEAN, "--head", "1.0", "--query", "8", "--key", "3"], ["post"]),
             (["lens", ckpt, "--tokens", "3 99"], ["--tokens", "99"]),
             (["lens", ckpt, "--tokens", CLEAN, "--target", "3 4"], ["--target"]),
             (["lens", enc_dec, "--tokens", "3 4"], ["decoder models"]),
