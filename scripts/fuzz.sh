@@ -5,7 +5,8 @@
 #   scripts/fuzz.sh SECONDS [TARGET ...]   # default: every target, one after another
 #   FUZZ_PARALLEL=2 scripts/fuzz.sh 600    # two targets at a time
 #
-# Targets: fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text. The two
+# Targets: fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text
+# fuzz_safetensors (a safetensors file's bytes, read and written back). The two
 # HDF5 targets take recipes (tests/fuzz/hdf5_recipe.h: edits that build a
 # well-formed file); FUZZ_RAW=1 adds raw HDF5 files as seeds
 # (tests/fuzz/corpus/<target>_files/), whose mutations mostly reach libhdf5's
@@ -24,7 +25,7 @@
 # a missing tool.
 set -euo pipefail
 
-all_targets=(fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text)
+all_targets=(fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text fuzz_safetensors)
 usage() { echo "usage: $0 SECONDS [TARGET ...]   (targets: ${all_targets[*]})" >&2; }
 
 if (($# < 1)) || ! [[ "$1" =~ ^[0-9]+$ ]] || (($1 < 1)); then usage; exit 2; fi

@@ -9,11 +9,14 @@ with FUZZ_RAW=1, raw files from <target>_files/. The raw checkpoints are real on
 step), plus copies with the structures the loaders must refuse (links, loops,
 compressed and enum datasets) so that mutations start near them; the token
 files are small h5py files; the config seeds are the example configs followed
-by overrides.
+by overrides; the safetensors seeds are small files written with struct and
+json (every dtype attnlab reads, and a few it must refuse).
 """
 import glob
+import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -123,6 +126,52 @@ def sweep_seeds(folder):
                 '"model.scale" = ["sqrt", 0.5]\n"optim.lr" = [1e-3, 3e-4]\n')
 
 
+def safetensors_file(path, entries, metadata=None, pad=True, extra=b""):
+    """entries: [(name, dtype, shape, raw bytes)] laid out in this order; extra: bytes after the data."""
+    header, blob = ({"__metadata__": metadata} if metadata is not None else {}), b""
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + blob + extra)
+
+
+def safetensors_seeds(folder):
+    """Small valid files of every dtype attnlab reads, and a few the reader must refuse; each
+    also as the header's JSON, a NUL byte and the data (tests/fuzz/fuzz_safetensors.cpp)."""
+    half = np.array([1, -2, 65504, 2.0**-24, np.inf, np.nan], "<f2")
+    bf16 = (np.array([3.140625, -1.5, 1e-40], "<f4").view("<u4") >> 16).astype("<u2")
+    f32 = (np.arange(6, dtype="<f4") / 7).reshape(2, 3)
+    f64 = np.array([np.pi, 5e-324], "<f8")
+    every = [("h", "F16", (2, 3), half.tobytes()), ("b", "BF16", (3,), bf16.tobytes()), ("w", "F32", (2, 3), f32.tobytes()),
+             ("d", "F64", (2,), f64.tobytes()), ("s", "F32", (), np.float32(2.5).tobytes()), ("e", "F32", (0, 4), b"")]
+    join = lambda name: os.path.join(folder, name)
+    safetensors_file(join("every_dtype.safetensors"), every, {"format": "pt", "note": "caf\u00e9"})
+    safetensors_file(join("empty.safetensors"), [])
+    safetensors_file(join("unpadded.safetensors"), every[2:4], pad=False)
+    safetensors_file(join("integer_dtype.safetensors"), [("i", "I64", (2,), np.arange(2, dtype="<i8").tobytes())])
+    safetensors_file(join("trailing_bytes.safetensors"), every[:2], extra=b"\0" * 4)
+    with open(join("overlap.safetensors"), "wb") as f:  # a [0, 8), b [4, 12)
+        text = b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}'
+        f.write(struct.pack("<Q", len(text)) + text + bytes(12))
+    with open(join("duplicate.safetensors"), "wb") as f:
+        text = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+        f.write(struct.pack("<Q", len(text)) + text + bytes(4))
+    with open(join("truncated.safetensors"), "wb") as f:  # the header size reaches past the end
+        f.write(struct.pack("<Q", 64) + b'{"__metadata__":{}}')
+    # The target's other form of input: the header's JSON, a NUL byte, the data.
+    for path in glob.glob(join("*.safetensors")):
+        with open(path, "rb") as f:
+            raw = f.read()
+        (size,) = struct.unpack("<Q", raw[:8])
+        if 8 + size <= len(raw):
+            with open(path[:-len(".safetensors")] + ".json_nul_data", "wb") as f:
+                f.write(raw[8:8 + size] + b"\0" + raw[8 + size:])
+
+
 def recipe_seeds_only(folder, tmp):
     recipe_seeds(folder)
 
@@ -136,7 +185,8 @@ def main():
               "fuzz_token_file": recipe_seeds_only,
               "fuzz_token_file_files": lambda d, tmp: token_seeds(d),
               "fuzz_config": lambda d, tmp: config_seeds(d),
-              "fuzz_sweep": lambda d, tmp: sweep_seeds(d)}
+              "fuzz_sweep": lambda d, tmp: sweep_seeds(d),
+              "fuzz_safetensors": lambda d, tmp: safetensors_seeds(d)}
     for target, make in makers.items():
         folder = os.path.join(CORPUS, target)
         os.makedirs(folder, exist_ok=True)
