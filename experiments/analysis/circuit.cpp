@@ -2,6 +2,7 @@
 #include "experiments/analysis/residual_graph.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -44,10 +45,11 @@ public:
         sender_changes();
         for (const Graph::Edge& e : g_.edges) result.edges.push_back({g_.senders[e.sender].name(), g_.receivers[e.receiver].name()});
         scores_.assign(g_.edges.size(), 0.0);
-        if (o_.method == CircuitMethod::exact || o_.method == CircuitMethod::atp) {
+        if (o_.method == CircuitMethod::exact || o_.method == CircuitMethod::atp || o_.method == CircuitMethod::atp_star) {
             if (o_.method == CircuitMethod::atp) gradients();
             for (size_t l = 0; l < g_.layers; ++l) patched_inputs(l);
             logit_edges();
+            if (o_.method == CircuitMethod::atp_star) grad_drop();
         } else {
             const size_t steps = o_.method == CircuitMethod::eap ? 1 : o_.ig_steps;
             if (steps == 0) fail("circuit", "--ig-steps must be at least 1");
@@ -72,6 +74,7 @@ private:
         if (g_.ffn) base.record("blocks.*.ffn.out"), source.record("blocks.*.ffn.out");
         base.record("blocks.*.attn.q").record("blocks.*.attn.k").record("blocks.*.attn.v").record("blocks.*.resid_pre");
         base.record(block(g_.layers - 1) + "resid_post");
+        if (o_.method == CircuitMethod::atp_star) base.record("blocks.*.attn.pattern");
         run_prompts(model_, base_, &base);
         run_prompts(model_, source_, &source);
         copies_ += 2;
@@ -173,6 +176,11 @@ private:
             }
             return;
         }
+        if (o_.method == CircuitMethod::atp_star) {
+            for (auto& [e, act] : patched) change_[e] = (act - base_activation_.at(g_.receivers[g_.edges[e].receiver].name())).values();
+            pattern_changes(l, patched);
+            return;
+        }
         // exact: the base prompts with one receiver activation replaced per copy
         std::vector<size_t> edges;
         for (const auto& [e, act] : patched) edges.push_back(e);
@@ -203,6 +211,10 @@ private:
             for (size_t i = 0; i < edges.size(); ++i) scores_[edges[i]] = dot(delta_values_.at(senders[i]), grad);
             return;
         }
+        if (o_.method == CircuitMethod::atp_star) {
+            for (size_t i = 0; i < edges.size(); ++i) change_[edges[i]] = delta_values_.at(senders[i]);
+            return;
+        }
         with_changes_at(g_.receivers.back(), senders, {}, [&](size_t sender, const Hooks&, size_t, const Tensor& logits) {
             for (size_t i = 0; i < edges.size(); ++i)
                 if (senders[i] == sender) scores_[edges[i]] = effect(logits);
@@ -213,14 +225,28 @@ private:
 
     // The metric's gradient at every receiver's activation (grad_values_), on the
     // base prompts, or with the input embeddings replaced by embed_ when defined.
-    void gradients() {
+    // With `drop` < layers (AtP*'s GradDrop), no gradient flows through block
+    // drop's outputs into the stream; with `patterns`, also the gradient at every
+    // attention pattern (pattern_grad_).
+    void gradients(size_t drop = SIZE_MAX, bool patterns = false) {
         Hooks hooks;
         std::map<std::string, Tensor> zeros;
         if (embed_.defined()) hooks.replace("embed", [&](const std::string&, const Tensor&) { return embed_; });
+        if (drop < g_.layers) {
+            hooks.replace(block(drop) + "attn.out", [](const std::string&, const Tensor& value) { return value.detach(); });
+            if (g_.ffn) hooks.replace(block(drop) + "ffn.out", [](const std::string&, const Tensor& value) { return value.detach(); });
+        }
+        if (patterns)
+            hooks.replace("blocks.*.attn.pattern", [&zeros](const std::string& name, const Tensor& value) {
+                Tensor zero = Tensor::zeros(value.shape(), value.dtype(), true);
+                zeros[name] = zero;
+                return value + zero;
+            });
         for (const Node& r : g_.receivers) {
             const std::string point = r.activation(g_.layers);
             if (zeros.count(point)) continue;
             zeros[point] = Tensor();
+            if (drop < g_.layers && r.kind == Node::Kind::mlp && r.layer == drop) continue;  // its output is detached: no gradient
             hooks.replace(point, [&zeros](const std::string& name, const Tensor& value) {
                 Tensor zero = Tensor::zeros(value.shape(), value.dtype(), true);
                 zeros[name] = zero;
@@ -233,10 +259,76 @@ private:
         logits.backward(seed);
         grad_.clear();
         for (const Node& r : g_.receivers) {
-            grad_[r.name()] = of_receiver(zeros.at(r.activation(g_.layers)).grad(), r);
-            grad_values_[r.name()] = grad_[r.name()].values();
+            const Tensor& zero = zeros.at(r.activation(g_.layers));
+            const Tensor grad = zero.defined() && zero.grad().defined() ? zero.grad() : Tensor();
+            grad_[r.name()] = grad.defined() ? of_receiver(grad, r) : Tensor();
+            grad_values_[r.name()] = grad.defined() ? grad_[r.name()].values()
+                                                    : std::vector<double>(base_activation_.at(r.name()).numel(), 0.0);
+        }
+        for (size_t l = 0; patterns && l < g_.layers; ++l) {
+            const Tensor& zero = zeros.at(block(l) + "attn.pattern");
+            pattern_grad_[l] = zero.grad().defined() ? zero.grad() : Tensor::zeros(zero.shape(), zero.dtype());
         }
         zero_parameter_grads();
+    }
+
+    // AtP*'s QK fix (Kramar et al. 2024): for an edge into a query or a key, the
+    // exact change of the attention pattern of the heads reading it (the block
+    // run with that q or k), which the gradient then meets after the softmax.
+    void pattern_changes(size_t l, const std::map<size_t, Tensor>& patched) {
+        std::vector<size_t> edges;
+        for (const auto& [e, act] : patched) {
+            const Node::Kind kind = g_.receivers[g_.edges[e].receiver].kind;
+            if (kind == Node::Kind::q || kind == Node::Kind::k) edges.push_back(e);
+        }
+        const Tensor& base_pattern = base_records_.last(block(l) + "attn.pattern");  // (N, H, T, T)
+        const size_t group = g_.heads / g_.kv_heads;
+        for (size_t first = 0; first < edges.size(); first += copies_per_run_) {
+            const size_t copies = std::min(copies_per_run_, edges.size() - first);
+            std::map<std::string, std::vector<CopyPatch>> patches;
+            for (size_t c = 0; c < copies; ++c) {
+                const Node& r = g_.receivers[g_.edges[edges[first + c]].receiver];
+                patches[r.activation(g_.layers)].push_back({c, static_cast<int>(r.head), patched.at(edges[first + c])});
+            }
+            Hooks hooks;
+            for (auto& [point, list] : patches)
+                hooks.replace(point, [&, list](const std::string&, const Tensor& value) { return patch_copies(value, N_, list); });
+            hooks.record(block(l) + "attn.pattern");
+            {
+                NoGradGuard no_grad;
+                model_.module().eval();
+                model_.forward_blocks(prompt_batch(repeated(base_, copies)), l, l + 1,
+                                      tiled(base_records_.last(block(l) + "resid_pre"), copies), &hooks);
+            }
+            copies_ += copies;
+            const Tensor& pattern = hooks.last(block(l) + "attn.pattern");
+            for (size_t c = 0; c < copies; ++c) {
+                const size_t e = edges[first + c];
+                const Node& r = g_.receivers[g_.edges[e].receiver];
+                const size_t h0 = r.kind == Node::Kind::q ? r.head : r.head * group, h1 = r.kind == Node::Kind::q ? r.head + 1 : h0 + group;
+                pattern_heads_[e] = {h0, h1};
+                change_[e] = (slice(slice(pattern, 0, c * N_, (c + 1) * N_), 1, h0, h1) - slice(base_pattern, 1, h0, h1)).values();
+            }
+        }
+    }
+
+    // AtP* with GradDrop: for each block, the attribution with no gradient through
+    // that block's outputs; the score is the mean of their magnitudes,
+    // sum |AtP*_-l| / (L - 1) (unsigned: an estimate of |effect|).
+    void grad_drop() {
+        std::vector<double> total(g_.edges.size(), 0.0);
+        for (size_t drop = 0; drop < g_.layers; ++drop) {
+            gradients(drop, true);
+            for (size_t e = 0; e < g_.edges.size(); ++e) {
+                const auto heads = pattern_heads_.find(e);
+                const double s = heads == pattern_heads_.end()
+                                     ? dot(change_.at(e), grad_values_.at(g_.receivers[g_.edges[e].receiver].name()))
+                                     : dot(change_.at(e), slice(pattern_grad_.at(g_.receivers[g_.edges[e].receiver].layer), 1,
+                                                                heads->second.first, heads->second.second).values());
+                total[e] += std::abs(s);
+            }
+        }
+        for (size_t e = 0; e < g_.edges.size(); ++e) scores_[e] = total[e] / static_cast<double>(std::max<size_t>(1, g_.layers - 1));
     }
 
     // EAP: the gradient with respect to each receiver's residual input through
@@ -304,6 +396,11 @@ private:
     std::map<std::string, Tensor> base_activation_, grad_;   // receiver -> its activation, the metric's gradient there
     std::map<std::string, std::vector<double>> grad_values_;
     std::vector<double> scores_;
+    // atp-star: per edge, the receiver's change (flat; for q and k edges the pattern's
+    // change of the heads pattern_heads_ names), and the gradient at each layer's pattern
+    std::map<size_t, std::vector<double>> change_;
+    std::map<size_t, std::pair<size_t, size_t>> pattern_heads_;
+    std::map<size_t, Tensor> pattern_grad_;
 };
 
 // Ranks from 1, ties sharing their mean rank.
@@ -346,7 +443,8 @@ CircuitMethod parse_circuit_method(const std::string& name) {
     if (name == "atp") return CircuitMethod::atp;
     if (name == "eap") return CircuitMethod::eap;
     if (name == "eap-ig") return CircuitMethod::eap_ig;
-    fail("circuit", "--method must be exact, atp, eap or eap-ig, got '" + name + "'");
+    if (name == "atp-star") return CircuitMethod::atp_star;
+    fail("circuit", "--method must be exact, atp, atp-star, eap or eap-ig, got '" + name + "'");
 }
 
 std::string to_string(CircuitMethod method) {
@@ -354,6 +452,7 @@ std::string to_string(CircuitMethod method) {
         case CircuitMethod::exact: return "exact";
         case CircuitMethod::atp: return "atp";
         case CircuitMethod::eap: return "eap";
+        case CircuitMethod::atp_star: return "atp-star";
         default: return "eap-ig";
     }
 }

@@ -27,6 +27,12 @@
 //   atp     attribution patching (Nanda 2023) at the receiver: the change of the
 //           receiver's activation (its q, k or v, or the feed-forward's output),
 //           computed exactly, times the metric's gradient there
+//   atp-star  AtP* (Kramar et al. 2024): atp with the QK fix (for an edge into a
+//           query or key, the exact change of the attention pattern of the heads
+//           reading it, from a run of that block, times the gradient at the
+//           pattern) and GradDrop (the mean over blocks l of |atp with no
+//           gradient through block l's outputs|, sum / (L - 1)): unsigned, an
+//           estimate of |effect|; compared with |exact|
 //   eap     edge attribution patching (Syed et al. 2023): the sender's change
 //           times the gradient of the metric with respect to the receiver's
 //           residual input, through that receiver alone
@@ -47,7 +53,7 @@
 
 namespace attnlab {
 
-enum class CircuitMethod { exact, atp, eap, eap_ig };
+enum class CircuitMethod { exact, atp, atp_star, eap, eap_ig };
 CircuitMethod parse_circuit_method(const std::string& name);  // Error naming the choices
 std::string to_string(CircuitMethod method);
 

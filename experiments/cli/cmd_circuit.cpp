@@ -3,6 +3,7 @@
 // Every edge of the residual graph scored (experiments/analysis/circuit.h).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "experiments/analysis/circuit.h"
@@ -25,7 +26,8 @@ as it was, everything downstream recomputed; the metric's change, normalised as
 the metric is (norm_logit_diff: 1 = the whole clean behaviour).
 
 --method: exact (the patched runs, many side by side in a batch), atp (the
-receiver's exact change times the metric's gradient there), eap (the sender's
+receiver's exact change times the metric's gradient there), atp-star (AtP*: atp
+with the QK fix and GradDrop; unsigned, compared with |exact|), eap (the sender's
 change times the gradient at the receiver's input), eap-ig (eap with the
 gradient averaged over --ig-steps runs between the prompts' embeddings).
 --compare exact: also the exact effects, and how the method ranks them
@@ -64,7 +66,7 @@ void print_top(const CircuitResult& r, size_t count) {
 int cmd_circuit(const std::vector<std::string>& args) {
     cxxopts::Options options("attnlab circuit", "Every edge of the residual graph: its exact effect or an attribution estimate.");
     add_prompt_options(options);
-    options.add_options()("method", "exact | atp | eap | eap-ig", cxxopts::value<std::string>()->default_value("exact"))
+    options.add_options()("method", "exact | atp | atp-star | eap | eap-ig", cxxopts::value<std::string>()->default_value("exact"))
                          ("compare", "exact: also compute the exact effects and compare", cxxopts::value<std::string>())
                          ("noising", "patch corrupted senders into the clean run instead")
                          ("ig-steps", "eap-ig: runs along the line between the embeddings", cxxopts::value<std::string>()->default_value("5"))
@@ -117,7 +119,10 @@ int cmd_circuit(const std::vector<std::string>& args) {
         const Clock::time_point t = Clock::now();
         exact = o.method == CircuitMethod::exact ? r.scores : edge_scores(*l.loaded.model, pairs, e).scores;
         exact_seconds = std::chrono::duration<double>(Clock::now() - t).count();
-        a = agreement(r.scores, exact, recall_k);
+        std::vector<double> against = exact;  // atp-star estimates |effect|
+        if (o.method == CircuitMethod::atp_star)
+            for (double& x : against) x = std::abs(x);
+        a = agreement(r.scores, against, recall_k);
     }
     Discovery d;
     double prune_seconds = 0;

@@ -77,6 +77,27 @@ TEST(Circuit, TheHandBuiltModelsEdgesAreTheHandComputedOnesByEveryMethod) {
     }
 }
 
+// AtP* on the same model: the QK fix finds no pattern change (every query is zero),
+// and GradDrop sums |atp with block l's outputs cut from the gradient| over both
+// blocks, over L - 1 = 1: the edges into the logits keep their whole gradient
+// either way (2x their effect), embed -> L0.H0:v keeps only its direct path when
+// block 1 is cut, and nothing when block 0 is.
+TEST(Circuit, AtpStarOnTheHandBuiltModel) {
+    HandBuilt m;
+    PromptPairs pairs = majority_pairs();
+    resolve_answers(*m.model, pairs);
+    const double total = 4.875;
+    const std::map<std::string, double> scores = by_edge(edge_scores(*m.model, pairs, with_method(CircuitMethod::atp_star)));
+    EXPECT_NEAR(scores.at("0.0 -> logits"), 2 * 1.5 / total, 1e-5);
+    EXPECT_NEAR(scores.at("1.0 -> logits"), 2 * (1.5 + 1.875) / total, 1e-5);
+    EXPECT_NEAR(scores.at("embed -> 0.0:v"), 1.5 / total, 1e-5);
+    EXPECT_NEAR(scores.at("0.0 -> 1.0:v"), 1.875 / total, 1e-5);  // cut block 0: all of it; cut block 1: nothing
+    for (const auto& [edge, score] : scores) {
+        EXPECT_GE(score, 0.0) << edge;
+        if (edge.find(":q") != std::string::npos || edge.find(":k") != std::string::npos) EXPECT_NEAR(score, 0.0, 1e-6) << edge;
+    }
+}
+
 PromptPairs recall_pairs(const TaskModel& model) {
     PromptPairs pairs;
     pairs.clean = {{3, 9, 4, 12, 5, 1, 5, 12, 4}, {7, 2, 6, 13, 8, 10, 6, 13, 7}};
