@@ -50,15 +50,11 @@ void attribute_logits(const TaskModel& model, const Hooks& pass, bool has_ffn, L
     r.layer_logit = attribute(pass.last("embed"));
     r.head_logit.assign(L * H * B * T, 0.0);
     for (size_t l = 0; l < L; ++l) {
-        const Tensor z = pass.last(block(l) + "attn.z");                                  // (B, T, H, d_h)
-        const size_t d_h = z.size(3);
-        const Tensor w_out = parameter(model, block(l) + "attn.out_proj.weight").to(Device::cpu);  // (D, H d_h)
+        const Tensor& result = pass.last(block(l) + "attn.result");                     // (B, T, H, D): each head in the stream
         const Tensor b_out = parameter(model, block(l) + "attn.out_proj.bias");
         std::vector<double> layer_total(B * T, 0.0);
         for (size_t h = 0; h < H; ++h) {
-            const Tensor z_h = reshape(slice(z, 2, h, h + 1), {B, T, d_h});                // (B, T, d_h)
-            const Tensor w_h = slice(w_out, 1, h * d_h, (h + 1) * d_h);                    // (D, d_h)
-            const std::vector<double> a = attribute(matmul(z_h, transpose(w_h, 0, 1)));    // z_h W_O,h^T: (B, T, D)
+            const std::vector<double> a = attribute(reshape(slice(result, 2, h, h + 1), stream.shape()));  // (B, T, D)
             std::copy(a.begin(), a.end(), r.head_logit.begin() + (l * H + h) * B * T);
             for (size_t i = 0; i < B * T; ++i) layer_total[i] += a[i];
         }
@@ -129,7 +125,7 @@ LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::
     // the streams, every head's output and every feed-forward output of one pass
     const bool has_ffn = has_hook_point(model, "blocks.0.ffn.out");
     Hooks pass;
-    pass.record("embed").record("blocks.*.resid_post").record("blocks.*.attn.z").record("logits");
+    pass.record("embed").record("blocks.*.resid_post").record("blocks.*.attn.result").record("logits");
     if (has_ffn) pass.record("blocks.*.ffn.out");
     model.forward(batch, pass);
     const std::vector<double> logits = pass.last("logits").values();
