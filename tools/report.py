@@ -6,6 +6,7 @@
     tools/report.py SWEEP_DIR --out report.html
     tools/report.py CHECKPOINT.h5 --tokens "3 7 5 1" [--target "2 9"] --out report.html [--attnlab BIN]
     tools/report.py RUN_DIR --tokens "3 7 5 1" --out report.html      (its newest checkpoint)
+    tools/report.py CHECKPOINT.circuit.h5 --out report.html
 
 `attnlab report PATH... --out report.html` runs this script (with --attnlab set
 to itself). What the report holds depends on PATH:
@@ -26,12 +27,18 @@ to itself). What the report holds depends on PATH:
                     checkpoint): `attnlab inspect` of that prompt; every kind,
                     layer and head with token labels, a head menu, and the weights of
                     the query clicked on
+  a circuit file    (`attnlab circuit`'s output; reported alone, no --tokens) the
+                    graph of its edges by layer, embed to logits (the circuit's
+                    edges when it was pruned, else the largest |scores|; width
+                    |value|, colour sign, each edge's score on hover), the
+                    faithfulness curve, score against exact effect, the top edges
 
 The file embeds plotly.js (Debian's python3-plotly) and makes no network request:
 it opens offline. It is written to a temporary name and renamed. Bad input (a
 missing path, a folder that is neither run nor sweep, an unreadable or garbled
-file, a non-checkpoint with --tokens, an --out in a missing folder) prints one
-line naming it and exits with status 2, writing nothing. --out never replaces an
+file, a non-checkpoint with --tokens, a circuit file with --tokens or with other
+paths, an --out in a missing folder) prints one line naming it and exits with
+status 2, writing nothing. --out never replaces an
 input or an existing file that is not an HTML report, and inside a run or sweep
 folder it must be an .html file outside the folders attnlab writes (checkpoints/,
 cells/, logs/, tb/).
@@ -62,7 +69,8 @@ class Parser(argparse.ArgumentParser):
 def parse(argv):
     parser = Parser(prog="report.py", description=__doc__.split("\n\n")[0],
                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="run folder(s), a sweep folder, or a checkpoint")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="run folder(s), a sweep folder, a checkpoint, or a circuit file")
     parser.add_argument("--out", required=True, metavar="REPORT.html", help="the HTML file to write")
     parser.add_argument("--tokens", help="with a checkpoint: token ids of the prompt, \"3 7 5 1\"")
     parser.add_argument("--target", help="with an encoder-decoder checkpoint: decoder input ids (default \"2\")")
@@ -130,8 +138,23 @@ def check_out(out, inputs):
                               "put the report elsewhere")
 
 
+def hdf5_format(path):
+    """The root `format` attribute of an HDF5 file ("attnlab-circuit", ...), "" without
+    one, None for a file that is no HDF5 file (or no regular file: a FIFO is never
+    opened). libhdf5 reads the file in a child first (report_load.open_h5)."""
+    import h5py
+    from report_load import open_h5, reading, text
+    try:
+        if not os.path.isfile(path) or not h5py.is_hdf5(path):  # is_hdf5 reads the signature only
+            return None
+    except OSError:
+        return None  # unreadable: the reader that needs it says so
+    with open_h5(path) as f, reading(path):
+        return text(f.attrs.get("format", ""))
+
+
 def kind_of(path):
-    """'run', 'sweep' or 'checkpoint' for an input PATH, or a ReportError saying why not."""
+    """'run', 'sweep', 'circuit' or 'checkpoint' for an input PATH, or a ReportError saying why not."""
     from report_load import ReportError
     if not os.path.exists(path):
         raise ReportError(f"{path}: no such file or folder")
@@ -143,7 +166,9 @@ def kind_of(path):
         if os.path.isfile(os.path.join(path, "config.toml")):
             raise ReportError(f"{path}: a run folder without metrics.h5 (has the run started?)")
         raise ReportError(f"{path}: neither a run folder (metrics.h5, config.toml) nor a sweep folder (sweep.toml)")
-    return "checkpoint"
+    if hdf5_format(path) == "attnlab-circuit":
+        return "circuit"
+    return "checkpoint"  # any other file: `attnlab inspect` says what it is not
 
 
 def inspect(attnlab, checkpoint, tokens, target, scratch):
@@ -182,10 +207,21 @@ def build(args):
     if kinds == ["run"] and args.tokens is not None:  # a run folder stands for its newest checkpoint
         args.paths = [newest_checkpoint(args.paths[0])]
         kinds = ["checkpoint"]
+    if "circuit" in kinds:
+        if len(args.paths) > 1:
+            raise ReportError("a circuit file is reported alone (give one CHECKPOINT.circuit.h5)")
+        if args.tokens is not None or args.target is not None:
+            raise ReportError(f"{args.paths[0]}: a circuit file; --tokens and --target go with a checkpoint")
+        from report_circuit import circuit_page, load_circuit
+        return circuit_page(load_circuit(args.paths[0]))
     if "checkpoint" in kinds:
         if len(args.paths) > 1:
             raise ReportError("a checkpoint is reported alone (give one CHECKPOINT with --tokens)")
         if args.tokens is None:
+            found = hdf5_format(args.paths[0])
+            if found and found != "attnlab-checkpoint":
+                raise ReportError(f"{args.paths[0]}: an HDF5 file of format {found[:40]!r}; the report reads run "
+                                  "and sweep folders, a checkpoint with --tokens and an `attnlab circuit` file")
             raise ReportError(f"{args.paths[0]}: a file; for a checkpoint give --tokens \"3 7 5 1\" (the prompt whose "
                               "attention to show); for a run give its folder")
         from report_attention import attention_page

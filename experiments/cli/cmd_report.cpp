@@ -1,8 +1,8 @@
 // attnlab report PATH... --out REPORT.html [--tokens "3 7 5 1" [--target "2 9"]]
 //
 // One self-contained interactive HTML report (plotly, embedded; no network
-// request) of a run folder, several run folders, a sweep folder, or a
-// checkpoint's attention on one prompt. The work is done by tools/report.py,
+// request) of a run folder, several run folders, a sweep folder, a
+// checkpoint's attention on one prompt, or an `attnlab circuit` file. The work is done by tools/report.py,
 // run with Debian's /usr/bin/python3 (python3-plotly, python3-h5py); for a
 // checkpoint it runs this same binary's `inspect` into a temporary file. The
 // script checks every input and prints its own one line on bad input (exit 2).
@@ -33,6 +33,10 @@ PATH is one of:
   a checkpoint      with --tokens (a run folder with --tokens: its newest
                     checkpoint): every kind, layer and head of that prompt's
                     attention (a menu picks the head; click a query to see its row)
+  a circuit file    `attnlab circuit`'s .circuit.h5, alone and without --tokens: its
+                    edges drawn by layer from embed to logits (the circuit kept by
+                    --prune, and the largest |scores|; each score on hover), the
+                    faithfulness curve, score against exact, the top edges
 
 The report is one HTML file with plotly.js inside: it opens offline and makes
 no network request. It is written to a temporary name and renamed; on bad input
@@ -51,14 +55,14 @@ folder holding the script.
 
 int cmd_report(const std::vector<std::string>& args) {
     cxxopts::Options options("attnlab report",
-                             "An interactive HTML report of a run, several runs, a sweep, or a checkpoint's attention.");
+                             "An interactive HTML report of a run, several runs, a sweep, a checkpoint's attention, or a circuit.");
     options.positional_help("PATH...");
     options.add_options()("out", "the HTML file to write", cxxopts::value<std::string>())
                          ("tokens", "with a checkpoint: the prompt's token ids, \"3 7 5 1\"", cxxopts::value<std::string>())
                          ("target", "with an encoder-decoder checkpoint: decoder input ids (default \"2\")",
                           cxxopts::value<std::string>())
                          ("h,help", "this help")
-                         ("paths", "run or sweep folders, or a checkpoint", cxxopts::value<std::vector<std::string>>());
+                         ("paths", "run or sweep folders, a checkpoint, or a circuit file", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"paths"});
     const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {

@@ -6,6 +6,7 @@ temporary folder, and `attnlab report` itself.
 """
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -36,6 +37,12 @@ eval_batches = 1
 "run.seed" = [0, 1]
 """
 PROMPT = "3 7 5 1 4 9"
+# An induction model with feed-forwards (mlp nodes in its circuit): 2000 steps, about 3 s;
+# `attnlab circuit` of it on key pairs keeps a handful of its 46 edges at --prune 0.01.
+INDUCTION = dict(DECODER, **{"task.name": "induction", "task.vocab": "64", "task.min_len": "4", "task.max_len": "10",
+                             "model.width": "32", "optim.lr": "3e-3", "train.steps": "2000", "train.batch": "32",
+                             "train.eval_every": "500", "train.log_every": "100", "train.checkpoint_every": "2000",
+                             "train.threads": "1"})
 
 
 class Fixtures:
@@ -90,6 +97,25 @@ class Fixtures:
             assert r.returncode == 0, r.stderr
             cls.made["sweep"] = os.path.join(cls.folder(), "runs", "grid")
         return cls.made["sweep"]
+
+    @classmethod
+    def circuit(cls, *options):
+        """An `attnlab circuit` file of the induction model on key pairs (tools/induction_pairs.py),
+        --metric prob and `options`; one file per set of options."""
+        name = "circuit" + "".join(options)
+        if name not in cls.made:
+            checkpoint = cls.checkpoint("induction", INDUCTION)
+            pairs = os.path.join(cls.folder(), "key_pairs.h5")
+            if not os.path.exists(pairs):
+                r = subprocess.run([sys.executable, os.path.join(cc.REPO_ROOT, "tools", "induction_pairs.py"), pairs,
+                                    "--kind", "key"], capture_output=True, text=True, timeout=60)
+                assert r.returncode == 0, r.stderr
+            out = os.path.join(cls.folder(), f"{name.replace(' ', '_')}.circuit.h5")
+            r = cc.attnlab(["circuit", checkpoint, "--pairs", pairs, "--metric", "prob", *options, "--out", out],
+                           cls.folder(), timeout=120)
+            assert r.returncode == 0, r.stderr
+            cls.made[name] = out
+        return cls.made[name]
 
     @classmethod
     def cleanup(cls):

@@ -11,12 +11,47 @@ import os
 import re
 import shutil
 import stat
+import xml.etree.ElementTree as ET
+
+import h5py
+import numpy as np
 
 import report_common as rc
 from report_common import Fixtures
 
 # Any reference a browser would fetch: src/href attributes, <link>, CSS @import and url().
 EXTERNAL = re.compile(r"\b(?:src|href)\s*=|<link\b|<iframe\b|@import|url\(", re.I)
+PRUNED = ("--prune", "0.01", "--compare", "exact", "--method", "eap")  # the circuit file with every part
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def read_circuit(path):
+    """The edge table of a circuit file, as the page should show it."""
+    with h5py.File(path, "r") as f:
+        edges = {k: f["edges"][k][()] for k in ("sender", "receiver", "score")}
+        edges["sender"] = [s.decode() for s in edges["sender"]]
+        edges["receiver"] = [r.decode() for r in edges["receiver"]]
+        edges["exact"] = f["edges/exact"][()] if "exact" in f["edges"] else None
+        edges["kept"] = f["circuit/kept"][()].astype(bool) if "circuit" in f else None
+        edges["faithfulness"] = {k: f["faithfulness"][k][()] for k in ("edges_kept", "metric")} if "faithfulness" in f else None
+    return edges
+
+
+def graph_of(page, graph_id):
+    """The SVG graph `graph_id` of a circuit page: (edges as {(sender, receiver): (title, colour, width)}, node labels)."""
+    start = page.index(f'<svg id="{graph_id}"')
+    svg = ET.fromstring(page[start:page.index("</svg>", start) + 6])
+    edges = {}
+    for g in svg.iter(SVG + "g"):
+        if g.get("class") == "edge":
+            lines = [p for p in g.iter(SVG + "path") if p.get("class") == "line"]
+            assert len(lines) == 1, ET.tostring(g)
+            key = (g.get("data-sender"), g.get("data-receiver"))
+            assert key not in edges, key
+            edges[key] = (g.find(SVG + "title").text, lines[0].get("stroke"), float(lines[0].get("stroke-width")))
+    labels = [t.text for g in svg.iter(SVG + "g") if "node" in (g.get("class") or "").split() for t in g.iter(SVG + "text")
+              if t.get("class") != "port"]
+    return edges, labels
 
 
 def tearDownModule():
@@ -129,6 +164,115 @@ class Reports(rc.cc.TempDirTest):
         self.assertEqual(charts, ["attention", "query-pattern"])
         self.assertTrue("step_0000040.h5" in page[:page.index("<script>")])
 
+    def check_graph(self, page, graph_id, circuit, drawn):
+        """The graph draws exactly the edges `drawn` (indices into the file's edges): one line each, its
+        tooltip "sender -> receiver: score (exact ...)", width 10 px x |value| / the largest |value| (at
+        least 0.5), blue when the value is positive, red when negative; and every node, labelled."""
+        edges, labels = graph_of(page, graph_id)
+        values = circuit["exact"] if circuit["exact"] is not None else circuit["score"]
+        largest = np.abs(values).max()
+        expected = {}
+        for i in drawn:
+            title = f"{circuit['sender'][i]} -> {circuit['receiver'][i]}: {circuit['score'][i]:.4g}"
+            if circuit["exact"] is not None:
+                title += f" (exact {circuit['exact'][i]:.4g})"
+            expected[(circuit["sender"][i], circuit["receiver"][i])] = (title, "#1f5fbf" if values[i] >= 0 else "#c8322d",
+                                                                         max(0.5, 10 * abs(values[i]) / largest))
+        self.assertEqual(set(edges), set(expected))
+        for key, (title, stroke, width) in expected.items():
+            self.assertEqual(edges[key][:2], (title, stroke), key)
+            self.assertAlmostEqual(edges[key][2], width, delta=0.006, msg=key)
+        # the induction model: 2 layers of 2 heads and a feed-forward
+        self.assertEqual(sorted(labels), sorted(["embed", "L0.H0", "L0.H1", "L1.H0", "L1.H1", "mlp 0", "mlp 1", "logits"]))
+        return edges
+
+    def test_circuit(self):
+        path = Fixtures.circuit(*PRUNED)
+        circuit = read_circuit(path)
+        page, charts = self.make([path])
+        self.assertEqual(charts, ["faithfulness", "agreement"])
+        kept = np.flatnonzero(circuit["kept"])
+        self.assertGreater(len(kept), 0)
+        self.assertLess(len(kept), len(circuit["score"]))
+        drawn = self.check_graph(page, "circuit-graph", circuit, kept)
+        self.assertEqual(max(w for _, _, w in drawn.values()), 10.0)  # the largest exact effect is in this circuit
+        # the second graph: the 50 largest |scores| of at least 1% of the largest
+        magnitude = np.abs(circuit["score"])
+        top = [i for i in np.argsort(-magnitude, kind="stable") if magnitude[i] >= 0.01 * magnitude.max()][:50]
+        self.assertLess(len(top), len(circuit["score"]))  # some edges are below the floor
+        self.check_graph(page, "edges-graph", circuit, top)
+        # the header, the faithfulness curve's data and the table of edges, largest |score| first
+        summary = page[page.index('id="summary"'):]
+        summary = summary[:summary.index("</table>")]
+        for text in ("<td>eap</td>", "<td>prob</td>", "<td>denoising</td>", f"{len(kept)} of {len(magnitude)}",
+                     "top-20 recall", "Spearman"):
+            self.assertIn(text, summary)
+        start = page.index("Plotly.newPlot(\"faithfulness\"")
+        figure = json.loads(page[page.rindex("var figure = ", 0, start) + len("var figure = "):page.rindex(";", 0, start)])
+        np.testing.assert_allclose(figure["data"][0]["x"], circuit["faithfulness"]["edges_kept"])
+        np.testing.assert_allclose(figure["data"][0]["y"], circuit["faithfulness"]["metric"], rtol=1e-12)
+        table = page[page.index('id="edges-table"'):]
+        rows = re.findall(r"<tr><td[^>]*>\d+</td><td>([^<]+)</td><td>([^<]+)</td>", table[:table.index("</table>")])
+        order = np.argsort(-magnitude, kind="stable")
+        self.assertEqual(rows, [(circuit["sender"][i], circuit["receiver"][i]) for i in order])
+
+    def test_circuit_without_pruning(self):
+        """Without --prune and --compare: one graph of the largest |scores|, widths by score, no charts."""
+        path = Fixtures.circuit("--method", "exact")
+        circuit = read_circuit(path)
+        page, charts = self.make([path])
+        self.assertEqual(charts, [])
+        self.assertNotIn('id="circuit-graph"', page)
+        magnitude = np.abs(circuit["score"])
+        top = [i for i in np.argsort(-magnitude, kind="stable") if magnitude[i] >= 0.01 * magnitude.max()][:50]
+        self.check_graph(page, "edges-graph", circuit, top)
+
+    def test_circuit_of_a_larger_model(self):
+        """A file written here: 3 layers of 4 query heads over 2 K/V heads, with feed-forwards, every edge
+        a signed score. The graph holds the 50 largest |scores| (of 500), blue or red by sign; only the
+        K/V heads have k and v ports."""
+        layers, heads, kv_heads = 3, 4, 2
+        edges = []
+        for layer in range(layers + 1):
+            upstream = ["embed"] + [n for l in range(layer) for n in [f"{l}.{h}" for h in range(heads)] + [f"mlp.{l}"]]
+            if layer == layers:
+                edges += [(s, "logits") for s in upstream]
+                break
+            receivers = ([f"{layer}.{h}:q" for h in range(heads)] + [f"{layer}.{g}:k" for g in range(kv_heads)]
+                         + [f"{layer}.{g}:v" for g in range(kv_heads)])
+            edges += [(s, r) for r in receivers for s in upstream]
+            edges += [(s, f"mlp.{layer}") for s in upstream + [f"{layer}.{h}" for h in range(heads)]]
+        score = np.sin(np.arange(len(edges)) * 1.7) * np.linspace(1, 3, len(edges))
+        path = os.path.join(Fixtures.folder(), "big.circuit.h5")
+        with h5py.File(path, "w") as f:
+            f.attrs.update(format="attnlab-circuit", format_version=1, checkpoint="made/by/hand.h5", step=7,
+                           metric="logit_diff", direction="denoising", method="atp", clean_metric=2.5,
+                           corrupt_metric=-1.0)
+            f["edges/sender"] = np.array([e[0] for e in edges], dtype=h5py.string_dtype())
+            f["edges/receiver"] = np.array([e[1] for e in edges], dtype=h5py.string_dtype())
+            f["edges/score"] = score
+        self.assertGreater(len(edges), 100)
+        page, charts = self.make([path], "big.html")
+        self.assertEqual(charts, [])
+        top = np.argsort(-np.abs(score), kind="stable")[:50]
+        drawn, labels = graph_of(page, "edges-graph")
+        self.assertEqual(set(drawn), {edges[i] for i in top})
+        for i in top:
+            self.assertEqual(drawn[edges[i]][1], "#1f5fbf" if score[i] >= 0 else "#c8322d")
+            self.assertAlmostEqual(drawn[edges[i]][2], max(0.5, 10 * abs(score[i]) / np.abs(score).max()), delta=0.006)
+        self.assertEqual(sorted(labels), sorted(["embed", "logits"] + [f"L{l}.H{h}" for l in range(layers)
+                                                                        for h in range(heads)]
+                                                + [f"mlp {l}" for l in range(layers)]))
+        start = page.index('<svg id="edges-graph"')
+        svg = ET.fromstring(page[start:page.index("</svg>", start) + 6])
+        for g in svg.iter(SVG + "g"):
+            if "node" in (g.get("class") or "").split() and g.get("data-node", "").startswith("L"):
+                head = int(g.get("data-node").split(".H")[1])
+                ports = [t.text for t in g.iter(SVG + "text") if t.get("class") == "port"]
+                self.assertEqual(ports, ["q", "k", "v"] if head < kv_heads else ["q"], g.get("data-node"))
+        rows = re.findall(r"<tr><td[^>]*>\d+</td>", page[page.index('id="edges-table"'):])
+        self.assertEqual(len(rows), 100)  # the table: the 100 largest
+
     def test_out_replaced_whole(self):
         out = self.path("report.html")
         with open(out, "w") as f:
@@ -235,6 +379,26 @@ class BadInput(rc.cc.TempDirTest):
     def test_no_out_and_no_path(self):
         self.refused([Fixtures.train("dec", rc.DECODER)], r"--out REPORT.html is required")
         self.refused(["--out", self.path("r.html")], r"give a run folder")
+
+    def test_circuit_with_tokens_or_other_paths(self):
+        circuit = Fixtures.circuit(*PRUNED)
+        self.refused([circuit, "--tokens", "3 7", "--out", self.path("r.html")],
+                     r"circuit\.h5: a circuit file; --tokens and --target go with a checkpoint$")
+        self.refused([circuit, "--target", "2", "--out", self.path("r.html")], r"--tokens and --target go with a checkpoint")
+        self.refused([circuit, Fixtures.train("dec", rc.DECODER), "--out", self.path("r.html")],
+                     r"a circuit file is reported alone")
+        self.refused([Fixtures.checkpoint("dec", rc.DECODER), circuit, "--tokens", "3", "--out", self.path("r.html")],
+                     r"a circuit file is reported alone")
+
+    def test_hdf5_file_of_another_format(self):
+        run = Fixtures.train("dec", rc.DECODER)
+        self.refused([os.path.join(run, "metrics.h5"), "--out", self.path("r.html")],
+                     r"metrics.h5: an HDF5 file of format 'attnlab-metrics'; the report reads .* an `attnlab circuit` file$")
+        other = os.path.join(Fixtures.folder(), "patch.h5")
+        with h5py.File(other, "w") as f:
+            f.attrs["format"] = "attnlab-patch"
+            f["edges/score"] = np.zeros(3)  # a circuit's datasets do not make a circuit file
+        self.refused([other, "--out", self.path("r.html")], r"patch.h5: an HDF5 file of format 'attnlab-patch'")
 
     def test_sweep_with_others(self):
         self.refused([Fixtures.sweep(), Fixtures.train("dec", rc.DECODER), "--out", self.path("r.html")],

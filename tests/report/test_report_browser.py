@@ -210,6 +210,61 @@ class InBrowser(rc.cc.TempDirTest):
         self.assertIn("layer 1 · head 0: query 2 (5)", state[2])
         self.assertEqual(state[3], 1.5)
 
+    def test_circuit(self):
+        """The circuit's graph is drawn (every edge a curve of nonzero length inside the SVG, every node
+        labelled), an edge's line is what the pointer finds over it (its tooltip), the second graph
+        opens, and the faithfulness curve holds the file's values."""
+        path = Fixtures.circuit("--prune", "0.01", "--compare", "exact", "--method", "eap")
+        with h5py.File(path, "r") as f:
+            kept = f["circuit/kept"][()].astype(bool)
+            senders = [s.decode() for s in f["edges/sender"][()]]
+            receivers = [r.decode() for r in f["edges/receiver"][()]]
+            faithfulness = f["faithfulness/edges_kept"][()], f["faithfulness/metric"][()]
+        charts = self.open([path], "circuit")
+        self.assertEqual(set(charts), {"faithfulness", "agreement"})
+        np.testing.assert_allclose(BROWSER.evaluate("document.getElementById('faithfulness').data[0].x"), faithfulness[0])
+        np.testing.assert_allclose(BROWSER.evaluate("document.getElementById('faithfulness').data[0].y"), faithfulness[1],
+                                   rtol=1e-12)
+        graph = """(function (id) {
+          var svg = document.getElementById(id), box = svg.getBoundingClientRect();
+          var edges = Array.from(svg.querySelectorAll('g.edge')).map(function (g) {
+            var line = g.querySelector('path.line'), b = line.getBBox();
+            return {edge: g.dataset.sender + ' ' + g.dataset.receiver, title: g.querySelector('title').textContent,
+                    length: line.getTotalLength(), inside: b.x >= 0 && b.y >= 0 && b.x + b.width <= svg.width.baseVal.value
+                    && b.y + b.height <= svg.height.baseVal.value};
+          });
+          var labels = Array.from(svg.querySelectorAll('g.node > text:not(.port)')).map(function (t) { return t.textContent; });
+          return {width: box.width, height: box.height, edges: edges, labels: labels};
+        })"""
+        drawn = BROWSER.evaluate(graph + "('circuit-graph')")
+        self.assertGreater(drawn["width"], 200)
+        self.assertGreater(drawn["height"], 400)
+        self.assertEqual(sorted(e["edge"] for e in drawn["edges"]),
+                         sorted(f"{s} {r}" for s, r, k in zip(senders, receivers, kept) if k))
+        for edge in drawn["edges"]:
+            self.assertGreater(edge["length"], 20, edge)
+            self.assertTrue(edge["inside"], edge)
+            self.assertTrue(edge["title"].startswith(edge["edge"].replace(" ", " -> ") + ": "), edge)
+        self.assertEqual(sorted(drawn["labels"]), sorted(["embed", "L0.H0", "L0.H1", "L1.H0", "L1.H1", "mlp 0", "mlp 1",
+                                                           "logits"]))
+        # the pointer halfway along the strongest edge (drawn last, on top) finds that edge, whose title is the tooltip
+        found = BROWSER.evaluate("""(function () {
+          var edges = document.querySelectorAll('#circuit-graph g.edge'), g = edges[edges.length - 1];
+          var line = g.querySelector('path.line'), p = line.getPointAtLength(line.getTotalLength() / 2);
+          g.scrollIntoView({block: 'center'});
+          var at = p.matrixTransform(line.getScreenCTM());
+          var hit = document.elementFromPoint(at.x, at.y);
+          return [hit && hit.closest('g.edge') === g, g.querySelector('title').textContent];
+        })()""")
+        self.assertTrue(found[0], found)
+        # the second graph, of the largest |scores|, is inside a closed <details> until its summary is clicked
+        self.assertFalse(BROWSER.evaluate("document.getElementById('edges-graph').checkVisibility()"))
+        BROWSER.evaluate("document.querySelector('details > summary').click()")
+        BROWSER.wait_for("document.getElementById('edges-graph').checkVisibility()")
+        everything = BROWSER.evaluate(graph + "('edges-graph')")
+        self.assertGreater(len(everything["edges"]), len(drawn["edges"]))
+        self.assertTrue(all(e["length"] > 20 and e["inside"] for e in everything["edges"]))
+
     def test_encoder_decoder_viewer(self):
         checkpoint = Fixtures.checkpoint("encdec", rc.ENC_DEC)
         self.open([checkpoint, "--tokens", "3 4 5", "--target", "2 6 7"], "attention_encdec")

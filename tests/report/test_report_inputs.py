@@ -86,6 +86,16 @@ class OutNeverReplaces(rc.cc.TempDirTest):
         os.remove(os.path.join(run, "summary.json"))
         self.refused([run, "--out", os.path.join(run, "summary.json")], run, ".*summary.json is inside the attnlab folder")
 
+    def test_files_of_a_circuit(self):
+        folder = self.path("analyses")
+        os.mkdir(folder)
+        circuit = os.path.join(folder, "key.circuit.h5")
+        shutil.copyfile(Fixtures.circuit("--method", "exact"), circuit)
+        self.refused([circuit, "--out", circuit], folder, "--out .*key.circuit.h5 is one of the inputs")
+        other = os.path.join(folder, "other.circuit.h5")
+        shutil.copyfile(circuit, other)
+        self.refused([circuit, "--out", other], folder, "--out .*other.circuit.h5 exists and is not an HTML report")
+
     def test_files_of_a_sweep(self):
         sweep = self.path("sweep")
         shutil.copytree(Fixtures.sweep(), sweep)
@@ -207,6 +217,43 @@ class GarbledInputs(rc.cc.TempDirTest):
                 garble(os.path.join(sweep, name))
                 self.refused([sweep], os.path.join(sweep, name), detail)
 
+    def test_circuit_file(self):
+        def names(values):
+            return np.array(values, dtype=h5py.string_dtype())
+
+        def edges(path):
+            with h5py.File(path, "r") as f:
+                return len(f["edges/score"])
+        cases = [  # how the file is garbled, what the line says
+            (lambda p: replace_dataset(p, "edges/score", np.zeros((edges(p), 2))), "/edges/score holds float64 of shape"),
+            (lambda p: replace_dataset(p, "edges/score", np.full(edges(p), np.nan)), "/edges/score[0] is nan"),
+            (lambda p: replace_dataset(p, "edges/exact", np.zeros(3)), "different lengths"),
+            (lambda p: replace_dataset(p, "edges/sender", np.zeros(edges(p))), "/edges/sender is not a list of strings"),
+            (lambda p: replace_dataset(p, "edges/sender", names(["head 0"] * edges(p))), "/edges/sender[0] is 'head 0'"),
+            (lambda p: replace_dataset(p, "edges/receiver", names(["0.0:z"] * edges(p))), "/edges/receiver[0] is '0.0:z'"),
+            (lambda p: replace_dataset(p, "edges/sender", names(["99999.0"] * edges(p))), "too many nodes to draw"),
+            (lambda p: delete(p, "edges/receiver"), "not a complete circuit file (no /edges/receiver)"),
+            (lambda p: delete(p, "edges"), "not a complete circuit file (no /edges)"),
+            (lambda p: replace_dataset(p, "circuit/kept", np.full(edges(p), 2, dtype=np.uint8)),
+             "/circuit/kept holds values other than 0 and 1"),
+            (lambda p: replace_dataset(p, "faithfulness/metric", np.zeros(2)), "/faithfulness holds columns of different"),
+            (lambda p: delete(p, "faithfulness/edges_kept"), "no /faithfulness/edges_kept"),
+            (lambda p: set_attr(p, "step", "late"), "attribute step"),
+            (lambda p: set_attr(p, "clean_metric", np.zeros(2)), "attribute clean_metric"),
+            (lambda p: replace_dataset(p, "edges/exact", np.array([b"x"] * edges(p))), "/edges/exact"),
+            (lambda p: os.truncate(p, 3000), "cannot read"),
+        ]
+        for garble, detail in cases:
+            with self.subTest(detail):
+                path = self.path("key.circuit.h5")
+                shutil.copyfile(Fixtures.circuit("--prune", "0.01", "--compare", "exact"), path)
+                garble(path)
+                self.refused([path], path, detail)
+        with self.subTest("no attribute"):
+            with h5py.File(path, "w") as f:
+                f.attrs["format"] = "attnlab-circuit"
+            self.refused([path], path, "not a complete circuit file (no attribute checkpoint)")
+
     def test_files_that_crash_or_hang_libhdf5(self):
         # tests/fuzz/libhdf5_crashes/: each crashes or hangs libhdf5 (and so h5py)
         # when read whole; the report reads every HDF5 file in a child first
@@ -220,6 +267,10 @@ class GarbledInputs(rc.cc.TempDirTest):
                     folder = fresh()
                     shutil.copyfile(source, os.path.join(folder, name))
                     self.refused([folder], os.path.join(folder, name))
+            with self.subTest(f"a file given alone: {os.path.basename(source)}"):  # a circuit file, say
+                path = self.path("given.circuit.h5")
+                shutil.copyfile(source, path)
+                self.refused([path], path)
 
     def test_checkpoint(self):
         run = self.fresh_run()
