@@ -27,7 +27,7 @@ packages=(
   libxtensor-dev libxtensor-blas-dev xtl-dev libopenblas-dev libxsmm-dev libhdf5-dev
   libcxxopts-dev libtomlplusplus-dev libgtest-dev googletest
   libprotobuf-dev protobuf-compiler libboost-dev
-  nlohmann-json3-dev libpcre2-dev
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libopenmpi-dev openmpi-bin
   clang-14 libclang-rt-14-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib
