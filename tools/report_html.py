@@ -1,19 +1,53 @@
 """The page of an attnlab report (tools/report.py): one self-contained HTML file.
 
 Everything the page needs is inside it: plotly.js (Debian's python3-plotly ships
-it; embedded once in <head>, as include_plotlyjs=True would, and no MathJax),
+it, 8.7 MB and not minified; embedded once in <head>, gzip-compressed and
+base64-encoded, 2.5 MB, which the page decompresses with the browser's own
+DecompressionStream before it draws a chart; no MathJax),
 the figures' data (plotly.io.to_json, drawn by Plotly.newPlot), the CSS and the few inline
 scripts (table sorting, the attention viewer's click handler). A
 Content-Security-Policy meta tag forbids every fetch (default-src 'none'), so the
 file behaves the same offline as online, and a browser refuses any request a
 future plotly.js might try.
 """
+import base64
+import gzip
 import html
 import json
 import math
+import re
 
 import plotly.io as pio
 import plotly.offline
+
+_PLOTLY_SCRIPT = None
+
+
+def plotly_script():
+    """The <script> body that makes plotly.js: its gzip-compressed text in base64,
+    decompressed by the browser (DecompressionStream, no request of any kind) and
+    run as an inline script; window.attnlabPlotly is a promise that resolves once
+    Plotly exists. Computed once per process (compressing takes about 0.3 s)."""
+    global _PLOTLY_SCRIPT
+    if _PLOTLY_SCRIPT is None:
+        code = plotly.offline.get_plotlyjs()
+        version = re.search(r"plotly\.js v([0-9][0-9.]*)", code[:2000])
+        packed = base64.b64encode(gzip.compress(code.encode("utf-8"), compresslevel=6, mtime=0)).decode("ascii")
+        _PLOTLY_SCRIPT = (
+            f"/* plotly.js v{version.group(1) if version else '?'} (Debian's python3-plotly), gzip + base64, "
+            "decompressed here */\n"
+            "window.attnlabPlotly = (function () {\n"
+            f"  var packed = \"{packed}\";\n"
+            "  var bytes = Uint8Array.from(atob(packed), function (c) { return c.charCodeAt(0); });\n"
+            "  var text = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));\n"
+            "  return new Response(text).text().then(function (code) {\n"
+            "    var script = document.createElement('script');\n"
+            "    script.textContent = code;\n"
+            "    document.head.appendChild(script);\n"
+            "  });\n"
+            "})();")
+    return _PLOTLY_SCRIPT
+
 
 # Shown in the modebar of every chart; no "edit in Chart Studio" link, no logo.
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "showLink": False,
@@ -151,13 +185,15 @@ class Page:
 
     def html(self):
         body = "\n".join(self.parts)
-        scripts = "".join(f"<script>{s}</script>\n" for s in self.figure_scripts + [SORT_SCRIPT] + self.scripts)
+        # every script runs once plotly.js is there, in this order
+        scripts = "".join(f"<script>window.attnlabPlotly.then(function () {{\n{s}\n}});</script>\n"
+                          for s in self.figure_scripts + [SORT_SCRIPT] + self.scripts)
         sub = f'<p class="sub">{self.subtitle}</p>' if self.subtitle else ""
         return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                 f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
                 f"<meta name=\"attnlab-report-charts\" content=\"{' '.join(self.charts)}\">\n"
                 f"<title>{esc(self.title)}</title>\n<style>{CSS}</style>\n"
-                f"<script>{plotly.offline.get_plotlyjs()}</script>\n</head>\n<body>\n"
+                f"<script>{plotly_script()}</script>\n</head>\n<body>\n"
                 f"<h1>{esc(self.title)}</h1>\n{sub}\n{body}\n{scripts}</body>\n</html>\n")
 
 

@@ -66,6 +66,8 @@ class Reports(rc.cc.TempDirTest):
         self.assertEqual(r.stderr, "")
         self.assertRegex(r.stdout, rf"^wrote {re.escape(out)}: \d+ charts, [\d.]+ MB\n$")
         self.assertEqual(rc.ls(self.tmp), [name], "a temporary file was left behind")
+        # plotly.js goes in compressed (2.5 MB of base64 for 8.7 MB): a report stays under 5 MB
+        self.assertLess(os.path.getsize(out), 5_000_000)
         with open(out, encoding="utf-8") as f:
             page = f.read()
         self.assertTrue(page.startswith("<!DOCTYPE html>"))
