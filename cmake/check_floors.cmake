@@ -17,11 +17,12 @@ set(below_run autograd data layers optim experiments/files experiments/config ex
 set(allowed_experiments_run ${below_run} experiments/run)
 set(allowed_experiments_sweep ${below_run} experiments/run experiments/sweep)
 set(allowed_experiments_analysis ${below_run} experiments/run experiments/analysis)
-set(allowed_experiments_cli ${below_run} experiments/run experiments/sweep experiments/analysis experiments/cli)
+set(allowed_experiments_interop ${below_run} experiments/run experiments/interop)
+set(allowed_experiments_cli ${below_run} experiments/run experiments/sweep experiments/analysis experiments/interop experiments/cli)
 
 set(violations "")
 foreach(folder autograd cuda layers optim data experiments/files experiments/config experiments/distributed
-               experiments/run experiments/sweep experiments/analysis experiments/cli)
+               experiments/run experiments/sweep experiments/analysis experiments/interop experiments/cli)
   string(REPLACE "/" "_" key "${folder}")
   set(allowed ${allowed_${key}})
   file(GLOB_RECURSE sources "${SOURCE_DIR}/${folder}/*.h" "${SOURCE_DIR}/${folder}/*.cpp" "${SOURCE_DIR}/${folder}/*.cu"

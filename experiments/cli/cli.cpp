@@ -34,6 +34,7 @@ constexpr const char* usage =
     "  path-patch CHECKPOINT ... --sender L.H --receiver L.H:q   the effect of one edge\n"
     "  circuit CHECKPOINT --pairs F.h5 [--method M]   every edge's effect, exact or by attribution\n"
     "  decompose CHECKPOINT --tokens \"...\" --head L.H --query I --key J   one attention score, part by part\n"
+    "  export CHECKPOINT --format safetensors|hf|tl --out DIR   the model as safetensors, Hugging Face GPT-2 or TransformerLens\n"
     "  lens CHECKPOINT --tokens \"...\"  logit lens per layer and direct logit attribution per head\n"
     "  cache CHECKPOINT --hooks ... --out F.h5   named activations over batches of the task's data\n"
     "  heads CHECKPOINT [--checkpoints all]   previous-token, duplicate-token and induction scores per head\n"
@@ -152,6 +153,7 @@ int run_cli(int argc, char** argv) {
         if (command == "path-patch") return cmd_path_patch(args);
         if (command == "circuit") return cmd_circuit(args);
         if (command == "decompose") return cmd_decompose(args);
+        if (command == "export") return cmd_export(args);
         if (command == "lens") return cmd_lens(args);
         if (command == "cache") return cmd_cache(args);
         if (command == "heads") return cmd_heads(args);
