@@ -35,13 +35,13 @@ public:
 
     CircuitResult run() {
         CircuitResult result;
-        result.clean = patch_metric(run_prompts(model_, pairs_.clean, nullptr), pairs_, o_.metric);
-        result.corrupt = patch_metric(run_prompts(model_, pairs_.corrupt, nullptr), pairs_, o_.metric);
+        const auto [base_metric, source_metric] = record_unpatched();
+        result.clean = o_.noising ? base_metric : source_metric;
+        result.corrupt = o_.noising ? source_metric : base_metric;
         check_normalisable(result.clean, result.corrupt, o_.metric, "circuit");
         // metric units per unit of the patching metric: norm_logit_diff divides by clean - corrupted
         scale_ = o_.metric == PatchMetric::norm_logit_diff ? 1.0 / (result.clean - result.corrupt) : 1.0;
-        base_metric_ = o_.noising ? result.clean : result.corrupt;
-        record_unpatched();
+        base_metric_ = base_metric;
         sender_changes();
         for (const Graph::Edge& e : g_.edges) result.edges.push_back({g_.senders[e.sender].name(), g_.receivers[e.receiver].name()});
         scores_.assign(g_.edges.size(), 0.0);
@@ -68,21 +68,23 @@ public:
 private:
     // The base prompts' activations at every receiver, and what the senders'
     // changes are made of on both prompts.
-    void record_unpatched() {
+    // Returns the metric of the base run and of the source run.
+    std::pair<double, double> record_unpatched() {
         Hooks base, source;
         for (Hooks* h : {&base, &source}) h->record("embed").record("blocks.*.attn.result");
         if (g_.ffn) base.record("blocks.*.ffn.out"), source.record("blocks.*.ffn.out");
         base.record("blocks.*.attn.q").record("blocks.*.attn.k").record("blocks.*.attn.v").record("blocks.*.resid_pre");
         base.record(block(g_.layers - 1) + "resid_post");
         if (o_.method == CircuitMethod::atp_star) base.record("blocks.*.attn.pattern");
-        run_prompts(model_, base_, &base);
-        run_prompts(model_, source_, &source);
+        const double base_metric = patch_metric(run_prompts(model_, base_, &base), pairs_, o_.metric);
+        const double source_metric = patch_metric(run_prompts(model_, source_, &source), pairs_, o_.metric);
         copies_ += 2;
         base_embed_ = base.last("embed");
         source_embed_ = source.last("embed");
         for (const Node& r : g_.receivers) base_activation_[r.name()] = of_receiver(base.last(r.activation(g_.layers)), r);
         base_records_ = std::move(base);
         source_records_ = std::move(source);
+        return {base_metric, source_metric};
     }
 
     // Each sender's change (source - base) in the residual stream, (N, T, D): a
@@ -111,12 +113,18 @@ private:
     // The base prompts in `copies` copies side by side (copy c = rows [c N, (c + 1) N)),
     // run from block `layer` on (the earlier blocks' outputs are the base run's);
     // `resid` (copies N, T, D) is added to the residual stream entering it when defined.
-    Tensor run_copies_from(size_t layer, size_t copies, const Tensor& added, Hooks* hooks) {
+    // The logits; with `only_that_block`, block `layer` alone runs (what it records is
+    // all the caller reads) and the result is undefined.
+    Tensor run_copies_from(size_t layer, size_t copies, const Tensor& added, Hooks* hooks, bool only_that_block = false) {
         const std::string entering = layer < g_.layers ? block(layer) + "resid_pre" : block(g_.layers - 1) + "resid_post";
         Tensor resid = tiled(base_records_.last(entering), copies);
         if (added.defined()) resid = resid + added;
         copies_ += copies;
-        return run_prompts_from(model_, repeated(base_, copies), layer, resid, hooks);
+        if (!only_that_block) return run_prompts_from(model_, repeated(base_, copies), layer, resid, hooks);
+        NoGradGuard no_grad;
+        model_.module().eval();
+        model_.forward_blocks(prompt_batch(repeated(base_, copies)), layer, layer + 1, resid, hooks);
+        return Tensor();
     }
 
     // Runs the base prompts in copies side by side from the receiver's layer on,
@@ -132,14 +140,17 @@ private:
             const Tensor added = changes.size() == 1 ? changes.front() : concat(changes, 0);
             Hooks hooks;
             for (const std::string& p : points) hooks.record(p);
-            Tensor logits;
+            Tensor logits;  // the receiver is the logits: the final stream with the change, through the head
             if (receiver.kind == Node::Kind::mlp) {
                 hooks.replace(receiver.input(g_.layers), [&](const std::string&, const Tensor& value) { return value + added; });
-                logits = run_copies_from(receiver.layer, copies, Tensor(), &hooks);
+                run_copies_from(receiver.layer, copies, Tensor(), &hooks, true);
+            } else if (receiver.kind == Node::Kind::logits) {
+                logits = run_copies_from(g_.layers, copies, added, &hooks);
             } else {
-                logits = run_copies_from(receiver.kind == Node::Kind::logits ? g_.layers : receiver.layer, copies, added, &hooks);
+                run_copies_from(receiver.layer, copies, added, &hooks, true);
             }
-            for (size_t c = 0; c < copies; ++c) read(senders[first + c], hooks, c, slice(logits, 0, c * N_, (c + 1) * N_));
+            for (size_t c = 0; c < copies; ++c)
+                read(senders[first + c], hooks, c, logits.defined() ? slice(logits, 0, c * N_, (c + 1) * N_) : Tensor());
         }
     }
 
