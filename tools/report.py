@@ -5,6 +5,7 @@
     tools/report.py RUN_DIR RUN_DIR ... --out report.html
     tools/report.py SWEEP_DIR --out report.html
     tools/report.py CHECKPOINT.h5 --tokens "3 7 5 1" [--target "2 9"] --out report.html [--attnlab BIN]
+    tools/report.py CHECKPOINT.h5 --tokens "3 7 5 1 | 4 4 2" --out report.html     (two prompts)
     tools/report.py RUN_DIR --tokens "3 7 5 1" --out report.html      (its newest checkpoint)
     tools/report.py CHECKPOINT.circuit.h5 --out report.html
 
@@ -25,8 +26,14 @@ to itself). What the report holds depends on PATH:
                     first swept key), every head's final normalised entropy
   a checkpoint      with --tokens (a run folder with --tokens: its newest
                     checkpoint): `attnlab inspect` of that prompt; every kind,
-                    layer and head with token labels, a head menu, and the weights of
-                    the query clicked on
+                    layer and head with token labels: a grid of every head of the
+                    layer picked, the big map of the head hovered or clicked (or
+                    picked in its menu), the prompt's tokens (hover one: its row and
+                    column outlined, every key shaded by its weight), and the
+                    weights of the query clicked on. Several prompts go in one
+                    --tokens separated by " | " (a bar with a space each side; so a
+                    text prompt cannot hold " | "): each is inspected, and a menu
+                    picks the prompt shown
   a circuit file    (`attnlab circuit`'s output; reported alone, no --tokens) the
                     graph of its edges by layer, embed to logits (the circuit's
                     edges when it was pruned, else the largest |scores|; width
@@ -36,8 +43,8 @@ to itself). What the report holds depends on PATH:
 The file embeds plotly.js (Debian's python3-plotly) and makes no network request:
 it opens offline. It is written to a temporary name and renamed. Bad input (a
 missing path, a folder that is neither run nor sweep, an unreadable or garbled
-file, a non-checkpoint with --tokens, a circuit file with --tokens or with other
-paths, an --out in a missing folder) prints one line naming it and exits with
+file, a non-checkpoint with --tokens, an empty prompt among several, a circuit
+file with --tokens or with other paths, an --out in a missing folder) prints one line naming it and exits with
 status 2, writing nothing. --out never replaces an
 input or an existing file that is not an HTML report, and inside a run or sweep
 folder it must be an .html file outside the folders attnlab writes (checkpoints/,
@@ -72,7 +79,8 @@ def parse(argv):
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="run folder(s), a sweep folder, a checkpoint, or a circuit file")
     parser.add_argument("--out", required=True, metavar="REPORT.html", help="the HTML file to write")
-    parser.add_argument("--tokens", help="with a checkpoint: token ids of the prompt, \"3 7 5 1\"")
+    parser.add_argument("--tokens", help="with a checkpoint: token ids of the prompt, \"3 7 5 1\"; several prompts "
+                                         "separated by \" | \", \"3 7 5 1 | 4 4 2\"")
     parser.add_argument("--target", help="with an encoder-decoder checkpoint: decoder input ids (default \"2\")")
     parser.add_argument("--attnlab", default=os.environ.get("ATTNLAB", "attnlab"),
                         help="the attnlab binary that runs `inspect` for a checkpoint (default $ATTNLAB or attnlab)")
@@ -171,10 +179,10 @@ def kind_of(path):
     return "checkpoint"  # any other file: `attnlab inspect` says what it is not
 
 
-def inspect(attnlab, checkpoint, tokens, target, scratch):
-    """Runs `attnlab inspect` into scratch/inspect.h5; its error becomes a ReportError."""
+def inspect(attnlab, checkpoint, tokens, target, scratch, name="inspect.h5"):
+    """Runs `attnlab inspect` into scratch/name; its error becomes a ReportError."""
     from report_load import ReportError
-    out = os.path.join(scratch, "inspect.h5")
+    out = os.path.join(scratch, name)
     command = [attnlab, "inspect", checkpoint, "--tokens", tokens, "--out", out]
     if target is not None:
         command += ["--target", target]
@@ -191,6 +199,33 @@ def inspect(attnlab, checkpoint, tokens, target, scratch):
     return out
 
 
+PROMPT_SEPARATOR = " | "
+
+
+def prompts_of(tokens):
+    """The prompts of --tokens: split at " | "; one prompt (no separator) is passed on as given."""
+    from report_load import ReportError
+    prompts = tokens.split(PROMPT_SEPARATOR)
+    if len(prompts) > 1:
+        for i, prompt in enumerate(prompts, 1):
+            if not prompt:
+                raise ReportError(f"--tokens: prompt {i} of {len(prompts)} is empty (prompts are separated by \" | \")")
+    return prompts
+
+
+def inspections(attnlab, checkpoint, prompts, target):
+    """load_inspection of `attnlab inspect` of each prompt; an error names the prompt when there are several."""
+    from report_load import ReportError, load_inspection
+    out = []
+    with tempfile.TemporaryDirectory(prefix="attnlab_report_") as scratch:
+        for i, prompt in enumerate(prompts, 1):
+            try:
+                out.append(load_inspection(inspect(attnlab, checkpoint, prompt, target, scratch, f"inspect_{i}.h5")))
+            except ReportError as e:
+                raise ReportError(str(e) if len(prompts) == 1 else f"{e} (prompt {i} of {len(prompts)})") from None
+    return out
+
+
 def newest_checkpoint(folder):
     from report_load import ReportError
     paths = glob.glob(os.path.join(glob.escape(folder), "checkpoints", "step_*.h5"))
@@ -202,7 +237,7 @@ def newest_checkpoint(folder):
 
 def build(args):
     """The report's Page for the inputs, or a ReportError."""
-    from report_load import ReportError, Run, Sweep, load_inspection
+    from report_load import ReportError, Run, Sweep
     kinds = [kind_of(p) for p in args.paths]
     if kinds == ["run"] and args.tokens is not None:  # a run folder stands for its newest checkpoint
         args.paths = [newest_checkpoint(args.paths[0])]
@@ -225,9 +260,8 @@ def build(args):
             raise ReportError(f"{args.paths[0]}: a file; for a checkpoint give --tokens \"3 7 5 1\" (the prompt whose "
                               "attention to show); for a run give its folder")
         from report_attention import attention_page
-        with tempfile.TemporaryDirectory(prefix="attnlab_report_") as scratch:
-            inspection = load_inspection(inspect(args.attnlab, args.paths[0], args.tokens, args.target, scratch))
-        return attention_page(inspection, args.tokens)
+        prompts = prompts_of(args.tokens)
+        return attention_page(inspections(args.attnlab, args.paths[0], prompts, args.target), prompts)
     if args.tokens is not None or args.target is not None:
         raise ReportError("--tokens and --target go with one checkpoint (a file, or a run folder for its newest)")
     if "sweep" in kinds:

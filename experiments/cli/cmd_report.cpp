@@ -32,7 +32,13 @@ PATH is one of:
                     every head's final normalised entropy
   a checkpoint      with --tokens (a run folder with --tokens: its newest
                     checkpoint): every kind, layer and head of that prompt's
-                    attention (a menu picks the head; click a query to see its row)
+                    attention: a grid of every head of the layer picked (hover a
+                    head to see it big, click to keep it; a menu picks any head),
+                    the prompt's tokens (hover one: its row and column outlined,
+                    every key shaded by its weight), click a query to see its row.
+                    Several prompts go in one --tokens separated by " | " (a bar
+                    with a space each side), "3 7 5 1 | 4 4 2"; a menu picks the
+                    prompt (a text prompt cannot hold " | ")
   a circuit file    `attnlab circuit`'s .circuit.h5, alone and without --tokens: its
                     edges drawn by layer from embed to logits (the circuit kept by
                     --prune, and the largest |scores|; each score on hover), the
@@ -58,7 +64,8 @@ int cmd_report(const std::vector<std::string>& args) {
                              "An interactive HTML report of a run, several runs, a sweep, a checkpoint's attention, or a circuit.");
     options.positional_help("PATH...");
     options.add_options()("out", "the HTML file to write", cxxopts::value<std::string>())
-                         ("tokens", "with a checkpoint: the prompt's token ids, \"3 7 5 1\"", cxxopts::value<std::string>())
+                         ("tokens", "with a checkpoint: the prompt's token ids, \"3 7 5 1\" (several: \"3 7 5 1 | 4 4 2\")",
+                          cxxopts::value<std::string>())
                          ("target", "with an encoder-decoder checkpoint: decoder input ids (default \"2\")",
                           cxxopts::value<std::string>())
                          ("h,help", "this help")

@@ -133,11 +133,58 @@ class Reports(rc.cc.TempDirTest):
                 label = json.dumps(f"self · layer {layer} · head {head}")[1:-1]  # as in the figure's JSON
                 self.assertTrue(label in page, label)
 
+    def viewer_prompts(self, page):
+        """The attention viewer's script data: per prompt its text, maps (labels) and figure."""
+        start = page.index("var prompts = ") + len("var prompts = ")
+        prompts, _ = json.JSONDecoder().raw_decode(page[start:])
+        return prompts
+
     def viewer_labels(self, page):
-        """The query and key labels of every map in the attention viewer's script."""
-        start = page.index("var maps = ") + len("var maps = ")
-        maps, _ = json.JSONDecoder().raw_decode(page[start:])
-        return maps
+        """The query and key labels of every map of the first prompt in the attention viewer's script."""
+        return self.viewer_prompts(page)[0]["maps"]
+
+    def test_attention_of_several_prompts(self):
+        """--tokens "A | B": a prompt selector with both; each prompt's maps are `attnlab inspect`'s weights
+        (the future as no value); a thumbnail per head of every layer, under a layer selector; the token row."""
+        checkpoint = Fixtures.checkpoint("dec", rc.DECODER)
+        second = "4 4 2 8"
+        page, charts = self.make([checkpoint, "--tokens", f"{rc.PROMPT} | {second}"])
+        self.assertEqual(charts, ["attention", "query-pattern"])
+        select = re.search(r'<select id="prompt-select">(.*?)</select>', page).group(1)
+        self.assertEqual(re.findall(r'<option value="(\d+)">([^<]*)</option>', select),
+                         [("0", f"1: {rc.PROMPT}"), ("1", f"2: {second}")])
+        layers = re.search(r'<select id="layer-select">(.*?)</select>', page).group(1)
+        self.assertEqual(re.findall(r"<option[^>]*>([^<]*)</option>", layers), ["self · layer 0", "self · layer 1"])
+        groups = re.findall(r'<div class="head-group" data-group="(\d+)"[^>]*>(.*?)</div></div>(?=<div class="head-group"|</div>)',
+                            page)
+        self.assertEqual([g for g, _ in groups], ["0", "1"])
+        for g, inner in groups:  # 2 heads a layer: one thumbnail (a canvas) each, for maps 2g and 2g+1
+            self.assertEqual(re.findall(r'class="head-thumb" data-map="(\d+)"', inner), [str(2 * int(g)), str(2 * int(g) + 1)])
+            self.assertEqual(inner.count("<canvas>"), 2)
+        self.assertIn('<div id="token-row" class="tokens">', page)
+        prompts = self.viewer_prompts(page)
+        self.assertEqual([p["text"] for p in prompts], [rc.PROMPT, second])
+        for prompt in prompts:
+            expected = rc.inspect_weights(checkpoint, prompt["text"], self.tmp)
+            T = len(prompt["text"].split())
+            self.assertEqual(len(prompt["figure"]["data"]), 4)
+            for n, (m, trace) in enumerate(zip(prompt["maps"], prompt["figure"]["data"])):
+                layer, head = divmod(n, 2)
+                self.assertEqual(m["title"], f"self · layer {layer} · head {head}")
+                self.assertEqual((m["group"], m["same"], len(m["queries"])), (layer, True, T))
+                z = np.array([[np.nan if v is None else v for v in row] for row in trace["z"]])
+                future = np.triu(np.ones((T, T), dtype=bool), 1)
+                self.assertTrue(np.isnan(z[future]).all())
+                np.testing.assert_allclose(np.where(future, 0, z), expected[("self", layer)][head], rtol=1e-12, atol=0)
+        self.assertIn("Predictions, prompt 2: “4 4 2 8”", page)
+
+    def test_attention_of_one_prompt_is_as_before(self):
+        """A single --tokens: one prompt, a disabled selector, and the figure drawn is that prompt's."""
+        checkpoint = Fixtures.checkpoint("dec", rc.DECODER)
+        page, _ = self.make([checkpoint, "--tokens", rc.PROMPT])
+        self.assertIn(f"tokens “{rc.PROMPT}”: 4 maps (self)", page)
+        self.assertEqual([p["text"] for p in self.viewer_prompts(page)], [rc.PROMPT])
+        self.assertRegex(page, r'<select id="prompt-select" disabled><option value="0">1: 3 7 5 1 4 9</option></select>')
 
     def test_attention_labels_of_a_generated_task(self):
         page, _ = self.make([Fixtures.checkpoint("dec", rc.DECODER), "--tokens", "1 2 0 7"])
@@ -336,6 +383,16 @@ class BadInput(rc.cc.TempDirTest):
                      r"step_0000040.h5: --tokens: 'x' is not a token id")
         self.refused([Fixtures.checkpoint("dec", rc.DECODER), "--tokens", "3 999", "--out", self.path("r.html")],
                      r"outside the vocabulary")
+
+    def test_bad_prompt_among_several(self):
+        checkpoint = Fixtures.checkpoint("dec", rc.DECODER)
+        for tokens, n in (("3 7 | ", 2), (" | 3 7", 1), ("3 7 |  | 4", 2)):
+            self.refused([checkpoint, "--tokens", tokens, "--out", self.path("r.html")],
+                         rf"^attnlab report: --tokens: prompt {n} of \d is empty \(prompts are separated by \" \| \"\)$")
+        self.refused([checkpoint, "--tokens", "3 7 | 3 999 | 4", "--out", self.path("r.html")],
+                     r"step_0000040.h5: --tokens: token 999 is outside the vocabulary .* \(prompt 2 of 3\)$")
+        self.refused([checkpoint, "--tokens", "3 7 | 3 x", "--out", self.path("r.html")],
+                     r"step_0000040.h5: --tokens: 'x' is not a token id \(prompt 2 of 2\)$")
 
     def test_tokens_with_a_sweep_or_runs(self):
         self.refused([Fixtures.sweep(), "--tokens", "3", "--out", self.path("r.html")],

@@ -5,7 +5,9 @@ uncaught exception and no network request of any kind; every chart the page
 lists is drawn (its SVG exists) and holds data; hovering a heatmap cell shows that
 cell's value (compared with metrics.h5 or `attnlab inspect` directly); the
 summary tables sort on a click; in the attention viewer the head menu switches
-the map and a click on a query draws that query's row of weights.
+the map and a click on a query draws that query's row of weights, the grid draws a
+thumbnail per head, hovering a token shades the token row by its weights, and the
+prompt selector switches the map to the other prompt's.
 
     /usr/bin/python3 tests/report/test_report_browser.py ATTNLAB_BINARY REPO_ROOT
 
@@ -209,6 +211,68 @@ class InBrowser(rc.cc.TempDirTest):
         np.testing.assert_allclose(state[1], expected[("self", 1)][0, 2], atol=1e-6)
         self.assertIn("layer 1 · head 0: query 2 (5)", state[2])
         self.assertEqual(state[3], 1.5)
+
+    def centre(self, selector):
+        """Viewport pixel of the centre of the element `selector` (scrolled into view)."""
+        return BROWSER.evaluate(f"""(function () {{ var e = document.querySelector({json.dumps(selector)});
+            e.scrollIntoView({{block: 'center'}}); var r = e.getBoundingClientRect();
+            return [r.left + r.width / 2, r.top + r.height / 2]; }})()""")
+
+    def hover_token(self, i):
+        """Hovers token span i; its keys' spans' data-weight (the weights shown in the token row)."""
+        BROWSER.hover(*self.centre(f"#token-row .token[data-index='{i}']"))
+        BROWSER.wait_for(f"window.attnlabAttention.state.token === {i}")
+        return BROWSER.evaluate("Array.from(document.querySelectorAll('#token-row .token'))"
+                                ".map(s => [parseFloat(s.dataset.weight), s.style.backgroundColor])")
+
+    def test_attention_grid_tokens_and_prompts(self):
+        """Two prompts: the grid draws a thumbnail per head of the layer picked; a click on one makes it the
+        big map; hovering a token shades the token row by that head's weights from it (as `inspect` has them)
+        and outlines its row and column; another prompt redraws the map with its own weights."""
+        checkpoint = Fixtures.checkpoint("dec", rc.DECODER)
+        second = "4 4 2 8"
+        expected = [rc.inspect_weights(checkpoint, t, self.tmp) for t in (rc.PROMPT, second)]
+        self.open([checkpoint, "--tokens", f"{rc.PROMPT} | {second}"], "attention_prompts")
+        thumbs = """Array.from(document.querySelectorAll('#head-grid .head-thumb')).filter(b => b.checkVisibility())
+          .map(function (b) { var c = b.querySelector('canvas'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            var colours = new Set(); for (var k = 0; k < d.length; k += 4) colours.add(d[k] + ',' + d[k + 1] + ',' + d[k + 2] + ',' + d[k + 3]);
+            return [+b.dataset.map, c.width, colours.size, d[3]]; })"""
+        drawn = BROWSER.evaluate(thumbs)
+        self.assertEqual([t[0] for t in drawn], [0, 1])  # layer 0: heads 0 and 1
+        for _, width, colours, alpha in drawn:
+            self.assertGreater(width, 0)
+            self.assertGreater(colours, 3)  # a map, not a blank canvas
+            self.assertEqual(alpha, 255)
+        BROWSER.evaluate("var s = document.getElementById('layer-select'); s.value = '1'; s.dispatchEvent(new Event('change'))")
+        BROWSER.wait_for("window.attnlabAttention.state.map === 2")
+        self.assertEqual([t[0] for t in BROWSER.evaluate(thumbs)], [2, 3])
+        BROWSER.click(*self.centre("#head-grid .head-thumb[data-map='3']"))  # layer 1, head 1
+        BROWSER.wait_for("window.attnlabAttention.state.locked === 3 && document.getElementById('attention').data[3].visible")
+        self.assertEqual(BROWSER.evaluate("document.getElementById('attention').data.map(t => t.visible !== false)"),
+                         [False, False, False, True])
+        self.assertEqual(BROWSER.evaluate("document.querySelector('#head-grid .selected').dataset.map"), "3")
+        for prompt, text in enumerate((rc.PROMPT, second)):
+            if prompt:
+                BROWSER.evaluate("var s = document.getElementById('prompt-select'); s.value = '1';"
+                                 " s.dispatchEvent(new Event('change'))")
+                BROWSER.wait_for("window.attnlabAttention.state.prompt === 1 && "
+                                 "document.getElementById('attention').data[3].z.length === 4")
+                self.assertEqual(BROWSER.evaluate("[window.attnlabAttention.state.map, "
+                                                  "document.getElementById('attention').data[3].visible]"), [3, True])
+                z = np.array(BROWSER.evaluate("document.getElementById('attention').data[3].z"), dtype=float)
+                np.testing.assert_allclose(np.nan_to_num(z), expected[1][("self", 1)][1], atol=1e-12)
+            T = len(text.split())
+            self.assertEqual(BROWSER.evaluate("document.querySelectorAll('#token-row .token').length"), T)
+            query = 2
+            shown = self.hover_token(query)
+            np.testing.assert_allclose([w for w, _ in shown], expected[prompt][("self", 1)][1, query], atol=1e-12)
+            self.assertEqual([bool(colour) for _, colour in shown], [True] * T)
+            shapes = BROWSER.evaluate("document.getElementById('attention').layout.shapes.map(s => [s.x0, s.y0])")
+            self.assertEqual(shapes, [[-0.5, query - 0.5], [query - 0.5, -0.5]])  # its row, its column
+            BROWSER.hover(5, 5)  # off the token: the shading goes
+            BROWSER.wait_for("window.attnlabAttention.state.token === null")
+            self.assertFalse(BROWSER.evaluate("Array.from(document.querySelectorAll('#token-row .token'))"
+                                              ".some(s => s.dataset.weight !== undefined)"))
 
     def test_circuit(self):
         """The circuit's graph is drawn (every edge a curve of nonzero length inside the SVG, every node
