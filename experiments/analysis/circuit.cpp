@@ -121,9 +121,7 @@ private:
         if (added.defined()) resid = resid + added;
         copies_ += copies;
         if (!only_that_block) return run_prompts_from(model_, repeated(base_, copies), layer, resid, hooks);
-        NoGradGuard no_grad;
-        model_.module().eval();
-        model_.forward_blocks(prompt_batch(repeated(base_, copies)), layer, layer + 1, resid, hooks);
+        run_prompts_blocks(model_, repeated(base_, copies), layer, layer + 1, resid, hooks);
         return Tensor();
     }
 
@@ -197,19 +195,26 @@ private:
         for (const auto& [e, act] : patched) edges.push_back(e);
         for (size_t first = 0; first < edges.size(); first += copies_per_run_) {
             const size_t copies = std::min(copies_per_run_, edges.size() - first);
-            std::map<std::string, std::vector<CopyPatch>> patches;
-            for (size_t c = 0; c < copies; ++c) {
-                const size_t e = edges[first + c];
-                const Node& r = g_.receivers[g_.edges[e].receiver];
-                patches[r.activation(g_.layers)].push_back({c, r.per_head() ? static_cast<int>(r.head) : -1, patched.at(e)});
-            }
-            Hooks hooks;
-            for (auto& [point, list] : patches)
-                hooks.replace(point, [&, list](const std::string&, const Tensor& value) { return patch_copies(value, N_, list); });
+            Hooks hooks = patching_copies(edges, first, copies, patched);
             const Tensor logits = run_copies_from(l, copies, Tensor(), &hooks);
             for (size_t c = 0; c < copies; ++c)
                 scores_[edges[first + c]] = effect(slice(logits, 0, c * N_, (c + 1) * N_));
         }
+    }
+
+    // Hooks that give copy c (of edges[first + c]) its edge's patched receiver
+    // activation, `patched` (edge -> its activation), in place of the base one.
+    Hooks patching_copies(const std::vector<size_t>& edges, size_t first, size_t copies, const std::map<size_t, Tensor>& patched) const {
+        std::map<std::string, std::vector<CopyPatch>> patches;
+        for (size_t c = 0; c < copies; ++c) {
+            const size_t e = edges[first + c];
+            const Node& r = g_.receivers[g_.edges[e].receiver];
+            patches[r.activation(g_.layers)].push_back({c, r.per_head() ? static_cast<int>(r.head) : -1, patched.at(e)});
+        }
+        Hooks hooks;
+        for (auto& [point, list] : patches)
+            hooks.replace(point, [N = N_, list](const std::string&, const Tensor& value) { return patch_copies(value, N, list); });
+        return hooks;
     }
 
     // Edges into the logits: the final residual stream with the sender's change.
@@ -247,22 +252,19 @@ private:
             hooks.replace(block(drop) + "attn.out", [](const std::string&, const Tensor& value) { return value.detach(); });
             if (g_.ffn) hooks.replace(block(drop) + "ffn.out", [](const std::string&, const Tensor& value) { return value.detach(); });
         }
-        if (patterns)
-            hooks.replace("blocks.*.attn.pattern", [&zeros](const std::string& name, const Tensor& value) {
-                Tensor zero = Tensor::zeros(value.shape(), value.dtype(), true);
-                zeros[name] = zero;
-                return value + zero;
-            });
+        // each point continues as value + zero, the zero a leaf whose gradient is the point's
+        const Hooks::Replace plus_zero = [&zeros](const std::string& name, const Tensor& value) {
+            Tensor zero = Tensor::zeros(value.shape(), value.dtype(), true);
+            zeros[name] = zero;
+            return value + zero;
+        };
+        if (patterns) hooks.replace("blocks.*.attn.pattern", plus_zero);
         for (const Node& r : g_.receivers) {
             const std::string point = r.activation(g_.layers);
             if (zeros.count(point)) continue;
             zeros[point] = Tensor();
             if (drop < g_.layers && r.kind == Node::Kind::mlp && r.layer == drop) continue;  // its output is detached: no gradient
-            hooks.replace(point, [&zeros](const std::string& name, const Tensor& value) {
-                Tensor zero = Tensor::zeros(value.shape(), value.dtype(), true);
-                zeros[name] = zero;
-                return value + zero;
-            });
+            hooks.replace(point, plus_zero);
         }
         const Tensor logits = run_prompts(model_, base_, &hooks, true);
         copies_ += 1;
@@ -296,22 +298,9 @@ private:
         const size_t group = g_.heads / g_.kv_heads;
         for (size_t first = 0; first < edges.size(); first += copies_per_run_) {
             const size_t copies = std::min(copies_per_run_, edges.size() - first);
-            std::map<std::string, std::vector<CopyPatch>> patches;
-            for (size_t c = 0; c < copies; ++c) {
-                const Node& r = g_.receivers[g_.edges[edges[first + c]].receiver];
-                patches[r.activation(g_.layers)].push_back({c, static_cast<int>(r.head), patched.at(edges[first + c])});
-            }
-            Hooks hooks;
-            for (auto& [point, list] : patches)
-                hooks.replace(point, [&, list](const std::string&, const Tensor& value) { return patch_copies(value, N_, list); });
+            Hooks hooks = patching_copies(edges, first, copies, patched);
             hooks.record(block(l) + "attn.pattern");
-            {
-                NoGradGuard no_grad;
-                model_.module().eval();
-                model_.forward_blocks(prompt_batch(repeated(base_, copies)), l, l + 1,
-                                      tiled(base_records_.last(block(l) + "resid_pre"), copies), &hooks);
-            }
-            copies_ += copies;
+            run_copies_from(l, copies, Tensor(), &hooks, true);
             const Tensor& pattern = hooks.last(block(l) + "attn.pattern");
             for (size_t c = 0; c < copies; ++c) {
                 const size_t e = edges[first + c];

@@ -69,11 +69,6 @@ private:
         return change;
     }
 
-    Tensor run_blocks(const std::vector<std::vector<int32_t>>& rows, size_t layer, const Tensor& resid, size_t copies, Hooks& hooks) {
-        NoGradGuard no_grad;
-        model_.module().eval();
-        return model_.forward_blocks(prompt_batch(repeated(rows, copies)), layer, layer + 1, resid, &hooks);
-    }
 
     Pass pass(const std::vector<std::vector<int32_t>>& rows, const std::vector<bool>& kept, States* states = nullptr) {
         Pass p;
@@ -139,7 +134,7 @@ private:
         if (inputs.size() > 1) {
             Hooks hooks;
             for (const char* point : {"attn.q", "attn.k", "attn.v"}) hooks.record(block(l) + point);
-            run_blocks(rows, l, concat(inputs, 0), inputs.size(), hooks);
+            run_prompts_blocks(model_, repeated(rows, inputs.size()), l, l + 1, concat(inputs, 0), &hooks);
             for (const auto& [kind, point] : {std::pair{Node::Kind::q, "attn.q"}, {Node::Kind::k, "attn.k"}, {Node::Kind::v, "attn.v"}}) {
                 const Tensor& all = hooks.last(block(l) + point);
                 std::vector<Tensor> heads;
@@ -156,7 +151,7 @@ private:
         const std::string result = block(l) + "attn.result", mid = block(l) + "resid_mid", ffn = block(l) + "ffn.out";
         block_hooks.record(result).record(mid);
         if (g_.ffn) block_hooks.record(ffn);
-        const Tensor leaving = run_blocks(rows, l, resid, 1, block_hooks);
+        const Tensor leaving = run_prompts_blocks(model_, rows, l, l + 1, resid, &block_hooks);
         for (size_t s = 0; s < g_.senders.size(); ++s)
             if (g_.senders[s].kind == Node::Kind::head && g_.senders[s].layer == l) {
                 const size_t h = g_.senders[s].head;
@@ -186,7 +181,7 @@ private:
         });
         mlp_hooks.replace(ffn, [&](const std::string&, const Tensor& value) { return tiled(slice(value, 0, 0, N_), 2); });
         mlp_hooks.record(ffn);
-        const Tensor both = run_blocks(rows, l, tiled(resid, 2), 2, mlp_hooks);
+        const Tensor both = run_prompts_blocks(model_, repeated(rows, 2), l, l + 1, tiled(resid, 2), &mlp_hooks);
         outputs[mlp] = slice(mlp_hooks.last(ffn), 0, 0, N_);
         return slice(both, 0, N_, 2 * N_);
     }

@@ -83,6 +83,13 @@ Tensor run_prompts_from(const TaskModel& model, const std::vector<std::vector<in
     return model.forward_from(prompt_batch(rows), first, resid, hooks);
 }
 
+Tensor run_prompts_blocks(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, size_t first, size_t last,
+                          const Tensor& resid, Hooks* hooks) {
+    NoGradGuard no_grad;
+    model.module().eval();
+    return model.forward_blocks(prompt_batch(rows), first, last, resid, hooks);
+}
+
 void write_prompt_pairs(const h5::File& f, const PromptPairs& p) {
     write_table(f, "clean", p.clean);
     write_table(f, "corrupt", p.corrupt);

@@ -121,6 +121,9 @@ Tensor run_prompts(const TaskModel& model, const std::vector<std::vector<int32_t
 // The same from block `first` on, `resid` (N, T, D) entering it (no graph).
 Tensor run_prompts_from(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, size_t first, const Tensor& resid,
                         Hooks* hooks);
+// Blocks [first, last) alone on `resid` entering block first: the stream leaving them (no graph).
+Tensor run_prompts_blocks(const TaskModel& model, const std::vector<std::vector<int32_t>>& rows, size_t first, size_t last,
+                          const Tensor& resid, Hooks* hooks);
 
 // The metric of logits (B, T, V) against the pairs' answers, and its normalisation.
 double patch_metric(const Tensor& logits, const PromptPairs& pairs, PatchMetric metric);

@@ -5,6 +5,7 @@
 
 #include "autograd/ops.h"
 #include "data/h5file.h"
+#include "experiments/analysis/patching.h"
 #include "experiments/files/provenance.h"
 #include "experiments/files/run_files.h"
 #include "experiments/run/head_scores.h"
@@ -47,14 +48,7 @@ ScoreParts score_parts(const TaskModel& model, const std::vector<int32_t>& token
         pass.record(block(l) + "attn.result");
         if (lm.config.block.ffn > 0) pass.record(block(l) + "ffn.out");
     }
-    {
-        NoGradGuard no_grad;
-        model.module().eval();
-        Batch batch;
-        batch.inputs = Indices({1, T}, tokens);
-        batch.lengths = {T};
-        model.forward(batch, pass);
-    }
+    run_prompts(model, {tokens}, &pass);
     ScoreParts r;
     r.layer = layer, r.head = head, r.query = query, r.key = key;
     r.score = pass.last(block(layer) + "attn.scores").at({0, head, query, key});
