@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "data/bpe_tokenizer.h"
+#include "tests/error_of.h"
 #include "tests/reference/h5_reader.h"
 #include "tests/temp_dir.h"
 
@@ -28,25 +29,11 @@ namespace attnlab {
 namespace {
 
 using Ids = std::vector<int32_t>;
+using test::error_of;
 
 const test::TempDir& temp_dir() {
     static const test::TempDir dir("attnlab_bpe_");
     return dir;
-}
-
-std::string write_file(const std::string& name, const std::string& bytes) {
-    const std::string path = temp_dir().file(name);
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 // Byte symbols (encoder.py's bytes_to_unicode): printable bytes are themselves,
@@ -76,7 +63,7 @@ std::string merges_txt() {
 }
 
 BpeTokenizer hand_tokenizer(const std::vector<std::string>& special_tokens = {}) {
-    return BpeTokenizer::from_vocab_merges(write_file("vocab.json", kVocab), write_file("merges.txt", merges_txt()), special_tokens);
+    return BpeTokenizer::from_vocab_merges(temp_dir().write("vocab.json", kVocab), temp_dir().write("merges.txt", merges_txt()), special_tokens);
 }
 
 // The same vocabulary in Hugging Face's layout, merges as ["a", "b"], with
@@ -166,7 +153,7 @@ TEST(Bpe, SpecialTokensOfVocabMergesAreMatchedLiterally) {
 }
 
 TEST(Bpe, TokenizerJsonAddedTokens) {
-    const BpeTokenizer bpe = BpeTokenizer::from_tokenizer_json(write_file("tokenizer.json", tokenizer_json()));
+    const BpeTokenizer bpe = BpeTokenizer::from_tokenizer_json(temp_dir().write("tokenizer.json", tokenizer_json()));
     EXPECT_EQ(bpe.vocab_size(), 47);
     EXPECT_EQ(bpe.added_tokens().size(), 4u);
     EXPECT_EQ(bpe.normalizer(), "");
@@ -181,7 +168,7 @@ TEST(Bpe, TokenizerJsonAddedTokens) {
 
 TEST(Bpe, TokenizerJsonAddPrefixSpaceAndNfc) {
     const std::string prefix = R"({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true})";
-    const BpeTokenizer bpe = BpeTokenizer::from_tokenizer_json(write_file("prefix.json", tokenizer_json(prefix, R"({"type": "NFC"})")));
+    const BpeTokenizer bpe = BpeTokenizer::from_tokenizer_json(temp_dir().write("prefix.json", tokenizer_json(prefix, R"({"type": "NFC"})")));
     EXPECT_EQ(bpe.normalizer(), "NFC");
     // each text segment between added tokens gets a space unless it has one
     EXPECT_EQ(encode(bpe, "hello<|endoftext|>hello"), (Ids{34, 29, 34}));
@@ -208,7 +195,7 @@ TEST(Bpe, BadTextAndIds) {
 }
 
 TEST(Bpe, BadVocabAndMergesFiles) {
-    const std::string merges = write_file("ok_merges.txt", merges_txt()), vocab = write_file("ok_vocab.json", kVocab);
+    const std::string merges = temp_dir().write("ok_merges.txt", merges_txt()), vocab = temp_dir().write("ok_vocab.json", kVocab);
     const auto load = [&](const std::string& vocab_path, const std::string& merges_path) {
         return error_of([&] { BpeTokenizer::from_vocab_merges(vocab_path, merges_path); });
     };
@@ -216,10 +203,10 @@ TEST(Bpe, BadVocabAndMergesFiles) {
     EXPECT_EQ(load(missing, merges), "[bpe] " + missing + ": no such file");
     EXPECT_EQ(load(vocab, missing), "[bpe] " + missing + ": no such file");
     EXPECT_EQ(load(temp_dir().path().string(), merges), "[bpe] " + temp_dir().path().string() + ": not a regular file");
-    const std::string bad_json = write_file("bad.json", "{\"a\": 0,}");
+    const std::string bad_json = temp_dir().write("bad.json", "{\"a\": 0,}");
     EXPECT_EQ(load(bad_json, merges).rfind("[bpe] " + bad_json + ": not valid JSON: parse error at line 1, column 9: ", 0), 0u)
         << load(bad_json, merges);
-    const auto vocab_error = [&](const std::string& json) { return load(write_file("v.json", json), merges); };
+    const auto vocab_error = [&](const std::string& json) { return load(temp_dir().write("v.json", json), merges); };
     const std::string v = temp_dir().file("v.json");
     EXPECT_EQ(vocab_error("[1, 2]"), "[bpe] " + v + ": the vocabulary is not a JSON object of token -> id");
     EXPECT_EQ(vocab_error(R"({"a": 0, "b": 5})"), "[bpe] " + v + ": id 5 of \"b\" is beyond the 2 tokens (ids must be 0..N-1, each given once)");
@@ -227,7 +214,7 @@ TEST(Bpe, BadVocabAndMergesFiles) {
     EXPECT_EQ(vocab_error(R"({"a": -1})"), "[bpe] " + v + ": token \"a\" has id -1, not an integer in [0, 2^31)");
     EXPECT_EQ(vocab_error(R"({"a": "0"})"), "[bpe] " + v + ": token \"a\" has id \"0\", not an integer in [0, 2^31)");
 
-    const auto merges_error = [&](const std::string& text) { return load(vocab, write_file("m.txt", text)); };
+    const auto merges_error = [&](const std::string& text) { return load(vocab, temp_dir().write("m.txt", text)); };
     const std::string m = temp_dir().file("m.txt");
     EXPECT_EQ(merges_error("#version: 0.2\nl l\nh e l\n"), "[bpe] " + m + ":3: expected two symbols separated by one space, got \"h e l\"");
     EXPECT_EQ(merges_error("l l\nhello\n"), "[bpe] " + m + ":2: expected two symbols separated by one space, got \"hello\"");
@@ -246,7 +233,7 @@ TEST(Bpe, BadTokenizerJson) {
         std::string text = good;
         const size_t at = text.find(from);
         if (at == std::string::npos) return "test bug: no " + from;
-        write_file("t.json", text.replace(at, from.size(), to));
+        temp_dir().write("t.json", text.replace(at, from.size(), to));
         return error_of([&] { BpeTokenizer::from_tokenizer_json(path); });
     };
     EXPECT_EQ(error_with("{\"version\"", "{{").rfind("[bpe] " + path + ": not valid JSON: parse error at line 1, column 2: ", 0), 0u);
@@ -363,8 +350,8 @@ void check_variant(const FixtureFile& fixtures, const std::string& variant, cons
 TEST(BpeReference, VocabJsonAndMergesTxt) {
     const auto fixtures = open_fixtures();
     if (!fixtures) return;
-    const BpeTokenizer bpe = BpeTokenizer::from_vocab_merges(write_file("ref_vocab.json", fixture_file(*fixtures, "vocab.json")),
-                                                             write_file("ref_merges.txt", fixture_file(*fixtures, "merges.txt")));
+    const BpeTokenizer bpe = BpeTokenizer::from_vocab_merges(temp_dir().write("ref_vocab.json", fixture_file(*fixtures, "vocab.json")),
+                                                             temp_dir().write("ref_merges.txt", fixture_file(*fixtures, "merges.txt")));
     check_variant(*fixtures, "vocab_merges", bpe, static_cast<int>(fixtures->attr_int("/", "vocab_size")) - 1);
 }
 
@@ -373,7 +360,7 @@ TEST(BpeReference, TokenizerJson) {
     if (!fixtures) return;
     for (const std::string variant : {"tokenizer_json", "tokenizer_pairs", "tokenizer_prefix"}) {
         const std::string name = variant == "tokenizer_json" ? "tokenizer.json" : variant + ".json";
-        const BpeTokenizer bpe = BpeTokenizer::from_tokenizer_json(write_file("ref_" + name, fixture_file(*fixtures, name)));
+        const BpeTokenizer bpe = BpeTokenizer::from_tokenizer_json(temp_dir().write("ref_" + name, fixture_file(*fixtures, name)));
         check_variant(*fixtures, variant, bpe, static_cast<int>(fixtures->attr_int("/", "vocab_size")));
     }
 }

@@ -13,29 +13,17 @@
 #include <thread>
 
 #include "data/text_task.h"
+#include "tests/error_of.h"
 #include "tests/temp_dir.h"
 
 namespace attnlab {
 namespace {
 
+using test::error_of;
+
 const test::TempDir& temp_dir() {
     static const test::TempDir dir("attnlab_text_task_");
     return dir;
-}
-
-std::string write_text(const std::string& name, const std::string& bytes) {
-    const std::string path = temp_dir().file(name);
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 TEST(TextTask, DecodesUtf8AndRefusesWhatIsNot) {
@@ -48,7 +36,7 @@ TEST(TextTask, DecodesUtf8AndRefusesWhatIsNot) {
 }
 
 TEST(TextTask, TheAlphabetIsTheFilesCharactersSorted) {
-    const std::string path = write_text("attnlab_text_alphabet.txt", "b\u00e9a\nab ");
+    const std::string path = temp_dir().write("attnlab_text_alphabet.txt", "b\u00e9a\nab ");
     EXPECT_EQ(text_alphabet(path), "\n ab\u00e9");
     EXPECT_EQ(text_to_tokens("ab\u00e9\n", text_alphabet(path), "--prompt"), (std::vector<int32_t>{2, 3, 4, 0}));
     EXPECT_EQ(tokens_to_text({4, 2, 1}, text_alphabet(path)), "\u00e9a ");
@@ -59,7 +47,7 @@ TEST(TextTask, TheAlphabetIsTheFilesCharactersSorted) {
 TEST(TextTask, WindowsAreShiftedByOneAndTheEndIsHeldOut) {
     std::string text;
     for (int i = 0; i < 200; ++i) text += static_cast<char>('a' + i % 26);  // abc...z abc...
-    const std::string path = write_text("attnlab_text_windows.txt", text);
+    const std::string path = temp_dir().write("attnlab_text_windows.txt", text);
     const std::string alphabet = text_alphabet(path);
     TextTask train(path, alphabet, 8, 1, 0), held_out(path, alphabet, 8, 1, 1);
     EXPECT_EQ(train.max_sequence_length(), 8u);
@@ -83,11 +71,11 @@ TEST(TextTask, WindowsAreShiftedByOneAndTheEndIsHeldOut) {
 }
 
 TEST(TextTask, AFileTooShortForItsWindowsIsRefused) {
-    const std::string path = write_text("attnlab_text_short.txt", "abcdefghij");
+    const std::string path = temp_dir().write("attnlab_text_short.txt", "abcdefghij");
     EXPECT_EQ(error_of([&] { TextTask(path, text_alphabet(path), 8, 0, 0); }),
               "[text] task.path " + path + ": 10 characters; windows of task.max_len + 1 = 9 need at least 18 (one to train on, one held out)");
     EXPECT_EQ(error_of([&] { text_alphabet("/nonexistent/attnlab.txt"); }), "[text] task.path /nonexistent/attnlab.txt: no such file");
-    const std::string one = write_text("attnlab_text_one.txt", "aaaa");
+    const std::string one = temp_dir().write("attnlab_text_one.txt", "aaaa");
     EXPECT_EQ(error_of([&] { text_alphabet(one); }), "[text] task.path " + one + ": 1 distinct character(s); nothing to predict");
 }
 
@@ -127,7 +115,7 @@ TEST(TextTask, OnlyARegularFileWithinTheLimitIsRead) {
         EXPECT_EQ(error_of([&] { text_alphabet(path); }), want);
         EXPECT_EQ(error_of([&] { TextTask(path, alphabet, 4, 0, 0); }), want);
     }
-    const std::string big = write_text("attnlab_text_big.txt", "");
+    const std::string big = temp_dir().write("attnlab_text_big.txt", "");
     ASSERT_EQ(truncate(big.c_str(), static_cast<off_t>(kMaxTextBytes + 1)), 0);  // sparse: nothing on disk
     const std::string want = "[text] task.path " + big + ": 268435457 bytes, more than the 268435456 (256 MiB) a text task reads";
     EXPECT_EQ(error_of([&] { text_alphabet(big); }), want);
@@ -139,7 +127,7 @@ TEST(TextTask, OnlyARegularFileWithinTheLimitIsRead) {
 TEST(TextTask, UTF8IsDecodedAcrossChunks) {
     std::string text = "a";
     while (text.size() < (size_t{1} << 20) + 100) text += "\u00e9";  // bytes 1 + 2k: one cut at byte 2^20
-    const std::string path = write_text("attnlab_text_chunks.txt", text);
+    const std::string path = temp_dir().write("attnlab_text_chunks.txt", text);
     EXPECT_EQ(text_alphabet(path), "a\u00e9");
     const size_t characters = 1 + (text.size() - 1) / 2;
     TextTask task(path, text_alphabet(path), 4, 0, 1);
@@ -149,10 +137,10 @@ TEST(TextTask, UTF8IsDecodedAcrossChunks) {
     const std::string too_short = error_of([&] { TextTask(path, text_alphabet(path), characters, 0, 0); });
     EXPECT_EQ(too_short.rfind("[text] task.path " + path + ": " + std::to_string(characters) + " characters;", 0), 0u) << too_short;
     text[(size_t{1} << 20) + 10] = '\xff';  // a continuation byte replaced, past the first chunk
-    const std::string bad = write_text("attnlab_text_bad_late.txt", text);
+    const std::string bad = temp_dir().write("attnlab_text_bad_late.txt", text);
     EXPECT_EQ(error_of([&] { text_alphabet(bad); }),
               "[text] task.path " + bad + ": not UTF-8 at byte " + std::to_string((size_t{1} << 20) + 9));
-    const std::string cut = write_text("attnlab_text_cut.txt", "ab\xc3");  // the last character cut by the end of the file
+    const std::string cut = temp_dir().write("attnlab_text_cut.txt", "ab\xc3");  // the last character cut by the end of the file
     EXPECT_EQ(error_of([&] { text_alphabet(cut); }), "[text] task.path " + cut + ": not UTF-8 at byte 2");
 }
 
