@@ -27,6 +27,10 @@ Tensor pow(const Tensor& x, double exponent);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact form: x * Phi(x), as torch's default
+// GPT-2's "gelu_new", torch's gelu(approximate="tanh"):
+//   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// composed of the ops above (no kernel of its own), so it runs wherever they do
+Tensor gelu_tanh(const Tensor& x);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

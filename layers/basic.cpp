@@ -81,8 +81,15 @@ NormType parse_norm_type(const std::string& name) { return norm_type_choices().p
 std::string to_string(NormType type) { return norm_type_choices().name(type); }
 
 const Choices<Activation>& activation_choices() {
-    static const Choices<Activation> choices{"activation", "", {{Activation::gelu, "gelu"}, {Activation::relu, "relu"}}};
+    static const Choices<Activation> choices{
+        "activation", "", {{Activation::gelu, "gelu"}, {Activation::gelu_tanh, "gelu_tanh"}, {Activation::relu, "relu"}}};
     return choices;
+}
+
+Tensor activate(Activation activation, const Tensor& x) {
+    if (activation == Activation::gelu) return gelu(x);
+    if (activation == Activation::gelu_tanh) return gelu_tanh(x);
+    return relu(x);
 }
 
 RMSNorm::RMSNorm(size_t width, double eps_) : eps(eps_) {
@@ -105,10 +112,10 @@ Tensor ScaleNorm::frozen(const Tensor& component, const Tensor& stream) const {
     return component * inv_norm * weight.to(component.device());  // (..., D) * (1)
 }
 
-std::unique_ptr<NormLayer> make_norm(NormType type, size_t width, bool bias) {
-    if (type == NormType::rms) return std::make_unique<RMSNorm>(width);
-    if (type == NormType::scale) return std::make_unique<ScaleNorm>(width);
-    return std::make_unique<LayerNorm>(width, 1e-5, bias);
+std::unique_ptr<NormLayer> make_norm(NormType type, size_t width, bool bias, double eps) {
+    if (type == NormType::rms) return std::make_unique<RMSNorm>(width, eps);
+    if (type == NormType::scale) return std::make_unique<ScaleNorm>(width, eps);
+    return std::make_unique<LayerNorm>(width, eps, bias);
 }
 
 Tensor Dropout::forward(const Tensor& x) const {
@@ -127,7 +134,7 @@ FeedForward::FeedForward(size_t width, size_t hidden, Activation activation_, do
 
 Tensor FeedForward::forward(const Tensor& x) const {
     const Tensor pre = fc1.forward(x);  // (..., F)
-    const Tensor h = hook("hidden", activation == Activation::gelu ? gelu(pre) : relu(pre));
+    const Tensor h = hook("hidden", activate(activation, pre));
     return hook("out", drop.forward(fc2.forward(h)));  // (..., D)
 }
 

@@ -104,8 +104,8 @@ public:
     double eps;
 };
 
-// `bias`: LayerNorm's (the other norms have none).
-std::unique_ptr<NormLayer> make_norm(NormType type, size_t width, bool bias = true);
+// `bias`: LayerNorm's (the other norms have none); `eps` the norm's epsilon (model.norm_eps).
+std::unique_ptr<NormLayer> make_norm(NormType type, size_t width, bool bias = true, double eps = 1e-5);
 
 // Active only in training mode; draws from the Rng it was given (owned by the model).
 class Dropout : public Module {
@@ -116,8 +116,9 @@ public:
     Rng* rng;
 };
 
-enum class Activation { gelu, relu };
-const Choices<Activation>& activation_choices();  // "gelu" | "relu"
+enum class Activation { gelu, gelu_tanh, relu };
+const Choices<Activation>& activation_choices();  // "gelu" | "gelu_tanh" | "relu"
+Tensor activate(Activation activation, const Tensor& x);  // gelu (exact), gelu_tanh (GPT-2's gelu_new) or relu
 
 // D -> F -> D: fc2(act(fc1(x))), then dropout; fc1 and fc2 with biases or without.
 // Hook points: hidden (..., F) after the activation, out (..., D).

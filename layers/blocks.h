@@ -2,6 +2,8 @@
 //                     norm = post: x = LN(x + f(x))
 //                     norm = none: x = x + f(x)
 // ffn = 0 gives attention-only blocks (no feed-forward sublayer, no ln2).
+// parallel (decoder blocks, pre-norm, with a feed-forward sublayer; GPT-J,
+// GPT-NeoX): x = x + attn(LN1(x)) + ffn(LN2(x)), both sublayers reading the block's input.
 #pragma once
 
 #include <memory>
@@ -25,12 +27,15 @@ struct BlockConfig {
     double dropout = 0.0;       // on each sublayer's output (residual dropout)
     bool ffn_bias = true;       // fc1's and fc2's biases
     bool norm_bias = true;      // LayerNorm's bias (every norm of the model)
+    double norm_eps = 1e-5;     // every norm's epsilon
+    bool parallel = false;      // decoder blocks: attention and feed-forward side by side (see above)
 };
 
 // One sublayer with its residual path and optional norm.
 class Residual : public Module {
 public:
-    Residual(Norm norm, NormType norm_type, size_t width, double dropout, Rng* dropout_rng, bool norm_bias = true);
+    // `c`: the norm's placement, type, bias and epsilon, and the dropout
+    Residual(const BlockConfig& c, Rng* dropout_rng);
     Tensor before(const Tensor& x) const;               // the sublayer's input
     Tensor after(const Tensor& x, const Tensor& y) const;  // combine input and sublayer output
     Norm norm;
@@ -40,7 +45,7 @@ public:
 
 // Hook points of both block kinds (layers/hooks.h), each (B, T, D):
 //   resid_pre    the block's input (the residual stream before it)
-//   resid_mid    after the self-attention sublayer
+//   resid_mid    after the self-attention sublayer (not in a parallel block)
 //   resid_cross  after the cross-attention sublayer (decoder blocks with one)
 //   resid_post   the block's output
 // and those of their modules: attn.*, cross_attn.*, ln1.out, ln_cross.out, ln2.out, ffn.*.
@@ -72,6 +77,7 @@ public:
                    const AttentionMask& cross_mask, Caches* caches = nullptr) const;
     // The norm the self-attention reads the stream through (pre-norm: ln1), or null.
     const NormLayer* attention_norm() const { return res1.norm == Norm::pre ? res1.ln.get() : nullptr; }
+    bool parallel;  // attention and feed-forward both read the block's input (BlockConfig::parallel)
     MultiHeadAttention attn;
     Residual res1;
     std::unique_ptr<MultiHeadAttention> cross_attn;

@@ -29,6 +29,8 @@ ModelConfig checked(const ModelConfig& c_in) {
     ModelConfig c = c_in;
     // rotary positions act in self-attention (the blocks give cross-attention none)
     c.block.attention.rotary_base = c.positional == Positional::rotary ? c.rotary_base : 0.0;
+    c.block.attention.rotary_dims = c.rotary_dims;
+    if (c.tie_embeddings && c.head_bias) fail("model", "a head bias with tied embeddings (the bias would have no module)");
     c.block.attention.variant = c.variant;  // self-attention's; the blocks give cross-attention for_cross_attention()
     return c;
 }
@@ -147,7 +149,7 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
       tok_emb(c.vocab, c.block.attention.width, init),
       pos_emb(c.positional, c.max_len, c.block.attention.width, init),
       emb_drop(c.embedding_dropout, dropout_rng),
-      head(c.block.attention.width, c.vocab, false, init) {
+      head(c.block.attention.width, c.vocab, c.head_bias, init) {
     register_module("tok_emb", tok_emb);
     register_module("pos_emb", pos_emb);
     register_module("emb_drop", emb_drop);
@@ -162,7 +164,7 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
         register_module("blocks." + std::to_string(l), *blocks.back());
     }
     if (c.block.norm == Norm::pre) {  // post-norm blocks already end normalised
-        ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias);
+        ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias, c.block.norm_eps);
         register_module("ln_f", *ln_f);
     }
     if (c.tie_embeddings) {
@@ -234,7 +236,7 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
       src_pos_emb(c.positional, c.max_len, c.block.attention.width, init),
       tgt_pos_emb(c.positional, c.max_len, c.block.attention.width, init),
       emb_drop(c.embedding_dropout, dropout_rng),
-      head(c.block.attention.width, c.vocab, false, init) {
+      head(c.block.attention.width, c.vocab, c.head_bias, init) {
     if (c.tie_embeddings) fail("model", "tied embeddings are for decoder-only models");
     if (!c.ablated_heads.empty()) fail("model", "ablated heads are for decoder-only models");
     register_module("src_emb", src_emb);
@@ -251,8 +253,8 @@ EncoderDecoder::EncoderDecoder(const ModelConfig& c, Rng& init, Rng* dropout_rng
         register_module("decoder." + std::to_string(l), *decoder.back());
     }
     if (c.block.norm == Norm::pre) {
-        enc_ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias);
-        dec_ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias);
+        enc_ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias, c.block.norm_eps);
+        dec_ln_f = make_norm(c.block.norm_type, c.block.attention.width, c.block.norm_bias, c.block.norm_eps);
         register_module("enc_ln_f", *enc_ln_f);
         register_module("dec_ln_f", *dec_ln_f);
     }

@@ -26,11 +26,13 @@ struct ModelConfig {
     size_t max_len = 0;             // longest sequence the positional table covers
     Positional positional = Positional::learned;
     double rotary_base = 10000.0;   // positional = rotary: the frequencies' base
+    size_t rotary_dims = 0;         // positional = rotary: the features of a head that turn (the first ones); 0 = all
     BlockConfig block;              // width, heads, ffn, norm, ...
     double embedding_dropout = 0.0;
     // Decoder-only: the output head's matrix is the token embedding's (Press & Wolf
     // 2017, GPT-2, nanoGPT): one parameter, tok_emb.weight, and no head.weight.
     bool tie_embeddings = false;
+    bool head_bias = false;         // the output head has a bias, head.bias (V) (TransformerLens's b_U)
     Init init = Init::torch;
     // (layer, head) pairs whose self-attention output is zero (model.ablate_heads; decoder only)
     std::vector<std::pair<size_t, size_t>> ablated_heads;

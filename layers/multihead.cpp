@@ -54,6 +54,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
       head_width(resolved(config_in).head_width),
       scale(resolve_scale(config_in.scale, head_width)),
       rotary_base(config_in.rotary_base),
+      rotary_dims(config_in.rotary_dims == 0 ? head_width : config_in.rotary_dims),
       dropout(config_in.dropout),
       masked_rows(config_in.masked_rows),
       dropout_rng(dropout_rng_),
@@ -61,6 +62,9 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
       k_proj(resolved(config_in).kv_width, kv_heads * head_width, config_in.bias, init),
       v_proj(resolved(config_in).kv_width, kv_heads * head_width, config_in.bias, init),
       out_proj(heads * head_width, config_in.width, config_in.bias, init) {
+    if (rotary_base > 0.0 && (rotary_dims % 2 != 0 || rotary_dims > head_width))
+        fail("attention", "rotary on " + std::to_string(rotary_dims) + " features of a head of " + std::to_string(head_width) +
+                              " (an even number, at most the head width)");
     register_module("q_proj", q_proj);
     register_module("k_proj", k_proj);
     register_module("v_proj", v_proj);
@@ -87,8 +91,18 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
         declare_hook_points({{"rot_q", "batch query_pos head d_head"}, {"rot_k", "batch key_pos kv_head d_head"}});
 }
 
+Tensor rotary_features(const Tensor& t, size_t heads, size_t head_width, size_t dims, size_t offset, double base) {
+    if (dims == head_width) return rotary(t, heads, offset, base);
+    const Shape packed = t.shape();  // (B, T, n d_h)
+    const size_t B = packed[0], T = packed[1];
+    const Tensor per_head = reshape(t, {B, T, heads, head_width});
+    const Tensor turned = rotary(reshape(slice(per_head, 3, 0, dims), {B, T, heads * dims}), heads, offset, base);
+    const Tensor kept = slice(per_head, 3, dims, head_width);  // (B, T, n, d_h - dims)
+    return reshape(concat({reshape(turned, {B, T, heads, dims}), kept}, 3), packed);
+}
+
 Tensor MultiHeadAttention::positioned(const char* point, const Tensor& t, size_t n, size_t offset) const {
-    return rotary_base > 0.0 ? hook_heads(point, rotary(t, n, offset, rotary_base), n) : t;
+    return rotary_base > 0.0 ? hook_heads(point, rotary_features(t, n, head_width, rotary_dims, offset, rotary_base), n) : t;
 }
 
 Tensor MultiHeadAttention::hook_heads(const char* point, const Tensor& t, size_t n) const {

@@ -27,6 +27,7 @@ struct AttentionConfig {
     double dropout = 0.0;   // on the attention weights
     MaskedRows masked_rows = MaskedRows::error;
     double rotary_base = 0.0;  // > 0: rotary positions on q and k (self-attention; the op rotary)
+    size_t rotary_dims = 0;    // the first rotary_dims features of each head turn, the rest pass; 0 = all (even, <= d_h)
     // the variant the module's masks carry: its learned parts are the module's
     // parameters, `sink` (H) with sinks, `rel_bias` (buckets, H) with rel_buckets
     AttentionVariant variant;
@@ -34,6 +35,12 @@ struct AttentionConfig {
     // queries, keys and values then get no gradient through the output
     std::vector<size_t> ablated_heads;
 };
+
+// Rotary positions on the first `dims` features of each head (GPT-NeoX's partial
+// rotary): t (B, T, heads d_h) -> the same, those features of the heads turned by
+// the op rotary (pairs (c, c + dims/2), angle (offset + t) base^(-2c/dims)), the
+// other d_h - dims passed unchanged. dims = d_h is the op rotary itself.
+Tensor rotary_features(const Tensor& t, size_t heads, size_t head_width, size_t dims, size_t offset, double base);
 
 // Keys and values of earlier positions, (B, T_cached, H_kv d_h) each: the
 // projections as they come, heads side by side. With a sliding window of W
@@ -82,6 +89,7 @@ public:
     size_t heads, kv_heads, head_width;
     double scale;
     double rotary_base;  // 0: no rotary positions
+    size_t rotary_dims;  // the features of a head that turn (d_h: all)
     double dropout;
     MaskedRows masked_rows;
     Rng* dropout_rng;

@@ -13,13 +13,15 @@ decoder | encoder-decoder, norm pre | post | none, norm_type layernorm |
 rmsnorm (torch 1.13 has no nn.RMSNorm: RMSNorm below), positional learned |
 sinusoidal | none | rotary (RoPE on q and k of self-attention, split halves as
 Hugging Face's rotate_half: pair (c, c + d_h/2) turns by p base^(-2c/d_h),
-model.rotary_base) | alibi (self-attention scores + -m_h |p_q - p_k|, the
-slopes of Press et al. 2022: alibi_slopes), ffn 0 (attention-only) or > 0 with gelu (exact, erf) | relu,
+model.rotary_base; with model.rotary_dims = r only the first r features turn, angles
+p base^(-2c/r)) | alibi (self-attention scores + -m_h |p_q - p_k|, the
+slopes of Press et al. 2022: alibi_slopes), ffn 0 (attention-only) or > 0 with gelu (exact, erf) |
+gelu_tanh (GPT-2's gelu_new) | relu, parallel (decoder blocks x + attn(ln1(x)) + ffn(ln2(x)), GPT-NeoX),
 bias on | off (the attention projections'), ffn_bias and norm_bias (the feed-forward layers' and
-LayerNorm's), tie_embeddings (the head reads tok_emb.weight), kv_heads (grouped K/V: query head h reads K/V head
-h // (heads / kv_heads), i.e. repeat_interleave), head_width, scale sqrt | none
-| linear | a number. LayerNorm and RMSNorm eps is 1e-5. Sequences are right-padded; keys at
-positions >= length are ineligible, decoder self-attention is also causal.
+LayerNorm's), head_bias (the output head's), tie_embeddings (the head reads tok_emb.weight), kv_heads
+(grouped K/V: query head h reads K/V head h // (heads / kv_heads), i.e. repeat_interleave), head_width,
+scale sqrt | none | linear | a number. Every norm's eps is model.norm_eps (default 1e-5). Sequences
+are right-padded; keys at positions >= length are ineligible, decoder self-attention is also causal.
 
 --compare OUT.h5 reads the tokens (and lengths) of an `attnlab inspect` file,
 runs this module on them in eval mode and prints the largest absolute
@@ -159,9 +161,14 @@ class Arch:
             self.bias = bool(m.get("bias", True))  # the attention projections'
             self.ffn_bias = bool(m.get("ffn_bias", True))  # fc1's and fc2's
             self.norm_bias = bool(m.get("norm_bias", True))  # LayerNorm's
+            self.norm_eps = float(m.get("norm_eps", 1e-5))  # every norm's epsilon
+            self.parallel = bool(m.get("parallel", False))  # decoder: x + attn(ln1(x)) + ffn(ln2(x))
+            self.head_bias = bool(m.get("head_bias", False))  # the output head's bias
             self.tie_embeddings = bool(m.get("tie_embeddings", False))  # decoder: head = tok_emb.weight
             self.scale = resolve_scale(m.get("scale", "sqrt"), self.head_width)
             self.rotary_base = float(m.get("rotary_base", 10000.0)) if self.positional == "rotary" else 0.0
+            # the features of a head that turn, the first ones (0 in the config: all)
+            self.rotary_dims = int(m.get("rotary_dims", 0)) or self.head_width
             self.softcap = float(m.get("softcap", 0.0))
             self.window = int(m.get("window", 0))  # sliding window of self-attention (autograd/variant.h)
             self.prefix_lm = bool(m.get("prefix_lm", False))  # decoder self-attention: prefixes read both ways
@@ -178,7 +185,7 @@ class Arch:
             (self.norm in ("pre", "post", "none"), f"model.norm '{self.norm}'"),
             (self.norm_type in NORMS, f"model.norm_type '{self.norm_type}'"),
             (self.positional in ("learned", "sinusoidal", "none", "rotary", "alibi"), f"model.positional '{self.positional}'"),
-            (self.activation in ("gelu", "relu"), f"model.activation '{self.activation}'"),
+            (self.activation in ("gelu", "gelu_tanh", "relu"), f"model.activation '{self.activation}'"),
             (self.heads % self.kv_heads == 0, f"model.kv_heads {self.kv_heads} for {self.heads} heads"),
         ]
         for ok, what in checks:
@@ -220,8 +227,11 @@ def rotate_half(x):
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def apply_rotary(x, base):
-    """x (B, h, T, d_h) at positions 0 .. T-1: x cos + rotate_half(x) sin, angles in float64."""
+def apply_rotary(x, base, dims=None):
+    """x (B, h, T, d_h) at positions 0 .. T-1: its first `dims` features (all by default) turned,
+    x cos + rotate_half(x) sin over them, angles in float64; the rest pass unchanged."""
+    if dims is not None and dims < x.shape[3]:
+        return torch.cat([apply_rotary(x[..., :dims], base), x[..., dims:]], dim=-1)
     T, d = x.shape[2], x.shape[3]
     theta = torch.pow(torch.tensor(base, dtype=torch.float64), -2.0 * torch.arange(d // 2, dtype=torch.float64) / d)
     angle = torch.arange(T, dtype=torch.float64)[:, None] * theta[None, :]  # (T, d_h/2)
@@ -352,6 +362,7 @@ class Attention(nn.Module):
         self.causal = causal  # for the relative bias's buckets
         self.heads, self.kv_heads, self.head_width, self.scale = a.heads, a.kv_heads, a.head_width, a.scale
         self.rotary_base = rotary_base  # > 0: rotary positions on q and k
+        self.rotary_dims = a.rotary_dims  # the features of a head that turn
         self.arch = a  # for the score modifiers
         self.alibi = alibi  # ALiBi's bias on the scores
         self.q_proj = nn.Linear(a.width, a.heads * a.head_width, bias=a.bias)
@@ -380,7 +391,7 @@ class Attention(nn.Module):
         k = self.split(self.k_proj(x_kv), self.kv_heads)
         v = self.split(self.v_proj(x_kv), self.kv_heads)
         if self.rotary_base > 0:
-            q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
+            q, k = apply_rotary(q, self.rotary_base, self.rotary_dims), apply_rotary(k, self.rotary_base, self.rotary_dims)
         if self.kv_heads != self.heads:  # query head h reads K/V head h // (H / H_kv)
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
@@ -422,7 +433,11 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         h = self.fc1(x)
-        return self.fc2(F.gelu(h) if self.activation == "gelu" else F.relu(h))
+        if self.activation == "gelu":
+            return self.fc2(F.gelu(h))
+        if self.activation == "gelu_tanh":  # GPT-2's gelu_new
+            return self.fc2(0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0)))))
+        return self.fc2(F.relu(h))
 
 
 class RMSNorm(nn.Module):
@@ -464,15 +479,15 @@ class LayerNormNoBias(nn.Module):
 
 # model.norm_type -> the norm of that width, as attnlab's make_norm (layers/basic.cpp)
 NORMS = {
-    "layernorm": lambda width, bias=True: nn.LayerNorm(width, eps=1e-5) if bias else LayerNormNoBias(width, eps=1e-5),
-    "rmsnorm": lambda width, bias=True: RMSNorm(width, eps=1e-5),
-    "scalenorm": lambda width, bias=True: ScaleNorm(width, eps=1e-5),
+    "layernorm": lambda width, bias=True, eps=1e-5: nn.LayerNorm(width, eps=eps) if bias else LayerNormNoBias(width, eps=eps),
+    "rmsnorm": lambda width, bias=True, eps=1e-5: RMSNorm(width, eps=eps),
+    "scalenorm": lambda width, bias=True, eps=1e-5: ScaleNorm(width, eps=eps),
 }
 
 
 def make_norm(a):
-    """The norm model.norm_type names, as attnlab's make_norm (model.norm_bias: LayerNorm's bias)."""
-    return NORMS[a.norm_type](a.width, a.norm_bias)
+    """The norm model.norm_type names, as attnlab's make_norm (model.norm_bias: LayerNorm's bias, model.norm_eps)."""
+    return NORMS[a.norm_type](a.width, a.norm_bias, a.norm_eps)
 
 
 def sublayer(norm, ln, x, f):
@@ -490,6 +505,7 @@ class Block(nn.Module):
     def __init__(self, a, cross, causal=True):
         super().__init__()
         self.norm = a.norm
+        self.parallel = a.parallel and not cross  # decoder blocks: x + attn(ln1(x)) + ffn(ln2(x))
         with_ln = a.norm != "none"
         self.attn = Attention(a, a.rotary_base, a.positional == "alibi", a.sinks, a.rel_buckets, causal)
         self.ln1 = make_norm(a) if with_ln else None
@@ -509,6 +525,8 @@ class Block(nn.Module):
             weights["cross"].append(w)
             return out
 
+        if self.parallel:
+            return x + self_attention(self.ln1(x)) + self.ffn(self.ln2(x))
         x = sublayer(self.norm, self.ln1, x, self_attention)
         if self.cross_attn is not None:
             x = sublayer(self.norm, self.ln_cross, x, cross_attention)
@@ -528,7 +546,7 @@ class DecoderLM(nn.Module):
             self.blocks[layer].attn.ablated.append(head)
         self.ln_f = make_norm(a) if a.norm == "pre" else None
         # tied: no head of its own; the logits read tok_emb.weight (one parameter, as attnlab's)
-        self.head = None if a.tie_embeddings else nn.Linear(a.width, a.vocab, bias=False)
+        self.head = None if a.tie_embeddings else nn.Linear(a.width, a.vocab, bias=a.head_bias)
 
     def forward(self, tokens, lengths):
         """tokens (B, T), lengths (B) -> logits (B, T, V), {"self": [weights per layer]}, {"decoder": [hidden]}"""
@@ -557,7 +575,7 @@ class EncoderDecoder(nn.Module):
         self.decoder = nn.ModuleList(Block(a, cross=True) for _ in range(a.layers))
         self.enc_ln_f = make_norm(a) if a.norm == "pre" else None
         self.dec_ln_f = make_norm(a) if a.norm == "pre" else None
-        self.head = nn.Linear(a.width, a.vocab, bias=False)
+        self.head = nn.Linear(a.width, a.vocab, bias=a.head_bias)
 
     def forward(self, src, src_lengths, tgt, tgt_lengths):
         """src (B, S), tgt (B, T) = the decoder input, <BOS> first -> logits (B, T, V), weights, hidden"""

@@ -140,7 +140,7 @@ private:
             for (const std::string& p : points) hooks.record(p);
             Tensor logits;  // the receiver is the logits: the final stream with the change, through the head
             if (receiver.kind == Node::Kind::mlp) {
-                hooks.replace(receiver.input(g_.layers), [&](const std::string&, const Tensor& value) { return value + added; });
+                hooks.replace(receiver.input(g_.layers, g_.parallel), [&](const std::string&, const Tensor& value) { return value + added; });
                 run_copies_from(receiver.layer, copies, Tensor(), &hooks, true);
             } else if (receiver.kind == Node::Kind::logits) {
                 logits = run_copies_from(g_.layers, copies, added, &hooks);
@@ -159,7 +159,7 @@ private:
         std::map<std::string, std::vector<size_t>> by_input;  // (the receivers of one input share it: any one stands for them)
         for (size_t e = 0; e < g_.edges.size(); ++e) {
             const Node& r = g_.receivers[g_.edges[e].receiver];
-            if (r.kind != Node::Kind::logits && r.layer == l) by_input[r.input(g_.layers)].push_back(e);
+            if (r.kind != Node::Kind::logits && r.layer == l) by_input[r.input(g_.layers, g_.parallel)].push_back(e);
         }
         std::map<size_t, Tensor> patched;  // edge -> the receiver's activation with that edge patched
         for (const auto& [input, edges] : by_input) {
@@ -340,7 +340,7 @@ private:
         std::map<std::string, Tensor> leaves, activations;
         for (size_t l = 0; l < g_.layers; ++l)
             for (const char* point : {"resid_pre", "resid_mid"}) {
-                if (!g_.ffn && point == std::string("resid_mid")) continue;
+                if ((!g_.ffn || g_.parallel) && point == std::string("resid_mid")) continue;  // parallel: the ffn reads resid_pre
                 hooks.replace(block(l) + point, [&leaves](const std::string& name, const Tensor& value) {
                     Tensor leaf = Tensor::zeros(value.shape(), value.dtype(), true);
                     leaves[name] = leaf;
@@ -365,7 +365,7 @@ private:
             }
             const Tensor through = sum(of_receiver(activations.at(r.activation(g_.layers)), r) * grad_.at(r.name()));
             through.backward(Tensor(), true);
-            Tensor& leaf = leaves.at(r.input(g_.layers));
+            Tensor& leaf = leaves.at(r.input(g_.layers, g_.parallel));
             input_grad[r.name()] = leaf.grad().values();
             leaf.zero_grad();
         }

@@ -148,7 +148,9 @@ private:
         // 2. the block with those q, k, v, and each head's output in the stream (its result)
         Hooks block_hooks;
         for (const auto& [point, value] : qkv) block_hooks.replace(point, [value](const std::string&, const Tensor&) { return value; });
-        const std::string result = block(l) + "attn.result", mid = block(l) + "resid_mid", ffn = block(l) + "ffn.out";
+        // the feed-forward's residual input: the stream after attention, or a parallel block's input
+        const std::string result = block(l) + "attn.result", mid = block(l) + (g_.parallel ? "resid_pre" : "resid_mid"),
+                          ffn = block(l) + "ffn.out";
         block_hooks.record(result).record(mid);
         if (g_.ffn) block_hooks.record(ffn);
         const Tensor leaving = run_prompts_blocks(model_, rows, l, l + 1, resid, &block_hooks);

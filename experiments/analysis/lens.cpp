@@ -73,6 +73,10 @@ void attribute_logits(const TaskModel& model, const Hooks& pass, bool has_ffn, L
                                               final_norm->frozen(stream, stream)
                                         : Tensor::zeros(stream.shape(), stream.dtype());
     r.norm_bias_logit = flat(sum(bias_part * unembed_rows, {-1}));
+    if (const Tensor head_bias = parameter(model, "head.bias"); head_bias.defined()) {  // model.head_bias: b_U[target]
+        const std::vector<double> b = head_bias.to(Device::cpu).values();
+        for (size_t i = 0; i < B * T; ++i) r.norm_bias_logit[i] += b[static_cast<size_t>(r.targets[i])];
+    }
 }
 
 std::vector<int64_t> wide(const std::vector<int32_t>& v) { return std::vector<int64_t>(v.begin(), v.end()); }

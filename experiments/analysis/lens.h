@@ -39,7 +39,7 @@ struct LensResult {
     std::string note;
     std::vector<double> head_logit;        // (L, H, B, T): each head's direct effect on the target logit
     std::vector<double> layer_logit;       // (L + 1, B, T): the embeddings, then each block (heads, bias, FFN)
-    std::vector<double> norm_bias_logit;   // (B, T): the final norm's bias
+    std::vector<double> norm_bias_logit;   // (B, T): the final norm's bias, and the head's (model.head_bias)
     std::vector<double> target_logit;      // (B, T): the model's logit of the target
 };
 

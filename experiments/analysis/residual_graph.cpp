@@ -24,9 +24,9 @@ const DecoderLM& decoder_of(const TaskModel& model) {
 
 std::string block(size_t layer) { return "blocks." + std::to_string(layer) + "."; }
 
-bool feeds(const Node& s, const Node& r) {
+bool feeds(const Node& s, const Node& r, bool parallel) {
     if (s.kind == Node::Kind::embed || r.kind == Node::Kind::logits) return true;
-    if (s.kind == Node::Kind::head && r.kind == Node::Kind::mlp) return s.layer <= r.layer;
+    if (s.kind == Node::Kind::head && r.kind == Node::Kind::mlp && !parallel) return s.layer <= r.layer;
     return s.layer < r.layer;
 }
 
@@ -37,6 +37,7 @@ Graph graph_of(const TaskModel& model) {
     g.heads = model.heads();
     g.kv_heads = lm.config.block.attention.kv_heads == 0 ? g.heads : lm.config.block.attention.kv_heads;
     g.ffn = lm.config.block.ffn > 0;
+    g.parallel = lm.config.block.parallel;
     using K = Node::Kind;
     g.senders.push_back({K::embed});
     for (size_t l = 0; l < g.layers; ++l) {
@@ -52,7 +53,7 @@ Graph graph_of(const TaskModel& model) {
     g.receivers.push_back({K::logits});
     for (size_t r = 0; r < g.receivers.size(); ++r)
         for (size_t s = 0; s < g.senders.size(); ++s)
-            if (feeds(g.senders[s], g.receivers[r])) g.edges.push_back({s, r});
+            if (feeds(g.senders[s], g.receivers[r], g.parallel)) g.edges.push_back({s, r});
     return g;
 }
 

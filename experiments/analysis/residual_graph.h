@@ -48,21 +48,24 @@ struct Node {
         }
     }
     bool per_head() const { return kind == Kind::q || kind == Kind::k || kind == Kind::v; }
-    // A receiver's residual input: where a sender's change is added in.
-    std::string input(size_t layers) const {
+    // A receiver's residual input: where a sender's change is added in (a parallel
+    // block's feed-forward reads the block's input, as its attention does).
+    std::string input(size_t layers, bool parallel) const {
         if (per_head()) return block(layer) + "resid_pre";
-        if (kind == Kind::mlp) return block(layer) + "resid_mid";
+        if (kind == Kind::mlp) return block(layer) + (parallel ? "resid_pre" : "resid_mid");
         return block(layers - 1) + "resid_post";
     }
 };
 
 // Whether sender s writes into what receiver r reads: a head feeds the later
-// layers and its own layer's feed-forward; a feed-forward the later layers.
-bool feeds(const Node& s, const Node& r);
+// layers and its own layer's feed-forward (unless the blocks are parallel); a
+// feed-forward the later layers.
+bool feeds(const Node& s, const Node& r, bool parallel);
 
 struct Graph {
     size_t layers = 0, heads = 0, kv_heads = 0;
     bool ffn = false;
+    bool parallel = false;  // model.parallel: attention and feed-forward read the block's input
     std::vector<Node> senders, receivers;
     struct Edge {
         size_t sender, receiver;

@@ -95,7 +95,7 @@ ScoreParts score_parts(const TaskModel& model, const std::vector<int32_t>& token
         for (const Tensor& c : components) out.push_back(linear(norm ? norm->frozen(c, stream) : c, weight.to(stream.dtype()), Tensor()));
         out.push_back(linear(norm_bias, weight.to(stream.dtype()), bias));
         if (lm.config.positional == Positional::rotary)
-            for (Tensor& t : out) t = rotary(t, 1, 0, lm.config.rotary_base);
+            for (Tensor& t : out) t = rotary_features(t, 1, d_h, lm.blocks[layer]->attn.rotary_dims, 0, lm.config.rotary_base);
         return out;  // each (1, T, d_h)
     };
     const std::vector<Tensor> q = terms(w.q, bias_rows("q_proj", head)), k = terms(w.k, bias_rows("k_proj", head / group));

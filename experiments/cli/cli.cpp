@@ -35,6 +35,7 @@ constexpr const char* usage =
     "  circuit CHECKPOINT --pairs F.h5 [--method M]   every edge's effect, exact or by attribution\n"
     "  decompose CHECKPOINT --tokens \"...\" --head L.H --query I --key J   one attention score, part by part\n"
     "  export CHECKPOINT --format safetensors|hf|tl --out DIR   the model as safetensors, Hugging Face GPT-2 or TransformerLens\n"
+    "  import DIR --out CHECKPOINT.h5   a Hugging Face GPT-2/GPT-NeoX or TransformerLens model as a checkpoint\n"
     "  lens CHECKPOINT --tokens \"...\"  logit lens per layer and direct logit attribution per head\n"
     "  cache CHECKPOINT --hooks ... --out F.h5   named activations over batches of the task's data\n"
     "  heads CHECKPOINT [--checkpoints all]   previous-token, duplicate-token and induction scores per head\n"
@@ -154,6 +155,7 @@ int run_cli(int argc, char** argv) {
         if (command == "circuit") return cmd_circuit(args);
         if (command == "decompose") return cmd_decompose(args);
         if (command == "export") return cmd_export(args);
+        if (command == "import") return cmd_import(args);
         if (command == "lens") return cmd_lens(args);
         if (command == "cache") return cmd_cache(args);
         if (command == "heads") return cmd_heads(args);

@@ -42,6 +42,7 @@ int cmd_path_patch(const std::vector<std::string>& args);
 int cmd_circuit(const std::vector<std::string>& args);
 int cmd_decompose(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
+int cmd_import(const std::vector<std::string>& args);
 int cmd_lens(const std::vector<std::string>& args);
 int cmd_cache(const std::vector<std::string>& args);
 int cmd_heads(const std::vector<std::string>& args);

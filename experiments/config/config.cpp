@@ -151,7 +151,7 @@ size_t check_eval_lengths(const Config& c) {
     if (lo == 0 && hi == 0) return 0;
     const std::string given = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     if (lo < 1 || lo > hi) fail_key("train.eval_lengths", "needs 1 <= min <= max, or [0, 0] for none, got " + given);
-    if (c.task.name == "file" || c.task.name == "text")
+    if (c.task.name == "file" || c.task.name == "text" || c.task.name == "none")
         fail_key("train.eval_lengths", "task.name = \"" + c.task.name + "\" has no lengths to vary");
     try {
         return TaskGenerator(task_config(with_task_lengths(c, lo, hi)), 0, 0).max_sequence_length();
@@ -192,8 +192,9 @@ void check_rules(const Config& c) {
     const Config::Model& model = c.model;
     using std::to_string;
 
-    const bool from_file = task.name == "file", from_text = task.name == "text";
-    if (!from_file && !from_text && task.min_len > task.max_len)
+    const bool from_file = task.name == "file", from_text = task.name == "text", no_data = task.name == "none";
+    if (no_data && model.max_len == 0) fail_key("model.max_len", "task.name = \"none\" has no sequences to size the model by: give the positions it covers");
+    if (!from_file && !from_text && !no_data && task.min_len > task.max_len)
         fail_key("task.min_len", to_string(task.min_len) + " is greater than task.max_len = " + to_string(task.max_len));
     if ((from_file || from_text) && task.path.empty()) fail_key("task.path", "required when task.name = \"" + task.name + "\"");
     if (!from_text && task.vocab < kFirstContent + 2)  // the special tokens and two content tokens
@@ -219,6 +220,14 @@ void check_rules(const Config& c) {
     if (model.positional == "rotary" && head_width % 2 != 0)
         fail_key("model.positional", "rotary positions rotate pairs of a head's features; the head width " +
                                          to_string(head_width) + " is odd (change model.width, model.heads or model.head_width)");
+    if (model.positional == "rotary" && (model.rotary_dims % 2 != 0 || model.rotary_dims > head_width))
+        fail_key("model.rotary_dims", "rotary positions turn pairs of the head's first features: an even number up to the head width " +
+                                          to_string(head_width) + ", or 0 for all; got " + to_string(model.rotary_dims));
+    if (model.parallel && (model.norm != "pre" || model.ffn == 0))
+        fail_key("model.parallel", "attention and feed-forward side by side read the block's input through their own norms: "
+                                   "needs model.norm = \"pre\" and model.ffn > 0 (got \"" + model.norm + "\", " + to_string(model.ffn) + ")");
+    if (model.head_bias && model.tie_embeddings)
+        fail_key("model.head_bias", "not with model.tie_embeddings = true (the tied head is the token embedding, which has no bias)");
     if (c.optim.min_lr > 0 && c.optim.min_lr >= c.optim.lr)
         fail_key("optim.min_lr", config_schema::format_double(c.optim.min_lr) + " is not below optim.lr = " +
                                      config_schema::format_double(c.optim.lr) + " (the decay goes from optim.lr down to it)");
@@ -254,7 +263,8 @@ void check_rules(const Config& c) {
                                             (c.train.batch == 0 ? " (\"all\": task.train_size)" : ""));
     if (c.train.reduce == "deterministic" && c.train.device == "cuda")
         fail_key("train.reduce", "\"deterministic\" sums micro-batches on the cpu; with train.device = \"cuda\" use \"fast\"");
-    const size_t longest_eval = check_eval_lengths(c);  // also refuses it for file and text
+    const size_t longest_eval = check_eval_lengths(c);  // also refuses it for file, text and none
+    if (no_data) return;  // nothing is trained: no memory to check
     if (from_file) {  // the file's lengths are known only when it is read (the trainer checks again then)
         check_fits_in_memory(c, static_cast<double>(std::max<int64_t>(1, model.max_len)));
         return;
@@ -309,7 +319,7 @@ struct ReadWhen {
 std::vector<ReadWhen> conditional_keys(const Config& c) {
     auto is = [](const std::string& key, const std::string& value) { return key + " = \"" + value + "\""; };
     const std::string task = is("task.name", c.task.name), optim = is("optim.name", c.optim.name);
-    const bool file = c.task.name == "file", text = c.task.name == "text";
+    const bool file = c.task.name == "file", text = c.task.name == "text", none = c.task.name == "none";
     const bool adam = c.optim.name == "adam" || c.optim.name == "adamw", sgd = c.optim.name == "sgd";
     const bool prefix_tasks = c.task.name == "copy" || c.task.name == "reverse" || c.task.name == "sort" || c.task.name == "recall";
     const bool modular = c.task.name == "modular", mqar = c.task.name == "mqar";
@@ -319,21 +329,24 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
         // a text model's vocabulary is its alphabet, read from task.path; both given must agree (check_text_alphabet)
         {"task.vocab", !text || !c.task.alphabet.empty(), "task.alphabet is given with it",
          task + ": the vocabulary is the alphabet, read from task.path"},
-        {"task.min_len", !file && !text && !modular && !mqar, "the task draws sequences of varying length (the file's are read whole, "
+        {"task.min_len", !file && !text && !none && !modular && !mqar, "the task draws sequences of varying length (the file's are read whole, "
                                                               "the text's windows are task.max_len characters, modular's are a b =, "
                                                               "mqar's task.seq_len)", task},
-        {"task.max_len", !file && !modular, "the task draws sequences of varying length (the file's are read whole, modular's are a b =)", task},
+        {"task.max_len", !file && !none && !modular, "the task draws sequences of varying length (the file's are read whole, modular's are a b =)", task},
         {"task.modulus", modular, "task.name = \"modular\"", task},
         {"task.op", modular, "task.name = \"modular\"", task},
         {"task.seq_len", mqar, "task.name = \"mqar\"", task},
-        {"task.train_size", !file && !text, "the task draws its examples (a file's and a text's data are finite already)", task},
+        {"task.train_size", !file && !text && !none, "the task draws its examples (a file's and a text's data are finite already)", task},
         {"task.queries", c.task.name == "recall", "task.name = \"recall\"", task},
-        {"task.pack", !file && !text && c.task.name != "translate", "a decoder-only task draws its sequences", task},
+        {"task.pack", !file && !text && !none && c.task.name != "translate", "a decoder-only task draws its sequences", task},
         // the token rules read <SEP> (ending a prefix) and <BOS> (starting a document): tasks and files that hold them
         {"model.prefix_lm", file || prefix_tasks, "the task marks a prefix with <SEP> (copy, reverse, sort, recall) or is a file", task},
         {"model.documents", file || c.task.pack > 0, "task.pack > 0 or task.name = \"file\" (documents start at <BOS>)",
          c.task.pack > 0 ? task : "task.pack = 0"},
         {"model.rotary_base", c.model.positional == "rotary", "model.positional = \"rotary\"", is("model.positional", c.model.positional)},
+        {"model.rotary_dims", c.model.positional == "rotary", "model.positional = \"rotary\"", is("model.positional", c.model.positional)},
+        {"model.norm_eps", c.model.norm != "none", "model.norm = \"pre\" or \"post\"", is("model.norm", c.model.norm)},
+        {"model.parallel", c.model.kind == "decoder", "model.kind = \"decoder\"", is("model.kind", c.model.kind)},
         {"model.norm_type", c.model.norm != "none", "model.norm = \"pre\" or \"post\"", is("model.norm", c.model.norm)},
         {"model.activation", c.model.ffn > 0, "model.ffn > 0", "model.ffn = 0: attention-only blocks"},
         {"model.ffn_bias", c.model.ffn > 0, "model.ffn > 0", "model.ffn = 0: attention-only blocks"},

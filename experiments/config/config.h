@@ -48,7 +48,9 @@ struct Config {
     } run;
 
     struct Task {
-        std::string name = "recall";  // copy | reverse | sort | recall | induction | translate | modular | mqar | file | text
+        // copy | reverse | sort | recall | induction | translate | modular | mqar | file | text | none
+        // (none: no data, a model made by `attnlab import`; analysis commands take given tokens)
+        std::string name = "recall";
         int64_t vocab = 32;           // including the 3 special tokens
         int64_t min_len = 3;
         int64_t max_len = 6;
@@ -75,6 +77,7 @@ struct Config {
         std::string norm_type = "layernorm";  // norm_type_choices() (layers/basic.h)
         std::string positional = "learned";  // learned | sinusoidal | none | rotary | alibi
         double rotary_base = 10000.0;  // rotary: theta_c = base^(-2c/d_h)
+        int64_t rotary_dims = 0;       // rotary: the first rotary_dims features of each head turn; 0 = all
         std::string scale = "sqrt";    // sqrt | none | linear | a positive number ("0.125")
         std::string masked_rows = "error";   // error | zero
         double dropout = 0.0;
@@ -82,9 +85,12 @@ struct Config {
         bool bias = true;              // the attention projections'
         bool ffn_bias = true;          // the feed-forward layers'
         bool norm_bias = true;         // LayerNorm's
+        double norm_eps = 1e-5;        // every norm's epsilon
+        bool parallel = false;         // decoder: x + attn(ln1(x)) + ffn(ln2(x)) (GPT-NeoX)
+        bool head_bias = false;        // the output head's bias (head.bias)
         bool tie_embeddings = false;   // decoder: the output head is the token embedding
         std::string init = "torch";    // torch | gpt2 | transformerlens (init_choices(), layers/models.h)
-        std::string activation = "gelu";     // gelu | relu
+        std::string activation = "gelu";     // gelu | gelu_tanh | relu
         int64_t max_len = 0;           // 0 = the task's longest sequence
         // "L.H": heads whose output z is zero in every forward (Bietti et al. 2023's
         // ablations during training); decoder self-attention

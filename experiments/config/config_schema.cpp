@@ -336,8 +336,8 @@ std::vector<Field> make_fields() {
         integer(KEY(run, seed), between(0, 9.2e18), "seed for initialisation, data and dropout"),
         text(KEY(run, out_dir), "path", folder_path, "folder that holds the run folders"),
 
-        choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "modular", "mqar", "file", "text"},
-               "toy task (data/tasks.h), tokens of the HDF5 file task.path, or characters of the text file task.path"),
+        choice(KEY(task, name), {"copy", "reverse", "sort", "recall", "induction", "translate", "modular", "mqar", "file", "text", "none"},
+               "toy task (data/tasks.h), tokens of the HDF5 file task.path, characters of the text file task.path, or none (an imported model: analysis of given tokens only)"),
         // a text model's vocabulary is its alphabet, from 2 characters; the other tasks' lower bound is a rule (config.cpp)
         integer(KEY(task, vocab), {2, 1 << 24}, "vocabulary size, including <PAD>, <SEP> and <BOS> (text: the alphabet's size)"),
         integer(KEY(task, min_len), at_least(1), "shortest x (copy, reverse, sort, translate), r (induction), or pairs (recall)"),
@@ -362,6 +362,7 @@ std::vector<Field> make_fields() {
         choice(KEY(model, norm_type), norm_type_choices().names(), "the norm model.norm places (each is defined in README, \"The norms\")"),
         choice(KEY(model, positional), positional_choices().names(), "positional encoding (rotary: on q and k; alibi: a bias on the scores)"),
         number(KEY(model, rotary_base), above(1), "rotary positions' base: pair c of a head turns by p base^(-2c/d_h)"),
+        integer(KEY(model, rotary_dims), at_least(0), "rotary positions on the first r features of each head only (pairs (c, c + r/2), angle p base^(-2c/r); GPT-NeoX's rotary_pct); even, <= d_h; 0 = all d_h"),
         scale(KEY(model, scale), "score scale: sqrt = 1/sqrt(d_h), none = 1, linear = 1/d_h, or that number"),
         choice(KEY(model, masked_rows), masked_rows_choices().names(), "a query row with no eligible key: error, or zero context"),
         integer(VARIANT_KEY(window), at_least(0), "sliding window (self-attention): key j eligible for query i iff i - W < j (<= i when causal, < i + W in an encoder); 0 = off"),
@@ -376,9 +377,12 @@ std::vector<Field> make_fields() {
         boolean(KEY(model, bias), "biases in the attention projections"),
         boolean(KEY(model, ffn_bias), "biases in the feed-forward layers (fc1, fc2)"),
         boolean(KEY(model, norm_bias), "LayerNorm's bias (every LayerNorm of the model; nanoGPT's bias = False sets all three off)"),
+        number(KEY(model, norm_eps), above(0), "epsilon of every norm of the model (GPT-2's layer_norm_epsilon)"),
+        boolean(KEY(model, parallel), "decoder: attention and feed-forward side by side, x + attn(ln1(x)) + ffn(ln2(x)) (GPT-J, GPT-NeoX); pre-norm with model.ffn > 0"),
+        boolean(KEY(model, head_bias), "a bias on the output head, head.bias (V) (TransformerLens's b_U); not with tied embeddings"),
         choice(KEY(model, init), init_choices().names(), "initial parameters: torch's layer defaults, GPT-2's (nanoGPT's) N(0, 0.02) with the residual outputs scaled by 1/sqrt(2 layers), or TransformerLens's N(0, 0.8/sqrt(width)) (layers/models.h)"),
         boolean(KEY(model, tie_embeddings), "decoder: the output head's matrix is the token embedding's (one parameter, tok_emb.weight)"),
-        choice(KEY(model, activation), activation_choices().names(), "feed-forward activation"),
+        choice(KEY(model, activation), activation_choices().names(), "feed-forward activation: gelu exact (erf), gelu_tanh GPT-2's tanh approximation (\"gelu_new\"), relu"),
         integer(KEY(model, max_len), at_least(0), "positions the model covers; 0 = the task's longest sequence"),
         text_list(KEY(model, ablate_heads), "[\"L.H\", ...]", layer_head, "heads whose output (z) is zero, in training and every analysis (decoder self-attention)"),
 

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "experiments/files/run_files.h"
+#include "experiments/interop/arrays.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -28,57 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
-
-// ---- arrays: a parameter's float32 values, row-major, with its shape ----------
-
-struct Array {
-    Shape shape;
-    std::vector<float> values;
-};
-
-Array array_of(const Tensor& t) {
-    const std::vector<double> v = t.values();  // float32 storage: each value comes back exactly
-    return {t.shape(), std::vector<float>(v.begin(), v.end())};
-}
-
-Array zeros(const Shape& shape) { return {shape, std::vector<float>(numel_of(shape), 0.0f)}; }
-
-Array reshaped(Array a, const Shape& shape) {
-    if (numel_of(shape) != a.values.size()) fail("export", "cannot view " + shape_str(a.shape) + " as " + shape_str(shape));
-    a.shape = shape;
-    return a;
-}
-
-// (r, c) -> (c, r): nn.Linear's [out, in] as GPT-2's Conv1D and TransformerLens's [in, out].
-Array transposed(const Array& a) {
-    const size_t r = a.shape[0], c = a.shape[1];
-    Array t{{c, r}, std::vector<float>(r * c)};
-    for (size_t i = 0; i < r; ++i)
-        for (size_t j = 0; j < c; ++j) t.values[j * r + i] = a.values[i * c + j];
-    return t;
-}
-
-// Arrays stacked along their first axis: q, k, v [D, D] each -> [3D, D]; biases [D] -> [3D].
-Array stacked(const std::vector<Array>& parts) {
-    Array out{parts[0].shape, {}};
-    out.shape[0] = 0;
-    for (const Array& p : parts) {
-        out.shape[0] += p.shape[0];
-        out.values.insert(out.values.end(), p.values.begin(), p.values.end());
-    }
-    return out;
-}
-
-// A projection [h d_h, D] (head h's outputs are rows h d_h .. h d_h + d_h - 1, as
-// attnlab splits them) as [h, D, d_h]: TransformerLens's W_Q, W_K, W_V.
-Array per_head_inputs(const Array& w, size_t heads, size_t d_head) {
-    const size_t D = w.shape[1];
-    Array out{{heads, D, d_head}, std::vector<float>(w.values.size())};
-    for (size_t h = 0; h < heads; ++h)
-        for (size_t c = 0; c < d_head; ++c)
-            for (size_t i = 0; i < D; ++i) out.values[(h * D + i) * d_head + c] = w.values[(h * d_head + c) * D + i];
-    return out;
-}
+using namespace interop;
 
 // The model's parameters by name; an absent bias reads as zeros (adding zero adds nothing).
 class Parameters {
@@ -177,6 +128,8 @@ void refuse_for_gpt2(const Config::Model& m, const Sizes& s) {
     if (s.ffn == 0) refuse(f, "model.ffn = 0", "every block has a feed-forward layer; --format tl takes attention-only models");
     if (m.variant.window > 0) refuse(f, "model.window = " + std::to_string(m.variant.window), "full causal attention only");
     if (m.variant.softcap > 0) refuse(f, "model.softcap = " + number(m.variant.softcap), "no soft-capping of the scores");
+    if (m.parallel) refuse(f, "model.parallel = true", "attention and feed-forward one after the other");
+    if (m.head_bias) refuse(f, "model.head_bias = true", "lm_head has no bias");
 }
 
 void refuse_for_transformer_lens(const Config::Model& m, const Sizes& s) {
@@ -187,6 +140,10 @@ void refuse_for_transformer_lens(const Config::Model& m, const Sizes& s) {
         refuse(f, "model.positional = \"alibi\" with model.heads = " + std::to_string(s.heads),
                "its ALiBi slopes 2^(-8(h+1)/H) are Press et al.'s for a power-of-two head count only");
 }
+
+// The activation's name in Hugging Face's ACT2FN and TransformerLens's act_fn:
+// GPT-2's tanh approximation is "gelu_new" in both.
+std::string activation_name(const std::string& activation) { return activation == "gelu_tanh" ? "gelu_new" : activation; }
 
 // ---- the formats -------------------------------------------------------------
 
@@ -239,8 +196,8 @@ ExportFiles gpt2(const LoadedCheckpoint& in) {
         {"model_type", "gpt2"}, {"architectures", json::array({"GPT2LMHeadModel"})},
         {"vocab_size", s.vocab}, {"n_positions", s.positions}, {"n_ctx", s.positions},
         {"n_embd", D}, {"n_layer", s.layers}, {"n_head", s.heads}, {"n_inner", F},
-        {"activation_function", m.activation},  // "gelu": F.gelu, exact (erf), as attnlab's
-        {"layer_norm_epsilon", 1e-5}, {"scale_attn_weights", m.scale == "sqrt"},
+        {"activation_function", activation_name(m.activation)},  // "gelu": F.gelu, exact (erf), as attnlab's
+        {"layer_norm_epsilon", m.norm_eps}, {"scale_attn_weights", m.scale == "sqrt"},
         {"scale_attn_by_inverse_layer_idx", false}, {"reorder_and_upcast_attn", false},
         {"resid_pdrop", m.dropout}, {"embd_pdrop", m.dropout}, {"attn_pdrop", m.attn_dropout},
         {"tie_word_embeddings", m.tie_embeddings},
@@ -291,21 +248,22 @@ ExportFiles transformer_lens(const LoadedCheckpoint& in) {
     }
     if (norms) norm("ln_final", "ln_f");
     add(files, "unembed.W_U", transposed(p(lm.unembedding_name())));  // [D, V]; tied: a copy of W_E^T
-    add(files, "unembed.b_U", zeros({s.vocab}));                       // attnlab's head has no bias
+    add(files, "unembed.b_U", p.or_zeros("head.bias", {s.vocab}));      // model.head_bias, or none: zeros
 
     // HookedTransformerConfig's fields only: it is built as HookedTransformerConfig(**config).
     json config = {{"model_name", "attnlab"}, {"original_architecture", "attnlab"},
                    {"n_layers", s.layers}, {"d_model", D}, {"d_head", dh}, {"n_heads", H},
-                   {"d_mlp", F > 0 ? json(F) : json(nullptr)}, {"act_fn", m.activation}, {"attn_only", F == 0},
-                   {"d_vocab", s.vocab}, {"d_vocab_out", s.vocab}, {"n_ctx", s.positions}, {"eps", 1e-5},
+                   {"d_mlp", F > 0 ? json(F) : json(nullptr)}, {"act_fn", activation_name(m.activation)}, {"attn_only", F == 0},
+                   {"d_vocab", s.vocab}, {"d_vocab_out", s.vocab}, {"n_ctx", s.positions}, {"eps", m.norm_eps},
                    {"normalization_type", !norms ? json(nullptr) : json(layernorm ? "LN" : "RMS")},
                    {"positional_embedding_type", m.positional == "rotary" ? "rotary" : m.positional == "alibi" ? "alibi" : "standard"},
                    {"use_attn_scale", m.scale != "none"}};
     if (m.scale != "none")  // TransformerLens divides the scores by attn_scale
         config["attn_scale"] = m.scale == "sqrt" ? std::sqrt(static_cast<double>(dh)) : 1.0 / resolve_scale(m.scale, dh);
     if (grouped) config["n_key_value_heads"] = Hkv;
-    if (m.positional == "rotary") {  // split halves (c, c + d_h/2), angle p base^(-2c/d_h), every feature of the head
-        config["rotary_dim"] = dh;
+    if (m.parallel) config["parallel_attn_mlp"] = true;
+    if (m.positional == "rotary") {  // split halves (c, c + r/2), angle p base^(-2c/r), the first r features of the head
+        config["rotary_dim"] = m.rotary_dims > 0 ? static_cast<size_t>(m.rotary_dims) : dh;
         config["rotary_base"] = m.rotary_base == std::floor(m.rotary_base) && m.rotary_base < 1e15
                                     ? json(static_cast<int64_t>(m.rotary_base)) : json(m.rotary_base);
         config["rotary_adjacent_pairs"] = false;

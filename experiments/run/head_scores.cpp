@@ -44,7 +44,7 @@ HeadScoreBatch repeated_token_batch(size_t rows, size_t half, int32_t first, int
 HeadScoreBatch head_score_batch(const Config& config, size_t max_positions, size_t rows, uint64_t seed) {
     if (config.model.kind != "decoder") fail("head scores", "head scores need a decoder model (this one is " + config.model.kind + ")");
     // a generated task's content tokens; a text or file task's whole vocabulary
-    const bool generated = config.task.name != "text" && config.task.name != "file";
+    const bool generated = config.task.name != "text" && config.task.name != "file" && config.task.name != "none";
     const int32_t first = generated ? kFirstContent : 0, last = static_cast<int32_t>(config.task.vocab) - 1;
     const size_t distinct = last >= first ? static_cast<size_t>(last - first + 1) : 0;
     const size_t half = std::min((max_positions + 1) / 2, distinct);

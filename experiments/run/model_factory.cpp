@@ -17,6 +17,8 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     m.max_len = c.model.max_len > 0 ? static_cast<size_t>(c.model.max_len) : max_len;
     m.positional = parse_positional(c.model.positional);
     m.rotary_base = c.model.rotary_base;
+    m.rotary_dims = static_cast<size_t>(c.model.rotary_dims);
+    m.head_bias = c.model.head_bias;
     m.embedding_dropout = c.model.dropout;
     BlockConfig& b = m.block;
     b.attention.width = static_cast<size_t>(c.model.width);
@@ -34,6 +36,8 @@ ModelConfig model_config(const Config& c, size_t max_len) {
     b.dropout = c.model.dropout;
     b.ffn_bias = c.model.ffn_bias;
     b.norm_bias = c.model.norm_bias;
+    b.norm_eps = c.model.norm_eps;
+    b.parallel = c.model.parallel;
     m.tie_embeddings = c.model.tie_embeddings;
     m.init = init_choices().parse(c.model.init);
     for (const std::string& head : c.model.ablate_heads) m.ablated_heads.push_back(ablated_head(head));
@@ -42,6 +46,8 @@ ModelConfig model_config(const Config& c, size_t max_len) {
 }
 
 std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream) {
+    if (config.task.name == "none")
+        throw Error("task.name = \"none\": this model has no data (it was imported); give tokens (--tokens, --input, --prompts)");
     if (config.task.name == "file")
         return std::make_unique<FileTask>(config.task.path, static_cast<size_t>(config.task.vocab), seed, stream);
     if (config.task.name == "text")

@@ -21,6 +21,8 @@ independently by tools/torch_bridge.py (the documented architecture in PyTorch):
   lens                 its last stream = the model's logits; the direct logit
                        attribution (pre-norm) sums to the target logit
 
+and the same for the attention variants and the options imported models need.
+
 Tolerances scale with what is compared: 1e-4 * max(1, max |value|) (float32
 computed in another order on both sides).
 """
@@ -132,6 +134,18 @@ class Matrix(cc.TempDirTest):
     def test_relative_bias(self):
         """T5's relative bias (model.rel_buckets), a learned table per layer: attention composed of ops."""
         self.check_variant({"model.rel_buckets": "8", "model.rel_max_distance": "6"})
+
+    def test_imported_model_options(self):
+        """The options `attnlab import` gives GPT-2, GPT-NeoX and TransformerLens models: tanh GELU,
+        a norm epsilon, parallel attention and feed-forward, a head bias, partial rotary (with rotary
+        positions); decoder, pre-norm (what parallel blocks take), LayerNorm and RMSNorm, grouped K/V."""
+        extra = {"model.activation": "gelu_tanh", "model.norm_eps": "0.001", "model.parallel": "true", "model.head_bias": "true"}
+        if POSITIONAL == "rotary":
+            extra["model.rotary_dims"] = "4"  # of a head width 8
+        for norm_type in ("layernorm", "rmsnorm"):
+            with self.subTest(norm_type=norm_type, **extra):
+                self.check_one("pre", norm_type, "decoder", 1, extra)
+                self.clear()
 
     def check_one(self, norm, norm_type, kind, kv, extra=None, texts=None):
         clean_text, corrupt_text, prompt = texts or (CLEAN, CORRUPT, PROMPT)

@@ -90,7 +90,7 @@ TEST_F(ConfigFiles, UnknownKeysSuggestTheNearest) {
     EXPECT_EQ(load_error("[trian]\n"), path_ + ":1:2: unknown section trian (did you mean train?)");
     EXPECT_EQ(load_error("[model]\nxyzzy = 1\n"),
               path_ + ":2:1: unknown key model.xyzzy (model keys: kind, layers, width, heads, kv_heads, head_width, ffn, norm, norm_type, "
-                      "positional, rotary_base, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, ffn_bias, norm_bias, init, tie_embeddings, activation, max_len, ablate_heads)");
+                      "positional, rotary_base, rotary_dims, scale, masked_rows, window, prefix_lm, documents, softcap, sinks, rel_buckets, rel_max_distance, dropout, attn_dropout, bias, ffn_bias, norm_bias, norm_eps, parallel, head_bias, init, tie_embeddings, activation, max_len, ablate_heads)");
     // the first error in file order, not in toml++'s sorted order
     EXPECT_EQ(load_error("[run]\nzzz = 1\naaa = 2\n"), path_ + ":2:1: unknown key run.zzz (run keys: name, seed, out_dir)");
 }
@@ -137,6 +137,27 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[model]\npositional = \"rotary\"\nwidth = 12\nheads = 4\n"),
               path_ + ":2:14: model.positional: rotary positions rotate pairs of a head's features; the head width 3 is odd "
                       "(change model.width, model.heads or model.head_width)");
+    // the options imported models need (GPT-NeoX's partial rotary and parallel blocks, TransformerLens's b_U)
+    EXPECT_EQ(load_error("[model]\npositional = \"rotary\"\nrotary_dims = 5\n"),
+              path_ + ":3:15: model.rotary_dims: rotary positions turn pairs of the head's first features: an even number up to the "
+                      "head width 16, or 0 for all; got 5");
+    EXPECT_EQ(load_error("[model]\npositional = \"rotary\"\nrotary_dims = 18\n"),
+              path_ + ":3:15: model.rotary_dims: rotary positions turn pairs of the head's first features: an even number up to the "
+                      "head width 16, or 0 for all; got 18");
+    EXPECT_EQ(load_error("[model]\nparallel = true\nnorm = \"post\"\n"),
+              path_ + ":2:12: model.parallel: attention and feed-forward side by side read the block's input through their own norms: "
+                      "needs model.norm = \"pre\" and model.ffn > 0 (got \"post\", 256)");
+    EXPECT_EQ(load_error("[model]\nparallel = true\nffn = 0\n"),
+              path_ + ":2:12: model.parallel: attention and feed-forward side by side read the block's input through their own norms: "
+                      "needs model.norm = \"pre\" and model.ffn > 0 (got \"pre\", 0)");
+    EXPECT_EQ(load_error("[model]\nhead_bias = true\ntie_embeddings = true\n"),
+              path_ + ":2:13: model.head_bias: not with model.tie_embeddings = true (the tied head is the token embedding, which has no bias)");
+    EXPECT_EQ(load_error("[model]\nnorm = \"none\"\nnorm_eps = 1e-6\n"),
+              path_ + ":3:12: model.norm_eps: only used when model.norm = \"pre\" or \"post\" (model.norm = \"none\")");
+    EXPECT_EQ(load_error("[model]\nrotary_dims = 4\n"),
+              path_ + ":2:15: model.rotary_dims: only used when model.positional = \"rotary\" (model.positional = \"learned\")");
+    EXPECT_EQ(load_error("[task]\nname = \"none\"\n"),
+              path_ + ":2:8: model.max_len: task.name = \"none\" has no sequences to size the model by: give the positions it covers");
     EXPECT_EQ(load_error("[task]\nname = \"translate\"\n"),
               path_ + ":2:8: model.kind: task.name = \"translate\" needs \"encoder-decoder\", got \"decoder\"");
     EXPECT_EQ(load_error("[task]\nname = \"copy\"\n[model]\nkind = \"encoder-decoder\"\n"),
