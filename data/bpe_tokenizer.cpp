@@ -165,6 +165,29 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_path, cons
     return BpeTokenizer(source);
 }
 
+bool BpeTokenizer::folder_has_one(const std::string& folder) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path f(folder);
+    return fs::is_regular_file(f / "tokenizer.json", ec) ||
+           (fs::is_regular_file(f / "vocab.json", ec) && fs::is_regular_file(f / "merges.txt", ec));
+}
+
+BpeTokenizer BpeTokenizer::from_folder(const std::string& folder) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path f(folder);
+    if (fs::is_regular_file(f / "tokenizer.json", ec)) return from_tokenizer_json((f / "tokenizer.json").string());
+    if (!fs::is_regular_file(f / "vocab.json", ec) || !fs::is_regular_file(f / "merges.txt", ec))
+        throw Error("[bpe] " + folder + ": no tokenizer.json, nor vocab.json and merges.txt");
+    Source source;
+    source.vocab_where = (f / "vocab.json").string();
+    source.vocab = parse_json(source.vocab_where);
+    source.merges = read_merges_txt((f / "merges.txt").string());
+    if (const json& end = member(source.vocab, "<|endoftext|>"); is_id(end)) source.added.push_back({end.get<int32_t>(), "<|endoftext|>", true, false});
+    return BpeTokenizer(source);
+}
+
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     const json root = parse_json(path);
     Source source;

@@ -66,6 +66,11 @@ public:
     static BpeTokenizer from_vocab_merges(const std::string& vocab_path, const std::string& merges_path,
                                           const std::vector<std::string>& special_tokens = {});
     static BpeTokenizer from_tokenizer_json(const std::string& path);
+    // A model's folder as Hugging Face saves it: its tokenizer.json, else its
+    // vocab.json + merges.txt (with "<|endoftext|>" as a special token when the
+    // vocabulary has it, as GPT2Tokenizer does); "[bpe] FOLDER: ..." when it has neither.
+    static BpeTokenizer from_folder(const std::string& folder);
+    static bool folder_has_one(const std::string& folder);
 
     std::vector<int32_t> encode(std::string_view text) const;
     std::string decode(std::span<const int32_t> ids) const;

@@ -97,9 +97,8 @@ int cmd_generate(const std::vector<std::string>& args) {
                      g.step_diffs.size() - 1, g.step_diffs.back(), g.step_limits.back());
         return 1;
     }
-    if (config.task.name == "text") {  // the text itself: the prompt, then what the model wrote
-        std::printf("%s%s\n", tokens_to_text(g.prompt, config.task.alphabet).c_str(),
-                    tokens_to_text(g.generated, config.task.alphabet).c_str());
+    if (reads_text(config)) {  // the text itself: the prompt, then what the model wrote
+        std::printf("%s%s\n", text_of_tokens(config, g.prompt).c_str(), text_of_tokens(config, g.generated).c_str());
     } else {
         const std::string generated = join(g.generated);
         std::printf("%s |%s%s\n", join(g.prompt).c_str(), generated.empty() ? "" : " ", generated.c_str());

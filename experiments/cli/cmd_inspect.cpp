@@ -148,10 +148,10 @@ void print_summary(const Inspection& in, const std::string& out_path) {
         std::cout << "  [" << b << "] ";
         if (in.model->encoder_decoder())
             std::cout << "src " << join(&batch.src.values[b * batch.src.shape[1]], batch.src_lengths[b]) << " | ";
-        if (in.config->task.name == "text") {  // the characters, a newline as \n
+        if (reads_text(*in.config)) {  // the text, a newline as \n
             const auto shown = [&](const int32_t* ids, size_t n) {
                 std::string s;
-                for (const char c : tokens_to_text(std::vector<int32_t>(ids, ids + n), in.config->task.alphabet)) s += c == '\n' ? std::string("\\n") : std::string(1, c);
+                for (const char c : text_of_tokens(*in.config, std::vector<int32_t>(ids, ids + n))) s += c == '\n' ? std::string("\\n") : std::string(1, c);
                 return "\"" + s + "\"";
             };
             std::cout << "input " << shown(&batch.inputs.values[b * T], batch.lengths[b]) << " -> argmax "
@@ -170,7 +170,7 @@ Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& mo
     const size_t vocab = shape.vocab;
     Batch batch;
     if (parsed.count("tokens")) {
-        const std::vector<int32_t> tokens = config.task.name == "text"
+        const std::vector<int32_t> tokens = reads_text(config)
                                                 ? tokens_argument(config, parsed["tokens"].as<std::string>(), "--tokens")
                                                 : parse_ids(parsed["tokens"].as<std::string>(), "--tokens", vocab);
         if (model.encoder_decoder()) {

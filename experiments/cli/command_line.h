@@ -89,9 +89,11 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 
 #include <filesystem>
 #include <memory>
+#include <map>
 
 #include "autograd/device/backend.h"
 #include "data/h5_probe.h"
+#include "data/bpe_tokenizer.h"
 #include "data/h5file.h"
 #include "data/text_task.h"
 #include "experiments/analysis/generate.h"
@@ -104,9 +106,35 @@ namespace attnlab {
 
 // What the commands that read one checkpoint share (eval, audit, ablate): the
 // CHECKPOINT positional, --batches and --seed.
+// The BPE tokenizer of task.tokenizer (an imported model's), loaded once per process.
+inline const BpeTokenizer& model_tokenizer(const Config& config) {
+    static std::map<std::string, std::unique_ptr<BpeTokenizer>> loaded;
+    std::unique_ptr<BpeTokenizer>& t = loaded[config.task.tokenizer];
+    if (!t) t = std::make_unique<BpeTokenizer>(BpeTokenizer::from_folder(config.task.tokenizer));
+    return *t;
+}
+
+// Whether a model's tokens are read and shown as text: its characters (task "text"), or BPE (task.tokenizer).
+inline bool reads_text(const Config& config) { return config.task.name == "text" || !config.task.tokenizer.empty(); }
+
+// Tokens as the text they stand for (reads_text models only).
+inline std::string text_of_tokens(const Config& config, const std::vector<int32_t>& ids) {
+    return config.task.tokenizer.empty() ? tokens_to_text(ids, config.task.alphabet) : model_tokenizer(config).decode(ids);
+}
+
 // Tokens from a command-line argument: a text model's characters ("Anna had a "),
-// else token ids ("3 7 5 1"), each checked against the model's vocabulary.
+// text through the model's BPE tokenizer (task.tokenizer), else token ids
+// ("3 7 5 1"), each checked against the model's vocabulary.
 inline std::vector<int32_t> tokens_argument(const Config& config, const std::string& text, const std::string& what) {
+    if (!config.task.tokenizer.empty()) {
+        const std::vector<int32_t> ids = model_tokenizer(config).encode(text);
+        if (ids.empty()) throw UsageError(what + ": empty text");
+        for (const int32_t id : ids)
+            if (id >= config.task.vocab)
+                throw UsageError(what + ": the tokenizer gives id " + std::to_string(id) + ", outside the model's vocabulary of " +
+                                 std::to_string(config.task.vocab));
+        return ids;
+    }
     if (config.task.name != "text") return parse_token_ids(text, static_cast<size_t>(config.task.vocab), what);
     std::vector<int32_t> tokens = text_to_tokens(text, config.task.alphabet, what);
     if (tokens.empty()) throw UsageError(what + ": empty text");
@@ -116,9 +144,11 @@ inline std::vector<int32_t> tokens_argument(const Config& config, const std::str
 // One token as a person reads it: a text model's character in quotes (a newline
 // as \n, a tab as \t), else its id.
 inline std::string token_label(const Config& config, int32_t id) {
-    if (config.task.name != "text") return std::to_string(id);
+    const bool bpe = !config.task.tokenizer.empty() && id < model_tokenizer(config).vocab_size();
+    if (config.task.name != "text" && !bpe) return std::to_string(id);
     std::string shown;
-    for (const char c : tokens_to_text({id}, config.task.alphabet))
+    const std::vector<int32_t> one{id};
+    for (const char c : bpe ? model_tokenizer(config).decode(one) : tokens_to_text({id}, config.task.alphabet))
         shown += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
     return "'" + shown + "'";
 }

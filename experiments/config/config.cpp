@@ -326,6 +326,7 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
     return {
         {"task.path", file || text, "task.name = \"file\" or \"text\"", task},
         {"task.alphabet", text, "task.name = \"text\"", task},
+        {"task.tokenizer", file || none, "task.name = \"none\" or \"file\"", task},
         // a text model's vocabulary is its alphabet, read from task.path; both given must agree (check_text_alphabet)
         {"task.vocab", !text || !c.task.alphabet.empty(), "task.alphabet is given with it",
          task + ": the vocabulary is the alphabet, read from task.path"},

@@ -62,6 +62,9 @@ struct Config {
         std::string op = "+";         // modular only: + - * /
         std::string path;             // HDF5 token file (file) or UTF-8 text (text); required iff one of those
         std::string alphabet;         // text only: its characters, token id = index (filled from the file)
+        // none and file: a folder holding tokenizer.json, or vocab.json + merges.txt (GPT-2's
+        // byte-level BPE, data/bpe_tokenizer.h); then --tokens and --prompt take text. "" = ids
+        std::string tokenizer;
         bool operator==(const Task&) const = default;
     } task;
 

@@ -350,6 +350,7 @@ std::vector<Field> make_fields() {
         choice(KEY(task, op), {"+", "-", "*", "/"}, "modular: a op b = c (mod p); / needs a prime p"),
         text(KEY(task, path), "path", path_text, "HDF5 token file (file) or UTF-8 text (text); required for those"),
         alphabet(KEY(task, alphabet), "text: the file's characters, sorted (token id = index); filled in by the run"),
+        text(KEY(task, tokenizer), "path", path_text, "none or file: a folder with tokenizer.json, or vocab.json and merges.txt (byte-level BPE): --tokens and --prompt then take text; \"\" = token ids"),
 
         choice(KEY(model, kind), {"decoder", "encoder-decoder"}, "decoder-only LM, or encoder-decoder (translate)"),
         integer(KEY(model, layers), at_least(1), "blocks per stack"),

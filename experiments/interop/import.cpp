@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/bpe_tokenizer.h"
 #include "experiments/config/config.h"
 #include "experiments/files/safetensors.h"
 #include "experiments/interop/arrays.h"
@@ -177,9 +178,10 @@ Config imported_config(size_t vocab, size_t positions) {
     return c;
 }
 
-// The activation names of Hugging Face's ACT2FN and TransformerLens's act_fn that attnlab computes.
+// The activation names of Hugging Face's ACT2FN and TransformerLens's act_fn that
+// attnlab computes; `fallback` "" makes the field required.
 std::string activation_of(const Fields& f, const std::string& field, const std::string& fallback) {
-    const std::string name = f.text(field, fallback);
+    const std::string name = fallback.empty() ? f.text(field) : f.text(field, fallback);
     if (name == "gelu") return "gelu";
     // gelu_fast's 0.5 x (1 + tanh(0.7978845608 x (1 + 0.044715 x^2))) is the same function
     if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return "gelu_tanh";
@@ -354,7 +356,7 @@ Config transformer_lens(const Fields& f, Tensors& t, Params& p) {
     m.head_width = H * dh == D ? 0 : static_cast<int64_t>(dh);
     m.kv_heads = Hkv == H ? 0 : static_cast<int64_t>(Hkv);
     m.ffn = static_cast<int64_t>(F);
-    if (!attn_only) m.activation = activation_of(f, "act_fn", "relu");
+    if (!attn_only) m.activation = activation_of(f, "act_fn", "");  // HookedTransformerConfig requires it with an MLP
     m.parallel = f.boolean("parallel_attn_mlp", false);
     if (m.parallel && attn_only) f.refuse("parallel_attn_mlp", "true", "an attention-only model has no feed-forward to run beside attention");
 
@@ -500,6 +502,15 @@ ImportedModel import_model(const std::string& dir) {
             out.format = "transformerlens";
         } else {
             throw Error(fields.file() + ": neither a Hugging Face config (model_type) nor a TransformerLens one (n_layers, d_model)");
+        }
+        // the tokenizer beside the weights (GPT-2's vocab.json + merges.txt, NeoX's tokenizer.json): --tokens then take text
+        if (BpeTokenizer::folder_has_one(dir)) {
+            const std::string at = fs::absolute(folder).lexically_normal().string();
+            const int32_t size = BpeTokenizer::from_folder(at).vocab_size();  // a bad tokenizer file: its own line
+            if (size > config.task.vocab)
+                throw Error(dir + ": the tokenizer has " + std::to_string(size) + " tokens, more than the model's vocabulary of " +
+                            std::to_string(config.task.vocab));
+            config.task.tokenizer = at;
         }
         try {
             validate(config);

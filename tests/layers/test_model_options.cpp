@@ -44,8 +44,8 @@ TEST(NormEps, EveryNormOfTheModelTakesIt) {
         c.block.norm_type = type;
         Rng init(1);
         DecoderLM lm(c, init, nullptr);
-        for (const NormLayer* norm : {static_cast<const NormLayer*>(lm.blocks[0]->res1.ln.get()), lm.blocks[1]->res2->ln.get(),
-                                      lm.final_norm()}) {
+        const std::vector<const NormLayer*> norms = {lm.blocks[0]->res1.ln.get(), lm.blocks[1]->res2->ln.get(), lm.final_norm()};
+        for (const NormLayer* norm : norms) {
             if (const auto* ln = dynamic_cast<const LayerNorm*>(norm)) EXPECT_EQ(ln->eps, 0.25);
             else if (const auto* rms = dynamic_cast<const RMSNorm*>(norm)) EXPECT_EQ(rms->eps, 0.25);
             else EXPECT_EQ(dynamic_cast<const ScaleNorm*>(norm)->eps, 0.25);
@@ -113,11 +113,12 @@ TEST(HeadBias, IsAddedToTheLogits) {
     lm.to(DType::f64);
     const Indices tokens = random_tokens(rng, 1, 4, 11);
     const Tensor before = lm.forward(tokens);
+    const std::vector<double> drawn = lm.head.bias.values();  // as nn.Linear's, U(+-1/sqrt(D))
     std::vector<double> bias(11);
     for (size_t v = 0; v < 11; ++v) bias[v] = 0.1 * static_cast<double>(v);
     lm.head.bias.assign(Tensor::from_values(bias, {11}, DType::f64));
     const std::vector<double> a = before.values(), b = lm.forward(tokens).values();
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i] - a[i], bias[i % 11], 1e-12) << i;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i] - a[i], bias[i % 11] - drawn[i % 11], 1e-12) << i;
     bool named = false;
     for (const auto& [name, p] : lm.named_parameters()) named |= name == "head.bias";
     EXPECT_TRUE(named);
