@@ -173,6 +173,8 @@ inline void add_checkpoint_options(cxxopts::Options& options, const std::string&
     options.positional_help("CHECKPOINT");
     options.add_options()("batches", "eval batches", cxxopts::value<std::string>()->default_value(default_batches))
                          ("seed", "data seed (default: the run's seed)", cxxopts::value<std::string>())
+                         ("data", "an HDF5 token file (the file task's format) to draw the batches from instead of the run's task; "
+                                  "an imported model has no task of its own", cxxopts::value<std::string>())
                          ("checkpoint", "checkpoint file", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"checkpoint"});
 }
@@ -204,6 +206,8 @@ inline std::string checkpoint_argument(const cxxopts::ParseResult& parsed) {
 // --batches: eval batches of the run's batch size (each a fresh draw of the task).
 inline int checkpoint_batches(const cxxopts::ParseResult& parsed) { return number_option<int>(parsed, "batches", 1, 1 << 20); }
 
+inline void use_token_file(CheckpointInput& in, const std::string& path);  // --data, below
+
 inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed) {
     CheckpointInput in;
     const std::string path = checkpoint_argument(parsed);
@@ -212,6 +216,7 @@ inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed)
     static_cast<LoadedCheckpoint&>(in) = load_checkpoint(path, in.device);
     in.seed = static_cast<uint64_t>(parsed.count("seed") ? number_option<int64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max())
                                                          : in.config.run.seed);
+    if (parsed.count("data")) use_token_file(in, parsed["data"].as<std::string>());
     return in;
 }
 
@@ -219,19 +224,35 @@ inline CheckpointInput load_checkpoint_input(const cxxopts::ParseResult& parsed)
 // again to cover the longest sequence they give, which positions without a
 // table (sinusoidal is computed, rotary, ALiBi, none) do at any length; a
 // learned table refuses, in one line, what it was not trained to cover.
-inline void set_task_lengths(CheckpointInput& in, int64_t lo, int64_t hi) {
-    if (in.config.task.name == "file") throw UsageError("--min-len/--max-len: task \"file\" has no lengths");
-    if (lo > hi) throw UsageError("--min-len " + std::to_string(lo) + " is above --max-len " + std::to_string(hi));
-    in.config = with_task_lengths(in.config, lo, hi);
-    const size_t needed = make_batch_source(in.config, 0, 0)->max_sequence_length();  // also checks the task
+// The model loaded again to cover `needed` positions, which positions without a
+// table (sinusoidal is computed, rotary, ALiBi, none) do at any length; a learned
+// table refuses, in one line naming `what`, what it was not trained to cover.
+inline void cover_length(CheckpointInput& in, size_t needed, const std::string& what) {
     if (needed <= in.loaded.max_len) return;
     if (in.config.model.positional == "learned")
-        throw UsageError("--max-len " + std::to_string(hi) + " needs " + std::to_string(needed) + " positions; the learned table of " +
-                         in.path + " covers " + std::to_string(in.loaded.max_len) + " (model.max_len)");
+        throw UsageError(what + " needs " + std::to_string(needed) + " positions; the learned table of " + in.path + " covers " +
+                         std::to_string(in.loaded.max_len) + " (model.max_len)");
     Config wider = in.config;
     wider.model.max_len = static_cast<int64_t>(needed);
     in.loaded = load_model(wider, in.checkpoint, in.path);
     place_model(in.loaded, in.device);
+}
+
+inline void set_task_lengths(CheckpointInput& in, int64_t lo, int64_t hi) {
+    if (in.config.task.name == "file") throw UsageError("--min-len/--max-len: task \"file\" has no lengths");
+    if (lo > hi) throw UsageError("--min-len " + std::to_string(lo) + " is above --max-len " + std::to_string(hi));
+    in.config = with_task_lengths(in.config, lo, hi);
+    cover_length(in, make_batch_source(in.config, 0, 0)->max_sequence_length(), "--max-len " + std::to_string(hi));  // also checks the task
+}
+
+// --data FILE.h5: the batches come from a token file (task "file": its held-out
+// tenth, as `attnlab eval` draws a file task's), checked against the model's
+// vocabulary and positions.
+inline void use_token_file(CheckpointInput& in, const std::string& path) {
+    if (in.loaded.model->encoder_decoder()) throw UsageError("--data " + path + ": token files feed decoder-only models");
+    in.config.task.name = "file";
+    in.config.task.path = path;
+    cover_length(in, make_batch_source(in.config, in.seed, 2)->max_sequence_length(), "--data " + path);  // reads and checks the file
 }
 
 // `batches` batches of fresh data: stream 2, which neither training (0) nor the
