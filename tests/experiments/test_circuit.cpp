@@ -106,6 +106,26 @@ PromptPairs recall_pairs(const TaskModel& model) {
     return pairs;
 }
 
+// Each exact edge into a head's q, k or v is `path-patch`'s number for that edge
+// (its receivers are heads); returns how many edges were compared.
+size_t expect_head_edges_are_path_patching(const TaskModel& model, const PromptPairs& pairs, const CircuitResult& r) {
+    size_t checked = 0;
+    for (size_t i = 0; i < r.edges.size(); ++i) {
+        const std::string& receiver = r.edges[i].receiver;
+        const size_t colon = receiver.find(':');
+        if (colon == std::string::npos) continue;
+        PathPatch edge;
+        edge.senders = {r.edges[i].sender};
+        edge.receiver_layer = std::stoul(receiver.substr(0, 1));
+        edge.receiver_head = std::stoul(receiver.substr(2, colon - 2));
+        edge.receiver_input = receiver.substr(colon + 1);
+        const PathPatchResult p = path_patching(model, pairs, edge, PatchMetric::prob);
+        EXPECT_NEAR(r.scores[i], p.patched - p.corrupt, 1e-6) << r.edges[i].sender << " -> " << receiver;
+        ++checked;
+    }
+    return checked;
+}
+
 TEST(Circuit, ExactEdgesIntoHeadsArePathPatchingsNumbersAtAnyBatching) {
     const Trained& run = decoder_run();
     const LoadedModel loaded = run.load();
@@ -116,22 +136,9 @@ TEST(Circuit, ExactEdgesIntoHeadsArePathPatchingsNumbersAtAnyBatching) {
     o.batch_tokens = 1;  // one copy of the prompts per run
     const CircuitResult single = edge_scores(*loaded.model, pairs, o);
     ASSERT_EQ(batched.edges.size(), single.edges.size());
-    size_t checked = 0;
-    for (size_t i = 0; i < batched.edges.size(); ++i) {
+    for (size_t i = 0; i < batched.edges.size(); ++i)
         EXPECT_NEAR(batched.scores[i], single.scores[i], 1e-6) << batched.edges[i].sender << " -> " << batched.edges[i].receiver;
-        const std::string& receiver = batched.edges[i].receiver;
-        const size_t colon = receiver.find(':');
-        if (colon == std::string::npos) continue;  // path-patch's receivers are heads
-        PathPatch edge;
-        edge.senders = {batched.edges[i].sender};
-        edge.receiver_layer = std::stoul(receiver.substr(0, 1));
-        edge.receiver_head = std::stoul(receiver.substr(2, colon - 2));
-        edge.receiver_input = receiver.substr(colon + 1);
-        const PathPatchResult p = path_patching(*loaded.model, pairs, edge, PatchMetric::prob);
-        EXPECT_NEAR(batched.scores[i], p.patched - p.corrupt, 1e-6) << batched.edges[i].sender << " -> " << receiver;
-        ++checked;
-    }
-    EXPECT_EQ(checked, 4u + 16u);
+    EXPECT_EQ(expect_head_edges_are_path_patching(*loaded.model, pairs, batched), 4u + 16u);
 }
 
 // d/d eps of the effect of (eps * the sender's change) at eps = 0 is what the
@@ -220,19 +227,7 @@ TEST(Circuit, ParallelBlocksFeedTheirFeedForwardFromTheBlocksInput) {
             << noised.edges[e].sender << " -> " << noised.edges[e].receiver;
     }
     o.noising = false;
-    const CircuitResult denoised = edge_scores(*loaded.model, pairs, o);
-    for (size_t i = 0; i < denoised.edges.size(); ++i) {
-        const std::string& receiver = denoised.edges[i].receiver;
-        const size_t colon = receiver.find(':');
-        if (colon == std::string::npos) continue;
-        PathPatch edge;
-        edge.senders = {denoised.edges[i].sender};
-        edge.receiver_layer = std::stoul(receiver.substr(0, 1));
-        edge.receiver_head = std::stoul(receiver.substr(2, colon - 2));
-        edge.receiver_input = receiver.substr(colon + 1);
-        const PathPatchResult p = path_patching(*loaded.model, pairs, edge, PatchMetric::prob);
-        EXPECT_NEAR(denoised.scores[i], p.patched - p.corrupt, 1e-6) << denoised.edges[i].sender << " -> " << receiver;
-    }
+    EXPECT_EQ(expect_head_edges_are_path_patching(*loaded.model, pairs, edge_scores(*loaded.model, pairs, o)), 4u + 16u);
 }
 
 // On the hand-built linear model the five edges of its circuit are what pruning
