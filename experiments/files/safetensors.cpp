@@ -42,15 +42,17 @@ std::string one_line(std::string text) {
     return text;
 }
 
-size_t dtype_size(SafeDType dtype) {
-    switch (dtype) {
-        case SafeDType::f16:
-        case SafeDType::bf16: return 2;
-        case SafeDType::f32: return 4;
-        case SafeDType::f64: return 8;
-    }
-    return 0;
-}
+// The format's dtypes with their element sizes in bytes; `other`: not read (safetensors.h).
+struct KnownDType {
+    const char* name;
+    SafeDType dtype;
+    size_t size;
+};
+constexpr KnownDType kDTypes[] = {
+    {"F16", SafeDType::f16, 2},    {"BF16", SafeDType::bf16, 2},  {"F32", SafeDType::f32, 4},    {"F64", SafeDType::f64, 8},
+    {"BOOL", SafeDType::other, 1}, {"U8", SafeDType::other, 1},    {"I8", SafeDType::other, 1},    {"F8_E5M2", SafeDType::other, 1},
+    {"F8_E4M3", SafeDType::other, 1}, {"I16", SafeDType::other, 2}, {"U16", SafeDType::other, 2},  {"I32", SafeDType::other, 4},
+    {"U32", SafeDType::other, 4},  {"I64", SafeDType::other, 8},   {"U64", SafeDType::other, 8}};
 
 uint64_t load_le(const unsigned char* bytes, size_t count) {
     uint64_t value = 0;
@@ -82,7 +84,7 @@ float bfloat16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast
 // One tensor's header entry, checked on its own.
 struct Entry {
     std::string name;
-    SafeDType dtype;
+    KnownDType dtype;
     Shape shape;
     uint64_t numel = 1, begin = 0, end = 0;
 };
@@ -127,16 +129,15 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     if (!info.is_object()) refuse(path, at + "the entry is not a JSON object");
     for (const char* field : {"dtype", "shape", "data_offsets"})
         if (!info.contains(field)) refuse(path, at + "the entry has no \"" + field + "\"");
-    Entry entry{name, SafeDType::f32, {}};
+    Entry entry{name, kDTypes[2], {}};
 
     const json& dtype = info["dtype"];
     if (!dtype.is_string()) refuse(path, at + "\"dtype\" is not a string");
     const std::string dtype_name = dtype.get<std::string>();
-    const std::pair<const char*, SafeDType> known[] = {
-        {"F16", SafeDType::f16}, {"BF16", SafeDType::bf16}, {"F32", SafeDType::f32}, {"F64", SafeDType::f64}};
-    const auto* found = std::find_if(std::begin(known), std::end(known), [&](const auto& k) { return dtype_name == k.first; });
-    if (found == std::end(known)) refuse(path, at + "dtype " + quote_name(dtype_name) + " is not one attnlab reads (F16, BF16, F32, F64)");
-    entry.dtype = found->second;
+    const auto* found = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const KnownDType& k) { return dtype_name == k.name; });
+    if (found == std::end(kDTypes))
+        refuse(path, at + "dtype " + quote_name(dtype_name) + " is not a safetensors dtype (attnlab reads F16, BF16, F32, F64)");
+    entry.dtype = *found;
 
     const json& shape = info["shape"];
     if (!shape.is_array()) refuse(path, at + "\"shape\" is not a JSON array");
@@ -151,7 +152,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     uint64_t bytes = 0;
     bool overflow = false;
     for (size_t extent : entry.shape) overflow = overflow || __builtin_mul_overflow(entry.numel, extent, &entry.numel);
-    if (overflow || __builtin_mul_overflow(entry.numel, dtype_size(entry.dtype), &bytes))
+    if (overflow || __builtin_mul_overflow(entry.numel, entry.dtype.size, &bytes))
         refuse(path, at + "shape " + shape_str(entry.shape) + " of " + dtype_name + " is more than 2^64 bytes");
 
     const json& offsets = info["data_offsets"];
@@ -212,17 +213,19 @@ void read_exact(std::ifstream& in, const std::string& path, uint64_t offset, voi
 
 // The entry's values from its bytes (entry.numel * element size of them).
 SafeTensor decode(const Entry& entry, const std::vector<unsigned char>& bytes) {
-    SafeTensor tensor{entry.name, entry.dtype, entry.shape, {}, {}};
-    const size_t size = dtype_size(entry.dtype);
-    if (entry.dtype == SafeDType::f64) tensor.doubles.resize(entry.numel);
+    SafeTensor tensor{entry.name, entry.dtype.dtype, entry.shape, {}, {}, entry.dtype.name};
+    if (entry.dtype.dtype == SafeDType::other) return tensor;  // not read
+    const size_t size = entry.dtype.size;
+    if (entry.dtype.dtype == SafeDType::f64) tensor.doubles.resize(entry.numel);
     else tensor.floats.resize(entry.numel);
     for (size_t i = 0; i < entry.numel; ++i) {
         const uint64_t bits = load_le(bytes.data() + i * size, size);
-        switch (entry.dtype) {
+        switch (entry.dtype.dtype) {
             case SafeDType::f16: tensor.floats[i] = half_to_float(static_cast<uint16_t>(bits)); break;
             case SafeDType::bf16: tensor.floats[i] = bfloat16_to_float(static_cast<uint16_t>(bits)); break;
             case SafeDType::f32: tensor.floats[i] = std::bit_cast<float>(static_cast<uint32_t>(bits)); break;
             case SafeDType::f64: tensor.doubles[i] = std::bit_cast<double>(bits); break;
+            case SafeDType::other: break;
         }
     }
     return tensor;
@@ -245,6 +248,7 @@ std::string to_string(SafeDType dtype) {
         case SafeDType::bf16: return "BF16";
         case SafeDType::f32: return "F32";
         case SafeDType::f64: return "F64";
+        case SafeDType::other: return "other";
     }
     return "?";
 }
@@ -286,6 +290,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
     std::vector<unsigned char> bytes;
     for (const Entry& entry : entries) {  // in file order; each fits in the file, as checked
+        if (entry.dtype.dtype == SafeDType::other) {  // its bytes are not read
+            file.tensors.push_back(decode(entry, {}));
+            continue;
+        }
         bytes.resize(entry.end - entry.begin);
         read_exact(in, path, data_start + entry.begin, bytes.data(), bytes.size());
         file.tensors.push_back(decode(entry, bytes));
@@ -304,6 +312,9 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
         size_t numel = 1;
         for (size_t extent : tensor.shape)
             if (__builtin_mul_overflow(numel, extent, &numel)) refuse(path, where(tensor.name) + "shape " + shape_str(tensor.shape) + " is too large");
+        if (tensor.dtype == SafeDType::other)
+            refuse(path, where(tensor.name) + "dtype " + (tensor.file_dtype.empty() ? "other" : tensor.file_dtype) +
+                             " is not written (attnlab writes F32 and F64)");
         const bool f64 = tensor.dtype == SafeDType::f64;
         const size_t held = f64 ? tensor.doubles.size() : tensor.floats.size();
         if (held != numel)

@@ -28,9 +28,12 @@ namespace attnlab {
 // The dtypes attnlab reads. F16 and BF16 become float exactly (every half and
 // bfloat16 value, subnormals, infinities and NaN included, is a float), so they
 // share F32's storage; the enum keeps the file's own dtype for callers that care.
-// Integer and 8-bit dtypes (I64, U8, BOOL, F8_E4M3, ...) are refused.
-enum class SafeDType { f16, bf16, f32, f64 };
-std::string to_string(SafeDType dtype);  // "F16", "BF16", "F32", "F64": the names in the file
+// The format's other dtypes (BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F8_E5M2,
+// F8_E4M3: a tool's buffers, such as GPT-NeoX's boolean causal mask) are `other`:
+// their entries are checked as every entry is, their values not read, and a
+// caller that needs one refuses it. A dtype name outside the format is refused.
+enum class SafeDType { f16, bf16, f32, f64, other };
+std::string to_string(SafeDType dtype);  // "F16", "BF16", "F32", "F64" (the names in the file), "other"
 
 struct SafeTensor {
     std::string name;
@@ -38,6 +41,7 @@ struct SafeTensor {
     Shape shape;                  // [] for a scalar (one value); a 0 anywhere for an empty tensor
     std::vector<float> floats;    // F16, BF16, F32: numel values, row-major (C order)
     std::vector<double> doubles;  // F64: numel values, row-major; the other vector stays empty
+    std::string file_dtype;       // the dtype's name in the file ("F32", "BOOL", ...): what an `other` tensor was
 };
 
 struct SafetensorsFile {
@@ -51,7 +55,7 @@ struct SafetensorsFile {
 // the end of the file; a header that is not a JSON object (invalid JSON or
 // UTF-8, not starting with '{'); a key given twice; an entry that is not an
 // object, or lacks dtype, shape or data_offsets, or holds one of the wrong JSON
-// type; a dtype attnlab does not read; a negative or non-integer dimension; a
+// type; a dtype name the format does not have; a negative or non-integer dimension; a
 // size in bytes past 2^64; data_offsets that are not two non-decreasing
 // integers, reach past the data section, or span other than numel * dtype size
 // bytes; tensors that overlap, leave a gap, or leave bytes after the last one;

@@ -62,6 +62,7 @@ public:
         if (!json_.is_object()) throw Error(file_ + ": not a JSON object");
     }
     bool has(const std::string& name) const { return json_.contains(name) && !json_.at(name).is_null(); }
+    bool given(const std::string& name) const { return json_.contains(name); }  // null included
     const std::string& file() const { return file_; }
 
     // A count: an integer >= 1.
@@ -138,6 +139,8 @@ public:
         const auto it = tensors_.find(name);
         if (it == tensors_.end()) throw Error(file_ + ": no tensor " + name + " (the config needs it, " + shape_str(shape) + ")");
         const SafeTensor& t = it->second;
+        if (t.dtype == SafeDType::other)
+            throw Error(file_ + ": tensor " + name + " is " + t.file_dtype + "; a parameter is F16, BF16, F32 or F64");
         if (t.shape != shape)
             throw Error(file_ + ": tensor " + name + " is " + shape_str(t.shape) + "; the config needs " + shape_str(shape));
         Array a{t.shape, t.dtype == SafeDType::f64 ? std::vector<float>(t.doubles.begin(), t.doubles.end()) : t.floats};
@@ -337,7 +340,8 @@ Config transformer_lens(const Fields& f, Tensors& t, Params& p) {
     if (const int64_t out = f.integer("d_vocab_out", -1); out != -1 && out != static_cast<int64_t>(V))
         f.refuse("d_vocab_out", std::to_string(out), "attnlab's head predicts the input vocabulary (d_vocab = " + std::to_string(V) + ")");
     const bool attn_only = f.boolean("attn_only", false);
-    const size_t F = attn_only ? 0 : f.count("d_mlp");
+    // HookedTransformerConfig's defaults: d_mlp 4 d_model, normalization_type "LN" (null: none)
+    const size_t F = attn_only ? 0 : f.has("d_mlp") ? f.count("d_mlp") : 4 * D;
     const size_t Hkv = f.has("n_key_value_heads") ? f.count("n_key_value_heads") : H;
     if (H % Hkv != 0) f.refuse("n_key_value_heads", std::to_string(Hkv), "does not divide n_heads = " + std::to_string(H));
     f.refuse_unless("gated_mlp", !f.boolean("gated_mlp", false), "attnlab's feed-forward is fc2(act(fc1(x))), not gated");
@@ -360,7 +364,7 @@ Config transformer_lens(const Fields& f, Tensors& t, Params& p) {
     m.parallel = f.boolean("parallel_attn_mlp", false);
     if (m.parallel && attn_only) f.refuse("parallel_attn_mlp", "true", "an attention-only model has no feed-forward to run beside attention");
 
-    const std::string norm = f.text("normalization_type", "");  // null: no norm
+    const std::string norm = !f.given("normalization_type") ? "LN" : f.text("normalization_type", "");  // null: no norm
     if (norm != "" && norm != "LN" && norm != "LNPre" && norm != "RMS" && norm != "RMSPre")
         f.refuse("normalization_type", "\"" + norm + "\"", "attnlab places LN, LNPre, RMS, RMSPre or none");
     const bool layernorm = norm == "LN" || norm == "LNPre", folded = norm == "LNPre" || norm == "RMSPre";

@@ -194,6 +194,27 @@ TEST(Safetensors, ReadsInFileOrderFromBytes) {
     EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"k", "v"}}));
 }
 
+// The format's other dtypes (a tool's buffers: GPT-NeoX's BOOL causal mask, an
+// I64 position table) are read as `other`: checked, their values not read.
+TEST(Safetensors, OtherDTypesAreCheckedButNotRead) {
+    const test::TempDir dir("attnlab_safetensors_");
+    const std::string header = "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                               "\"p\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[4,12]},"
+                               "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]}}";
+    write_bytes(dir.file("o.safetensors"), file_of(header, std::string("\x01\x00\x01\x01", 4) + le_bytes(7, 8) + le_bytes(0x3f800000, 4)));
+    const SafetensorsFile file = read_safetensors(dir.file("o.safetensors"));
+    ASSERT_EQ(file.tensors.size(), 3u);
+    EXPECT_EQ(file.tensors[0].dtype, SafeDType::other);
+    EXPECT_EQ(file.tensors[0].file_dtype, "BOOL");
+    EXPECT_EQ(file.tensors[0].shape, (Shape{2, 2}));
+    EXPECT_TRUE(file.tensors[0].floats.empty() && file.tensors[0].doubles.empty());
+    EXPECT_EQ(file.tensors[1].file_dtype, "I64");
+    EXPECT_EQ(file.tensors[2].floats, std::vector<float>{1.0f});
+    EXPECT_EQ(file.tensors[2].file_dtype, "F32");
+    // and never written
+    EXPECT_THROW(write_safetensors(dir.file("back.safetensors"), {file.tensors[0]}), Error);
+}
+
 // A header entry for a tensor.
 std::string entry(const std::string& name, const std::string& dtype, const std::string& shape, const std::string& offsets) {
     return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}";
@@ -217,8 +238,8 @@ TEST(Safetensors, RefusesEachKindOfBadFileInOneLine) {
         {"no data_offsets", file_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", d8), "tensor \"a\": the entry has no \"data_offsets\""},
         {"no dtype", file_of("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", d8), "tensor \"a\": the entry has no \"dtype\""},
         {"dtype not a string", file_of("{\"a\":{\"dtype\":4,\"shape\":[2],\"data_offsets\":[0,8]}}", d8), "tensor \"a\": \"dtype\" is not a string"},
-        {"integer dtype", file_of("{" + entry("a", "I64", "[1]", "[0,8]") + "}", d8), "tensor \"a\": dtype \"I64\" is not one attnlab reads"},
-        {"unknown dtype", file_of("{" + entry("a", "f32", "[2]", "[0,8]") + "}", d8), "tensor \"a\": dtype \"f32\" is not one attnlab reads"},
+        {"integer dtype, wrong span", file_of("{" + entry("a", "I64", "[2]", "[0,8]") + "}", d8), "tensor \"a\": data_offsets [0, 8] hold 8 bytes, but shape (2) of I64 needs 16"},
+        {"unknown dtype", file_of("{" + entry("a", "f32", "[2]", "[0,8]") + "}", d8), "tensor \"a\": dtype \"f32\" is not a safetensors dtype"},
         {"shape not array", file_of("{" + entry("a", "F32", "2", "[0,8]") + "}", d8), "tensor \"a\": \"shape\" is not a JSON array"},
         {"negative extent", file_of("{" + entry("a", "F32", "[2,-1]", "[0,8]") + "}", d8), "tensor \"a\": shape entry 1 (-1) is not a non-negative integer"},
         {"float extent", file_of("{" + entry("a", "F32", "[2.0]", "[0,8]") + "}", d8), "tensor \"a\": shape entry 0 (2.0) is not a non-negative integer"},
