@@ -320,4 +320,20 @@ size_t counted_positions(const Batch& batch) {
     return n;
 }
 
+Indices counted_rows(const Batch& batch) {
+    std::vector<int32_t> rows;
+    for (size_t i = 0; i < batch.loss_mask.values.size(); ++i)
+        if (batch.loss_mask.values[i] != 0) rows.push_back(static_cast<int32_t>(i));
+    const size_t n = rows.size();  // before the move
+    return Indices({n}, std::move(rows));
+}
+
+Indices counted_targets(const Batch& batch) {
+    std::vector<int32_t> targets;
+    for (size_t i = 0; i < batch.loss_mask.values.size(); ++i)
+        if (batch.loss_mask.values[i] != 0) targets.push_back(batch.targets.values[i]);
+    const size_t n = targets.size();  // before the move
+    return Indices({n}, std::move(targets));
+}
+
 }  // namespace attnlab

@@ -72,6 +72,9 @@ struct Batch {
 Batch batch_rows(const Batch& batch, size_t begin, size_t end);
 // Positions that count in its loss (the loss mask's true entries).
 size_t counted_positions(const Batch& batch);
+// Those positions as flat indices b T + t (N), row by row, and their targets (N).
+Indices counted_rows(const Batch& batch);
+Indices counted_targets(const Batch& batch);
 
 // Where training and evaluation batches come from: a task generator, or a token file.
 class BatchSource {

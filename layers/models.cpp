@@ -185,6 +185,14 @@ Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& leng
     return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, tokens, lengths, Tensor(), {}, nullptr, config)));  // (B, T, V)
 }
 
+Tensor DecoderLM::forward_at(const Indices& tokens, const std::vector<size_t>& lengths, const Indices& rows) const {
+    check_tokens("decoder", tokens, lengths);
+    const size_t B = tokens.shape[0], T = tokens.shape[1], D = config.block.attention.width;
+    const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));                                // (B, T, D)
+    const Tensor stream = decoder_stack(blocks, ln_f.get(), x, tokens, lengths, Tensor(), {}, nullptr, config);  // (B, T, D)
+    return head.forward(embedding(reshape(stream, {B * T, D}), rows));                                             // (N, V)
+}
+
 namespace {
 
 // forward_from's and forward_blocks' checks: blocks from `first` exist, the stream entering them has the batch's shape.

@@ -77,6 +77,10 @@ public:
     // residual stream leaving block last - 1 (its resid_post), no final norm, no head.
     Tensor forward_blocks(size_t first, size_t last, const Tensor& resid, const Indices& tokens,
                           const std::vector<size_t>& lengths = {}) const;
+    // The logits only at `rows` (N), flat positions b T + t of tokens (B, T): (N, V), the
+    // output head run on those positions' final stream alone (what a loss that counts
+    // few positions needs; the hook point "logits" is not passed).
+    Tensor forward_at(const Indices& tokens, const std::vector<size_t>& lengths, const Indices& rows) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
     // Prefix-LM: new tokens that end a prefix begun in earlier calls rebuild the cache from every
     // token seen (the prefix's cached keys read the later prefix tokens), once per such prefix.

@@ -11,9 +11,12 @@ namespace {
 // One batch's totals, in the order combine() reads them.
 constexpr size_t kTotals = 5;  // loss * counted, tokens correct, sequences correct, counted, sequences
 
+// `logits` (B, T, V), or (N, V) at the counted positions (TaskModel::forward_counted).
 void append_totals(std::vector<double>& totals, const Tensor& logits, const Batch& batch) {
     const Score s = accuracy(logits, batch);
-    const double loss = s.counted ? cross_entropy(logits, batch.targets, batch.loss_mask).item() : 0.0;
+    const double loss = !s.counted          ? 0.0
+                        : logits.dim() == 2 ? cross_entropy(logits, counted_targets(batch)).item()
+                                            : cross_entropy(logits, batch.targets, batch.loss_mask).item();
     totals.insert(totals.end(), {loss * static_cast<double>(s.counted), static_cast<double>(s.tokens_correct),
                                  static_cast<double>(s.sequences_correct), static_cast<double>(s.counted),
                                  static_cast<double>(s.sequences)});
@@ -46,8 +49,13 @@ std::vector<double> totals_of(const TaskModel& model, const std::vector<Batch>& 
     const bool was_training = module.is_training();
     module.eval();
     std::vector<double> totals;
-    for (size_t i = begin; i < end; ++i)
-        append_totals(totals, hooks ? model.forward(batches[i], *hooks) : model.forward(batches[i]), batches[i]);
+    for (size_t i = begin; i < end; ++i) {
+        // the head only where the loss counts; with hooks, every position (a hook may read or replace the logits)
+        const bool counted = !hooks && counted_positions(batches[i]) > 0;
+        append_totals(totals, hooks ? model.forward(batches[i], *hooks)
+                              : counted ? model.forward_counted(batches[i], nullptr) : model.forward(batches[i]),
+                      batches[i]);
+    }
     module.train(was_training);
     return totals;
 }
@@ -56,6 +64,7 @@ std::vector<double> totals_of(const TaskModel& model, const std::vector<Batch>& 
 
 Score accuracy(const Tensor& logits, const Batch& batch) {
     const size_t B = batch.targets.shape[0], T = batch.targets.shape[1], V = logits.size(-1);
+    const bool counted_only = logits.dim() == 2;  // (N, V): row n is the n-th counted position
     const std::vector<double> z = logits.values();
     Score s;
     s.sequences = B;
@@ -63,7 +72,7 @@ Score accuracy(const Tensor& logits, const Batch& batch) {
         bool all = true;
         for (size_t t = 0; t < T; ++t) {
             if (!batch.loss_mask(b * T + t)) continue;
-            const double* row = z.data() + (b * T + t) * V;
+            const double* row = z.data() + (counted_only ? s.counted : b * T + t) * V;
             size_t best = 0;
             for (size_t v = 1; v < V; ++v)
                 if (row[v] > row[best]) best = v;

@@ -21,7 +21,8 @@ struct Score {
     size_t tokens_correct = 0, sequences_correct = 0;
 };
 
-// Accuracy of logits (B, T, V) against a batch (loss is left 0).
+// Accuracy of logits (B, T, V), or (N, V) at the counted positions only
+// (TaskModel::forward_counted), against a batch (loss is left 0).
 Score accuracy(const Tensor& logits, const Batch& batch);
 
 class Hooks;

@@ -1,6 +1,7 @@
 #include "experiments/run/model_factory.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "data/file_task.h"
 #include "data/finite_task.h"
@@ -86,6 +87,15 @@ Tensor TaskModel::forward(const Batch& batch) const {
 Tensor TaskModel::forward(const Batch& batch, Hooks& hooks) const {
     HookScope scope(module(), hooks);
     return forward(batch);
+}
+
+Tensor TaskModel::forward_counted(const Batch& batch, Hooks* hooks) const {
+    std::optional<HookScope> scope;
+    if (hooks) scope.emplace(module(), *hooks);
+    const Indices rows = counted_rows(batch);
+    if (decoder_) return decoder_->forward_at(batch.inputs, batch.lengths, rows);
+    const Tensor logits = enc_dec_->forward(batch.src, batch.src_lengths, batch.inputs, batch.lengths);  // (B, T, V)
+    return embedding(reshape(logits, {logits.size(0) * logits.size(1), logits.size(2)}), rows);
 }
 
 Tensor TaskModel::forward_from(const Batch& batch, size_t first, const Tensor& resid, Hooks* hooks) const {

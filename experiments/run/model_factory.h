@@ -31,6 +31,9 @@ public:
     Tensor forward(const Batch& batch) const;
     // The same with `hooks` attached (layers/hooks.h) for this pass only.
     Tensor forward(const Batch& batch, Hooks& hooks) const;
+    // The logits at the positions the batch's loss counts, (N, V) in counted_rows'
+    // order: a decoder runs its head on those positions alone (DecoderLM::forward_at).
+    Tensor forward_counted(const Batch& batch, Hooks* hooks) const;
     // A decoder's logits from block `first` on, `resid` (B, T, D) entering it
     // (DecoderLM::forward_from), with `hooks` attached when given.
     Tensor forward_from(const Batch& batch, size_t first, const Tensor& resid, Hooks* hooks) const;

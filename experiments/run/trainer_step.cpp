@@ -45,8 +45,11 @@ Trainer::State::StepValues Trainer::State::forward_backward(const Batch& batch, 
 
 Trainer::State::StepValues Trainer::State::whole_batch(const Batch& batch, bool log_now, Hooks& hooks) {
     StepValues v;
-    const Tensor logits = log_now ? model->forward(batch, hooks) : model->forward(batch);
-    Tensor loss = cross_entropy(logits, batch.targets, batch.loss_mask);
+    // the head only where the loss counts: (N, V) (a batch where nothing counts: every position, loss 0)
+    const bool counts = counted_positions(batch) > 0;
+    const Tensor logits = counts ? model->forward_counted(batch, log_now ? &hooks : nullptr)
+                                 : (log_now ? model->forward(batch, hooks) : model->forward(batch));
+    Tensor loss = counts ? cross_entropy(logits, counted_targets(batch)) : cross_entropy(logits, batch.targets, batch.loss_mask);
     v.loss = loss.item();
     loss.backward();
     if (log_now) {
@@ -74,11 +77,13 @@ Trainer::State::StepValues Trainer::State::in_pieces(const Batch& batch, const N
         const Batch piece = batch_rows(batch, g * rows / pieces, (g + 1) * rows / pieces);
         dropout_rng.set_state(Rng(step_seed, g).state());
         const bool record = log_now && g == 0;  // rank 0's first piece: the attention metrics' rows
-        const Tensor logits = record ? model->forward(piece, hooks) : model->forward(piece);
         Partial part{{}, {0.0, 0.0}};
-        if (const size_t c = counted_positions(piece); c > 0) {
+        if (const size_t c = counted_positions(piece); c == 0) {
+            if (record) model->forward(piece, hooks);  // nothing to learn from; the attention metrics' rows only
+        } else {
+            const Tensor logits = model->forward_counted(piece, record ? &hooks : nullptr);  // (N, V)
             const double share = static_cast<double>(c) / counted;
-            Tensor loss = cross_entropy(logits, piece.targets, piece.loss_mask);
+            Tensor loss = cross_entropy(logits, counted_targets(piece));
             part.scalars[0] = loss.item() * share;
             loss.backward(Tensor::scalar(share));
             if (log_now) part.scalars[1] = static_cast<double>(accuracy(logits, piece).tokens_correct);
