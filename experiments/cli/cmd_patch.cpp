@@ -80,12 +80,14 @@ PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& confi
     if (parsed.count("positions"))
         for (int32_t t : parse_token_ids(parsed["positions"].as<std::string>(), size_t{1} << 30, "--positions")) p.positions[0].push_back(static_cast<size_t>(t));
     if (parsed.count("answers")) {
-        // each side one token: a character of a text model, else one token id
+        // each side one token: a character of a text model, a BPE token (task.tokenizer), else one token id
         const auto one_answer = [&](const std::string& side, const std::string& which, const std::string& word) {
             const std::vector<int32_t> tokens = tokens_argument(config, side, "--answers");
             if (tokens.size() != 1)
                 throw UsageError("--answers: '" + word + "': the " + which + " answer is " + std::to_string(tokens.size()) +
-                                 (config.task.name == "text" ? " characters; an answer is one character" : " token ids; an answer is one token id"));
+                                 (!config.task.tokenizer.empty()   ? " tokens of the model's tokenizer; an answer is one token"
+                                  : config.task.name == "text" ? " characters; an answer is one character"
+                                                               : " token ids; an answer is one token id"));
             return tokens.front();
         };
         for (const std::string& word : split(parsed["answers"].as<std::string>(), ' ')) {
