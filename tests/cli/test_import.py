@@ -704,6 +704,23 @@ class Import(cc.TempDirTest):
         work = self.path("work")
         os.makedirs(work, exist_ok=True)
         cc.run_refused(self, ["eval", ckpt], work, work, ['task.name = "none" has no data to draw'], {})
+        # bad --data: a missing file, a token outside the vocabulary, rows longer than a learned table
+        cc.run_refused(self, ["eval", ckpt, "--data", self.path("missing.h5")], work, work, ["missing.h5"], {})
+        outside = self.path("outside.h5")
+        with h5py.File(outside, "w") as f:
+            f["tokens"] = np.full((10, 8), 40, dtype=np.int32)  # vocabulary 40: ids 0..39
+            f["lengths"] = np.full(10, 8)
+        cc.run_refused(self, ["cache", ckpt, "--data", outside, "--hooks", "logits", "--out", self.path("c2.h5")], work, work,
+                       ["outside.h5"], {})
+        gpt2 = dict(GPT2, n_layer=1)
+        save_model(self.path("gpt2"), gpt2, gpt2_state(Draw(8), gpt2))
+        learned = self.import_ok(self.path("gpt2"), "gpt2.h5")
+        long_rows = self.path("long.h5")
+        with h5py.File(long_rows, "w") as f:
+            f["tokens"] = np.full((10, 40), 5, dtype=np.int32)  # 40 positions; n_positions 32
+            f["lengths"] = np.full(10, 40)
+        cc.run_refused(self, ["eval", learned, "--data", long_rows], work, work,
+                       ["--data " + long_rows + " needs 39 positions; the learned table of", "covers 32"], {})
 
     # ---- attnlab -> export -> the same forwards, and -> import -----------------------------
 
