@@ -169,6 +169,24 @@ TEST(Circuit, GradientMethodsAreTheDerivativeOfTheExactEffect) {
     }
 }
 
+// The noised effect of each edge (the exact method: patched inputs, started at
+// the layer) against the circuit of every edge but that one (circuit runs, block
+// by block): two computations of one number. Returns the noised effects.
+CircuitResult expect_removing_each_edge_is_noising_it(const TaskModel& model, const PromptPairs& pairs) {
+    CircuitOptions o;
+    o.metric = PatchMetric::prob;
+    o.noising = true;
+    const CircuitResult noised = edge_scores(model, pairs, o);
+    const size_t E = noised.edges.size();
+    for (size_t e = 0; e < E; ++e) {
+        std::vector<bool> kept(E, true);
+        kept[e] = false;
+        EXPECT_NEAR(circuit_metric(model, pairs, PatchMetric::prob, kept) - noised.clean, noised.scores[e], 1e-6)
+            << noised.edges[e].sender << " -> " << noised.edges[e].receiver;
+    }
+    return noised;
+}
+
 // A circuit's metric: every edge is the clean model (1), none the corrupted (0);
 // removing one edge from the whole graph is noising that edge alone, which the
 // exact method computes in its own way (patched inputs, started at the layer).
@@ -176,20 +194,11 @@ TEST(Circuit, RemovingOneEdgeFromTheWholeGraphIsNoisingIt) {
     const Trained& run = decoder_run();  // LayerNorm, feed-forwards, grouped K/V
     const LoadedModel loaded = run.load();
     const PromptPairs pairs = recall_pairs(*loaded.model);
-    CircuitOptions o;
-    o.metric = PatchMetric::prob;
-    o.noising = true;
-    const CircuitResult noised = edge_scores(*loaded.model, pairs, o);
+    const CircuitResult noised = expect_removing_each_edge_is_noising_it(*loaded.model, pairs);
     const size_t E = noised.edges.size();
     const double clean = noised.clean, corrupt = noised.corrupt;
     EXPECT_NEAR(circuit_metric(*loaded.model, pairs, PatchMetric::prob, std::vector<bool>(E, true)), clean, 1e-6);
     EXPECT_NEAR(circuit_metric(*loaded.model, pairs, PatchMetric::prob, std::vector<bool>(E, false)), corrupt, 1e-6);
-    for (size_t e = 0; e < E; ++e) {
-        std::vector<bool> kept(E, true);
-        kept[e] = false;
-        EXPECT_NEAR(circuit_metric(*loaded.model, pairs, PatchMetric::prob, kept) - clean, noised.scores[e], 1e-6)
-            << noised.edges[e].sender << " -> " << noised.edges[e].receiver;
-    }
     // pruning reuses each circuit run's blocks up to the first edge that changed:
     // the circuit it ends with has the metric a fresh run gives it
     const Discovery d = discover_circuit(*loaded.model, pairs, PatchMetric::prob, noised.scores, std::abs(clean - corrupt) / 50);
@@ -215,18 +224,9 @@ TEST(Circuit, ParallelBlocksFeedTheirFeedForwardFromTheBlocksInput) {
     EXPECT_EQ(seen.count("0.1 -> mlp.1"), 1u);
 
     const PromptPairs pairs = recall_pairs(*loaded.model);
+    expect_removing_each_edge_is_noising_it(*loaded.model, pairs);
     CircuitOptions o;
     o.metric = PatchMetric::prob;
-    o.noising = true;
-    const CircuitResult noised = edge_scores(*loaded.model, pairs, o);
-    const size_t E = noised.edges.size();
-    for (size_t e = 0; e < E; ++e) {
-        std::vector<bool> kept(E, true);
-        kept[e] = false;
-        EXPECT_NEAR(circuit_metric(*loaded.model, pairs, PatchMetric::prob, kept) - noised.clean, noised.scores[e], 1e-6)
-            << noised.edges[e].sender << " -> " << noised.edges[e].receiver;
-    }
-    o.noising = false;
     EXPECT_EQ(expect_head_edges_are_path_patching(*loaded.model, pairs, edge_scores(*loaded.model, pairs, o)), 4u + 16u);
 }
 
