@@ -419,7 +419,8 @@ Config transformer_lens(const Fields& f, Tensors& t, Params& p) {
     p["tok_emb.weight"] = t.take("embed.W_E", {V, D});
     if (m.positional == "learned") p["pos_emb.weight"] = t.take("pos_embed.W_pos", {P, D});
     if (m.positional == "alibi") t.ignore([](const std::string& name) { return name == "pos_embed.W_pos"; });  // unread there
-    const std::string kv = Hkv == H ? "attn." : "attn._";
+    // HookedTransformer builds GroupedQueryAttention (attn._W_K, _W_V) whenever n_key_value_heads is set
+    const std::string kv = f.has("n_key_value_heads") ? "attn._" : "attn.";
     for (size_t l = 0; l < L; ++l) {
         const std::string a = "blocks." + std::to_string(l) + ".";  // the same prefix in both
         take_tl_norm(a + "ln1", a + "ln1");

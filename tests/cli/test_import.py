@@ -195,6 +195,7 @@ def neox_state(draw, cfg):
 
 def tl_state(draw, cfg, head_bias=True):
     D, H, dh, V = cfg["d_model"], cfg["n_heads"], cfg["d_head"], cfg["d_vocab"]
+    kv_heads = cfg.get("n_key_value_heads")
     norm = {"LN": ("w", "b"), "RMS": ("w",), None: ()}[cfg["normalization_type"]]
 
     def add_norm(sd, name):
@@ -207,9 +208,10 @@ def tl_state(draw, cfg, head_bias=True):
     for l in range(cfg["n_layers"]):
         p = f"blocks.{l}."
         add_norm(sd, p + "ln1")
-        for n in "QKV":
-            sd[p + f"attn.W_{n}"] = draw.weight(H, D, dh)
-            sd[p + f"attn.b_{n}"] = draw.bias(H, dh)
+        for n in "QKV":  # grouped K/V (n_key_value_heads set): GroupedQueryAttention's _W_K, _W_V [H_kv, D, d_h]
+            heads, at = (kv_heads, "attn._") if n != "Q" and kv_heads else (H, "attn.")
+            sd[p + f"{at}W_{n}"] = draw.weight(heads, D, dh)
+            sd[p + f"{at}b_{n}"] = draw.bias(heads, dh)
         sd[p + "attn.W_O"] = draw.weight(H, dh, D)
         sd[p + "attn.b_O"] = draw.bias(D)
         if not cfg["attn_only"]:
@@ -377,12 +379,17 @@ def tl_forward(sd, cfg, tokens):
         p = a = f"blocks.{l}."
         acts[a + "resid_pre"] = x
         acts[a + "ln1.out"] = acts[a + "attn.in"] = acts[a + "attn.in_kv"] = y = norm(x, p + "ln1")
+        grouped = cfg.get("n_key_value_heads")
         for n in "QKV":
-            acts[a + "attn." + n.lower()] = torch.einsum("bpd,hde->bphe", y, t[p + f"attn.W_{n}"]) + t[p + f"attn.b_{n}"]
+            at = "attn._" if n != "Q" and grouped else "attn."
+            acts[a + "attn." + n.lower()] = torch.einsum("bpd,hde->bphe", y, t[p + f"{at}W_{n}"]) + t[p + f"{at}b_{n}"]
         q, k, v = acts[a + "attn.q"], acts[a + "attn.k"], acts[a + "attn.v"]
         if cfg.get("positional_embedding_type") == "rotary":
             q = acts[a + "attn.rot_q"] = rotate_half_rotary(q, cfg["rotary_dim"], cfg.get("rotary_base", 10000))
             k = acts[a + "attn.rot_k"] = rotate_half_rotary(k, cfg["rotary_dim"], cfg.get("rotary_base", 10000))
+        if grouped:  # query head h reads K/V head h // (H / H_kv): repeat_interleave
+            k = k.repeat_interleave(cfg["n_heads"] // grouped, dim=2)
+            v = v.repeat_interleave(cfg["n_heads"] // grouped, dim=2)
         scale = cfg.get("attn_scale", math.sqrt(cfg["d_head"])) if cfg.get("use_attn_scale", True) else None
         z = causal_attention(q, k, v, scale, acts, a + "attn.")
         acts[a + "attn.result"] = torch.einsum("bqhe,hed->bqhd", z, t[p + "attn.W_O"])
@@ -475,6 +482,17 @@ CASES = {
         tl_forward,
         {"model": {"ffn": 0, "norm_type": "rmsnorm", "positional": "rotary", "rotary_dims": 4, "head_width": 8,
                    "head_bias": False}}),
+    # grouped K/V: n_key_value_heads 2 for 4 query heads (attn._W_K, _W_V), rotary on every feature
+    "tl_grouped_kv_rotary": (
+        dict(TL, d_head=8, n_heads=4, n_key_value_heads=2, d_mlp=64, act_fn="gelu", attn_only=False, eps=1e-5,
+             normalization_type="LN", positional_embedding_type="rotary", rotary_dim=8, rotary_base=10000,
+             rotary_adjacent_pairs=False, use_attn_scale=True),
+        tl_state, "F32", None, tl_forward, {"model": {"kv_heads": 2, "rotary_dims": 0, "positional": "rotary"}}),
+    # n_key_value_heads given equal to n_heads: still GroupedQueryAttention's names (_W_K, _W_V)
+    "tl_kv_heads_equal_heads": (
+        dict(TL, d_head=8, n_heads=2, n_key_value_heads=2, d_mlp=64, act_fn="relu", attn_only=False, eps=1e-5,
+             normalization_type="RMS", positional_embedding_type="standard", use_attn_scale=True),
+        tl_state, "F32", None, tl_forward, {"model": {"kv_heads": 0, "norm_type": "rmsnorm"}}),
     # parallel_attn_mlp, scores divided by attn_scale 4 (not sqrt(d_head))
     "tl_parallel_attn_scale_bf16": (
         dict(TL, d_head=8, n_heads=4, d_mlp=48, act_fn="gelu", attn_only=False, eps=1e-5, normalization_type="LN",
@@ -587,7 +605,8 @@ class Import(cc.TempDirTest):
                 self.check_case(label)
 
     def test_transformer_lens(self):
-        for label in ("tl_ln_standard_gelu_new_b_U", "tl_attn_only_rms_partial_rotary", "tl_parallel_attn_scale_bf16"):
+        for label in ("tl_ln_standard_gelu_new_b_U", "tl_attn_only_rms_partial_rotary", "tl_grouped_kv_rotary",
+                      "tl_kv_heads_equal_heads", "tl_parallel_attn_scale_bf16"):
             with self.subTest(label):
                 self.check_case(label)
 
