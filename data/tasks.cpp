@@ -329,11 +329,9 @@ Indices counted_rows(const Batch& batch) {
 }
 
 Indices counted_targets(const Batch& batch) {
-    std::vector<int32_t> targets;
-    for (size_t i = 0; i < batch.loss_mask.values.size(); ++i)
-        if (batch.loss_mask.values[i] != 0) targets.push_back(batch.targets.values[i]);
-    const size_t n = targets.size();  // before the move
-    return Indices({n}, std::move(targets));
+    Indices targets = counted_rows(batch);
+    for (int32_t& row : targets.values) row = batch.targets.values[static_cast<size_t>(row)];
+    return targets;
 }
 
 }  // namespace attnlab

@@ -10,7 +10,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <optional>
 #include <sstream>
 
 #include "data/bpe_tokenizer.h"
@@ -138,12 +138,13 @@ public:
     Array take(const std::string& name, const Shape& shape) {
         const auto it = tensors_.find(name);
         if (it == tensors_.end()) throw Error(file_ + ": no tensor " + name + " (the config needs it, " + shape_str(shape) + ")");
-        const SafeTensor& t = it->second;
+        SafeTensor& t = it->second;
         if (t.dtype == SafeDType::other)
             throw Error(file_ + ": tensor " + name + " is " + t.file_dtype + "; a parameter is F16, BF16, F32 or F64");
         if (t.shape != shape)
             throw Error(file_ + ": tensor " + name + " is " + shape_str(t.shape) + "; the config needs " + shape_str(shape));
-        Array a{t.shape, t.dtype == SafeDType::f64 ? std::vector<float>(t.doubles.begin(), t.doubles.end()) : t.floats};
+        // the values move out: the entry is erased below
+        Array a{t.shape, t.dtype == SafeDType::f64 ? std::vector<float>(t.doubles.begin(), t.doubles.end()) : std::move(t.floats)};
         for (float v : a.values)
             if (!std::isfinite(v)) throw Error(file_ + ": tensor " + name + " holds a NaN or infinite value");
         tensors_.erase(it);
@@ -456,15 +457,6 @@ std::unique_ptr<TaskModel> built(const Config& c) {
     return std::make_unique<TaskModel>(c, max_len, init, nullptr);
 }
 
-// ---- attnlab's own export: its config and its names ------------------------------
-
-Config own(const fs::path& toml, Tensors& t, Params& p) {
-    const Config c = parse_saved_config(read_text(toml), toml.string());
-    for (const auto& [name, tensor] : built(c)->module().named_parameters()) p[name] = t.take(name, tensor.shape());
-    t.check_all_taken("the model attnlab_config.toml describes");
-    return c;
-}
-
 }  // namespace
 
 ImportedModel import_model(const std::string& dir) {
@@ -477,14 +469,14 @@ ImportedModel import_model(const std::string& dir) {
         throw Error(dir + ": no config.json (Hugging Face, TransformerLens) or attnlab_config.toml (attnlab's export) beside the weights");
 
     ImportedModel out;
-    Params params;
+    Params params;  // the other tools' tensors in attnlab's names and layouts
     Config config;
-    if (has_toml) {
-        Tensors tensors(folder / "model.safetensors");
-        out.tensors_read = tensors.count();
-        config = own(own_toml, tensors, params);
+    std::optional<Tensors> tensors;
+    if (has_toml) {  // attnlab's own export: its config, and every parameter under its own name (taken below)
+        config = parse_saved_config(read_text(own_toml), own_toml.string());
+        tensors.emplace(folder / "model.safetensors");
         out.format = "attnlab";
-        if (const auto step = tensors.metadata.find("step"); step != tensors.metadata.end()) {
+        if (const auto step = tensors->metadata.find("step"); step != tensors->metadata.end()) {
             try {
                 out.checkpoint.step = std::stoll(step->second);
             } catch (const std::exception&) {
@@ -494,16 +486,15 @@ ImportedModel import_model(const std::string& dir) {
         }
     } else {
         const Fields fields(config_json);
-        Tensors tensors(folder / "model.safetensors");
-        out.tensors_read = tensors.count();
+        tensors.emplace(folder / "model.safetensors");
         if (fields.has("model_type")) {
             const std::string type = fields.text("model_type");
-            if (type == "gpt2") config = gpt2(fields, tensors, params);
-            else if (type == "gpt_neox") config = gpt_neox(fields, tensors, params);
+            if (type == "gpt2") config = gpt2(fields, *tensors, params);
+            else if (type == "gpt_neox") config = gpt_neox(fields, *tensors, params);
             else fields.refuse("model_type", "\"" + type + "\"", "attnlab imports gpt2 and gpt_neox (and TransformerLens configs)");
             out.format = type;
         } else if (fields.has("n_layers") && fields.has("d_model")) {
-            config = transformer_lens(fields, tensors, params);
+            config = transformer_lens(fields, *tensors, params);
             out.format = "transformerlens";
         } else {
             throw Error(fields.file() + ": neither a Hugging Face config (model_type) nor a TransformerLens one (n_layers, d_model)");
@@ -524,14 +515,18 @@ ImportedModel import_model(const std::string& dir) {
         }
     }
 
-    // the model built once with the parameters, in its own order: what the checkpoint holds
+    out.tensors_read = tensors->count();
+    // the model built once: its parameters' names, shapes and order are what the checkpoint holds
+    const bool own_names = out.format == "attnlab";
     for (const auto& [name, param] : built(config)->module().named_parameters()) {
+        if (own_names) params[name] = tensors->take(name, param.shape());
         const auto it = params.find(name);
         if (it == params.end() || it->second.shape != param.shape())
             throw Error("import " + dir + ": parameter " + name + " " + (it == params.end() ? "was not filled" : "has the wrong shape") +
                         " (a bug in the " + out.format + " mapping)");
         out.checkpoint.params.emplace_back(name, tensor_of(it->second));
     }
+    if (own_names) tensors->check_all_taken("the model attnlab_config.toml describes");
     out.checkpoint.config_toml = to_toml(config);
     return out;
 }
