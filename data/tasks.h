@@ -22,8 +22,9 @@
 //              et al. 2023): S = task.seq_len inputs; k1 v1 .. kn vn (n = max_len
 //              pairs, keys distinct from the first half of the content tokens,
 //              values distinct from the second), then S - 2n + 1 random content
-//              tokens in which each key is asked once, at even offset 2g from the
-//              pairs' end, g drawn without replacement with weight (g+1)^(a-1),
+//              tokens (task.fill = "random"; "pad": <PAD>, Zoology's
+//              random_non_queries = False) in which each key is asked once, at
+//              even offset 2g from the pairs' end, g drawn without replacement with weight (g+1)^(a-1),
 //              a = 0.01 (queries cluster near the pairs), followed by its value
 //              counts: the value after each query (Zoology labels the query's position
 //              with it and leaves the next token random; here the next token IS the
@@ -56,6 +57,7 @@ struct TaskConfig {
     size_t modulus = 113;    // modular: p, the numbers 0 .. p-1 (vocab >= p + 3)
     size_t seq_len = 64;     // mqar: input positions S (pairs: max_len)
     std::string op = "+";    // modular: + - * /
+    std::string fill = "random";  // mqar: between the queries, random content tokens or <PAD> ("pad")
 };
 
 struct Batch {

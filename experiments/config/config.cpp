@@ -337,6 +337,7 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
         {"task.modulus", modular, "task.name = \"modular\"", task},
         {"task.op", modular, "task.name = \"modular\"", task},
         {"task.seq_len", mqar, "task.name = \"mqar\"", task},
+        {"task.fill", mqar, "task.name = \"mqar\"", task},
         {"task.train_size", !file && !text && !none, "the task draws its examples (a file's and a text's data are finite already)", task},
         {"task.queries", c.task.name == "recall", "task.name = \"recall\"", task},
         {"task.pack", !file && !text && !none && c.task.name != "translate", "a decoder-only task draws its sequences", task},
@@ -434,6 +435,7 @@ TaskConfig task_config(const Config& config) {
     task.modulus = static_cast<size_t>(config.task.modulus);
     task.op = config.task.op;
     task.seq_len = static_cast<size_t>(config.task.seq_len);
+    task.fill = config.task.fill;
     return task;
 }
 

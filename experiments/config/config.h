@@ -60,6 +60,7 @@ struct Config {
         int64_t modulus = 113;        // modular only: p
         int64_t seq_len = 64;         // mqar only: input positions (max_len: the key-value pairs)
         std::string op = "+";         // modular only: + - * /
+        std::string fill = "random";  // mqar only: what stands between the queries: random content tokens, or <PAD>
         std::string path;             // HDF5 token file (file) or UTF-8 text (text); required iff one of those
         std::string alphabet;         // text only: its characters, token id = index (filled from the file)
         // none and file: a folder holding tokenizer.json, or vocab.json + merges.txt (GPT-2's

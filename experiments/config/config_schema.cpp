@@ -348,6 +348,7 @@ std::vector<Field> make_fields() {
         integer(KEY(task, modulus), between(2, (1 << 24) - 3), "modular: p, the numbers 0 .. p-1 (task.vocab >= p + 3)"),
         integer(KEY(task, seq_len), between(2, 1 << 20), "mqar: input positions (Zoology's input_seq_len), even, >= 4 x task.max_len"),
         choice(KEY(task, op), {"+", "-", "*", "/"}, "modular: a op b = c (mod p); / needs a prime p"),
+        choice(KEY(task, fill), {"random", "pad"}, "mqar: the positions between the queries hold random content tokens (Zoology's random_non_queries = True) or <PAD> (False, their Figure 2)"),
         text(KEY(task, path), "path", path_text, "HDF5 token file (file) or UTF-8 text (text); required for those"),
         alphabet(KEY(task, alphabet), "text: the file's characters, sorted (token id = index); filled in by the run"),
         text(KEY(task, tokenizer), "path", path_text, "none or file: a folder with tokenizer.json, or vocab.json and merges.txt (byte-level BPE): --tokens and --prompt then take text; \"\" = token ids"),
