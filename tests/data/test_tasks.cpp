@@ -271,6 +271,37 @@ TEST(Tasks, MqarStructure) {
     EXPECT_GT(slot_counts[0] + slot_counts[1] + slot_counts[2], slot_counts[15] + slot_counts[16] + slot_counts[17]);
 }
 
+// task.fill = "pad" (Zoology's random_non_queries = False): every position
+// after the pairs that is neither a query nor its value holds <PAD>.
+TEST(Tasks, MqarPadFill) {
+    TaskConfig c;
+    c.name = "mqar";
+    c.vocab = 3 + 40;
+    c.max_len = 6;
+    c.seq_len = 48;
+    c.fill = "pad";
+    TaskGenerator padded(c, 5, 0);
+    const Batch b = padded.next(50);
+    ASSERT_EQ(b.inputs.shape, (Shape{50, 48}));
+    size_t pads = 0;
+    for (size_t r = 0; r < 50; ++r) {
+        for (size_t t = 0; t < 48; ++t) {
+            const size_t i = r * 48 + t;
+            const bool query = b.loss_mask.values[i] != 0, value = t > 0 && b.loss_mask.values[i - 1] != 0;
+            if (t < 12) {
+                EXPECT_NE(b.inputs.values[i], kPad) << "the pairs";
+            } else if (query || value) {
+                EXPECT_NE(b.inputs.values[i], kPad) << "row " << r << " position " << t;
+            } else {
+                EXPECT_EQ(b.inputs.values[i], kPad) << "row " << r << " position " << t;
+                ++pads;
+            }
+            if (query) EXPECT_EQ(b.targets.values[i], b.inputs.values[i + 1]) << "the value follows its query";
+        }
+    }
+    EXPECT_EQ(pads, 50u * (48 - 12 - 2 * 6));
+}
+
 TEST(Tasks, MqarRefusesWhatCannotFit) {
     TaskConfig c;
     c.name = "mqar";
