@@ -179,18 +179,20 @@ DecoderLM::DecoderLM(const ModelConfig& c, Rng& init, Rng* dropout_rng)
     declare_hook_points({{"embed", "batch pos d_model"}, {"logits", "batch pos vocab"}});
 }
 
-Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
+Tensor DecoderLM::final_stream(const Indices& tokens, const std::vector<size_t>& lengths) const {
     check_tokens("decoder", tokens, lengths);
     const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));  // (B, T, D)
-    return hook("logits", head.forward(decoder_stack(blocks, ln_f.get(), x, tokens, lengths, Tensor(), {}, nullptr, config)));  // (B, T, V)
+    return decoder_stack(blocks, ln_f.get(), x, tokens, lengths, Tensor(), {}, nullptr, config);
+}
+
+Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& lengths) const {
+    return hook("logits", head.forward(final_stream(tokens, lengths)));  // (B, T, V)
 }
 
 Tensor DecoderLM::forward_at(const Indices& tokens, const std::vector<size_t>& lengths, const Indices& rows) const {
-    check_tokens("decoder", tokens, lengths);
+    const Tensor stream = final_stream(tokens, lengths);  // (B, T, D), the tokens checked
     const size_t B = tokens.shape[0], T = tokens.shape[1], D = config.block.attention.width;
-    const Tensor x = hook("embed", embed(tok_emb, pos_emb, emb_drop, tokens, 0));                                // (B, T, D)
-    const Tensor stream = decoder_stack(blocks, ln_f.get(), x, tokens, lengths, Tensor(), {}, nullptr, config);  // (B, T, D)
-    return head.forward(embedding(reshape(stream, {B * T, D}), rows));                                             // (N, V)
+    return head.forward(embedding(reshape(stream, {B * T, D}), rows));  // (N, V)
 }
 
 namespace {

@@ -97,6 +97,10 @@ public:
     std::vector<std::unique_ptr<DecoderBlock>> blocks;
     std::unique_ptr<NormLayer> ln_f;  // pre-norm only
     Linear head;
+
+private:
+    // The stream the output head reads (B, T, D): embedding, every block, the final norm.
+    Tensor final_stream(const Indices& tokens, const std::vector<size_t>& lengths) const;
 };
 
 // Encoder stack over the source; decoder stack with cross-attention over the target
