@@ -58,7 +58,7 @@ Tensor EncoderBlock::forward(const Tensor& x_in, const AttentionMask& mask) cons
 }
 
 DecoderBlock::DecoderBlock(const BlockConfig& c, bool cross_attention, Rng& init, Rng* dropout_rng)
-    : attn(c.attention, init, dropout_rng), res1(c, dropout_rng), parallel(c.parallel) {
+    : parallel(c.parallel), attn(c.attention, init, dropout_rng), res1(c, dropout_rng) {
     if (parallel && (c.norm != Norm::pre || c.ffn == 0 || cross_attention))
         fail("decoder block", "parallel attention and feed-forward need pre-norm, a feed-forward layer and no cross-attention");
     register_module("attn", attn);
