@@ -228,12 +228,17 @@ namespace {
 // mqar (Zoology's multi-query associative recall): n distinct pairs, each key
 // asked once at an even offset after them, the target there its value; the
 // query slots cluster near the pairs (weight (g+1)^(a-1)).
-TEST(Tasks, MqarStructure) {
+TaskConfig small_mqar() {  // 6 pairs from 40 content tokens, 48 positions
     TaskConfig c;
     c.name = "mqar";
     c.vocab = 3 + 40;
     c.max_len = 6;  // pairs
     c.seq_len = 48;
+    return c;
+}
+
+TEST(Tasks, MqarStructure) {
+    const TaskConfig c = small_mqar();
     TaskGenerator gen(c, 5, 0);
     EXPECT_EQ(gen.max_sequence_length(), 48u);
     const Batch batch = gen.next(200);
@@ -274,11 +279,7 @@ TEST(Tasks, MqarStructure) {
 // task.fill = "pad" (Zoology's random_non_queries = False): every position
 // after the pairs that is neither a query nor its value holds <PAD>.
 TEST(Tasks, MqarPadFill) {
-    TaskConfig c;
-    c.name = "mqar";
-    c.vocab = 3 + 40;
-    c.max_len = 6;
-    c.seq_len = 48;
+    TaskConfig c = small_mqar();
     c.fill = "pad";
     TaskGenerator padded(c, 5, 0);
     const Batch b = padded.next(50);
@@ -303,11 +304,8 @@ TEST(Tasks, MqarPadFill) {
 }
 
 TEST(Tasks, MqarRefusesWhatCannotFit) {
-    TaskConfig c;
-    c.name = "mqar";
+    TaskConfig c = small_mqar();
     c.vocab = 3 + 10;
-    c.max_len = 6;
-    c.seq_len = 48;
     EXPECT_THROW(TaskGenerator(c, 0, 0), Error);  // 6 keys from 5
     c.vocab = 3 + 40;
     c.seq_len = 20;
