@@ -173,8 +173,9 @@ TaskGenerator::Example TaskGenerator::make_mqar_example() {
     const std::vector<int32_t> values = distinct(static_cast<int32_t>(kFirstContent + half), c.vocab - kFirstContent - half);
     Example ex;
     for (size_t i = 0; i < n; ++i) ex.seq.insert(ex.seq.end(), {keys[i], values[i]});
+    const bool pad = c.fill == "pad";  // else random content tokens
     for (size_t t = 0; t < S - 2 * n + 1; ++t)
-        ex.seq.push_back(c.fill == "pad" ? kPad : static_cast<int32_t>(rng_.integer(kFirstContent, static_cast<int64_t>(c.vocab))));
+        ex.seq.push_back(pad ? kPad : static_cast<int32_t>(rng_.integer(kFirstContent, static_cast<int64_t>(c.vocab))));
     ex.counts.assign(S, 0);
     // the query slots g in [0, space), n of them without replacement, weight (g+1)^(a-1)
     constexpr double a = 0.01;

@@ -23,8 +23,9 @@
 //              pairs, keys distinct from the first half of the content tokens,
 //              values distinct from the second), then S - 2n + 1 random content
 //              tokens (task.fill = "random"; "pad": <PAD>, Zoology's
-//              random_non_queries = False) in which each key is asked once, at
-//              even offset 2g from the pairs' end, g drawn without replacement with weight (g+1)^(a-1),
+//              random_non_queries = False) in which each key is asked once,
+//              at even offset 2g from the pairs' end, g drawn without
+//              replacement with weight (g+1)^(a-1),
 //              a = 0.01 (queries cluster near the pairs), followed by its value
 //              counts: the value after each query (Zoology labels the query's position
 //              with it and leaves the next token random; here the next token IS the

@@ -255,6 +255,8 @@ TEST_F(ConfigFiles, KeysNothingReadsAreRefused) {
               path_ + ":3:7: optim.eps: only used when optim.name = \"adamw\" or \"adam\" (optim.name = \"sgd\")");
     EXPECT_EQ(load_error("[optim]\nschedule = \"constant\"\nschedule_steps = 10\n"),
               path_ + ":3:18: optim.schedule_steps: only used when optim.schedule = \"cosine\" or \"linear\" (optim.schedule = \"constant\")");
+    EXPECT_EQ(load_error("[task]\nname = \"recall\"\nfill = \"pad\"\n"),
+              path_ + ":3:8: task.fill: only used when task.name = \"mqar\" (task.name = \"recall\")");
     EXPECT_EQ(load_error("[task]\nname = \"copy\"\nqueries = 2\n"),
               path_ + ":3:11: task.queries: only used when task.name = \"recall\" (task.name = \"copy\")");
     EXPECT_EQ(load_error("[task]\nname = \"text\"\npath = \"a.txt\"\nvocab = 40\n"),
@@ -338,6 +340,7 @@ TEST(Config, BadOverrides) {
     EXPECT_EQ(override_error("model.heads=abc"), "override model.heads=abc: expected an integer, got a string");
     EXPECT_EQ(override_error("model.head=8"), "override model.head=8: unknown key model.head (did you mean model.heads?)");
     EXPECT_EQ(override_error("model.heads"), "override model.heads: expected key=value (e.g. model.heads=8)");
+    EXPECT_EQ(override_error("task.fill=zeros"), "override task.fill=zeros: must be one of \"random\", \"pad\", got \"zeros\"");
     EXPECT_EQ(override_error("model.norm=mid"), "override model.norm=mid: must be one of \"pre\", \"post\", \"none\", got \"mid\"");
     EXPECT_EQ(override_error("train.steps=0"), "override train.steps=0: must be >= 1, got 0");
     EXPECT_EQ(override_error("model.scale=-1"),
