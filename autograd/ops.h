@@ -62,7 +62,14 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<size_t>& sizes, int
 // (M,K)@(K,N); (...,M,K)@(K,N) as one GEMM; (...,M,K)@(...,K,N) with equal batch axes.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in), weight (out, in), bias (out) or undefined -> (..., out): x W^T + b, one GEMM.
+// Stacked members (train.seeds): weight (K, out, in) and bias (K, out) are K models'
+// parameters, and x's rows (its leading axes flattened) are K equal blocks, block m
+// through weight m: linear_members with equal blocks.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// The same with member m's rows the m-th block of member_rows[m] rows (blocks may be
+// empty): each block computes exactly what linear(x_m, weight[m], bias[m]) would alone,
+// the same GEMMs at the same sizes. The cpu only.
+Tensor linear_members(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::vector<size_t>& member_rows);
 // The projections of one input, y_i = x W_i^T + b_i (biases[i] may be undefined):
 // linear for each. On the device, weights of one shape that lie side by side
 // (Module::to keeps a module's parameters in order), with their biases likewise,
@@ -75,8 +82,11 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 // Where mask is true, the result is `value`; elsewhere x. Mask broadcasts to x.
 Tensor masked_fill(const Tensor& x, const Mask& mask, double value);
 // weight (V,D), ids (...) -> (..., D). Backward scatter-adds into the rows used.
+// Stacked members (K, V, D): ids' leading axis in K equal blocks, block m reading table m.
 Tensor embedding(const Tensor& weight, const Indices& ids);
-// Over the last axis; weight and bias (D) may be undefined.
+// Over the last axis; weight and bias (D) may be undefined. Both norms take stacked
+// members' (K, D) too: the rows (leading axes flattened) in K equal blocks, block m
+// scaled by row m.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // x / sqrt(mean(x^2) + eps) * weight over the last axis; weight (D) may be undefined.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);

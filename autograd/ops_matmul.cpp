@@ -102,6 +102,13 @@ Shape linear_shape(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     constexpr const char* op = "linear";
+    if (weight.defined() && weight.dim() == 3 && x.defined() && x.dim() > 0) {  // stacked members: K equal blocks of rows
+        const size_t members = weight.size(0), rows = x.numel() / std::max<size_t>(x.shape().back(), 1);
+        if (members == 0 || rows % members != 0)
+            fail(op, "input " + shape_str(x.shape()) + " has " + std::to_string(rows) + " rows, not a multiple of the " +
+                         std::to_string(members) + " members of weight " + shape_str(weight.shape()));
+        return linear_members(x, weight, bias, std::vector<size_t>(members, rows / members));
+    }
     const Shape out_shape = linear_shape(x, weight, bias);
     const size_t in = weight.size(1), out_features = weight.size(0), rows = x.numel() / std::max<size_t>(in, 1);
     if (on_device(x)) return linear_device(x, weight, bias, out_shape);
@@ -138,6 +145,80 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     });
 }
 
+Tensor linear_members(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::vector<size_t>& member_rows) {
+    constexpr const char* op = "linear";
+    check_defined(op, x, "input");
+    check_defined(op, weight, "weight");
+    const Shape sx = x.shape(), sw = weight.shape();
+    if (sw.size() != 3 || sx.empty() || sx.back() != sw[2])
+        fail(op, "input " + shape_str(sx) + " with stacked weight " + shape_str(sw) + ": weight must be (members, out, " +
+                     (sx.empty() ? std::string("in") : std::to_string(sx.back())) + ")");
+    const size_t members = sw[0], out_features = sw[1], in = sw[2], rows = x.numel() / std::max<size_t>(in, 1);
+    check_same_dtype(op, x, weight);
+    if (bias.defined()) {
+        check_same_dtype(op, x, bias);
+        if (bias.shape() != Shape{members, out_features})
+            fail(op, "bias " + shape_str(bias.shape()) + " for stacked weight " + shape_str(sw));
+    }
+    size_t counted = 0;
+    for (size_t n : member_rows) counted += n;
+    if (member_rows.size() != members || counted != rows)
+        fail(op, "input " + shape_str(sx) + ": " + std::to_string(rows) + " rows given to " + std::to_string(member_rows.size()) +
+                     " blocks adding up to " + std::to_string(counted) + ", for " + std::to_string(members) + " members");
+    check_same_device(op, {&x, &weight, &bias});
+    if (on_device(x)) fail(op, "stacked members (train.seeds) run on the cpu only");
+    Shape out_shape = sx;
+    out_shape.back() = out_features;
+    std::vector<size_t> first(members + 1, 0);  // member m's rows are [first[m], first[m + 1])
+    for (size_t m = 0; m < members; ++m) first[m + 1] = first[m] + member_rows[m];
+    return dispatch(x.dtype(), [&]<class T>() {
+        const T* X = values_of<T>(x).data();
+        const T* W = values_of<T>(weight).data();
+        Array<T> out = make_array<T>(out_shape);  // block m: X_m W_m^T + b_m, what linear does for member m alone
+        for (size_t m = 0; m < members; ++m) {
+            const size_t n = member_rows[m];
+            T* Y = out.data() + first[m] * out_features;
+            if (bias.defined()) {
+                const T* b = values_of<T>(bias).data() + m * out_features;
+                for (size_t r = 0; r < n; ++r) std::copy(b, b + out_features, Y + r * out_features);
+            }
+            if (n > 0)
+                gemm<T>(false, true, n, out_features, in, T(1), X + first[m] * in, W + m * out_features * in,
+                        bias.defined() ? T(1) : T(0), Y);
+        }
+        return record<T>(op, std::move(out), {x, weight, bias}, [x, weight, bias, first, members, in, out_features](const Array<T>& g, const Array<T>&) {
+            const T* X = values_of<T>(x).data();
+            const T* W = values_of<T>(weight).data();
+            // dX_m = g_m W_m   (rows_m, in)
+            send_grad<T>(x, [&] {
+                Array<T> gx = make_array<T>(x.shape());
+                for (size_t m = 0; m < members; ++m)
+                    if (const size_t n = first[m + 1] - first[m]; n > 0)
+                        gemm<T>(false, false, n, in, out_features, T(1), g.data() + first[m] * out_features, W + m * out_features * in,
+                                T(0), gx.data() + first[m] * in);
+                return gx;
+            });
+            // dW_m = g_m^T X_m   (out, in)
+            send_grad<T>(weight, [&] {
+                Array<T> gw = make_array<T>(weight.shape());
+                gw.fill(T(0));
+                for (size_t m = 0; m < members; ++m)
+                    if (const size_t n = first[m + 1] - first[m]; n > 0)
+                        gemm<T>(true, false, out_features, in, n, T(1), g.data() + first[m] * out_features, X + first[m] * in, T(0),
+                                gw.data() + m * out_features * in);
+                return gw;
+            });
+            // db_m = sum over member m's rows of g   (out)
+            send_grad<T>(bias, [&] {
+                Array<T> gb = make_array<T>(bias.shape());
+                for (size_t m = 0; m < members; ++m)
+                    sum_rows<T>(g.data() + first[m] * out_features, first[m + 1] - first[m], out_features, gb.data() + m * out_features);
+                return gb;
+            });
+        });
+    });
+}
+
 void add_matmul_cases(std::vector<GradcheckCase>& cases) {
     Rng rng(14);
     auto in = [&](const Shape& s) { return gradcheck_input(rng, s); };
@@ -152,14 +233,20 @@ void add_matmul_cases(std::vector<GradcheckCase>& cases) {
     cases.push_back({"linear", "(2,3,4) with weight (5,4) and bias", {in({2, 3, 4}), in({5, 4}), in({5})},
                      [](V t) { return linear(t[0], t[1], t[2]); }});
     cases.push_back({"linear", "(3,4) without bias", {in({3, 4}), in({2, 4})}, [](V t) { return linear(t[0], t[1], Tensor()); }});
+    cases.push_back({"linear", "stacked: (4,3,4) with weight (2,5,4) and bias (2,5)", {in({4, 3, 4}), in({2, 5, 4}), in({2, 5})},
+                     [](V t) { return linear(t[0], t[1], t[2]); }});
+    cases.push_back({"linear", "stacked, blocks of 2, 0 and 3 rows, no bias", {in({5, 4}), in({3, 2, 4})},
+                     [](V t) { return linear_members(t[0], t[1], Tensor(), {2, 0, 3}); }});
     cases.push_back({"matmul", "size-1 axes (1,4) @ (4,1)", {in({1, 4}), in({4, 1})}, [](V t) { return matmul(t[0], t[1]); }});
 }
 
 std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
     if (weights.size() != biases.size())
         fail("linear", std::to_string(weights.size()) + " weights with " + std::to_string(biases.size()) + " biases");
-    for (size_t i = 0; i < weights.size(); ++i) linear_shape(x, weights[i], biases[i]);
-    if (on_device(x)) return linears_device(x, weights, biases);
+    const bool stacked = std::any_of(weights.begin(), weights.end(), [](const Tensor& w) { return w.defined() && w.dim() == 3; });
+    if (!stacked)  // (linear checks stacked members' weights itself)
+        for (size_t i = 0; i < weights.size(); ++i) linear_shape(x, weights[i], biases[i]);
+    if (on_device(x) && !stacked) return linears_device(x, weights, biases);
     std::vector<Tensor> out;
     for (size_t i = 0; i < weights.size(); ++i) out.push_back(linear(x, weights[i], biases[i]));
     return out;

@@ -124,27 +124,37 @@ Tensor masked_fill(const Tensor& x, const Mask& mask, double value) {
 Tensor embedding(const Tensor& weight, const Indices& ids) {
     constexpr const char* op = "embedding";
     check_defined(op, weight, "weight");
-    if (weight.dim() != 2) fail(op, "weight must be (V,D), got " + shape_str(weight.shape()));
-    const size_t V = weight.shape()[0], D = weight.shape()[1];
+    // (V, D), or stacked members' (K, V, D): ids' leading axis in K equal blocks, block m reading table m
+    const bool stacked = weight.dim() == 3;
+    if (weight.dim() != 2 && !stacked) fail(op, "weight must be (V,D), got " + shape_str(weight.shape()));
+    const size_t members = stacked ? weight.shape()[0] : 1, V = weight.shape()[stacked ? 1 : 0], D = weight.shape().back();
+    const size_t per_member = ids.values.size() / std::max<size_t>(members, 1);  // positions of each member
+    if (stacked && (ids.shape.empty() || members == 0 || ids.shape[0] % members != 0))
+        fail(op, "ids " + shape_str(ids.shape) + ": the leading axis is not a multiple of the " + std::to_string(members) +
+                     " members of weight " + shape_str(weight.shape()));
     for (size_t k = 0; k < ids.values.size(); ++k)
         if (ids.values[k] < 0 || static_cast<size_t>(ids.values[k]) >= V)
             fail(op, "index " + std::to_string(ids.values[k]) + " at position " + std::to_string(k) +
                          " out of range for weight " + shape_str(weight.shape()));
     Shape out_shape = ids.shape;
     out_shape.push_back(D);
-    if (on_device(weight)) return embedding_device(weight, ids, out_shape);
+    if (on_device(weight)) {
+        if (stacked) fail(op, "stacked members (train.seeds) run on the cpu only");
+        return embedding_device(weight, ids, out_shape);
+    }
+    // the row of the (members V, D) table that position k reads
+    const auto row_of = [ids, V, per_member](size_t k) { return (k / per_member) * V + static_cast<size_t>(ids.values[k]); };
     return dispatch(weight.dtype(), [&]<class T>() {
         const T* W = values_of<T>(weight).data();
         Array<T> out = make_array<T>(out_shape);  // (..., D)
-        for (size_t k = 0; k < ids.values.size(); ++k)
-            std::copy_n(W + static_cast<size_t>(ids.values[k]) * D, D, out.data() + k * D);
-        return record<T>(op, std::move(out), {weight}, [weight, ids, D](const Array<T>& g, const Array<T>&) {
+        for (size_t k = 0; k < ids.values.size(); ++k) std::copy_n(W + row_of(k) * D, D, out.data() + k * D);
+        return record<T>(op, std::move(out), {weight}, [weight, n = ids.values.size(), row_of, D](const Array<T>& g, const Array<T>&) {
             // scatter-add: each row of the weight receives the sum of the gradients of its uses
             send_grad<T>(weight, [&] {
                 Array<T> gw = make_array<T>(weight.shape());
                 gw.fill(T(0));
-                for (size_t k = 0; k < ids.values.size(); ++k) {
-                    T* row = gw.data() + static_cast<size_t>(ids.values[k]) * D;
+                for (size_t k = 0; k < n; ++k) {
+                    T* row = gw.data() + row_of(k) * D;
                     const T* src = g.data() + k * D;
                     for (size_t d = 0; d < D; ++d) row[d] += src[d];
                 }
@@ -154,13 +164,28 @@ Tensor embedding(const Tensor& weight, const Indices& ids) {
     });
 }
 
-// The gradient of a norm's weight (D): the sum over rows of g * xhat, both (rows, D).
+// The gradient of a norm's weight (D), or of stacked members' (K, D): the sum over
+// (each member's) rows of g * xhat, both (rows, D).
 template <class T>
-Array<T> norm_weight_grad(const Array<T>& g, const T* xhat, size_t rows, size_t D) {
-    Array<T> gw = make_array<T>({D});
-    const T* G = g.data();
-    sum_rows_of(rows, D, gw.data(), [G, xhat](size_t e) { return G[e] * xhat[e]; });
+Array<T> norm_weight_grad(const Array<T>& g, const T* xhat, size_t rows, size_t D, const Shape& weight_shape) {
+    Array<T> gw = make_array<T>(weight_shape);
+    const size_t members = weight_shape.size() == 2 ? weight_shape[0] : 1, per = rows / members;
+    for (size_t m = 0; m < members; ++m) {
+        const T* G = g.data() + m * per * D;
+        const T* H = xhat + m * per * D;
+        sum_rows_of(per, D, gw.data() + m * D, [G, H](size_t e) { return G[e] * H[e]; });
+    }
     return gw;
+}
+
+// A norm's weight and bias: (D), or stacked members' (K, D) with the rows in K equal
+// blocks. Returns K (1 when not stacked); a shape that is neither fails naming `what`.
+size_t norm_members(const char* op, const Tensor& x, const Tensor& p, const char* what) {
+    const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
+    if (p.shape() == Shape{D}) return 1;
+    if (p.dim() == 2 && p.shape()[1] == D && p.shape()[0] > 0 && rows % p.shape()[0] == 0) return p.shape()[0];
+    fail(op, std::string(what) + " must be (" + std::to_string(D) + "), or (members, " + std::to_string(D) +
+                 ") with the rows a multiple of the members, for input " + shape_str(x.shape()) + ", got " + shape_str(p.shape()));
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
@@ -168,15 +193,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     check_defined(op, x, "input");
     if (x.dim() == 0) fail(op, "input must have at least one axis");
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
+    size_t members = 1;
     for (const Tensor* p : {&weight, &bias})
         if (p->defined()) {
             check_same_dtype(op, x, *p);
-            if (p->shape() != Shape{D})
-                fail(op, "weight and bias must be (" + std::to_string(D) + ") for input " + shape_str(x.shape()) +
-                             ", got " + shape_str(p->shape()));
+            members = norm_members(op, x, *p, "weight and bias");
         }
+    if (weight.defined() && bias.defined() && weight.shape() != bias.shape())
+        fail(op, "weight " + shape_str(weight.shape()) + " and bias " + shape_str(bias.shape()) + " differ");
+    const size_t per = rows / members;  // rows of each member; member r / per's weight at W + (r / per) D
     check_same_device(op, {&x, &weight, &bias});
-    if (on_device(x)) return layer_norm_device(x, weight, bias, eps);
+    if (on_device(x)) {
+        if (members > 1) fail(op, "stacked members (train.seeds) run on the cpu only");
+        return layer_norm_device(x, weight, bias, eps);
+    }
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
         const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
@@ -186,11 +216,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         std::vector<T> rstd(rows);                 // 1 / sqrt(var + eps) per row
         parallel_for(rows, [&](size_t r0, size_t r1) {
             for (size_t r = r0; r < r1; ++r)  // xhat = (x - mean) rstd, out = xhat w + b
-                rstd[r] = kernels::layer_norm_row(X + r * D, W, Bv, static_cast<T>(eps), xhat.data() + r * D,
-                                                  out.data() + r * D, D);
+                rstd[r] = kernels::layer_norm_row(X + r * D, W ? W + r / per * D : W, Bv ? Bv + r / per * D : Bv,
+                                                  static_cast<T>(eps), xhat.data() + r * D, out.data() + r * D, D);
         }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
         return record<T>(op, std::move(out), {x, weight, bias},
-                         [x, weight, bias, xhat = std::move(xhat), rstd = std::move(rstd), rows, D](const Array<T>& g, const Array<T>&) {
+                         [x, weight, bias, xhat = std::move(xhat), rstd = std::move(rstd), rows, D, per](const Array<T>& g, const Array<T>&) {
             const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
             const T* H = xhat.data();
             // dx = rstd (dh - mean(dh) - xhat mean(dh xhat)), dh = g w
@@ -198,15 +228,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 Array<T> gx = make_array<T>(x.shape());
                 parallel_for(rows, [&](size_t r0, size_t r1) {
                     for (size_t r = r0; r < r1; ++r)
-                        kernels::layer_norm_row_backward(g.data() + r * D, W, H + r * D, rstd[r], gx.data() + r * D, D);
+                        kernels::layer_norm_row_backward(g.data() + r * D, W ? W + r / per * D : W, H + r * D, rstd[r],
+                                                         gx.data() + r * D, D);
                 }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
                 return gx;
             });
             // dw = sum over rows of g xhat; db = sum over rows of g
-            send_grad<T>(weight, [&] { return norm_weight_grad<T>(g, H, rows, D); });
+            send_grad<T>(weight, [&] { return norm_weight_grad<T>(g, H, rows, D, weight.shape()); });
             send_grad<T>(bias, [&] {
-                Array<T> gb = make_array<T>({D});
-                sum_rows<T>(g.data(), rows, D, gb.data());
+                Array<T> gb = make_array<T>(bias.shape());
+                for (size_t m = 0; m * per < rows; ++m) sum_rows<T>(g.data() + m * per * D, per, D, gb.data() + m * D);
                 return gb;
             });
         });
@@ -220,14 +251,17 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
     check_defined(op, x, "input");
     if (x.dim() == 0) fail(op, "input must have at least one axis");
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
+    size_t members = 1;
     if (weight.defined()) {
         check_same_dtype(op, x, weight);
-        if (weight.shape() != Shape{D})
-            fail(op, "weight must be (" + std::to_string(D) + ") for input " + shape_str(x.shape()) + ", got " +
-                         shape_str(weight.shape()));
+        members = norm_members(op, x, weight, "weight");
     }
+    const size_t per = rows / members;  // rows of each member; member r / per's weight at W + (r / per) D
     check_same_device(op, {&x, &weight});
-    if (on_device(x)) return rms_norm_device(x, weight, eps);
+    if (on_device(x)) {
+        if (members > 1) fail(op, "stacked members (train.seeds) run on the cpu only");
+        return rms_norm_device(x, weight, eps);
+    }
     const size_t grain = std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1));
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
@@ -240,15 +274,16 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                 const T* xr = X + r * D;
                 T* h = xhat.data() + r * D;
                 T* o = out.data() + r * D;
+                const T* w = W ? W + r / per * D : W;
                 rinv[r] = T(1) / std::sqrt(kernels::dot(xr, xr, D) / static_cast<T>(D) + static_cast<T>(eps));
                 for (size_t d = 0; d < D; ++d) {
                     h[d] = xr[d] * rinv[r];
-                    o[d] = W ? h[d] * W[d] : h[d];
+                    o[d] = w ? h[d] * w[d] : h[d];
                 }
             }
         }, grain);
         return record<T>(op, std::move(out), {x, weight},
-                         [x, weight, xhat = std::move(xhat), rinv = std::move(rinv), rows, D, grain](const Array<T>& g, const Array<T>&) {
+                         [x, weight, xhat = std::move(xhat), rinv = std::move(rinv), rows, D, grain, per](const Array<T>& g, const Array<T>&) {
             const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
             const T* H = xhat.data();
             // dx = (dh - xhat mean(dh xhat)) / rms(x), dh = g w
@@ -259,7 +294,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                         T* dx = gx.data() + r * D;  // dh, then dx in place
                         const T* gr = g.data() + r * D;
                         const T* hr = H + r * D;
-                        for (size_t d = 0; d < D; ++d) dx[d] = W ? gr[d] * W[d] : gr[d];
+                        const T* w = W ? W + r / per * D : W;
+                        for (size_t d = 0; d < D; ++d) dx[d] = w ? gr[d] * w[d] : gr[d];
                         const T mean_dh_h = kernels::dot(dx, hr, D) / static_cast<T>(D);
                         for (size_t d = 0; d < D; ++d) dx[d] = rinv[r] * (dx[d] - hr[d] * mean_dh_h);
                     }
@@ -267,7 +303,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                 return gx;
             });
             // dw = sum over rows of g xhat
-            send_grad<T>(weight, [&] { return norm_weight_grad<T>(g, H, rows, D); });
+            send_grad<T>(weight, [&] { return norm_weight_grad<T>(g, H, rows, D, weight.shape()); });
         });
     });
 }
@@ -366,6 +402,12 @@ void add_nn_cases(std::vector<GradcheckCase>& cases) {
     cases.push_back({"layer_norm", "(3,5) without affine", {in({3, 5})},
                      [](V t) { return layer_norm(t[0], Tensor(), Tensor()); }});
     cases.push_back({"rms_norm", "(2,3,4) with weight", {in({2, 3, 4}), in({4}, 0.5, 1.5)},
+                     [](V t) { return rms_norm(t[0], t[1]); }});
+    cases.push_back({"embedding", "stacked (2,5,3) weight, ids (4,2) in 2 members", {in({2, 5, 3})},
+                     [](V t) { return embedding(t[0], Indices({4, 2}, {0, 4, 4, 1, 2, 2, 0, 3})); }});
+    cases.push_back({"layer_norm", "stacked: (4,2,3) with weight and bias (2,3)", {in({4, 2, 3}), in({2, 3}, 0.5, 1.5), in({2, 3})},
+                     [](V t) { return layer_norm(t[0], t[1], t[2]); }});
+    cases.push_back({"rms_norm", "stacked: (6,4) with weight (3,4)", {in({6, 4}), in({3, 4}, 0.5, 1.5)},
                      [](V t) { return rms_norm(t[0], t[1]); }});
     cases.push_back({"rms_norm", "(3,5) without weight", {in({3, 5})}, [](V t) { return rms_norm(t[0], Tensor()); }});
     cases.push_back({"dropout", "p=0.5, fixed seed, train", {in({4, 4})}, [](V t) {

@@ -191,6 +191,58 @@ void Tensor::convert_(DType dtype) {
     impl().grad.reset();
 }
 
+void Tensor::stack_(size_t members) {
+    if (!is_leaf()) fail("stack_", "only leaf tensors can be stacked in place");
+    if (device() == Device::cuda) fail("stack_", "stacked members (train.seeds) run on the cpu only");
+    if (members == 0) fail("stack_", "no members");
+    Shape shape{members};
+    shape.insert(shape.end(), this->shape().begin(), this->shape().end());
+    dispatch(dtype(), [&]<class T>() {
+        const Array<T>& one = impl().array<T>();
+        Array<T> stacked = make_array<T>(shape);
+        for (size_t m = 0; m < members; ++m) std::copy(one.begin(), one.end(), stacked.data() + m * one.size());
+        impl().data = std::move(stacked);
+        return 0;
+    });
+    impl().shape = shape;
+    impl().grad.reset();
+}
+
+namespace {
+
+// The checks of set_member_values and add_member_grad: row m of `stacked` has member's shape.
+size_t member_row_size(const char* op, const Tensor& stacked, size_t m, const Tensor& member) {
+    const Shape& s = stacked.shape();
+    if (s.empty() || m >= s[0] || Shape(s.begin() + 1, s.end()) != member.shape() || stacked.dtype() != member.dtype())
+        fail(op, "member " + std::to_string(m) + " " + shape_str(member.shape()) + " " + to_string(member.dtype()) +
+                     " is not a row of " + shape_str(s) + " " + to_string(stacked.dtype()));
+    if (stacked.device() != Device::cpu || member.device() != Device::cpu) fail(op, "stacked members run on the cpu only");
+    return member.numel();
+}
+
+}  // namespace
+
+void set_member_values(const Tensor& stacked, size_t m, const Tensor& member) {
+    const size_t n = member_row_size("set_member_values", stacked, m, member);
+    dispatch(member.dtype(), [&]<class T>() {
+        const T* src = member.impl().array<T>().data();
+        std::copy(src, src + n, stacked.impl().array<T>().data() + m * n);
+        return 0;
+    });
+}
+
+void add_member_grad(const Tensor& stacked, size_t m, const Tensor& member) {
+    const size_t n = member_row_size("add_member_grad", stacked, m, member);
+    if (!stacked.impl().grad || !member.requires_grad()) return;
+    dispatch(member.dtype(), [&]<class T>() {
+        const T* row = stacked.impl().grad->array<T>().data() + m * n;
+        Array<T> grad = make_array<T>(member.shape());
+        std::copy(row, row + n, grad.data());
+        accumulate_grad<T>(member, std::move(grad));
+        return 0;
+    });
+}
+
 // ---- backward ----
 
 namespace {

@@ -87,6 +87,10 @@ public:
     // Converts the storage of this leaf in place (every handle sees the new dtype);
     // drops its gradient. For moving a model's parameters to float64 and back.
     void convert_(DType dtype);
+    // Gives this leaf (on the cpu) a leading axis of `members` copies of its values,
+    // in place: every handle sees the (members, ...) tensor; drops its gradient. How
+    // a module becomes stacked members (Module::stack_members).
+    void stack_(size_t members);
 
     TensorImpl& impl() const;
     const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
@@ -95,6 +99,13 @@ public:
 private:
     std::shared_ptr<TensorImpl> impl_;
 };
+
+// Stacked members (train.seeds): row m of a stacked leaf (members, ...) and one
+// member's own tensor of the row's shape. set_member_values copies the member's values
+// into the row; add_member_grad adds the row's gradient (if any) to the member's, as a
+// backward pass would. The cpu only.
+void set_member_values(const Tensor& stacked, size_t m, const Tensor& member);
+void add_member_grad(const Tensor& stacked, size_t m, const Tensor& member);
 
 // Integer tensors that are inputs only (token ids, class targets): they never
 // carry gradients, so they are plain row-major vectors with a shape.

@@ -56,7 +56,11 @@ Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
         fail("positional", "positions up to " + std::to_string(offset + T) + " exceed the table of " +
                                std::to_string(max_len) + " (raise the maximum sequence length)");
     Tensor table = weight.dtype() == x.dtype() ? weight : weight.to(x.dtype());
-    return x + slice(table, 0, offset, offset + T);  // (B,T,D) + (T,D)
+    if (members() == 1 || kind == Positional::sinusoidal) return x + slice(table, 0, offset, offset + T);  // (B,T,D) + (T,D)
+    // stacked members: (K, B/K, T, D) + (K, 1, T, D), member m's rows with its own table
+    const size_t K = members(), B = x.size(0), D = x.size(2);
+    const Tensor rows = reshape(slice(table, 1, offset, offset + T), {K, 1, T, D});
+    return reshape(reshape(x, {K, B / K, T, D}) + rows, {B, T, D});
 }
 
 LayerNorm::LayerNorm(size_t width, double eps_, bool with_bias) : eps(eps_) {

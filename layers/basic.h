@@ -42,7 +42,8 @@ Positional parse_positional(const std::string& name);
 std::string to_string(Positional kind);
 
 // Adds a position code to x (B, T, D) for positions offset .. offset+T-1.
-// learned: parameter `weight` (max_len, D); sinusoidal: Vaswani et al. 2017,
+// learned: parameter `weight` (max_len, D) (stacked members: (K, max_len, D), each
+// member's block of the batch with its own table); sinusoidal: Vaswani et al. 2017,
 // PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(p / 10000^(2i/D)); none: x unchanged.
 class PositionalEncoding : public Module {
 public:

@@ -192,7 +192,19 @@ Tensor DecoderLM::forward(const Indices& tokens, const std::vector<size_t>& leng
 Tensor DecoderLM::forward_at(const Indices& tokens, const std::vector<size_t>& lengths, const Indices& rows) const {
     const Tensor stream = final_stream(tokens, lengths);  // (B, T, D), the tokens checked
     const size_t B = tokens.shape[0], T = tokens.shape[1], D = config.block.attention.width;
-    return head.forward(embedding(reshape(stream, {B * T, D}), rows));  // (N, V)
+    const Tensor at = embedding(reshape(stream, {B * T, D}), rows);  // (N, D)
+    if (members() == 1) return head.forward(at);  // (N, V)
+    // stacked members: member m's rows are those in its block of the batch (rows ascending)
+    std::vector<size_t> member_rows(members(), 0);
+    const size_t per_member = B * T / members();
+    for (size_t i = 0; i < rows.values.size(); ++i) {
+        const size_t m = static_cast<size_t>(rows.values[i]) / per_member;
+        if (i > 0 && m < static_cast<size_t>(rows.values[i - 1]) / per_member)
+            fail("decoder", "stacked members: the rows must come member by member (row " + std::to_string(rows.values[i]) + " after " +
+                                std::to_string(rows.values[i - 1]) + ")");
+        ++member_rows[m];
+    }
+    return linear_members(at, head.weight, head.bias, member_rows);  // (N, V)
 }
 
 namespace {

@@ -79,7 +79,8 @@ public:
                           const std::vector<size_t>& lengths = {}) const;
     // The logits only at `rows` (N), flat positions b T + t of tokens (B, T): (N, V), the
     // output head run on those positions' final stream alone (what a loss that counts
-    // few positions needs; the hook point "logits" is not passed).
+    // few positions needs; the hook point "logits" is not passed). Stacked members
+    // (Module::stack_members): the rows member by member, each member's through its own head.
     Tensor forward_at(const Indices& tokens, const std::vector<size_t>& lengths, const Indices& rows) const;
     // Incremental decoding: tokens (B, Tn) are the next positions; returns their logits (B, Tn, V).
     // Prefix-LM: new tokens that end a prefix begun in earlier calls rebuild the cache from every

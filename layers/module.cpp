@@ -112,6 +112,16 @@ Tensor Module::register_buffer(Tensor value) {
     return value;
 }
 
+void Module::stack_members(size_t members) {
+    if (members_ != 1) fail("stack_members", "the module is stacked already");
+    for (auto [name, p] : named_parameters()) p.stack_(members);  // each tensor once (a tied one is listed once)
+    const auto mark = [members](auto&& self, Module& m) -> void {
+        m.members_ = members;
+        for (auto& [name, child] : m.children_) self(self, *child);
+    };
+    mark(mark, *this);
+}
+
 void Module::train(bool training) {
     training_ = training;
     for (auto& [name, child] : children_) child->train(training);

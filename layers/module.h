@@ -34,6 +34,14 @@ public:
     // Make the optimiser after the move. float32 only.
     void to(Device device);
 
+    // Stacked members (train.seeds): every parameter becomes `members` copies along a
+    // new leading axis, in place (Tensor::stack_), which the ops read as that many
+    // models side by side, the batch's rows in as many blocks (autograd/ops.h). The
+    // layers that compose ops on a parameter themselves take the stacked form where
+    // they say so (the learned positions); the others refuse it. The cpu only.
+    void stack_members(size_t members);
+    size_t members() const { return members_; }  // 1 unless stacked
+
     void train(bool training = true);       // this module and every child
     void eval() { train(false); }
     bool is_training() const { return training_; }
@@ -101,6 +109,7 @@ private:
     std::vector<std::pair<std::string, Module*>> children_;
     std::vector<Tensor> buffers_;
     bool training_ = true;
+    size_t members_ = 1;
     std::vector<HookPointDeclaration> hook_points_;
     mutable Hooks* hooks_ = nullptr;  // attached for analysis; null in plain training
     mutable std::string path_;        // "blocks.0.attn." while hooks are attached

@@ -62,6 +62,11 @@ int cmd_train(const std::vector<std::string>& args, const World& world) {
             validate(config);
         }
         if (!config.sweep.empty()) throw UsageError("this config has a [sweep] table: run it with `attnlab sweep`");
+        if (!config.train.seeds.empty()) {  // several runs side by side, in one process
+            if (world.size() > 1)
+                throw ConfigError("train.seeds", "train.seeds trains its runs in one process; run it without mpirun");
+            return Trainer::train_members(config, parsed.count("run-dir") ? parsed["run-dir"].as<std::string>() : "");
+        }
         trainer = Trainer::start(config, parsed.count("run-dir") ? parsed["run-dir"].as<std::string>() : "", world);
     }
     if (world.root()) {

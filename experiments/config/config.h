@@ -128,6 +128,9 @@ struct Config {
         // at each evaluation, Olsson et al.'s head scores on a fixed repeated-token
         // batch (experiments/run/head_scores.h): /head_scores in metrics.h5
         bool head_scores = false;
+        // several seeds in one process (experiments/run/members.h): the runs of this
+        // config at run.seed = each of them, trained side by side; empty = one run at run.seed
+        std::vector<int64_t> seeds;
         bool operator==(const Train&) const = default;
     } train;
 

@@ -117,6 +117,39 @@ Field integer_pair(std::string key, Get get, Bounds bounds, std::string doc) {
             [get](const Config& c) { return "[" + std::to_string(get(c)[0]) + ", " + std::to_string(get(c)[1]) + "]"; }};
 }
 
+// Distinct integers, each within bounds, at most `longest` of them (train.seeds).
+template <class Get>
+Field integer_list(std::string key, Get get, Bounds bounds, size_t longest, std::string doc) {
+    return {std::move(key), "[integer, ...], distinct, at most " + std::to_string(longest) + ", each" + bounds.text(), std::move(doc), false,
+            [get](Config& c, const toml::node& n) -> std::string {
+                const toml::array* array = n.as_array();
+                if (!array) return expected("an array of integers", n);
+                std::vector<int64_t> values;
+                for (size_t i = 0; i < array->size(); ++i) {
+                    if (!array->get(i)->is_integer()) return "element " + std::to_string(i) + ": " + expected("an integer", *array->get(i));
+                    values.push_back(array->get(i)->as_integer()->get());
+                }
+                get(c) = std::move(values);
+                return "";
+            },
+            [get, bounds, longest](const Config& c) -> std::string {
+                const std::vector<int64_t>& values = get(c);
+                if (values.size() > longest) return "has " + std::to_string(values.size()) + " elements, more than " + std::to_string(longest);
+                for (size_t i = 0; i < values.size(); ++i) {
+                    if (std::string problem = bounds.check(static_cast<double>(values[i])); !problem.empty())
+                        return "element " + std::to_string(i) + " " + problem;
+                    if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i), values[i]) != values.begin() + static_cast<std::ptrdiff_t>(i))
+                        return "element " + std::to_string(i) + " (" + std::to_string(values[i]) + ") is given twice";
+                }
+                return "";
+            },
+            [get](const Config& c) {
+                std::string out = "[";
+                for (const int64_t value : get(c)) out += (out.size() > 1 ? ", " : "") + std::to_string(value);
+                return out + "]";
+            }};
+}
+
 // A float; an integer is taken too (lr = 1).
 std::string read_number(const toml::node& n, double& out) {
     if (n.is_floating_point()) out = n.as_floating_point()->get();
@@ -405,6 +438,7 @@ std::vector<Field> make_fields() {
         boolean(KEY(train, tensorboard), "also write TensorBoard event files (scalars) under <run>/tb/, flushed at each log interval"),
         text_list(KEY(train, freeze), "[\"pattern\", ...]", non_empty, "parameters the optimiser leaves at their initial values: names or globs (blocks.0.attn.*)"),
         boolean(KEY(train, head_scores), "at each evaluation, every head's previous-token, duplicate-token and induction scores on a fixed repeated-token batch (decoder models)"),
+        integer_list(KEY(train, seeds), between(0, 9.2e18), 256, "train the runs at run.seed = each of these in one process, side by side (their folders <run>/<i>_run.seed=<s>, as a sweep's); [] = one run at run.seed"),
 
         choice(KEY(optim, name), {"adamw", "adam", "sgd"}, "optimiser (torch.optim's update rules)"),
         number(KEY(optim, lr), above(0), "peak learning rate"),

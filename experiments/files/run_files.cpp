@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "autograd/tensor.h"
+#include "experiments/files/fnv_hash.h"
 
 namespace fs = std::filesystem;
 
@@ -122,6 +124,32 @@ fs::path claim_new_folder(const fs::path& parent, const std::string& name, const
     }
     throw Error(tag + " " + (parent / name).string() + ": every name from " + name + " to " + name + "-" +
                 std::to_string(kMaxNameSuffix) + " is taken; choose another run.name");
+}
+
+std::string unquote(const std::string& value) {
+    return value.size() >= 2 && value.front() == '"' && value.back() == '"' ? value.substr(1, value.size() - 2) : value;
+}
+
+std::string cell_name(size_t index, size_t count, const std::vector<std::string>& assignments) {
+    const size_t digits = std::to_string(std::max<size_t>(count, 1) - 1).size();
+    std::string name = std::to_string(index);
+    name = std::string(digits > name.size() ? digits - name.size() : 0, '0') + name + "_";
+    std::string all;  // the assignments one per line, for the hash of a shortened name
+    for (size_t i = 0; i < assignments.size(); ++i) {
+        const size_t eq = assignments[i].find('=');
+        name += (i ? "," : "") + assignments[i].substr(0, eq + 1) + unquote(assignments[i].substr(eq + 1));
+        all += (i ? "\n" : "") + assignments[i];
+    }
+    for (char& ch : name)
+        if (ch == '/' || ch == ' ' || ch == '"' || ch == '[' || ch == ']' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+            ch = '_';
+    if (name.size() <= kMaxFolderName) return name;
+    char hash[17];  // a stable hash of the assignments, as 16 hex digits
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(all.data(), all.size())));
+    const std::string tail = std::string("~") + hash;
+    size_t keep = kMaxFolderName - tail.size();
+    while (keep > 0 && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;  // not inside a UTF-8 character
+    return name.substr(0, keep) + tail;
 }
 
 }  // namespace attnlab

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace attnlab {
 
@@ -65,5 +66,16 @@ std::filesystem::path claim_new_folder(const std::filesystem::path& parent, cons
 // "-9999" and ".tmp" suffixes it may add (".<pid>.tmp" on the few files several
 // processes write: a sweep's sweep.toml and summaries).
 constexpr size_t kMaxFolderName = 240;
+
+// The cell folder name for cell `index` of `count` with these assignments:
+// "03_model.heads=4,run.seed=1" ('/', spaces, quotes, brackets and control
+// characters as '_'). A name longer than kMaxFolderName is cut and ends in "~"
+// and 16 hex digits of a hash of the assignments; the index keeps it unique and
+// the cell's config.toml holds every value. A sweep's cells and train.seeds'
+// members are named so.
+std::string cell_name(size_t index, size_t count, const std::vector<std::string>& assignments);
+
+// A swept value as shown in names and tables: "\"sqrt\"" -> "sqrt"; others as they are.
+std::string unquote(const std::string& value);
 
 }  // namespace attnlab

@@ -157,67 +157,89 @@ void Trainer::State::finish() {
                 r.tokens_per_s, r.peak_rss_mb);
 }
 
-int Trainer::run() {
-    State& s = *state_;
-    const Config& c = s.config;
-    set_threads(config_threads(c));
+void install_stop_handlers() {
     stop_signal = 0;
     std::signal(SIGINT, request_stop);
     std::signal(SIGTERM, request_stop);
-    const bool tty = isatty(STDERR_FILENO) && s.writes();
-    const Schedule schedule = parse_schedule(c.optim.schedule);
-    const double clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
-    const NamedTensors& params = s.trainable;  // train.freeze's parameters take no gradient
-    s.model->module().train();
-    if (c.train.device == "cuda" && s.writes())
+}
+
+void Trainer::State::begin_loop(const std::string& label, bool may_rewrite) {
+    const Config& c = config;
+    Loop& l = loop.emplace();
+    l.schedule = parse_schedule(c.optim.schedule);
+    l.clip = c.optim.clip > 0 ? c.optim.clip : std::numeric_limits<double>::infinity();
+    l.tty = may_rewrite && isatty(STDERR_FILENO) && writes();
+    l.label = label;
+    l.first_step = step;
+    l.last_log = l.run_start = Clock::now();
+    l.hooks = metrics_hooks();
+    model->module().train();
+    if (c.train.device == "cuda" && writes())
         std::fprintf(stderr, "attnlab train: train.device = \"cuda\": the whole training step runs on the GPU\n");
+}
 
-    size_t tokens_since_log = 0;
-    std::string last_eval;  // "  held-out acc 0.990 (step 250)" once there was an evaluation
-    const int64_t first_step = s.step;
-    Clock::time_point last_log = Clock::now();
-    const Clock::time_point run_start = Clock::now();
-    Hooks hooks = State::metrics_hooks();  // the metrics' points: recording never changes the result
-    while (s.step < c.train.steps) {
-        // A signal on any rank stops every rank at the same step (one process: its own).
-        if (s.world->max(stop_signal) != 0) {
-            s.checkpoint();
-            if (s.writes())
-                std::fprintf(stderr, "%sattnlab train: interrupted at step %lld; checkpoint written; resume with `attnlab train --resume %s`\n",
-                         tty ? "\n" : "", static_cast<long long>(s.step), s.dir.c_str());
-            return 130;
-        }
-        const Batch batch = s.train_data->next(static_cast<size_t>(batch_size(c)));
-        const double lr = scheduled_lr(c.optim.lr, schedule, s.step, c.optim.warmup, schedule_horizon(c), c.optim.min_lr);
-        s.optimizer->lr = lr;
-        const int64_t next = s.step + 1;
-        const bool log_now = next % c.train.log_every == 0 || next == c.train.steps;
-        hooks.clear_recorded();  // this step's record, when it logs
-        const State::StepValues values = s.forward_backward(batch, clip, params, log_now, hooks);
-        if (!std::isfinite(values.loss) || !std::isfinite(values.grad_norm))
-            return s.stop_on_non_finite(next, values.loss, values.grad_norm, tty);
-        s.optimizer->step();
-        s.optimizer->zero_grad();
-        s.step = next;
-        size_t tokens = 0;
-        for (size_t length : batch.lengths) tokens += length;
-        s.tokens_total += tokens;
-        tokens_since_log += tokens;
+int Trainer::State::on_signal() {
+    // A signal on any rank stops every rank at the same step (one process: its own).
+    if (world->max(stop_signal) == 0) return 0;
+    checkpoint();
+    if (writes())
+        std::fprintf(stderr, "%sattnlab train: %sinterrupted at step %lld; checkpoint written; resume with `attnlab train --resume %s`\n",
+                     loop->tty ? "\n" : "", loop->label.c_str(), static_cast<long long>(step), dir.c_str());
+    return 130;
+}
 
-        if (log_now && s.writes()) {
-            const double since = std::chrono::duration<double>(Clock::now() - last_log).count();
-            const double tokens_per_s = static_cast<double>(tokens_since_log) / std::max(since, 1e-9);
-            last_log = Clock::now();
-            tokens_since_log = 0;
-            s.log_train_step(values, lr, tokens_per_s, hooks);
-            const double rate = static_cast<double>(s.step - first_step) /
-                                std::max(std::chrono::duration<double>(Clock::now() - run_start).count(), 1e-9);
-            print_progress(s.step, c.train.steps, values.loss, values.token_acc, last_eval, tokens_per_s, rate, tty);
-        }
-        if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) s.evaluate_and_log(last_eval);
-        if (s.step % c.train.checkpoint_every == 0 || s.step == c.train.steps) s.checkpoint();
+Trainer::State::StepInput Trainer::State::next_input() {
+    const Config& c = config;
+    StepInput in;
+    in.batch = train_data->next(static_cast<size_t>(batch_size(c)));
+    in.lr = scheduled_lr(c.optim.lr, loop->schedule, step, c.optim.warmup, schedule_horizon(c), c.optim.min_lr);
+    optimizer->lr = in.lr;
+    in.next = step + 1;
+    in.log_now = in.next % c.train.log_every == 0 || in.next == c.train.steps;
+    loop->hooks.clear_recorded();  // this step's record, when it logs
+    return in;
+}
+
+int Trainer::State::finish_step(const StepInput& in, const StepValues& values) {
+    const Config& c = config;
+    Loop& l = *loop;
+    if (!std::isfinite(values.loss) || !std::isfinite(values.grad_norm)) return stop_on_non_finite(in.next, values.loss, values.grad_norm, l.tty);
+    optimizer->step();
+    optimizer->zero_grad();
+    step = in.next;
+    size_t tokens = 0;
+    for (size_t length : in.batch.lengths) tokens += length;
+    tokens_total += tokens;
+    l.tokens_since_log += tokens;
+
+    if (in.log_now && writes()) {
+        const double since = std::chrono::duration<double>(Clock::now() - l.last_log).count();
+        const double tokens_per_s = static_cast<double>(l.tokens_since_log) / std::max(since, 1e-9);
+        l.last_log = Clock::now();
+        l.tokens_since_log = 0;
+        log_train_step(values, in.lr, tokens_per_s, l.hooks);
+        const double rate = static_cast<double>(step - l.first_step) /
+                            std::max(std::chrono::duration<double>(Clock::now() - l.run_start).count(), 1e-9);
+        if (!l.label.empty()) std::fprintf(stderr, "%s", l.label.c_str());
+        print_progress(step, c.train.steps, values.loss, values.token_acc, l.last_eval, tokens_per_s, rate, l.tty);
     }
-    if (tty) std::fprintf(stderr, "\n");
+    if (step % c.train.eval_every == 0 || step == c.train.steps) evaluate_and_log(l.last_eval);
+    if (step % c.train.checkpoint_every == 0 || step == c.train.steps) checkpoint();
+    return 0;
+}
+
+int Trainer::run() {
+    State& s = *state_;
+    set_threads(config_threads(s.config));
+    install_stop_handlers();
+    s.begin_loop();
+    while (s.step < s.config.train.steps) {
+        if (const int status = s.on_signal()) return status;
+        const State::StepInput in = s.next_input();
+        const State::StepValues values = s.forward_backward(in.batch, s.loop->clip, s.trainable, in.log_now, s.loop->hooks);
+        if (const int status = s.finish_step(in, values)) return status;
+    }
+    if (s.loop->tty) std::fprintf(stderr, "\n");
     s.finish();
     return 0;
 }

@@ -41,6 +41,14 @@ public:
     static std::unique_ptr<Trainer> resume(const std::string& run_dir, const World& world = single_world());
     ~Trainer();
 
+    // train.seeds: the runs of `config` at run.seed = each seed, trained side by side in
+    // this process (experiments/run/trainer_members.cpp), in <out_dir>/<name> (name-2, ...
+    // when taken; `group_dir` exactly, when given), member i in "<i>_run.seed=<s>" as a
+    // sweep over run.seed names its cells. Each member's folder is what its own run would
+    // write; each resumes alone (--resume). One process (no mpirun). Returns what run()
+    // would: 0, 1 when a member stopped on a NaN/Inf (the others finish), 130 on a signal.
+    static int train_members(const Config& config, const std::string& group_dir = "");
+
     // 0: finished; 1: stopped on a NaN/Inf loss or gradient (the last good
     // checkpoint stays); 130: interrupted by SIGINT/SIGTERM after a checkpoint.
     int run();

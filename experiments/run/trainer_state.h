@@ -27,6 +27,9 @@
 
 namespace attnlab {
 
+// SIGINT and SIGTERM ask the loop to stop at the end of its step (trainer.cpp).
+void install_stop_handlers();
+
 struct Trainer::State {
     using Clock = std::chrono::steady_clock;
 
@@ -154,8 +157,6 @@ struct Trainer::State {
         model->module().train();
     }
 
-    // ---- the loop's parts (trainer.cpp) ----
-
     // ---- one step (trainer_step.cpp) ----
 
     // One step's forward and backward over the global batch, the gradients summed
@@ -182,6 +183,38 @@ struct Trainer::State {
     void evaluate_and_log(std::string& last_eval);
     // The final evaluation, summary.json and the one-line report.
     void finish();
+
+    // ---- the loop's parts (trainer.cpp) ----
+
+    // What the loop carries from step to step (begin_loop makes it).
+    struct Loop {
+        Schedule schedule = Schedule::constant;
+        double clip = 0;
+        bool tty = false;           // the progress line rewrites itself on a terminal
+        std::string label;          // before the progress line: "seed 3: " for a member of train.seeds
+        int64_t first_step = 0;
+        size_t tokens_since_log = 0;
+        std::string last_eval;      // "  held-out acc 0.990 (step 250)" once there was an evaluation
+        Clock::time_point last_log, run_start;
+        Hooks hooks;                // the metrics' points: recording never changes the result
+    };
+    std::optional<Loop> loop;
+    void begin_loop(const std::string& label = "", bool may_rewrite = true);
+    // One step's input: its batch, learning rate, number and whether it logs.
+    struct StepInput {
+        Batch batch;
+        double lr = 0;
+        int64_t next = 0;
+        bool log_now = false;
+    };
+    StepInput next_input();
+    // After the step's forward and backward: the stop on a non-finite value, the
+    // optimiser's update, the logs, evaluation and checkpoint. 0 to go on, else the
+    // exit status (1: a NaN or infinite loss or gradient norm).
+    int finish_step(const StepInput& input, const StepValues& values);
+    // A signal arrived (SIGINT, SIGTERM, on any rank): checkpoint, say how to resume, 130; else 0.
+    int on_signal();
+
 
     Clock::time_point started = Clock::now();
     double elapsed() const { return wall_before + std::chrono::duration<double>(Clock::now() - started).count(); }

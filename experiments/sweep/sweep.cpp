@@ -19,7 +19,6 @@
 #include <sstream>
 
 #include "experiments/files/checkpoint.h"
-#include "experiments/files/fnv_hash.h"
 #include "experiments/run/trainer.h"
 #include "experiments/files/run_files.h"
 #include "experiments/sweep/sweep_process.h"
@@ -43,34 +42,9 @@ using sweep_plan::PreparedSweep;
 
 namespace {
 
-// A stable hash of the text for shortened cell names, as 16 hex digits.
-std::string hash_hex(const std::string& text) {
-    char out[17];
-    std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(fnv1a(text.data(), text.size())));
-    return out;
-}
-
 const char* signal_name(int signal) { return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal"; }
 
 }  // namespace
-
-std::string cell_name(size_t index, size_t count, const std::vector<std::string>& assignments) {
-    const size_t digits = std::to_string(std::max<size_t>(count, 1) - 1).size();
-    std::string name = std::to_string(index);
-    name = std::string(digits > name.size() ? digits - name.size() : 0, '0') + name + "_";
-    for (size_t i = 0; i < assignments.size(); ++i) {
-        const size_t eq = assignments[i].find('=');
-        name += (i ? "," : "") + assignments[i].substr(0, eq + 1) + unquote(assignments[i].substr(eq + 1));
-    }
-    for (char& ch : name)
-        if (ch == '/' || ch == ' ' || ch == '"' || ch == '[' || ch == ']' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
-            ch = '_';
-    if (name.size() <= kMaxFolderName) return name;
-    const std::string tail = "~" + hash_hex(join(assignments, "\n"));
-    size_t keep = kMaxFolderName - tail.size();
-    while (keep > 0 && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;  // not inside a UTF-8 character
-    return name.substr(0, keep) + tail;
-}
 
 namespace {
 

@@ -27,6 +27,7 @@
 
 #include "experiments/config/config.h"
 #include "experiments/distributed/world.h"
+#include "experiments/files/run_files.h"  // cell_name, unquote
 
 namespace attnlab {
 
@@ -86,16 +87,6 @@ std::string interruption_line(const SweepTable& table, const std::string& comman
 // Reads a finished or partial sweep folder's cells back into a table (used by
 // run_sweep and by tests).
 SweepTable collect_sweep(const Config& config, const std::string& sweep_dir);
-
-// The cell folder name for cell `index` of `count` with these assignments:
-// "03_model.heads=4,run.seed=1" ('/', spaces, quotes, brackets and control
-// characters as '_'). A name longer than kMaxFolderName is cut and ends in "~"
-// and 16 hex digits of a hash of the assignments; the index keeps it unique and
-// the cell's config.toml holds every value.
-std::string cell_name(size_t index, size_t count, const std::vector<std::string>& assignments);
-
-// A swept value as shown in names and tables: "\"sqrt\"" -> "sqrt"; others as they are.
-std::string unquote(const std::string& value);
 
 // The numbers of a cell's summary.json (null as NaN). A garbled file is an Error
 // naming the file, the line and the key.

@@ -71,6 +71,9 @@ std::string listed(const std::vector<std::string>& items, size_t most, const std
 // value listed twice, is refused where the grid is read: read_sweep in config.cpp.)
 void check_grid(const Config& config, const SweepOptions& options) {
     const std::string where = "[sweep] " + (options.config_path.empty() ? "" : options.config_path + ": ");
+    const bool seeds_axis = std::any_of(config.sweep.begin(), config.sweep.end(), [](const SweepAxis& a) { return a.key == "train.seeds"; });
+    if (!config.train.seeds.empty() || seeds_axis)
+        throw Error(where + "train.seeds: a sweep's cells are single runs; sweep run.seed instead (\"run.seed\" = [0, 1, 2])");
     for (const SweepAxis& axis : config.sweep) {
         if (axis.key == "run.name" || axis.key == "run.out_dir")
             throw Error(where + "sweep key " + axis.key + ": the sweep names and places its cells itself (" + axis.key +

@@ -171,10 +171,6 @@ std::string csv_field(const std::string& text) {
 
 }  // namespace
 
-std::string unquote(const std::string& value) {
-    return value.size() >= 2 && value.front() == '"' && value.back() == '"' ? value.substr(1, value.size() - 2) : value;
-}
-
 std::map<std::string, double> read_summary_numbers(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;

@@ -1,0 +1,216 @@
+// train.seeds (Trainer::train_members): the runs of one config at several seeds,
+// in one process, step by step side by side.
+//
+// Each member is a whole run (Trainer::State) of the config at run.seed = s: its
+// data streams, model, optimiser, logs, evaluations and checkpoints are what
+// `attnlab train` builds at that seed, in a folder of its own. The members share
+// only the forward and backward pass of the steps that do not log: a stacked model
+// (Module::stack_members) holds the members' parameters along a leading axis, reads
+// their batches side by side, and computes each member's block with the GEMMs and
+// reductions of its solo run at its solo sizes (autograd/ops.h). Its gradients go
+// back to the members, which clip and update as alone. A step that logs, or whose
+// batches differ in padded width, runs each member alone, so the attention metrics
+// are recorded exactly as a solo run records them.
+#include "experiments/run/trainer.h"
+#include "experiments/run/trainer_state.h"
+
+#include <cstdio>
+
+#include "autograd/cpu/threads.h"
+#include "autograd/ops.h"
+#include "experiments/run/load_checkpoint.h"
+#include "experiments/files/run_files.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+
+namespace {
+
+// Why the members cannot share a stacked model ("" when they can): the settings
+// whose stacked form is not written. Their members step one after another.
+std::string unstackable(const Config& c) {
+    if (c.model.kind != "decoder") return "model.kind = \"" + c.model.kind + "\"";
+    if (c.train.device != "cpu") return "train.device = \"" + c.train.device + "\"";
+    if (c.train.reduce != "fast") return "train.reduce = \"" + c.train.reduce + "\"";
+    if (c.model.dropout > 0 || c.model.attn_dropout > 0) return "dropout (model.dropout, model.attn_dropout)";
+    if (c.model.norm_type == "scalenorm") return "model.norm_type = \"scalenorm\"";
+    return "";
+}
+
+// The members' batches side by side: member m's rows at [m B, (m + 1) B). All of
+// one batch size and padded width (decoder tasks: no source).
+Batch side_by_side(const std::vector<const Batch*>& batches) {
+    Batch out;
+    const size_t B = batches.front()->targets.shape[0], T = batches.front()->targets.shape[1], K = batches.size();
+    out.inputs.shape = out.targets.shape = out.loss_mask.shape = {K * B, T};
+    for (const Batch* b : batches) {
+        out.inputs.values.insert(out.inputs.values.end(), b->inputs.values.begin(), b->inputs.values.end());
+        out.targets.values.insert(out.targets.values.end(), b->targets.values.begin(), b->targets.values.end());
+        out.loss_mask.values.insert(out.loss_mask.values.end(), b->loss_mask.values.begin(), b->loss_mask.values.end());
+        out.lengths.insert(out.lengths.end(), b->lengths.begin(), b->lengths.end());
+    }
+    return out;
+}
+
+// The stacked model: the members' parameters copied into its rows before each
+// pass, each member's gradient copied out after it.
+class StackedMembers {
+public:
+    // `config` a member's (its resolved max_len), `trained` the task's longest training sequence.
+    StackedMembers(const Config& config, size_t trained, const std::vector<const Module*>& members) : members_(members) {
+        Rng unused(0, 0);  // every value is overwritten by the members' before a pass
+        model_ = std::make_unique<TaskModel>(config, trained, unused, nullptr);
+        model_->module().stack_members(members.size());
+        params_ = model_->module().named_parameters();
+        const NamedTensors own = members.front()->named_parameters();
+        for (size_t i = 0; i < params_.size() && reason_.empty(); ++i) {
+            const std::string& name = params_[i].first;
+            Shape row = params_[i].second.shape();
+            row.erase(row.begin());
+            if (i >= own.size() || own[i].first != name || own[i].second.shape() != row) reason_ = "parameter " + name + "'s shape";
+            else if (name.ends_with(".sink") || name.ends_with(".rel_bias")) reason_ = "the learned attention variant " + name;
+        }
+        if (params_.size() != own.size() && reason_.empty()) reason_ = "the parameter list";
+    }
+    const std::string& reason() const { return reason_; }
+
+    // One forward and backward of every member's batch (each with a counted position,
+    // all of one shape): their losses; their gradients added to theirs.
+    std::vector<double> step(const std::vector<const Batch*>& batches) {
+        const size_t K = batches.size();
+        std::vector<NamedTensors> own;
+        for (const Module* m : members_) own.push_back(m->named_parameters());
+        for (size_t m = 0; m < K; ++m)
+            for (size_t i = 0; i < params_.size(); ++i) set_member_values(params_[i].second, m, own[m][i].second);
+        const Tensor logits = model_->forward_counted(side_by_side(batches), nullptr);  // (N, V), member by member
+        std::vector<Tensor> losses;
+        Tensor total;
+        size_t first = 0;
+        for (const Batch* b : batches) {  // each member's mean over its own counted positions, as alone
+            const size_t n = counted_positions(*b);
+            losses.push_back(cross_entropy(slice(logits, 0, first, first + n), counted_targets(*b)));
+            total = total.defined() ? total + losses.back() : losses.back();
+            first += n;
+        }
+        total.backward();  // each member's loss seeded with 1, as its own backward would be
+        for (size_t m = 0; m < K; ++m)
+            for (size_t i = 0; i < params_.size(); ++i) add_member_grad(params_[i].second, m, own[m][i].second);
+        model_->module().zero_grad();
+        std::vector<double> out;
+        for (const Tensor& l : losses) out.push_back(l.item());
+        return out;
+    }
+
+private:
+    std::vector<const Module*> members_;
+    std::unique_ptr<TaskModel> model_;
+    NamedTensors params_;
+    std::string reason_;
+};
+
+// Whether the members' batches can go through the stacked model together: one
+// padded width, and a counted position in each (else a solo run's path differs).
+bool stack_together(const std::vector<const Batch*>& batches) {
+    for (const Batch* b : batches)
+        if (b->targets.shape != batches.front()->targets.shape || counted_positions(*b) == 0) return false;
+    return true;
+}
+
+}  // namespace
+
+int Trainer::train_members(const Config& config, const std::string& group_dir) {
+    const std::vector<int64_t> seeds = config.train.seeds;
+    if (seeds.empty()) throw Error("[train] train.seeds is empty: nothing to train side by side");
+    // Every member is built (and so checked) before anything is written.
+    std::vector<std::unique_ptr<State>> members;
+    for (const int64_t seed : seeds) {
+        Config member = config;
+        member.run.seed = seed;
+        member.train.seeds.clear();
+        members.push_back(build_state(member, single_world()));
+    }
+    fs::path group;
+    if (group_dir.empty()) {
+        group = claim_new_folder(config.run.out_dir, config.run.name, "[train]");
+    } else {  // exactly there: a new folder
+        group = group_dir;
+        if (!group.parent_path().empty()) fs::create_directories(group.parent_path());
+        std::error_code ec;
+        if (!fs::create_directory(group, ec) || ec)
+            throw Error("[train] --run-dir " + group_dir + (fs::exists(group) ? " already exists" : ": cannot create it (" + ec.message() + ")"));
+    }
+    std::fprintf(stderr, "attnlab train: writing %s: %zu runs (train.seeds), one folder each\n", group.c_str(), seeds.size());
+    for (size_t m = 0; m < members.size(); ++m) {  // each where a sweep over run.seed puts its cell
+        const std::string cell = cell_name(m, seeds.size(), {"run.seed=" + std::to_string(seeds[m])});
+        members[m]->config.run.out_dir = group.string();
+        members[m]->config.run.name = cell;
+        members[m]->dir = create_run(*members[m], (group / cell).string());
+    }
+
+    set_threads(config_threads(config));
+    install_stop_handlers();
+    std::vector<const Module*> modules;
+    for (size_t m = 0; m < members.size(); ++m) {
+        members[m]->begin_loop("seed " + std::to_string(seeds[m]) + ": ", false);  // a line each, not one rewritten
+        modules.push_back(&members[m]->model->module());
+    }
+    std::unique_ptr<StackedMembers> stacked;
+    std::string reason = unstackable(members.front()->config);
+    if (reason.empty() && members.size() > 1) {
+        stacked = std::make_unique<StackedMembers>(members.front()->config, members.front()->train_data->max_sequence_length(), modules);
+        reason = stacked->reason();
+    }
+    if (!reason.empty()) {
+        stacked.reset();
+        std::fprintf(stderr, "attnlab train: train.seeds: %s has no stacked form yet, so the runs step one after another "
+                             "(the same results as alone, without the speed-up)\n", reason.c_str());
+    }
+
+    int status = 0;
+    int64_t steps = 0, together = 0;  // steps taken, and of those the stacked ones
+    std::vector<bool> active(members.size(), true);
+    while (true) {
+        std::vector<size_t> going;  // the members still training
+        for (size_t m = 0; m < members.size(); ++m)
+            if (active[m] && members[m]->step < members[m]->config.train.steps) going.push_back(m);
+        if (going.empty()) break;
+        if (members[going.front()]->on_signal() != 0) {  // each member checkpoints and says how to resume
+            for (size_t i = 1; i < going.size(); ++i) members[going[i]]->on_signal();
+            return 130;
+        }
+        std::vector<State::StepInput> inputs;
+        std::vector<const Batch*> batches;
+        for (size_t m : going) inputs.push_back(members[m]->next_input());
+        for (const State::StepInput& in : inputs) batches.push_back(&in.batch);
+        std::vector<State::StepValues> values(going.size());
+        ++steps;
+        if (stacked && going.size() == members.size() && !inputs.front().log_now && stack_together(batches)) {
+            ++together;
+            const std::vector<double> losses = stacked->step(batches);
+            for (size_t i = 0; i < going.size(); ++i) {
+                State& s = *members[going[i]];
+                values[i].loss = losses[i];
+                values[i].grad_norm = clip_grad_norm(s.trainable, s.loop->clip);
+            }
+        } else {
+            for (size_t i = 0; i < going.size(); ++i) {
+                State& s = *members[going[i]];
+                values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
+            }
+        }
+        for (size_t i = 0; i < going.size(); ++i)
+            if (const int stopped = members[going[i]]->finish_step(inputs[i], values[i]); stopped != 0) {
+                active[going[i]] = false;  // this run stops as it would alone; the others go on
+                status = std::max(status, stopped);
+            }
+    }
+    if (stacked)
+        std::fprintf(stderr, "attnlab train: train.seeds: %lld of %lld steps stacked (the others logged, or their batches differed in width)\n",
+                     static_cast<long long>(together), static_cast<long long>(steps));
+    for (size_t m = 0; m < members.size(); ++m)
+        if (active[m]) members[m]->finish();
+    return status;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,139 @@
+"""train.seeds: several runs of one config in one process, each equal to its solo run.
+
+A group of seeds trains side by side (stacked on the steps that do not log); every
+member's folder must hold what `attnlab train run.seed=S` writes alone: the same
+metrics.h5 series bit for bit (wall time and throughput aside) and the same final
+parameters. A signal checkpoints every member, and a member resumed alone ends
+where its uninterrupted solo run ends. Bad train.seeds values are refused in one
+line with exit status 2, before anything is written.
+"""
+import os
+import signal
+import sys
+import time
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_common as cc  # noqa: E402
+
+# log every 7 steps: most steps run stacked, the logged ones alone
+BASE = dict(cc.TINY, **{"train.steps": "30", "train.log_every": "7", "train.eval_every": "15",
+                        "train.checkpoint_every": "15", "train.threads": "1"})
+# mqar's sequences are of one length: every step that does not log can stack
+MQAR = {"task.name": "mqar", "task.vocab": "32", "task.seq_len": "16", "task.max_len": "3", "model.layers": "2"}
+VARYING = ("wall", "tokens_per_s")  # columns that measure time
+
+
+def datasets(path):
+    with h5py.File(path, "r") as f:
+        out = {}
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def member_dir(group, index, seed, count):
+    digits = len(str(count - 1))
+    return os.path.join(group, f"{index:0{digits}d}_run.seed={seed}")
+
+
+class Seeds(cc.TempDirTest):
+    def train(self, out, config, timeout=180):
+        r = self.run_ok(["train"] + [f"{k}={v}" for k, v in dict(config, **{"run.out_dir": out}).items()], timeout=timeout)
+        return r.stderr + r.stdout
+
+    def assert_same_run(self, member, solo, steps):
+        ours, theirs = datasets(os.path.join(member, "metrics.h5")), datasets(os.path.join(solo, "metrics.h5"))
+        self.assertEqual(sorted(ours), sorted(theirs))
+        for name, value in theirs.items():
+            if any(v in name for v in VARYING):
+                continue
+            np.testing.assert_array_equal(ours[name], value, err_msg=f"{member}: metrics.h5 {name}")
+        ours = datasets(cc.checkpoint_path(member, steps))
+        theirs = datasets(cc.checkpoint_path(solo, steps))
+        for name, value in theirs.items():
+            if name.startswith("params/") or name.startswith("optimizer/"):
+                np.testing.assert_array_equal(ours[name], value, err_msg=f"{member}: checkpoint {name}")
+
+    def check_group(self, config, seeds, stacked):
+        group_out = self.path("group")
+        out = self.train(group_out, dict(config, **{"train.seeds": "[" + ", ".join(map(str, seeds)) + "]"}))
+        group = os.path.join(group_out, "default")
+        self.assertEqual(len(os.listdir(group)), len(seeds))
+        self.assertEqual("one after another" not in out, stacked, out)
+        for i, seed in enumerate(seeds):
+            solo_out = self.path(f"solo{seed}")
+            self.train(solo_out, dict(config, **{"run.seed": str(seed)}))
+            member = member_dir(group, i, seed, len(seeds))
+            self.assertTrue(os.path.exists(os.path.join(member, "summary.json")), member)
+            self.assert_same_run(member, os.path.join(solo_out, "default"), int(config["train.steps"]))
+        return out
+
+    def test_stacked_members_equal_their_solo_runs(self):
+        out = self.check_group(dict(BASE, **MQAR), [0, 3, 7], stacked=True)
+        self.assertRegex(out, r"train\.seeds: 2[0-9] of 30 steps stacked")
+
+    def test_members_of_varying_lengths_equal_their_solo_runs(self):
+        # recall (the default task): a step stacks only when the members' batches have one padded width
+        self.check_group(BASE, [1, 2], stacked=True)
+
+    def test_dropout_steps_members_one_after_another(self):
+        self.check_group(dict(BASE, **{"model.dropout": "0.1"}), [0, 5], stacked=False)
+
+    def test_signal_checkpoints_every_member_and_each_resumes_alone(self):
+        config = dict(BASE, **MQAR, **{"train.steps": "4000", "train.checkpoint_every": "20", "train.log_every": "50",
+                                       "train.eval_every": "4000", "train.seeds": "[4, 9]"})
+        out = self.path("group")
+        proc = cc.start(["train"] + [f"{k}={v}" for k, v in dict(config, **{"run.out_dir": out}).items()], self.tmp)
+        group = os.path.join(out, "default")
+        members = [member_dir(group, 0, 4, 2), member_dir(group, 1, 9, 2)]
+        self.assertTrue(cc.wait_for(lambda: all(cc.checkpoint_steps(m) for m in members), proc, timeout=120))
+        proc.send_signal(signal.SIGINT)
+        rc, log = cc.finish(proc, timeout=120)
+        self.assertEqual(rc, 130, log)
+        self.assertEqual(log.count("interrupted at step"), 2, log)
+        stopped = [cc.checkpoint_steps(m)[-1] for m in members]
+        self.assertEqual(stopped[0], stopped[1])
+        # member 1 alone to step stopped + 40, against its solo run of that length
+        steps = stopped[1] + 40
+        with open(os.path.join(members[1], "config.toml")) as f:
+            text = f.read()
+        with open(os.path.join(members[1], "config.toml"), "w") as f:
+            f.write(text.replace("steps = 4000", f"steps = {steps}"))
+        self.run_ok(["train", "--resume", members[1]], timeout=120)
+        solo_out = self.path("solo")
+        solo = dict(config, **{"train.steps": str(steps), "run.seed": "9"})
+        del solo["train.seeds"]
+        self.train(solo_out, solo)
+        theirs = datasets(cc.checkpoint_path(os.path.join(solo_out, "default"), steps))
+        ours = datasets(cc.checkpoint_path(members[1], steps))
+        for name, value in theirs.items():
+            if name.startswith("params/"):
+                np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+    def test_bad_seeds_are_refused_before_anything_is_written(self):
+        for value, wants in [("[1, 1]", "given twice"), ("[-1]", "train.seeds"), ("3", "array"),
+                             ('["a"]', "integer")]:
+            with self.subTest(value=value):
+                out = self.path("bad" + str(abs(hash(value))))
+                proc = cc.attnlab(["train"] + cc.overrides(**{"train__seeds": value, "run__out_dir": out}), self.tmp)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                lines = proc.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, proc.stderr)
+                self.assertIn("train.seeds", lines[0])
+                self.assertIn(wants, lines[0])
+                self.assertFalse(os.path.exists(out) and os.listdir(out), out)
+
+    def test_a_sweep_refuses_train_seeds(self):
+        sweep = os.path.join(self.tmp, "sweep.toml")
+        with open(sweep, "w") as f:
+            f.write('[train]\nseeds = [0, 1]\nsteps = 5\n\n[sweep]\n"model.heads" = [1, 2]\n')
+        proc = cc.attnlab(["sweep", sweep, "run.out_dir=" + self.path("sweeps")], self.tmp)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("train.seeds", proc.stderr)
+        self.assertIn("run.seed", proc.stderr)
+
+
+if __name__ == "__main__":
+    cc.main()
