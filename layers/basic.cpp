@@ -57,10 +57,13 @@ Tensor PositionalEncoding::forward(const Tensor& x, size_t offset) const {
                                std::to_string(max_len) + " (raise the maximum sequence length)");
     Tensor table = weight.dtype() == x.dtype() ? weight : weight.to(x.dtype());
     if (members() == 1 || kind == Positional::sinusoidal) return x + slice(table, 0, offset, offset + T);  // (B,T,D) + (T,D)
-    // stacked members: (K, B/K, T, D) + (K, 1, T, D), member m's rows with its own table
-    const size_t K = members(), B = x.size(0), D = x.size(2);
-    const Tensor rows = reshape(slice(table, 1, offset, offset + T), {K, 1, T, D});
-    return reshape(reshape(x, {K, B / K, T, D}) + rows, {B, T, D});
+    // stacked members (K, max_len, D): member m's rows of x read table m, rows offset ..
+    // offset + T - 1 of it looked up as an embedding of the positions (the same sums,
+    // forward and backward, as the slice's)
+    const size_t B = x.size(0);
+    std::vector<int32_t> positions(B * T);
+    for (size_t i = 0; i < B * T; ++i) positions[i] = static_cast<int32_t>(offset + i % T);
+    return x + embedding(table, Indices({B, T}, std::move(positions)));  // (B,T,D) + (B,T,D)
 }
 
 LayerNorm::LayerNorm(size_t width, double eps_, bool with_bias) : eps(eps_) {

@@ -338,6 +338,7 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
         {"task.op", modular, "task.name = \"modular\"", task},
         {"task.seq_len", mqar, "task.name = \"mqar\"", task},
         {"task.fill", mqar, "task.name = \"mqar\"", task},
+        {"train.seeds_mode", !c.train.seeds.empty(), "train.seeds names the seeds", "train.seeds = []"},
         {"task.train_size", !file && !text && !none, "the task draws its examples (a file's and a text's data are finite already)", task},
         {"task.queries", c.task.name == "recall", "task.name = \"recall\"", task},
         {"task.pack", !file && !text && !none && c.task.name != "translate", "a decoder-only task draws its sequences", task},

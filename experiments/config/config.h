@@ -128,9 +128,12 @@ struct Config {
         // at each evaluation, Olsson et al.'s head scores on a fixed repeated-token
         // batch (experiments/run/head_scores.h): /head_scores in metrics.h5
         bool head_scores = false;
-        // several seeds in one process (experiments/run/members.h): the runs of this
-        // config at run.seed = each of them, trained side by side; empty = one run at run.seed
+        // several seeds in one process (experiments/run/trainer_members.cpp): the runs of
+        // this config at run.seed = each of them, trained side by side; empty = one run at run.seed
         std::vector<int64_t> seeds;
+        // how they share the process: "threads" (each member's step on a thread of the
+        // pool) or "stacked" (one model holding every member's parameters, one pass a step)
+        std::string seeds_mode = "threads";
         bool operator==(const Train&) const = default;
     } train;
 

@@ -200,12 +200,11 @@ Trainer::State::StepInput Trainer::State::next_input() {
     return in;
 }
 
-int Trainer::State::finish_step(const StepInput& in, const StepValues& values) {
+int Trainer::State::finish_step(const StepInput& in, const StepValues& values, bool updated) {
     const Config& c = config;
     Loop& l = *loop;
     if (!std::isfinite(values.loss) || !std::isfinite(values.grad_norm)) return stop_on_non_finite(in.next, values.loss, values.grad_norm, l.tty);
-    optimizer->step();
-    optimizer->zero_grad();
+    if (!updated) update();
     step = in.next;
     size_t tokens = 0;
     for (size_t length : in.batch.lengths) tokens += length;

@@ -4,16 +4,21 @@
 // Each member is a whole run (Trainer::State) of the config at run.seed = s: its
 // data streams, model, optimiser, logs, evaluations and checkpoints are what
 // `attnlab train` builds at that seed, in a folder of its own. The members share
-// only the forward and backward pass of the steps that do not log: a stacked model
-// (Module::stack_members) holds the members' parameters along a leading axis, reads
-// their batches side by side, and computes each member's block with the GEMMs and
-// reductions of its solo run at its solo sizes (autograd/ops.h). Its gradients go
-// back to the members, which clip and update as alone. A step that logs, or whose
-// batches differ in padded width, runs each member alone, so the attention metrics
-// are recorded exactly as a solo run records them.
+// the process in one of two ways (train.seeds_mode):
+//   threads  each member's forward, backward and update on a thread of the pool
+//            (members split into contiguous chunks, one per thread), its ops
+//            serial there: what its solo run computes, op for op;
+//   stacked  a stacked model (Module::stack_members) holds the members'
+//            parameters along a leading axis and reads their batches side by
+//            side, each member's block through the GEMMs and reductions of its
+//            solo run at its solo sizes (autograd/ops.h); its gradients go back
+//            to the members, which clip and update as alone. Steps that log, and
+//            steps whose batches differ in padded width, run as in threads.
+// Either way a member's files are its solo run's, bit for bit (tests/cli/test_seeds.py).
 #include "experiments/run/trainer.h"
 #include "experiments/run/trainer_state.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "autograd/cpu/threads.h"
@@ -128,6 +133,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         Config member = config;
         member.run.seed = seed;
         member.train.seeds.clear();
+        member.train.seeds_mode = default_config().train.seeds_mode;  // unread by a single run
         members.push_back(build_state(member, single_world()));
     }
     fs::path group;
@@ -156,15 +162,17 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         modules.push_back(&members[m]->model->module());
     }
     std::unique_ptr<StackedMembers> stacked;
-    std::string reason = unstackable(members.front()->config);
-    if (reason.empty() && members.size() > 1) {
-        stacked = std::make_unique<StackedMembers>(members.front()->config, members.front()->train_data->max_sequence_length(), modules);
-        reason = stacked->reason();
-    }
-    if (!reason.empty()) {
-        stacked.reset();
-        std::fprintf(stderr, "attnlab train: train.seeds: %s has no stacked form yet, so the runs step one after another "
-                             "(the same results as alone, without the speed-up)\n", reason.c_str());
+    if (config.train.seeds_mode == "stacked" && members.size() > 1) {
+        std::string reason = unstackable(members.front()->config);
+        if (reason.empty()) {
+            stacked = std::make_unique<StackedMembers>(members.front()->config, members.front()->train_data->max_sequence_length(), modules);
+            reason = stacked->reason();
+        }
+        if (!reason.empty()) {
+            stacked.reset();
+            std::fprintf(stderr, "attnlab train: train.seeds_mode = \"stacked\": %s has no stacked form yet; the members run on threads "
+                                 "(\"threads\", the same results)\n", reason.c_str());
+        }
     }
 
     int status = 0;
@@ -184,23 +192,31 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         for (size_t m : going) inputs.push_back(members[m]->next_input());
         for (const State::StepInput& in : inputs) batches.push_back(&in.batch);
         std::vector<State::StepValues> values(going.size());
+        std::vector<uint8_t> updated(going.size(), 0);
+        const bool together_now = stacked && going.size() == members.size() && !inputs.front().log_now && stack_together(batches);
+        std::vector<double> losses;
+        if (together_now) losses = stacked->step(batches);
         ++steps;
-        if (stacked && going.size() == members.size() && !inputs.front().log_now && stack_together(batches)) {
-            ++together;
-            const std::vector<double> losses = stacked->step(batches);
-            for (size_t i = 0; i < going.size(); ++i) {
+        together += together_now;
+        // each member on a thread (contiguous chunks of members, one per thread), its ops serial there
+        parallel_for(going.size(), [&](size_t begin, size_t end) {
+            for (size_t i = begin; i < end; ++i) {
                 State& s = *members[going[i]];
-                values[i].loss = losses[i];
-                values[i].grad_norm = clip_grad_norm(s.trainable, s.loop->clip);
+                if (together_now) {  // its gradients are in; clipped as alone
+                    values[i].loss = losses[i];
+                    values[i].grad_norm = clip_grad_norm(s.trainable, s.loop->clip);
+                } else {
+                    values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
+                }
+                if (std::isfinite(values[i].loss) && std::isfinite(values[i].grad_norm)) {
+                    s.update();
+                    updated[i] = 1;
+                }
             }
-        } else {
-            for (size_t i = 0; i < going.size(); ++i) {
-                State& s = *members[going[i]];
-                values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
-            }
-        }
+        });
+        // then one at a time: the logs, evaluations and checkpoints (the files)
         for (size_t i = 0; i < going.size(); ++i)
-            if (const int stopped = members[going[i]]->finish_step(inputs[i], values[i]); stopped != 0) {
+            if (const int stopped = members[going[i]]->finish_step(inputs[i], values[i], updated[i] != 0); stopped != 0) {
                 active[going[i]] = false;  // this run stops as it would alone; the others go on
                 status = std::max(status, stopped);
             }

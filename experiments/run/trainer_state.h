@@ -209,9 +209,15 @@ struct Trainer::State {
     };
     StepInput next_input();
     // After the step's forward and backward: the stop on a non-finite value, the
-    // optimiser's update, the logs, evaluation and checkpoint. 0 to go on, else the
+    // optimiser's update (unless made), the logs, evaluation and checkpoint. 0 to go on, else the
     // exit status (1: a NaN or infinite loss or gradient norm).
-    int finish_step(const StepInput& input, const StepValues& values);
+    int finish_step(const StepInput& input, const StepValues& values, bool updated = false);
+    // The optimiser's update after a finite step; finish_step makes it unless the
+    // caller did (`updated`: train.seeds' members update on their threads).
+    void update() {
+        optimizer->step();
+        optimizer->zero_grad();
+    }
     // A signal arrived (SIGINT, SIGTERM, on any rank): checkpoint, say how to resume, 130; else 0.
     int on_signal();
 

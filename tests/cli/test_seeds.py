@@ -1,7 +1,7 @@
 """train.seeds: several runs of one config in one process, each equal to its solo run.
 
-A group of seeds trains side by side (stacked on the steps that do not log); every
-member's folder must hold what `attnlab train run.seed=S` writes alone: the same
+A group of seeds trains side by side (on threads, or stacked on the steps that do
+not log: train.seeds_mode); every member's folder must hold what `attnlab train run.seed=S` writes alone: the same
 metrics.h5 series bit for bit (wall time and throughput aside) and the same final
 parameters. A signal checkpoints every member, and a member resumed alone ends
 where its uninterrupted solo run ends. Bad train.seeds values are refused in one
@@ -56,34 +56,40 @@ class Seeds(cc.TempDirTest):
             if name.startswith("params/") or name.startswith("optimizer/"):
                 np.testing.assert_array_equal(ours[name], value, err_msg=f"{member}: checkpoint {name}")
 
-    def check_group(self, config, seeds, stacked):
+    def check_group(self, config, seeds, mode, threads="1"):
+        """The group in `mode` on `threads` threads against each seed's solo run (one thread)."""
         group_out = self.path("group")
-        out = self.train(group_out, dict(config, **{"train.seeds": "[" + ", ".join(map(str, seeds)) + "]"}))
+        group_config = dict(config, **{"train.seeds": "[" + ", ".join(map(str, seeds)) + "]", "train.seeds_mode": mode,
+                                       "train.threads": threads})
+        out = self.train(group_out, group_config)
         group = os.path.join(group_out, "default")
         self.assertEqual(len(os.listdir(group)), len(seeds))
-        self.assertEqual("one after another" not in out, stacked, out)
         for i, seed in enumerate(seeds):
             solo_out = self.path(f"solo{seed}")
-            self.train(solo_out, dict(config, **{"run.seed": str(seed)}))
+            self.train(solo_out, dict(config, **{"run.seed": str(seed), "train.threads": "1"}))
             member = member_dir(group, i, seed, len(seeds))
             self.assertTrue(os.path.exists(os.path.join(member, "summary.json")), member)
             self.assert_same_run(member, os.path.join(solo_out, "default"), int(config["train.steps"]))
         return out
 
     def test_stacked_members_equal_their_solo_runs(self):
-        out = self.check_group(dict(BASE, **MQAR), [0, 3, 7], stacked=True)
+        out = self.check_group(dict(BASE, **MQAR), [0, 3, 7], "stacked")
         self.assertRegex(out, r"train\.seeds: 2[0-9] of 30 steps stacked")
 
-    def test_members_of_varying_lengths_equal_their_solo_runs(self):
-        # recall (the default task): a step stacks only when the members' batches have one padded width
-        self.check_group(BASE, [1, 2], stacked=True)
+    def test_members_on_two_threads_equal_their_solo_runs(self):
+        self.check_group(dict(BASE, **MQAR), [0, 3, 7], "threads", threads="2")
 
-    def test_dropout_steps_members_one_after_another(self):
-        self.check_group(dict(BASE, **{"model.dropout": "0.1"}), [0, 5], stacked=False)
+    def test_stacked_members_of_varying_lengths_equal_their_solo_runs(self):
+        # recall (the default task): a step stacks only when the members' batches have one padded width
+        self.check_group(BASE, [1, 2], "stacked", threads="2")
+
+    def test_dropout_has_no_stacked_form_and_runs_on_threads(self):
+        out = self.check_group(dict(BASE, **{"model.dropout": "0.1"}), [0, 5], "stacked", threads="2")
+        self.assertIn("has no stacked form yet", out)
 
     def test_signal_checkpoints_every_member_and_each_resumes_alone(self):
         config = dict(BASE, **MQAR, **{"train.steps": "4000", "train.checkpoint_every": "20", "train.log_every": "50",
-                                       "train.eval_every": "4000", "train.seeds": "[4, 9]"})
+                                       "train.eval_every": "4000", "train.seeds": "[4, 9]", "train.threads": "2"})
         out = self.path("group")
         proc = cc.start(["train"] + [f"{k}={v}" for k, v in dict(config, **{"run.out_dir": out}).items()], self.tmp)
         group = os.path.join(out, "default")
@@ -103,7 +109,7 @@ class Seeds(cc.TempDirTest):
             f.write(text.replace("steps = 4000", f"steps = {steps}"))
         self.run_ok(["train", "--resume", members[1]], timeout=120)
         solo_out = self.path("solo")
-        solo = dict(config, **{"train.steps": str(steps), "run.seed": "9"})
+        solo = dict(config, **{"train.steps": str(steps), "run.seed": "9", "train.threads": "1"})
         del solo["train.seeds"]
         self.train(solo_out, solo)
         theirs = datasets(cc.checkpoint_path(os.path.join(solo_out, "default"), steps))
@@ -124,6 +130,12 @@ class Seeds(cc.TempDirTest):
                 self.assertIn("train.seeds", lines[0])
                 self.assertIn(wants, lines[0])
                 self.assertFalse(os.path.exists(out) and os.listdir(out), out)
+
+    def test_seeds_mode_without_seeds_is_refused(self):
+        proc = cc.attnlab(["train"] + cc.overrides(**{"train__seeds_mode": "stacked", "run__out_dir": self.path("x")}), self.tmp)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        self.assertIn("train.seeds_mode: only used when train.seeds names the seeds", proc.stderr)
 
     def test_a_sweep_refuses_train_seeds(self):
         sweep = os.path.join(self.tmp, "sweep.toml")
