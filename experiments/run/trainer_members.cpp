@@ -187,9 +187,11 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
             for (size_t i = 1; i < going.size(); ++i) members[going[i]]->on_signal();
             return 130;
         }
-        std::vector<State::StepInput> inputs;
+        std::vector<State::StepInput> inputs(going.size());  // each member's batch drawn on its thread
+        parallel_for(going.size(), [&](size_t begin, size_t end) {
+            for (size_t i = begin; i < end; ++i) inputs[i] = members[going[i]]->next_input();
+        });
         std::vector<const Batch*> batches;
-        for (size_t m : going) inputs.push_back(members[m]->next_input());
         for (const State::StepInput& in : inputs) batches.push_back(&in.batch);
         std::vector<State::StepValues> values(going.size());
         std::vector<uint8_t> updated(going.size(), 0);
