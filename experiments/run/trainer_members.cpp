@@ -6,8 +6,8 @@
 // `attnlab train` builds at that seed, in a folder of its own. The members share
 // the process in one of two ways (train.seeds_mode):
 //   threads  each member's forward, backward and update on a thread of the pool
-//            (members split into contiguous chunks, one per thread), its ops
-//            serial there: what its solo run computes, op for op;
+//            (each thread taking the next member), its ops serial there: what
+//            its solo run computes, op for op;
 //   stacked  a stacked model (Module::stack_members) holds the members'
 //            parameters along a leading axis and reads their batches side by
 //            side, each member's block through the GEMMs and reductions of its
@@ -18,6 +18,7 @@
 #include "experiments/run/trainer.h"
 #include "experiments/run/trainer_state.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 
@@ -122,6 +123,17 @@ bool stack_together(const std::vector<const Batch*>& batches) {
     return true;
 }
 
+// work(i) for i in [0, n), one member at a time on each of the pool's threads,
+// each thread taking the next member not yet taken (members' steps differ in
+// length: a padded width, a log step), work(i)'s ops serial on its thread.
+template <class Work>
+void for_each_member(size_t n, Work&& work) {
+    std::atomic<size_t> next{0};
+    parallel_for(static_cast<size_t>(std::max(1, threads())), [&](size_t, size_t) {
+        for (size_t i = next++; i < n; i = next++) work(i);
+    });
+}
+
 }  // namespace
 
 int Trainer::train_members(const Config& config, const std::string& group_dir) {
@@ -188,9 +200,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
             return 130;
         }
         std::vector<State::StepInput> inputs(going.size());  // each member's batch drawn on its thread
-        parallel_for(going.size(), [&](size_t begin, size_t end) {
-            for (size_t i = begin; i < end; ++i) inputs[i] = members[going[i]]->next_input();
-        });
+        for_each_member(going.size(), [&](size_t i) { inputs[i] = members[going[i]]->next_input(); });
         std::vector<const Batch*> batches;
         for (const State::StepInput& in : inputs) batches.push_back(&in.batch);
         std::vector<State::StepValues> values(going.size());
@@ -200,20 +210,18 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         if (together_now) losses = stacked->step(batches);
         ++steps;
         together += together_now;
-        // each member on a thread (contiguous chunks of members, one per thread), its ops serial there
-        parallel_for(going.size(), [&](size_t begin, size_t end) {
-            for (size_t i = begin; i < end; ++i) {
-                State& s = *members[going[i]];
-                if (together_now) {  // its gradients are in; clipped as alone
-                    values[i].loss = losses[i];
-                    values[i].grad_norm = clip_grad_norm(s.trainable, s.loop->clip);
-                } else {
-                    values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
-                }
-                if (std::isfinite(values[i].loss) && std::isfinite(values[i].grad_norm)) {
-                    s.update();
-                    updated[i] = 1;
-                }
+        // each member on a thread of the pool, its ops serial there
+        for_each_member(going.size(), [&](size_t i) {
+            State& s = *members[going[i]];
+            if (together_now) {  // its gradients are in; clipped as alone
+                values[i].loss = losses[i];
+                values[i].grad_norm = clip_grad_norm(s.trainable, s.loop->clip);
+            } else {
+                values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
+            }
+            if (std::isfinite(values[i].loss) && std::isfinite(values[i].grad_norm)) {
+                s.update();
+                updated[i] = 1;
             }
         });
         // then one at a time: the logs, evaluations and checkpoints (the files)
