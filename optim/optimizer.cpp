@@ -202,10 +202,21 @@ void Adam::load_state(const NamedTensors& state) {
 
 double clip_grad_norm(const NamedTensors& params, double max_norm) {
     if (on_device(params)) return device_clip_grad_norm(params, max_norm);
-    double total = 0.0;
+    // The sum of squares in eight lanes (element k into lane k mod 8 of each
+    // tensor, the lanes added in order at the end): one long chain of dependent
+    // additions was 6% of a small model's step; in double, the lanes' order moves
+    // the norm by rounding only (about 1e-16 of it).
+    constexpr size_t kLanes = 8;
+    double lanes[kLanes] = {};
     for_each_with_grad(params, [&]<class T>(Array<T>&, const Array<T>& g, size_t) {
-        for (T x : g) total += static_cast<double>(x) * static_cast<double>(x);
+        const T* x = g.data();
+        const size_t n = g.size(), whole = n - n % kLanes;
+        for (size_t k = 0; k < whole; k += kLanes)
+            for (size_t j = 0; j < kLanes; ++j) lanes[j] += static_cast<double>(x[k + j]) * static_cast<double>(x[k + j]);
+        for (size_t k = whole; k < n; ++k) lanes[k - whole] += static_cast<double>(x[k]) * static_cast<double>(x[k]);
     });
+    double total = 0.0;
+    for (double lane : lanes) total += lane;
     total = std::sqrt(total);
     const double factor = max_norm / (total + 1e-6);  // torch's clip_grad_norm_
     if (factor < 1.0)
