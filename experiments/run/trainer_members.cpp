@@ -34,7 +34,7 @@ namespace attnlab {
 namespace {
 
 // Why the members cannot share a stacked model ("" when they can): the settings
-// whose stacked form is not written. Their members step one after another.
+// whose stacked form is not written. Their members run on threads instead.
 std::string unstackable(const Config& c) {
     if (c.model.kind != "decoder") return "model.kind = \"" + c.model.kind + "\"";
     if (c.train.device != "cpu") return "train.device = \"" + c.train.device + "\"";

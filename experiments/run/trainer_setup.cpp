@@ -251,7 +251,18 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, const World
 std::unique_ptr<Trainer::State> Trainer::resumed_state(const std::string& run_dir, const World& world) {
     const fs::path dir(run_dir);
     const std::string where = "[train] --resume " + run_dir + ": ";
-    if (!fs::exists(dir / "config.toml")) throw Error(where + "not a run directory (no config.toml)");
+    if (!fs::exists(dir / "config.toml")) {
+        std::vector<std::string> runs;  // a train.seeds folder: its members resume one by one
+        std::error_code ec;
+        for (const auto& entry : fs::directory_iterator(dir, ec))
+            if (fs::exists(entry.path() / "config.toml")) runs.push_back(entry.path().filename().string());
+        std::sort(runs.begin(), runs.end());
+        if (!runs.empty())
+            throw Error(where + "not a run directory but a folder of " + std::to_string(runs.size()) + " runs (" + runs.front() +
+                        (runs.size() > 1 ? ", ... " + runs.back() : std::string()) +
+                        "; train.seeds writes one per seed): resume each, `attnlab train --resume " + (dir / runs.front()).string() + "`");
+        throw Error(where + "not a run directory (no config.toml)");
+    }
     std::optional<RunLock> lock;  // rank 0's, before anything is read: a second writer is refused here
     if (world.root()) lock.emplace(dir, "[train]");
     const Config config = load_saved_config((dir / "config.toml").string());

@@ -107,6 +107,10 @@ class Seeds(cc.TempDirTest):
             text = f.read()
         with open(os.path.join(members[1], "config.toml"), "w") as f:
             f.write(text.replace("steps = 4000", f"steps = {steps}"))
+        proc = cc.attnlab(["train", "--resume", group], self.tmp)  # the group's folder: each member resumes alone
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        self.assertIn("resume each", proc.stderr)
         self.run_ok(["train", "--resume", members[1]], timeout=120)
         solo_out = self.path("solo")
         solo = dict(config, **{"train.steps": str(steps), "run.seed": "9", "train.threads": "1"})
