@@ -135,6 +135,18 @@ class Seeds(cc.TempDirTest):
                 self.assertIn(wants, lines[0])
                 self.assertFalse(os.path.exists(out) and os.listdir(out), out)
 
+    def test_run_dir_places_the_group_exactly_and_is_never_reused(self):
+        group = self.path("exactly", "here")
+        args = ["train", "--run-dir", group] + [f"{k}={v}" for k, v in dict(BASE, **{"train.steps": "5",
+                                                                                      "train.seeds": "[2, 6]"}).items()]
+        self.run_ok(args)
+        self.assertEqual(sorted(os.listdir(group)), ["0_run.seed=2", "1_run.seed=6"])
+        before = cc.tree_hashes(group)
+        proc = cc.attnlab(args, self.tmp)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("already exists", proc.stderr)
+        self.assertEqual(cc.tree_hashes(group), before)
+
     def test_seeds_mode_without_seeds_is_refused(self):
         proc = cc.attnlab(["train"] + cc.overrides(**{"train__seeds_mode": "stacked", "run__out_dir": self.path("x")}), self.tmp)
         self.assertEqual(proc.returncode, 2, proc.stderr)
