@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/cpu/memory.h"
 #include "autograd/ops.h"
 #include "autograd/tensor_impl.h"
 #include "data/text_task.h"
@@ -272,6 +273,8 @@ private:
 PYBIND11_MODULE(_core, m) {
     using namespace attnlab;
     m.doc() = "attnlab's C++ core (use the package `attnlab`)";
+    // freed tensors' memory (up to 64 MiB) stays in the process between calls (autograd/cpu/memory.h)
+    keep_freed_memory(size_t(64) << 20);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
