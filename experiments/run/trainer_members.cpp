@@ -7,7 +7,8 @@
 // the process in one of two ways (train.seeds_mode):
 //   threads  each member's forward, backward and update on a thread of the pool
 //            (each thread taking the next member), its ops serial there: what
-//            its solo run computes, op for op;
+//            its solo run computes at one thread, op for op (on the device the
+//            members take turns);
 //   stacked  a stacked model (Module::stack_members) holds the members'
 //            parameters along a leading axis and reads their batches side by
 //            side, each member's block through the GEMMs and reductions of its
@@ -126,8 +127,14 @@ bool stack_together(const std::vector<const Batch*>& batches) {
 // work(i) for i in [0, n), one member at a time on each of the pool's threads,
 // each thread taking the next member not yet taken (members' steps differ in
 // length: a padded width, a log step), work(i)'s ops serial on its thread.
+// One after another (`together` false) where the members share a device: its
+// context is the process's one, not made for two threads at once.
 template <class Work>
-void for_each_member(size_t n, Work&& work) {
+void for_each_member(size_t n, bool together, Work&& work) {
+    if (!together) {
+        for (size_t i = 0; i < n; ++i) work(i);
+        return;
+    }
     std::atomic<size_t> next{0};
     parallel_for(static_cast<size_t>(std::max(1, threads())), [&](size_t, size_t) {
         for (size_t i = next++; i < n; i = next++) work(i);
@@ -187,6 +194,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         }
     }
 
+    const bool on_threads = config.train.device == "cpu";  // cuda: one member at a time
     int status = 0;
     int64_t steps = 0, together = 0;  // steps taken, and of those the stacked ones
     std::vector<bool> active(members.size(), true);
@@ -200,7 +208,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
             return 130;
         }
         std::vector<State::StepInput> inputs(going.size());  // each member's batch drawn on its thread
-        for_each_member(going.size(), [&](size_t i) { inputs[i] = members[going[i]]->next_input(); });
+        for_each_member(going.size(), on_threads, [&](size_t i) { inputs[i] = members[going[i]]->next_input(); });
         std::vector<const Batch*> batches;
         for (const State::StepInput& in : inputs) batches.push_back(&in.batch);
         std::vector<State::StepValues> values(going.size());
@@ -211,7 +219,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         ++steps;
         together += together_now;
         // each member on a thread of the pool, its ops serial there
-        for_each_member(going.size(), [&](size_t i) {
+        for_each_member(going.size(), on_threads, [&](size_t i) {
             State& s = *members[going[i]];
             if (together_now) {  // its gradients are in; clipped as alone
                 values[i].loss = losses[i];
