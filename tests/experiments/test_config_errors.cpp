@@ -208,6 +208,10 @@ TEST_F(ConfigFiles, CrossFieldRules) {
     EXPECT_EQ(load_error("[task]\nname = \"translate\"\n[model]\nkind = \"encoder-decoder\"\nablate_heads = [\"0.0\"]\n"),
               path_ + ":5:16: model.ablate_heads: ablates heads of a decoder's self-attention; model.kind = \"encoder-decoder\" is not one");
     EXPECT_EQ(load_error("[train]\nfreeze = [\"\"]\n"), path_ + ":2:10: train.freeze: element 0 must not be empty");
+    EXPECT_EQ(load_error("[train]\nseeds = [1, 1]\n"), path_ + ":2:9: train.seeds: element 1 (1) is given twice");
+    EXPECT_EQ(load_error("[train]\nseeds = [0, \"1\"]\n"), path_ + ":2:9: train.seeds: element 1: expected an integer, got a string");
+    EXPECT_EQ(load_error("[train]\nseeds_mode = \"stacked\"\n"),
+              path_ + ":2:14: train.seeds_mode: only used when train.seeds names the seeds (train.seeds = [])");
     EXPECT_EQ(load_error("[task]\nname = \"translate\"\n[model]\nkind = \"encoder-decoder\"\n[train]\nhead_scores = true\n"),
               path_ + ":6:15: train.head_scores: head scores are measured on a decoder's self-attention; model.kind = "
                       "\"encoder-decoder\" has none of its own");
@@ -341,6 +345,9 @@ TEST(Config, BadOverrides) {
     EXPECT_EQ(override_error("model.head=8"), "override model.head=8: unknown key model.head (did you mean model.heads?)");
     EXPECT_EQ(override_error("model.heads"), "override model.heads: expected key=value (e.g. model.heads=8)");
     EXPECT_EQ(override_error("task.fill=zeros"), "override task.fill=zeros: must be one of \"random\", \"pad\", got \"zeros\"");
+    EXPECT_EQ(override_error("train.seeds=[-3]"), "override train.seeds=[-3]: element 0 must be in [0, 9.2e+18], got -3");
+    EXPECT_EQ(override_error("train.seeds_mode=fast"),
+              "override train.seeds_mode=fast: must be one of \"threads\", \"stacked\", got \"fast\"");
     EXPECT_EQ(override_error("model.norm=mid"), "override model.norm=mid: must be one of \"pre\", \"post\", \"none\", got \"mid\"");
     EXPECT_EQ(override_error("train.steps=0"), "override train.steps=0: must be >= 1, got 0");
     EXPECT_EQ(override_error("model.scale=-1"),
