@@ -30,7 +30,7 @@ int cmd_train(const std::vector<std::string>& args, const World& world) {
     cxxopts::Options options("attnlab train", "Train a model from a TOML config (the built-in default experiment without one).");
     options.positional_help("[CONFIG] [key=value ...]");
     options.add_options()("resume", "continue RUN_DIR from its newest checkpoint", cxxopts::value<std::string>())
-                         ("run-dir", "write the run exactly to this new folder (as sweeps do)", cxxopts::value<std::string>())
+                         ("run-dir", "write the run exactly to this new folder (as sweeps do); with train.seeds, the folder of its runs", cxxopts::value<std::string>())
                          ("keys", "list every config key with its default")
                          ("h,help", "this help")
                          ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
