@@ -178,6 +178,10 @@ Array<T> norm_weight_grad(const Array<T>& g, const T* xhat, size_t rows, size_t 
     return gw;
 }
 
+// Row r's offset into stacked members' (K, D) weight, (r / per) D, per rows a
+// member; 0 when unstacked (per = rows), without a division per row.
+inline size_t member_offset(size_t r, size_t per, size_t rows, size_t D) { return per == rows ? 0 : r / per * D; }
+
 // A norm's weight and bias: (D), or stacked members' (K, D) with the rows in K equal
 // blocks. Returns K (1 when not stacked); a shape that is neither fails naming `what`.
 size_t norm_members(const char* op, const Tensor& x, const Tensor& p, const char* what) {
@@ -215,9 +219,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         Array<T> xhat = make_array<T>(x.shape());  // (x - mean) / sqrt(var + eps), kept for backward
         std::vector<T> rstd(rows);                 // 1 / sqrt(var + eps) per row
         parallel_for(rows, [&](size_t r0, size_t r1) {
-            for (size_t r = r0; r < r1; ++r)  // xhat = (x - mean) rstd, out = xhat w + b
-                rstd[r] = kernels::layer_norm_row(X + r * D, W ? W + r / per * D : W, Bv ? Bv + r / per * D : Bv,
-                                                  static_cast<T>(eps), xhat.data() + r * D, out.data() + r * D, D);
+            for (size_t r = r0; r < r1; ++r) {  // xhat = (x - mean) rstd, out = xhat w + b
+                const size_t at = member_offset(r, per, rows, D);
+                rstd[r] = kernels::layer_norm_row(X + r * D, W ? W + at : W, Bv ? Bv + at : Bv, static_cast<T>(eps),
+                                                  xhat.data() + r * D, out.data() + r * D, D);
+            }
         }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
         return record<T>(op, std::move(out), {x, weight, bias},
                          [x, weight, bias, xhat = std::move(xhat), rstd = std::move(rstd), rows, D, per](const Array<T>& g, const Array<T>&) {
@@ -228,7 +234,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 Array<T> gx = make_array<T>(x.shape());
                 parallel_for(rows, [&](size_t r0, size_t r1) {
                     for (size_t r = r0; r < r1; ++r)
-                        kernels::layer_norm_row_backward(g.data() + r * D, W ? W + r / per * D : W, H + r * D, rstd[r],
+                        kernels::layer_norm_row_backward(g.data() + r * D, W ? W + member_offset(r, per, rows, D) : W, H + r * D, rstd[r],
                                                          gx.data() + r * D, D);
                 }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
                 return gx;
@@ -274,7 +280,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                 const T* xr = X + r * D;
                 T* h = xhat.data() + r * D;
                 T* o = out.data() + r * D;
-                const T* w = W ? W + r / per * D : W;
+                const T* w = W ? W + member_offset(r, per, rows, D) : W;
                 rinv[r] = T(1) / std::sqrt(kernels::dot(xr, xr, D) / static_cast<T>(D) + static_cast<T>(eps));
                 for (size_t d = 0; d < D; ++d) {
                     h[d] = xr[d] * rinv[r];
@@ -294,7 +300,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
                         T* dx = gx.data() + r * D;  // dh, then dx in place
                         const T* gr = g.data() + r * D;
                         const T* hr = H + r * D;
-                        const T* w = W ? W + r / per * D : W;
+                        const T* w = W ? W + member_offset(r, per, rows, D) : W;
                         for (size_t d = 0; d < D; ++d) dx[d] = w ? gr[d] * w[d] : gr[d];
                         const T mean_dh_h = kernels::dot(dx, hr, D) / static_cast<T>(D);
                         for (size_t d = 0; d < D; ++d) dx[d] = rinv[r] * (dx[d] - hr[d] * mean_dh_h);
