@@ -121,6 +121,11 @@ Tensor masked_fill(const Tensor& x, const Mask& mask, double value) {
     });
 }
 
+// Where row r's member starts in stacked members' parameters, per rows a member and
+// `size` values of one member's (a norm's D, an embedding table's V rows): (r / per)
+// size; 0 when unstacked (per = rows), without a division per row.
+inline size_t member_offset(size_t r, size_t per, size_t rows, size_t size) { return per == rows ? 0 : r / per * size; }
+
 Tensor embedding(const Tensor& weight, const Indices& ids) {
     constexpr const char* op = "embedding";
     check_defined(op, weight, "weight");
@@ -142,19 +147,20 @@ Tensor embedding(const Tensor& weight, const Indices& ids) {
         if (stacked) fail(op, "stacked members (train.seeds) run on the cpu only");
         return embedding_device(weight, ids, out_shape);
     }
-    // the row of the (members V, D) table that position k reads
-    const auto row_of = [ids, V, per_member](size_t k) { return (k / per_member) * V + static_cast<size_t>(ids.values[k]); };
     return dispatch(weight.dtype(), [&]<class T>() {
         const T* W = values_of<T>(weight).data();
-        Array<T> out = make_array<T>(out_shape);  // (..., D)
-        for (size_t k = 0; k < ids.values.size(); ++k) std::copy_n(W + row_of(k) * D, D, out.data() + k * D);
-        return record<T>(op, std::move(out), {weight}, [weight, n = ids.values.size(), row_of, D](const Array<T>& g, const Array<T>&) {
+        const size_t n = ids.values.size();
+        Array<T> out = make_array<T>(out_shape);  // (..., D); position k reads row (its member's V) + id of the (members V, D) table
+        for (size_t k = 0; k < n; ++k)
+            std::copy_n(W + (member_offset(k, per_member, n, V) + static_cast<size_t>(ids.values[k])) * D, D, out.data() + k * D);
+        return record<T>(op, std::move(out), {weight}, [weight, ids, V, per_member, D](const Array<T>& g, const Array<T>&) {
             // scatter-add: each row of the weight receives the sum of the gradients of its uses
             send_grad<T>(weight, [&] {
                 Array<T> gw = make_array<T>(weight.shape());
                 gw.fill(T(0));
+                const size_t n = ids.values.size();
                 for (size_t k = 0; k < n; ++k) {
-                    T* row = gw.data() + row_of(k) * D;
+                    T* row = gw.data() + (member_offset(k, per_member, n, V) + static_cast<size_t>(ids.values[k])) * D;
                     const T* src = g.data() + k * D;
                     for (size_t d = 0; d < D; ++d) row[d] += src[d];
                 }
@@ -177,10 +183,6 @@ Array<T> norm_weight_grad(const Array<T>& g, const T* xhat, size_t rows, size_t 
     }
     return gw;
 }
-
-// Row r's offset into stacked members' (K, D) weight, (r / per) D, per rows a
-// member; 0 when unstacked (per = rows), without a division per row.
-inline size_t member_offset(size_t r, size_t per, size_t rows, size_t D) { return per == rows ? 0 : r / per * D; }
 
 // A norm's weight and bias: (D), or stacked members' (K, D) with the rows in K equal
 // blocks. Returns K (1 when not stacked); a shape that is neither fails naming `what`.

@@ -65,12 +65,13 @@ Batch side_by_side(const std::vector<const Batch*>& batches) {
 class StackedMembers {
 public:
     // `config` a member's (its resolved max_len), `trained` the task's longest training sequence.
-    StackedMembers(const Config& config, size_t trained, const std::vector<const Module*>& members) : members_(members) {
+    StackedMembers(const Config& config, size_t trained, const std::vector<const Module*>& members) {
+        for (const Module* m : members) own_.push_back(m->named_parameters());  // handles: they follow every update
         Rng unused(0, 0);  // every value is overwritten by the members' before a pass
         model_ = std::make_unique<TaskModel>(config, trained, unused, nullptr);
         model_->module().stack_members(members.size());
         params_ = model_->module().named_parameters();
-        const NamedTensors own = members.front()->named_parameters();
+        const NamedTensors& own = own_.front();
         for (size_t i = 0; i < params_.size() && reason_.empty(); ++i) {
             const std::string& name = params_[i].first;
             Shape row = params_[i].second.shape();
@@ -86,10 +87,8 @@ public:
     // all of one shape): their losses; their gradients added to theirs.
     std::vector<double> step(const std::vector<const Batch*>& batches) {
         const size_t K = batches.size();
-        std::vector<NamedTensors> own;
-        for (const Module* m : members_) own.push_back(m->named_parameters());
         for (size_t m = 0; m < K; ++m)
-            for (size_t i = 0; i < params_.size(); ++i) set_member_values(params_[i].second, m, own[m][i].second);
+            for (size_t i = 0; i < params_.size(); ++i) set_member_values(params_[i].second, m, own_[m][i].second);
         const Tensor logits = model_->forward_counted(side_by_side(batches), nullptr);  // (N, V), member by member
         std::vector<Tensor> losses;
         Tensor total;
@@ -102,7 +101,7 @@ public:
         }
         total.backward();  // each member's loss seeded with 1, as its own backward would be
         for (size_t m = 0; m < K; ++m)
-            for (size_t i = 0; i < params_.size(); ++i) add_member_grad(params_[i].second, m, own[m][i].second);
+            for (size_t i = 0; i < params_.size(); ++i) add_member_grad(params_[i].second, m, own_[m][i].second);
         model_->module().zero_grad();
         std::vector<double> out;
         for (const Tensor& l : losses) out.push_back(l.item());
@@ -110,7 +109,7 @@ public:
     }
 
 private:
-    std::vector<const Module*> members_;
+    std::vector<NamedTensors> own_;  // each member's parameters, in the stacked model's order
     std::unique_ptr<TaskModel> model_;
     NamedTensors params_;
     std::string reason_;
@@ -155,16 +154,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         member.train.seeds_mode = default_config().train.seeds_mode;  // unread by a single run
         members.push_back(build_state(member, single_world()));
     }
-    fs::path group;
-    if (group_dir.empty()) {
-        group = claim_new_folder(config.run.out_dir, config.run.name, "[train]");
-    } else {  // exactly there: a new folder
-        group = group_dir;
-        if (!group.parent_path().empty()) fs::create_directories(group.parent_path());
-        std::error_code ec;
-        if (!fs::create_directory(group, ec) || ec)
-            throw Error("[train] --run-dir " + group_dir + (fs::exists(group) ? " already exists" : ": cannot create it (" + ec.message() + ")"));
-    }
+    const fs::path group = new_run_folder(config, group_dir, "");
     std::fprintf(stderr, "attnlab train: writing %s: %zu runs (train.seeds), one folder each\n", group.c_str(), seeds.size());
     for (size_t m = 0; m < members.size(); ++m) {  // each where a sweep over run.seed puts its cell
         const std::string cell = cell_name(m, seeds.size(), {"run.seed=" + std::to_string(seeds[m])});

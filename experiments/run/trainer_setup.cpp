@@ -213,19 +213,21 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
 }
 
 // A new run's folder, lock, config.toml, metrics.h5 and step-0 attention (rank 0).
+fs::path new_run_folder(const Config& config, const std::string& run_dir, const std::string& when_taken) {
+    if (run_dir.empty()) return claim_new_folder(config.run.out_dir, config.run.name, "[train]");
+    // exactly there, as a sweep's cell: the folder must be new (mkdir is exclusive)
+    const fs::path dir = run_dir;
+    if (!dir.parent_path().empty()) fs::create_directories(dir.parent_path());
+    std::error_code ec;
+    if (!fs::create_directory(dir, ec) || ec)
+        throw Error("[train] --run-dir " + run_dir + (fs::exists(dir) ? " already exists" + when_taken
+                                                                     : ": cannot create it (" + ec.message() + ")"));
+    return dir;
+}
+
 fs::path Trainer::create_run(State& s, const std::string& run_dir) {
     const Config& config = s.config;
-    fs::path dir;
-    if (run_dir.empty()) {
-        dir = claim_new_folder(config.run.out_dir, config.run.name, "[train]");
-    } else {  // exactly there, as a sweep's cell: the folder must be new (mkdir is exclusive)
-        dir = run_dir;
-        if (!dir.parent_path().empty()) fs::create_directories(dir.parent_path());
-        std::error_code ec;
-        if (!fs::create_directory(dir, ec) || ec)
-            throw Error("[train] --run-dir " + run_dir + (fs::exists(dir) ? " already exists (resume it with --resume)"
-                                                                         : ": cannot create it (" + ec.message() + ")"));
-    }
+    const fs::path dir = new_run_folder(config, run_dir, " (resume it with --resume)");
     s.dir = dir;
     s.lock.emplace(dir, "[train]");
     fs::create_directories(dir / "checkpoints");

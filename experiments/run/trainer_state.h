@@ -30,6 +30,10 @@ namespace attnlab {
 // SIGINT and SIGTERM ask the loop to stop at the end of its step (trainer.cpp).
 void install_stop_handlers();
 
+// A new run's folder (trainer_setup.cpp): out_dir/name (name-2, ... when taken), or
+// exactly `run_dir` when given, which must not exist (`when_taken` ends that error).
+std::filesystem::path new_run_folder(const Config& config, const std::string& run_dir, const std::string& when_taken);
+
 struct Trainer::State {
     using Clock = std::chrono::steady_clock;
 
