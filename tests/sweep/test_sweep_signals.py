@@ -11,6 +11,7 @@ by hand runs it), before it writes anything.
 """
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -77,6 +78,13 @@ def frozen(pids):
                 os.kill(pid, signal.SIGCONT)
 
 
+def trains(printed):
+    """Whether a trainer's output has a progress line ("step 1030/5000  loss ..."):
+    its loop runs, with its signal handlers in place. "resuming ... from step N"
+    comes earlier, during the setup."""
+    return re.search(r"^step \d+/\d+ ", printed, re.MULTILINE) is not None
+
+
 def checkpoint_steps(cell):
     folder = os.path.join(cell, "checkpoints")
     return sorted(int(n[5:-3]) for n in os.listdir(folder) if n.startswith("step_") and n.endswith(".h5"))
@@ -103,7 +111,7 @@ class SweepProcesses(sc.SweepTest):
         """Until each named cell has logged a training step; returns the sweep's child pids."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
-            if all("step " in self.log(n) for n in names):
+            if all(trains(self.log(n)) for n in names):
                 return children(proc.pid)
             time.sleep(0.01)
         out, err = proc.communicate(timeout=60) if proc.poll() is not None else ("", "")
@@ -312,7 +320,7 @@ class OneWriterPerCell(SweepProcesses):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and trainer.poll() is None:
             with open(os.path.join(cell, ".lock")) as f, open(output) as printed:
-                if f.read() == str(trainer.pid) and "step " in printed.read():
+                if f.read() == str(trainer.pid) and trains(printed.read()):
                     break
             time.sleep(0.01)
         self.assertIsNone(trainer.poll(), "the trainer ended before it could be seen running")
