@@ -1,6 +1,7 @@
 #include "layers/hooks.h"
 
 #include <fnmatch.h>
+#include <locale.h>
 
 #include <algorithm>
 
@@ -10,7 +11,15 @@ namespace attnlab {
 
 bool hook_pattern_matches(const std::string& pattern, const std::string& name) {
     if (pattern.find_first_of("*?[") == std::string::npos) return pattern == name;
-    return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+    // Byte by byte, in the C locale whatever the process's: under a UTF-8 locale
+    // (Python sets one) glibc's fnmatch first converts both strings to wide
+    // characters, which was a third of a hooked forward's hook matching. Hook
+    // names are ASCII, so the two ways agree on every name.
+    static const locale_t c_locale = newlocale(LC_ALL_MASK, "C", nullptr);
+    const locale_t previous = c_locale ? uselocale(c_locale) : nullptr;
+    const bool match = fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+    if (previous) uselocale(previous);
+    return match;
 }
 
 Hooks& Hooks::record(const std::string& pattern) {

@@ -21,8 +21,15 @@ void Module::declare_hook_points(std::initializer_list<HookPointDeclaration> poi
 
 std::vector<std::string> Module::hook_points() const {
     std::vector<std::string> out;
-    for (const HookPoint& point : described_hook_points()) out.push_back(point.name);
+    collect_hook_points("", out);
     return out;
+}
+
+// The names alone, in described_hook_points' order, without reading the axes
+// (HookScope lists them on every hooked forward).
+void Module::collect_hook_points(const std::string& prefix, std::vector<std::string>& out) const {
+    for (const HookPointDeclaration& point : hook_points_) out.push_back(prefix + point.name);
+    for (const auto& [name, child] : children_) child->collect_hook_points(prefix + name + ".", out);
 }
 
 std::vector<Module::HookPoint> Module::described_hook_points() const {

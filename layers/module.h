@@ -102,6 +102,7 @@ private:
     void collect(const std::string& prefix, NamedTensors& out) const;
     void collect_buffers(std::vector<Tensor>& out) const;
     void attach(Hooks* hooks, const std::string& path) const;
+    void collect_hook_points(const std::string& prefix, std::vector<std::string>& out) const;
     Tensor hook_slow(const char* point, const Tensor& value) const;
     bool hooked_slow(const char* point, bool replace) const;
 
