@@ -140,14 +140,17 @@ struct AttentionOptions {
     bool training = false;
     Rng* rng = nullptr;                 // required when training with dropout > 0
     bool need_weights = false;
+    // With need_weights: also score_std, one more pass over the scores (the
+    // seed example reads it; the layers and the metrics do not).
+    bool need_score_std = false;
     AttentionPath path = AttentionPath::automatic;
 };
 
 struct AttentionResult {
     Tensor context;  // (B, H, Tq, d_v), in the graph
     Tensor weights;  // (B, H, Tq, Tk) before dropout, no graph; undefined unless need_weights
-    // With need_weights: per head, the standard deviation of the scaled scores
-    // scale * q.k over eligible (query, key) pairs of the whole batch.
+    // With need_weights and need_score_std: per head, the standard deviation of the
+    // scaled scores scale * q.k over eligible (query, key) pairs of the whole batch.
     std::vector<double> score_std;
 };
 

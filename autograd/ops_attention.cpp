@@ -166,11 +166,11 @@ Tensor blockwise_attention(const char* op, const Tensor& q, const Tensor& k, con
     ak::blockwise_forward<T>(dims, Q, K, V, mask, scale, C, lse.data());
     if (options.need_weights) {  // computed beside the graph; the context above is not touched
         Array<T> weights = make_array<T>({B, H, Tq, Tk});
-        std::vector<double> moments(B * H * 3, 0.0);
+        std::vector<double> moments(options.need_score_std ? B * H * 3 : 0, 0.0);
         ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), nullptr, {}, HeadView<T>{nullptr, 0, 0, 0},
-                             moments.data());
+                             options.need_score_std ? moments.data() : nullptr);
         result.weights = wrap<T>(std::move(weights));
-        result.score_std = score_std_of(moments, B, H);
+        if (options.need_score_std) result.score_std = score_std_of(moments, B, H);
     }
     return record<T>(op, std::move(context), {q, k, v},
                      [q, k, v, dims, packed, mask, scale, lse = std::move(lse)](const Array<T>& g, const Array<T>& out) {
@@ -214,13 +214,13 @@ Tensor dense_attention(const char* op, const Tensor& q, const Tensor& k, const T
         const T keep_scale = static_cast<T>(1.0 / (1.0 - options.dropout));
         for (T& e : keep) e = options.rng->bernoulli(options.dropout) ? T(0) : keep_scale;  // drawn in order
     }
-    std::vector<double> moments(options.need_weights ? B * H * 3 : 0, 0.0);
+    const bool score_std = options.need_weights && options.need_score_std;
+    std::vector<double> moments(score_std ? B * H * 3 : 0, 0.0);
     ak::dense_forward<T>(dims, Q, K, V, mask, scale, weights.data(), use_dropout ? dropped.data() : nullptr, keep, C,
-                         options.need_weights ? moments.data() : nullptr);
-    if (options.need_weights) {
-        result.weights = wrap<T>(Array<T>(weights));
-        result.score_std = score_std_of(moments, B, H);
-    }
+                         score_std ? moments.data() : nullptr);
+    if (options.need_weights)  // a copy only when the backward below keeps the weights
+        result.weights = needs_graph({q, k, v}) ? wrap<T>(Array<T>(weights)) : wrap<T>(std::move(weights));
+    if (score_std) result.score_std = score_std_of(moments, B, H);
     return record<T>(op, std::move(context), {q, k, v},
                      [q, k, v, dims, packed, scale, weights = std::move(weights), dropped = std::move(dropped),
                       keep = std::move(keep)](const Array<T>& g, const Array<T>&) {

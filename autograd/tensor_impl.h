@@ -79,14 +79,19 @@ template <class T> Tensor wrap(Array<T>&& value, bool requires_grad = false) {
     return Tensor(std::move(impl));
 }
 
-// Whether `out` joins the graph as the result of `op` (grad mode on, an input
-// needing a gradient); if so it is marked and takes the inputs as its parents,
-// and the caller sets its backward (record on the CPU, record_device on the
-// device). Nothing is built when it does not.
+// Whether an op on these inputs records a backward (grad mode on, an input needing a gradient).
+inline bool needs_graph(const std::vector<Tensor>& inputs) {
+    if (!grad_enabled()) return false;
+    for (const Tensor& in : inputs)
+        if (in.defined() && in.requires_grad()) return true;
+    return false;
+}
+
+// Whether `out` joins the graph as the result of `op` (needs_graph); if so it is
+// marked and takes the inputs as its parents, and the caller sets its backward
+// (record on the CPU, record_device on the device). Nothing is built when it does not.
 inline bool joins_graph(const char* op, TensorImpl& out, std::vector<Tensor>& inputs) {
-    bool needs_grad = false;
-    for (const Tensor& in : inputs) needs_grad = needs_grad || (in.defined() && in.requires_grad());
-    if (!needs_grad || !grad_enabled()) return false;
+    if (!needs_graph(inputs)) return false;
     out.requires_grad = true;
     out.op = op;
     out.parents = std::move(inputs);

@@ -117,7 +117,7 @@ AttentionResult attention_packed_device(const Tensor& q, const Tensor& k, const 
     AttentionResult result;
     if (options.need_weights) {
         result.weights = weights.clone();
-        result.score_std = score_std_on_device(dims, qh, kh, on_device->mask.view(), scale);
+        if (options.need_score_std) result.score_std = score_std_on_device(dims, qh, kh, on_device->mask.view(), scale);
     }
     result.context = record_device("attention_packed", out, {q, k, v},
         [q, k, v, qh, kh, vh, weights, dropped, drop, dims, on_device, scale](const Tensor& g, const float*) {

@@ -54,6 +54,7 @@ void level_two() {
     AttentionOptions options;
     options.scale = scale;
     options.need_weights = true;
+    options.need_score_std = true;
     auto heads = [](const Tensor& t) { return reshape(t, {1, 1, 5, t.size(1)}); };
     const AttentionResult open = attention(heads(Q), heads(K), heads(V), {}, options);
     print_matrix("weights, no mask (rows sum to 1)", reshape(open.weights, {5, 5}));

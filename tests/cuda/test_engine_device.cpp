@@ -178,6 +178,7 @@ TEST_F(EngineDevice, AttentionMatchesTheCpu) {
         AttentionOptions options;
         options.scale = 0.3;
         options.need_weights = c.need_weights;
+        options.need_score_std = c.need_weights;
         options.masked_rows = MaskedRows::zero;
         const size_t B = 2, T = 6;
         AttentionResult cpu_result;

@@ -25,6 +25,7 @@ struct SeedExample {
         AttentionOptions options;
         options.scale = 1.0 / std::sqrt(2.0);  // sqrt(D_k), D_k = 2
         options.need_weights = true;
+        options.need_score_std = true;
         return attention(heads(Wq), heads(Wk), heads(Wv), mask, options);
     }
 };
