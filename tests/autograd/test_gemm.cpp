@@ -71,6 +71,8 @@ std::vector<Case> cases() {
             out.push_back({7, 5, 3, ta, tb, 1, 0, 2});          // odd sizes inside wider rows
             out.push_back({33, 300, 270, ta, tb, 1, 0, 0});     // N K above one tile: 256-column tiles and a K remainder
             out.push_back({9, 520, 400, ta, tb, 1, 1, 3});      // tiles, beta = 1, padded rows
+            out.push_back({20, 256, 64, ta, tb, 1, 0, 0});      // N a multiple of 128: transposed B's scratch rows padded
+            out.push_back({20, 512, 256, ta, tb, 1, 1, 0});     // the same, tiled, beta = 1
             out.push_back({12, 10, 8, ta, tb, 0.25f, 0, 0});    // alpha after the product
             out.push_back({12, 10, 8, ta, tb, 0.5f, 1, 0});     // alpha with beta = 1: OpenBLAS
             out.push_back({12, 10, 8, ta, tb, 1, 0.5f, 1});     // other beta: OpenBLAS
