@@ -158,7 +158,8 @@ void Trainer::State::finish() {
 }
 
 void install_stop_handlers() {
-    stop_signal = 0;
+    // A signal already noted (one that came while the run's folder was being
+    // written) stays noted: the loop checkpoints at its first step and stops.
     std::signal(SIGINT, request_stop);
     std::signal(SIGTERM, request_stop);
 }

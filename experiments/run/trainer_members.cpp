@@ -154,6 +154,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         member.train.seeds_mode = default_config().train.seeds_mode;  // unread by a single run
         members.push_back(build_state(member, single_world()));
     }
+    install_stop_handlers();  // from the first write on, as a single run (Trainer::start)
     const fs::path group = new_run_folder(config, group_dir, "");
     std::fprintf(stderr, "attnlab train: writing %s: %zu runs (train.seeds), one folder each\n", group.c_str(), seeds.size());
     for (size_t m = 0; m < members.size(); ++m) {  // each where a sweep over run.seed puts its cell
@@ -164,7 +165,6 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
     }
 
     set_threads(config_threads(config));
-    install_stop_handlers();
     std::vector<const Module*> modules;
     for (size_t m = 0; m < members.size(); ++m) {
         members[m]->begin_loop("seed " + std::to_string(seeds[m]) + ": ", false);  // a line each, not one rewritten

@@ -207,6 +207,10 @@ void Trainer::check_runnable(const Config& config) { build_state(config, single_
 std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string& run_dir, const World& world) {
     std::unique_ptr<State> state;
     on_every_rank(world, true, [&] { state = build_state(config, world); });
+    // From the first write of the run's folder, SIGINT and SIGTERM wait for the
+    // loop: it checkpoints at step 0 and stops, leaving a run that resumes. Before
+    // it (reading data, building the model) they end the process, nothing written.
+    install_stop_handlers();
     on_every_rank(world, world.root(), [&] { state->dir = create_run(*state, run_dir); });
     state->dir = world.broadcast(state->dir.string());
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));

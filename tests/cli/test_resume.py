@@ -289,6 +289,43 @@ class FiniteTrainingSet(cc.TempDirTest):
         self.assertEqual(summary["steps"], 10)
 
 
+class SignalWhileTheRunIsWritten(cc.TempDirTest):
+    """SIGTERM from the moment the run's folder exists (config.toml written, the
+    training set still being written) waits for the loop: the run checkpoints at
+    step 0, exits 130 and resumes to the same end as a run left alone. Before the
+    first write it would end the process with nothing written; the 200,000-example
+    training set makes the folder take about 0.1 s to write, the window aimed at."""
+
+    SET = dict(cc.TINY, **{"task.train_size": "200000", "train.steps": "20", "train.checkpoint_every": "10"})
+
+    def test_sigterm_as_the_folder_appears(self):
+        reference = os.path.join(self.path("a"), "default")
+        self.run_ok(["train"] + cc.overrides(self.SET, **{"run.out_dir": self.path("a")}))
+        run_dir = os.path.join(self.path("b"), "default")
+        proc = cc.start(["train"] + cc.overrides(self.SET, **{"run.out_dir": self.path("b")}), self.tmp, "b.log")
+        try:
+            seen = cc.wait_for(lambda: os.path.exists(os.path.join(run_dir, "config.toml")), proc, timeout=60, interval=0.001)
+            in_setup = not os.path.exists(os.path.join(run_dir, "train_set.h5"))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        finally:
+            rc, log = cc.finish(proc)
+        self.assertTrue(seen, log)
+        print(f"\n  SIGTERM sent {'while the training set was being written' if in_setup else 'after the folder was written'}",
+              file=sys.stderr)
+        self.assertEqual(rc, 130, log)
+        step = int(re.search(r"interrupted at step (\d+)", log).group(1))
+        self.assertEqual(cc.checkpoint_steps(run_dir)[-1], step, log)
+        if in_setup:
+            self.assertEqual(step, 0, log)
+        self.run_ok(["train", "--resume", run_dir])
+        pa, pb = read_params(cc.checkpoint_path(reference, 20)), read_params(cc.checkpoint_path(run_dir, 20))
+        for name in pa:
+            self.assertTrue(np.array_equal(pa[name], pb[name]), f"final parameter {name} differs")
+        with cc.open_metrics(os.path.join(reference, "metrics.h5")) as fa, cc.open_metrics(os.path.join(run_dir, "metrics.h5")) as fb:
+            np.testing.assert_array_equal(fa["train/loss"][()], fb["train/loss"][()])
+
+
 class ConfigFileForms(cc.TempDirTest):
     """Files that must be accepted: a UTF-8 byte order mark, CRLF line endings."""
 
