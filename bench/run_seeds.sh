@@ -23,6 +23,7 @@ rounds=${ROUNDS:-2}
 out=${OUT:-$build/bench/seeds_results.jsonl}
 python=/usr/bin/python3
 source "$root/bench/quiet.sh"
+source "$root/bench/time_v.sh"
 cmake --build "$build" --target attnlab -j2 >&2
 attnlab=$build/attnlab
 export OPENBLAS_NUM_THREADS=1
@@ -39,15 +40,9 @@ run() {
   wait_for_quiet
   echo "  $workload $setting: $*" >&2
   /usr/bin/time -v -o "$work/time.txt" "$@" > "$work/log.txt" 2>&1 || { cat "$work/log.txt" >&2; exit 1; }
-  "$python" - "$workload" "$setting" "$work/time.txt" >> "$out" <<'EOF'
-import json, sys
-workload, setting, path = sys.argv[1:4]
-fields = dict(line.strip().rsplit(": ", 1) for line in open(path) if ": " in line)
-clock = fields["Elapsed (wall clock) time (h:mm:ss or m:ss)"].split(":")
-wall = sum(float(part) * 60 ** i for i, part in enumerate(reversed(clock)))
-print(json.dumps({"workload": workload, "setting": setting, "wall_s": wall,
-                  "peak_rss_mb": int(fields["Maximum resident set size (kbytes)"]) / 1024}))
-EOF
+  local wall peak_kb
+  read -r wall peak_kb < <(time_v_read "$work/time.txt")
+  printf '{"workload": "%s", "setting": "%s", "wall_s": %s, "peak_rss_kb": %s}\n' "$workload" "$setting" "$wall" "$peak_kb" >> "$out"
 }
 
 # workload NAME OVERRIDES...: every setting, ROUNDS rounds
@@ -76,7 +71,7 @@ print("|---|---|---|---|---|")
 for workload in dict.fromkeys(r["workload"] for r in rows):
     mine = [r for r in rows if r["workload"] == workload]
     med = {s: statistics.median(r["wall_s"] for r in mine if r["setting"] == s) for s in dict.fromkeys(r["setting"] for r in mine)}
-    rss = {s: max(r["peak_rss_mb"] for r in mine if r["setting"] == s) for s in med}
+    rss = {s: max(r["peak_rss_kb"] for r in mine if r["setting"] == s) / 1024 for s in med}
     for s, wall in med.items():
         print(f"| {workload} | {s} | {wall:.2f} | {med['sweep-j2'] / wall:.2f}x | {rss[s]:.0f} |")
 EOF

@@ -27,6 +27,7 @@ for kv in "$@"; do
 done
 rounds=${ROUNDS:-3}
 source "$root/bench/quiet.sh"
+source "$root/bench/time_v.sh"
 work=$(mktemp -d /tmp/train_binaries.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -35,10 +36,7 @@ run() {  # run LABEL BINARY ROUND: prints "LABEL seconds peak_kb"
   wait_for_quiet
   /usr/bin/time -v -o "$work/time" "$bin" train "$config" "${extra[@]}" train.steps="$steps" train.eval_every="$steps" \
       train.checkpoint_every="$steps" train.threads=1 run.out_dir="$work/$label$round" > /dev/null 2>&1
-  local wall peak
-  wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, t, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + t[i]; print s}' "$work/time")
-  peak=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$work/time")
-  echo "$label $wall $peak"
+  echo "$label $(time_v_read "$work/time")"
 }
 
 results=$work/results
