@@ -5,6 +5,14 @@
 #include "autograd/cpu/jit_gemm.h"
 #include "autograd/cpu/threads.h"
 
+// OpenBLAS's pthread build starts its worker threads when it is loaded, and each
+// spins (sched_yield) for about 2^28 cycles waiting for work before it sleeps:
+// 0.1 s of a second core in every attnlab process, which at `sweep --jobs 2`
+// is taken from the other cell. stop_blas_workers stops them; OpenBLAS starts
+// them again by itself if it is later asked for more than one thread. Weak: OpenBLAS's serial
+// and OpenMP builds have no such server, and then there is nothing to stop.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+
 namespace attnlab {
 
 namespace {
@@ -71,8 +79,14 @@ template void gemm<double>(bool, bool, size_t, size_t, size_t, double, const dou
 
 int set_blas_threads(int threads) {
     const int previous = openblas_get_num_threads();
-    openblas_set_num_threads(threads);
+    // not when unchanged: openblas_set_num_threads starts stopped workers again
+    if (threads != previous) openblas_set_num_threads(threads);
     return previous;
+}
+
+void stop_blas_workers() {
+    set_blas_threads(1);
+    if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
 }
 
 int blas_threads() { return openblas_get_num_threads(); }

@@ -26,4 +26,10 @@ void gemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, T alpha, con
 int set_blas_threads(int threads);
 int blas_threads();
 
+// One BLAS thread, and OpenBLAS's own worker threads stopped: idle, they spin
+// for 0.1 s of a core after the library loads. For a program's main, before any
+// other thread may call BLAS (the CLI; not the Python module, a guest in a
+// process whose other threads may be inside OpenBLAS through numpy).
+void stop_blas_workers();
+
 }  // namespace attnlab

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <numbers>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 #include "autograd/cpu/kernels.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
+#include "autograd/cpu/blas.h"
 #include "autograd/cpu/threads.h"
 
 namespace attnlab {
@@ -126,6 +128,25 @@ TEST(Threads, NestedLoopsRunSerially) {
 
 TEST(Threads, BadCountIsRefused) {
     EXPECT_THROW(set_threads(0), Error);
+}
+
+// OpenBLAS's pthread build keeps worker threads of its own, which spin when
+// idle; stop_blas_workers stops them, and neither set_threads nor a double
+// product (OpenBLAS's dgemm) after that starts them again. What is left is this process's one thread.
+TEST(Threads, StoppedBlasWorkersStayStopped) {
+    ThreadCount restore;
+    set_threads(1);
+    const int previous = set_blas_threads(2);
+    std::vector<double> a(64 * 64, 1.0), c(64 * 64);
+    gemm<double>(false, false, 64, 64, 64, 1.0, a.data(), a.data(), 0.0, c.data());
+    stop_blas_workers();
+    set_threads(1);  // as the trainer does, after the CLI stopped them
+    gemm<double>(false, false, 64, 64, 64, 1.0, a.data(), a.data(), 0.0, c.data());
+    EXPECT_EQ(c[0], 64.0);
+    const auto tasks = std::distance(std::filesystem::directory_iterator("/proc/self/task"), {});
+    EXPECT_EQ(tasks, 1);
+    set_blas_threads(previous);
+    set_blas_threads(1);
 }
 
 // The same training-sized computation gives bitwise the same values twice at a
