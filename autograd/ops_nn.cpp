@@ -221,10 +221,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         Array<T> xhat = make_array<T>(x.shape());  // (x - mean) / sqrt(var + eps), kept for backward
         std::vector<T> rstd(rows);                 // 1 / sqrt(var + eps) per row
         parallel_for(rows, [&](size_t r0, size_t r1) {
-            for (size_t r = r0; r < r1; ++r) {  // xhat = (x - mean) rstd, out = xhat w + b
+            for (size_t r = r0, end; r < r1; r = end) {  // xhat = (x - mean) rstd, out = xhat w + b; a member's rows at once
+                end = std::min(r1, (r / per + 1) * per);
                 const size_t at = member_offset(r, per, rows, D);
-                rstd[r] = kernels::layer_norm_row(X + r * D, W ? W + at : W, Bv ? Bv + at : Bv, static_cast<T>(eps),
-                                                  xhat.data() + r * D, out.data() + r * D, D);
+                kernels::layer_norm_rows(X + r * D, W ? W + at : W, Bv ? Bv + at : Bv, static_cast<T>(eps), xhat.data() + r * D,
+                                         out.data() + r * D, rstd.data() + r, end - r, D);
             }
         }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
         return record<T>(op, std::move(out), {x, weight, bias},
@@ -235,9 +236,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
             send_grad<T>(x, [&] {
                 Array<T> gx = make_array<T>(x.shape());
                 parallel_for(rows, [&](size_t r0, size_t r1) {
-                    for (size_t r = r0; r < r1; ++r)
-                        kernels::layer_norm_row_backward(g.data() + r * D, W ? W + member_offset(r, per, rows, D) : W, H + r * D, rstd[r],
-                                                         gx.data() + r * D, D);
+                    for (size_t r = r0, end; r < r1; r = end) {  // a member's rows at once
+                        end = std::min(r1, (r / per + 1) * per);
+                        kernels::layer_norm_rows_backward(g.data() + r * D, W ? W + member_offset(r, per, rows, D) : W, H + r * D,
+                                                          rstd.data() + r, gx.data() + r * D, end - r, D);
+                    }
                 }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
                 return gx;
             });

@@ -16,8 +16,8 @@ namespace attnlab::kernels {
     float exp_shifted(const float* x, float shift, float* y, size_t n);       \
     void gelu_forward(const float* x, float* y, size_t n);                    \
     void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);  \
-    float layer_norm_row(const float* x, const float* w, const float* b, float eps, float* h, float* y, size_t n);  \
-    void layer_norm_row_backward(const float* g, const float* w, const float* h, float rstd, float* dx, size_t n);  \
+    void layer_norm_rows(const float* x, const float* w, const float* b, float eps, float* h, float* y, float* rstd, size_t rows, size_t n); \
+    void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t rows, size_t n); \
     }
 ATTNLAB_DECLARE_ISA(base)
 ATTNLAB_DECLARE_ISA(avx2)
@@ -33,8 +33,8 @@ struct FloatKernels {
     float (*exp_shifted)(const float*, float, float*, size_t);
     void (*gelu_forward)(const float*, float*, size_t);
     void (*gelu_backward)(const float*, const float*, const float*, float*, size_t);
-    float (*layer_norm_row)(const float*, const float*, const float*, float, float*, float*, size_t);
-    void (*layer_norm_row_backward)(const float*, const float*, const float*, float, float*, size_t);
+    void (*layer_norm_rows)(const float*, const float*, const float*, float, float*, float*, float*, size_t, size_t);
+    void (*layer_norm_rows_backward)(const float*, const float*, const float*, const float*, float*, size_t, size_t);
 };
 
 // The widest set this CPU runs, chosen once.
@@ -44,19 +44,23 @@ const FloatKernels& best() {
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl"))
             return FloatKernels{avx512::sum, avx512::dot, avx512::max, avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward,
-                                avx512::layer_norm_row, avx512::layer_norm_row_backward};
+                                avx512::layer_norm_rows, avx512::layer_norm_rows_backward};
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
             return FloatKernels{avx2::sum, avx2::dot, avx2::max, avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward,
-                                avx2::layer_norm_row, avx2::layer_norm_row_backward};
+                                avx2::layer_norm_rows, avx2::layer_norm_rows_backward};
         return FloatKernels{base::sum, base::dot, base::max, base::exp_shifted, base::gelu_forward, base::gelu_backward,
-                                base::layer_norm_row, base::layer_norm_row_backward};
+                                base::layer_norm_rows, base::layer_norm_rows_backward};
     }();
     return chosen;
 }
 
 // The float64 sum and dot (defined below), as callables for the row templates.
-constexpr auto plain_sum = [](const double* x, size_t n) { return sum(x, n); };
-constexpr auto plain_dot = [](const double* a, const double* b, size_t n) { return dot(a, b, n); };
+constexpr auto plain_sums = []<size_t R>(const double* x, size_t stride, size_t n, double (&out)[R]) {
+    for (size_t r = 0; r < R; ++r) out[r] = sum(x + r * stride, n);
+};
+constexpr auto plain_dots = []<size_t R>(const double* a, const double* b, size_t stride, size_t n, double (&out)[R]) {
+    for (size_t r = 0; r < R; ++r) out[r] = dot(a + r * stride, b + r * stride, n);
+};
 
 constexpr double kInvSqrt2Pi = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2;
 
@@ -77,19 +81,20 @@ void gelu_backward(const float* g, const float* x, const float* y, float* gx, si
     best().gelu_backward(g, x, y, gx, n);
 }
 
-float layer_norm_row(const float* x, const float* w, const float* b, float eps, float* h, float* y, size_t n) {
-    return best().layer_norm_row(x, w, b, eps, h, y, n);
+void layer_norm_rows(const float* x, const float* w, const float* b, float eps, float* h, float* y, float* rstd, size_t rows, size_t n) {
+    best().layer_norm_rows(x, w, b, eps, h, y, rstd, rows, n);
 }
-void layer_norm_row_backward(const float* g, const float* w, const float* h, float rstd, float* dx, size_t n) {
-    best().layer_norm_row_backward(g, w, h, rstd, dx, n);
+void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t rows, size_t n) {
+    best().layer_norm_rows_backward(g, w, h, rstd, dx, rows, n);
 }
 
-// float64: the same row loops over the plain sum and dot below.
-double layer_norm_row(const double* x, const double* w, const double* b, double eps, double* h, double* y, size_t n) {
-    return rows::layer_norm(x, w, b, eps, h, y, n, plain_sum, plain_dot);
+// float64: the same row loops over the plain sum and dot below, a row at a time.
+void layer_norm_rows(const double* x, const double* w, const double* b, double eps, double* h, double* y, double* rstd, size_t rows,
+                     size_t n) {
+    rows::layer_norm_block<1>(x, w, b, eps, h, y, rstd, rows, n, plain_sums, plain_dots);
 }
-void layer_norm_row_backward(const double* g, const double* w, const double* h, double rstd, double* dx, size_t n) {
-    rows::layer_norm_backward(g, w, h, rstd, dx, n, plain_sum, plain_dot);
+void layer_norm_rows_backward(const double* g, const double* w, const double* h, const double* rstd, double* dx, size_t rows, size_t n) {
+    rows::layer_norm_backward_block<1>(g, w, h, rstd, dx, rows, n, plain_sums, plain_dots);
 }
 
 double sum(const double* x, size_t n) {

@@ -43,12 +43,14 @@ void gelu_forward(const double* x, double* y, size_t n);
 void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);
 void gelu_backward(const double* g, const double* x, const double* y, double* gx, size_t n);
 
-// One row of LayerNorm (n values): h = (x - mean) rstd, y = h w + b (w, b may
-// be null); returns rstd = 1 / sqrt(var + eps), var the biased variance.
-float layer_norm_row(const float* x, const float* w, const float* b, float eps, float* h, float* y, size_t n);
-double layer_norm_row(const double* x, const double* w, const double* b, double eps, double* h, double* y, size_t n);
+// LayerNorm over `rows` consecutive rows of n values (row r at x + r n, h + r n,
+// y + r n): h = (x - mean) rstd, y = h w + b (w, b may be null; one w and b
+// for every row), rstd[r] = 1 / sqrt(var + eps), var the biased variance.
+void layer_norm_rows(const float* x, const float* w, const float* b, float eps, float* h, float* y, float* rstd, size_t rows, size_t n);
+void layer_norm_rows(const double* x, const double* w, const double* b, double eps, double* h, double* y, double* rstd, size_t rows,
+                     size_t n);
 // Its backward from h and rstd: dx = rstd (dh - mean(dh) - h mean(dh h)), dh = g w.
-void layer_norm_row_backward(const float* g, const float* w, const float* h, float rstd, float* dx, size_t n);
-void layer_norm_row_backward(const double* g, const double* w, const double* h, double rstd, double* dx, size_t n);
+void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t rows, size_t n);
+void layer_norm_rows_backward(const double* g, const double* w, const double* h, const double* rstd, double* dx, size_t rows, size_t n);
 
 }  // namespace attnlab::kernels

@@ -11,6 +11,8 @@
 // left to the compiler (-ffp-contract=off), so that the vectoriser's scalar
 // remainder and its vector body round alike: a value never depends on where
 // it sits in its buffer.
+#include <immintrin.h>
+
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -76,32 +78,73 @@ constexpr float kInvSqrt2Pi = static_cast<float>(0.5 * std::numbers::inv_sqrtpi 
 
 // Sums in 8 fixed lanes (one AVX register), the lanes then added pairwise and
 // the remainder last: vectorisable, short dependency chains, deterministic.
+// The lanes are one vector of GCC's vector extension (an AVX register; two SSE
+// registers in the x86-64 build), so the pairwise adds stay in registers, and
+// the loops are inline: the row kernels below run them without a call.
 constexpr size_t kLanes = 8;
+// (GCC notes that the x86-64 build passes such a vector differently from an AVX
+// build; these functions are inline and never cross between the two builds.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+typedef float Half __attribute__((vector_size(kLanes / 2 * sizeof(float))));
 
-inline float add_lanes(float (&lanes)[kLanes]) {
-    for (size_t width = kLanes / 2; width >= 1; width /= 2)
-        for (size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-    return lanes[0];
+inline Lanes load_lanes(const float* x) {
+    Lanes v;
+    __builtin_memcpy(&v, x, sizeof v);  // unaligned
+    return v;
 }
 
-float sum(const float* x, size_t n) {
-    float lanes[kLanes] = {};
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
+inline float add_lanes(Lanes v) {
+    const Half low = __builtin_shufflevector(v, v, 0, 1, 2, 3), high = __builtin_shufflevector(v, v, 4, 5, 6, 7);
+    const Half quarter = low + high;
+    return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
+}
+
+// The sums of R rows side by side (row r at x + r stride): R independent chains.
+template <size_t R>
+[[gnu::always_inline]] inline void sums_inline(const float* x, size_t stride, size_t n, float (&out)[R]) {
+    Lanes lanes[R] = {};
     size_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
-        for (size_t l = 0; l < kLanes; ++l) lanes[l] += x[i + l];
-    float rest = 0.0f;
-    for (; i < n; ++i) rest += x[i];
-    return add_lanes(lanes) + rest;
+        for (size_t r = 0; r < R; ++r) lanes[r] += load_lanes(x + r * stride + i);
+    float rest[R] = {};
+    for (; i < n; ++i)
+        for (size_t r = 0; r < R; ++r) rest[r] += x[r * stride + i];
+    for (size_t r = 0; r < R; ++r) out[r] = add_lanes(lanes[r]) + rest[r];
 }
+
+// The dots of R pairs of rows side by side (rows r at a + r stride, b + r stride).
+template <size_t R>
+[[gnu::always_inline]] inline void dots_inline(const float* a, const float* b, size_t stride, size_t n, float (&out)[R]) {
+    Lanes lanes[R] = {};
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (size_t r = 0; r < R; ++r) {
+#if defined(__FMA__)
+            lanes[r] = _mm256_fmadd_ps(load_lanes(a + r * stride + i), load_lanes(b + r * stride + i), lanes[r]);
+#else
+            lanes[r] += load_lanes(a + r * stride + i) * load_lanes(b + r * stride + i);
+#endif
+        }
+    float rest[R] = {};
+    for (; i < n; ++i)
+        for (size_t r = 0; r < R; ++r) rest[r] = madd(a[r * stride + i], b[r * stride + i], rest[r]);
+    for (size_t r = 0; r < R; ++r) out[r] = add_lanes(lanes[r]) + rest[r];
+}
+
+inline float sum_inline(const float* x, size_t n) {
+    float out[1];
+    sums_inline(x, 0, n, out);
+    return out[0];
+}
+
+float sum(const float* x, size_t n) { return sum_inline(x, n); }
 
 float dot(const float* a, const float* b, size_t n) {
-    float lanes[kLanes] = {};
-    size_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-        for (size_t l = 0; l < kLanes; ++l) lanes[l] = madd(a[i + l], b[i + l], lanes[l]);
-    float rest = 0.0f;
-    for (; i < n; ++i) rest = madd(a[i], b[i], rest);
-    return add_lanes(lanes) + rest;
+    float out[1];
+    dots_inline(a, b, 0, n, out);
+    return out[0];
 }
 
 float max(const float* x, size_t n) {
@@ -118,7 +161,7 @@ float max(const float* x, size_t n) {
 
 float exp_shifted(const float* x, float shift, float* y, size_t n) {
     for (size_t i = 0; i < n; ++i) y[i] = exp_poly(x[i] - shift);
-    return sum(y, n);
+    return sum_inline(y, n);
 }
 
 void gelu_forward(const float* x, float* y, size_t n) {
@@ -135,12 +178,19 @@ void gelu_backward(const float* g, const float* x, const float* y, float* gx, si
     }
 }
 
-float layer_norm_row(const float* x, const float* w, const float* b, float eps, float* h, float* y, size_t n) {
-    return rows::layer_norm(x, w, b, eps, h, y, n, sum, dot);
+// LayerNorm four rows at a time (layer_norm_rows.h): four chains for the CPU to overlap.
+constexpr size_t kRowsAtOnce = 4;
+constexpr auto row_sums = []<size_t R>(const float* x, size_t stride, size_t n, float (&out)[R]) { sums_inline(x, stride, n, out); };
+constexpr auto row_dots = []<size_t R>(const float* a, const float* b, size_t stride, size_t n, float (&out)[R]) {
+    dots_inline(a, b, stride, n, out);
+};
+
+void layer_norm_rows(const float* x, const float* w, const float* b, float eps, float* h, float* y, float* rstd, size_t count, size_t n) {
+    rows::layer_norm_block<kRowsAtOnce>(x, w, b, eps, h, y, rstd, count, n, row_sums, row_dots);
 }
 
-void layer_norm_row_backward(const float* g, const float* w, const float* h, float rstd, float* dx, size_t n) {
-    rows::layer_norm_backward(g, w, h, rstd, dx, n, sum, dot);
+void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t count, size_t n) {
+    rows::layer_norm_backward_block<kRowsAtOnce>(g, w, h, rstd, dx, count, n, row_sums, row_dots);
 }
 
 }  // namespace attnlab::kernels::ATTNLAB_KERNEL_ISA

@@ -84,6 +84,46 @@ TEST(Kernels, GeluAndItsGradientMatchTheFloat64Form) {
     EXPECT_LT(worst_dy, 1e-6);
 }
 
+// LayerNorm takes rows four at a time, side by side; each row's values must be
+// those of the row taken alone, bit for bit, at every width (whole lanes and a
+// remainder) and every row count (whole blocks and a tail), with and without
+// its weight and bias. And they match the float64 rows within float rounding.
+TEST(Kernels, LayerNormRowsTogetherEqualRowsAlone) {
+    Rng rng(5);
+    for (const size_t n : {1, 7, 8, 13, 32, 64, 100}) {
+        for (const size_t rows : {1, 3, 4, 6, 9}) {
+            const std::vector<double> xs = rng.normal({rows, n}, 0.5, 2).values(), gs = rng.normal({rows, n}, 0, 1).values();
+            const std::vector<double> ws = rng.normal({n}, 1, 0.5).values(), bs = rng.normal({n}, 0, 0.5).values();
+            const std::vector<float> x(xs.begin(), xs.end()), g(gs.begin(), gs.end()), w(ws.begin(), ws.end()), b(bs.begin(), bs.end());
+            for (const bool affine : {false, true}) {
+                const float* W = affine ? w.data() : nullptr;
+                const float* B = affine ? b.data() : nullptr;
+                std::vector<float> h(rows * n), y(rows * n), rstd(rows), dx(rows * n);
+                kernels::layer_norm_rows(x.data(), W, B, 1e-5f, h.data(), y.data(), rstd.data(), rows, n);
+                kernels::layer_norm_rows_backward(g.data(), W, h.data(), rstd.data(), dx.data(), rows, n);
+                std::vector<double> hd(rows * n), yd(rows * n), rd(rows), dxd(rows * n);
+                kernels::layer_norm_rows(xs.data(), affine ? ws.data() : nullptr, affine ? bs.data() : nullptr, 1e-5, hd.data(), yd.data(),
+                                         rd.data(), rows, n);
+                kernels::layer_norm_rows_backward(gs.data(), affine ? ws.data() : nullptr, hd.data(), rd.data(), dxd.data(), rows, n);
+                for (size_t r = 0; r < rows; ++r) {
+                    float h1[100], y1[100], r1, dx1[100];
+                    kernels::layer_norm_rows(x.data() + r * n, W, B, 1e-5f, h1, y1, &r1, 1, n);
+                    kernels::layer_norm_rows_backward(g.data() + r * n, W, h1, &r1, dx1, 1, n);
+                    ASSERT_EQ(rstd[r], r1) << "n " << n << " rows " << rows << " row " << r;
+                    for (size_t i = 0; i < n; ++i) {
+                        ASSERT_EQ(y[r * n + i], y1[i]) << "n " << n << " rows " << rows << " row " << r << " at " << i;
+                        ASSERT_EQ(dx[r * n + i], dx1[i]) << "n " << n << " rows " << rows << " row " << r << " at " << i;
+                        if (n > 1) {
+                            ASSERT_NEAR(y1[i], yd[r * n + i], 2e-5 * (1 + std::abs(yd[r * n + i])));
+                            ASSERT_NEAR(dx1[i], dxd[r * n + i], 2e-4 * (1 + std::abs(dxd[r * n + i])));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 // Restores the thread count a test changed.
 struct ThreadCount {
     int saved = threads();
