@@ -59,6 +59,7 @@ void print_progress(int64_t step, int64_t steps, double loss, double train_acc, 
 
 int Trainer::State::stop_on_non_finite(int64_t next, double loss, double grad_norm, bool tty) {
     if (!writes()) return 1;  // every rank saw the same summed loss and norm
+    const auto writing_now = writing();
     flush_logs();
     const auto saved = list_checkpoints((dir / "checkpoints").string());
     std::fprintf(stderr, "%sattnlab train: step %lld: %s is %s; stopping (last good checkpoint: %s)\n", tty ? "\n" : "",
@@ -114,6 +115,7 @@ void Trainer::State::evaluate_and_log(std::string& last_eval) {
 }
 
 void Trainer::State::finish() {
+    const auto writing_now = writing();  // its evaluations too: short, once
     const Score final_score = evaluate_now();
     RunSummary& r = summary;
     r.steps = step;
@@ -164,6 +166,8 @@ void install_stop_handlers() {
     std::signal(SIGTERM, request_stop);
 }
 
+bool stop_requested() { return stop_signal != 0; }
+
 void Trainer::State::begin_loop(const std::string& label, bool may_rewrite) {
     const Config& c = config;
     Loop& l = loop.emplace();
@@ -182,6 +186,7 @@ void Trainer::State::begin_loop(const std::string& label, bool may_rewrite) {
 int Trainer::State::on_signal() {
     // A signal on any rank stops every rank at the same step (one process: its own).
     if (world->max(stop_signal) == 0) return 0;
+    const auto writing_now = writing();
     checkpoint();
     if (writes())
         std::fprintf(stderr, "%sattnlab train: %sinterrupted at step %lld; checkpoint written; resume with `attnlab train --resume %s`\n",
@@ -213,6 +218,7 @@ int Trainer::State::finish_step(const StepInput& in, const StepValues& values, b
     l.tokens_since_log += tokens;
 
     if (in.log_now && writes()) {
+        const auto writing_now = writing();
         const double since = std::chrono::duration<double>(Clock::now() - l.last_log).count();
         const double tokens_per_s = static_cast<double>(l.tokens_since_log) / std::max(since, 1e-9);
         l.last_log = Clock::now();
@@ -223,8 +229,14 @@ int Trainer::State::finish_step(const StepInput& in, const StepValues& values, b
         if (!l.label.empty()) std::fprintf(stderr, "%s", l.label.c_str());
         print_progress(step, c.train.steps, values.loss, values.token_acc, l.last_eval, tokens_per_s, rate, l.tty);
     }
-    if (step % c.train.eval_every == 0 || step == c.train.steps) evaluate_and_log(l.last_eval);
-    if (step % c.train.checkpoint_every == 0 || step == c.train.steps) checkpoint();
+    if (step % c.train.eval_every == 0 || step == c.train.steps) {
+        const auto writing_now = writing();
+        evaluate_and_log(l.last_eval);
+    }
+    if (step % c.train.checkpoint_every == 0 || step == c.train.steps) {
+        const auto writing_now = writing();
+        checkpoint();
+    }
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "experiments/config/config.h"
 #include "experiments/distributed/world.h"
@@ -61,6 +62,8 @@ private:
     static std::unique_ptr<State> build_state(const Config& config, const World& world);
     static std::filesystem::path create_run(State& state, const std::string& run_dir);
     static std::unique_ptr<State> resumed_state(const std::string& run_dir, const World& world);
+    // train.seeds' members on the pool's threads, each thread stepping its own (trainer_members.cpp).
+    static int members_apart(std::vector<std::unique_ptr<State>>& members);
     explicit Trainer(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
 };

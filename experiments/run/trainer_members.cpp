@@ -5,10 +5,12 @@
 // data streams, model, optimiser, logs, evaluations and checkpoints are what
 // `attnlab train` builds at that seed, in a folder of its own. The members share
 // the process in one of two ways (train.seeds_mode):
-//   threads  each member's forward, backward and update on a thread of the pool
-//            (each thread taking the next member), its ops serial there: what
-//            its solo run computes at one thread, op for op (on the device the
-//            members take turns);
+//   threads  each of the pool's threads trains its own members to the end, a
+//            step of each in turn, their ops serial there: what a solo run
+//            computes at one thread, op for op. No thread waits for another
+//            between steps; a member's files are written one member at a time
+//            (State::files) while the other threads step. On the device the
+//            members take turns;
 //   stacked  a stacked model (Module::stack_members) holds the members'
 //            parameters along a leading axis and reads their batches side by
 //            side, each member's block through the GEMMs and reductions of its
@@ -19,9 +21,12 @@
 #include "experiments/run/trainer.h"
 #include "experiments/run/trainer_state.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <mutex>
 
 #include "autograd/cpu/threads.h"
 #include "autograd/ops.h"
@@ -142,6 +147,57 @@ void for_each_member(size_t n, bool together, Work&& work) {
 
 }  // namespace
 
+// train.seeds_mode = "threads" on the cpu: members t, t + T, t + 2T, ... on
+// thread t of the pool's T, each thread stepping its members in turn until
+// each has finished (its summary written), stopped on a NaN (status 1), or a
+// signal came (each checkpoints: 130). One lock, `files`, is held by whichever
+// member writes (logs, evaluations, checkpoints: see State::files). A thread that
+// throws stops the others at their next step; the error is then rethrown.
+int Trainer::members_apart(std::vector<std::unique_ptr<State>>& members) {
+    std::mutex files;
+    for (auto& m : members) m->files = &files;
+    // every thread of the pool, even one with no member: a member's ops then run serial
+    const size_t T = static_cast<size_t>(std::max(1, threads()));
+    std::vector<int> stopped(members.size(), 0);  // each member's, written by its thread alone
+    std::atomic<bool> failed{false};
+    parallel_for(T, [&](size_t t0, size_t t1) {
+        try {
+            for (size_t t = t0; t < t1; ++t) {
+                std::vector<size_t> going;  // this thread's members still training
+                for (size_t m = t; m < members.size(); m += T) going.push_back(m);
+                while (!going.empty() && !failed) {
+                    for (size_t i = 0; i < going.size() && !failed;) {
+                        const size_t m = going[i];
+                        State& s = *members[m];
+                        if (s.step >= s.config.train.steps) {
+                            s.finish();
+                        } else if (stop_requested()) {
+                            stopped[m] = s.on_signal();
+                        } else {
+                            const State::StepInput in = s.next_input();
+                            const State::StepValues v =
+                                s.forward_backward(in.batch, s.loop->clip, s.trainable, in.log_now, s.loop->hooks);
+                            const bool finite = std::isfinite(v.loss) && std::isfinite(v.grad_norm);
+                            if (finite) s.update();
+                            stopped[m] = s.finish_step(in, v, finite);
+                            if (stopped[m] == 0) {  // goes on: the next member
+                                ++i;
+                                continue;
+                            }
+                        }
+                        going.erase(going.begin() + static_cast<std::ptrdiff_t>(i));  // finished or stopped
+                    }
+                }
+            }
+        } catch (...) {
+            failed = true;
+            throw;
+        }
+    });
+    for (auto& m : members) m->files = nullptr;
+    return *std::max_element(stopped.begin(), stopped.end());  // 130 after a signal, 1 after a NaN, else 0
+}
+
 int Trainer::train_members(const Config& config, const std::string& group_dir) {
     const std::vector<int64_t> seeds = config.train.seeds;
     if (seeds.empty()) throw Error("[train] train.seeds is empty: nothing to train side by side");
@@ -185,6 +241,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
     }
 
     const bool on_threads = config.train.device == "cpu";  // cuda: one member at a time
+    if (on_threads && !stacked) return members_apart(members);
     int status = 0;
     int64_t steps = 0, together = 0;  // steps taken, and of those the stacked ones
     std::vector<bool> active(members.size(), true);

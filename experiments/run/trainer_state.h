@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ namespace attnlab {
 
 // SIGINT and SIGTERM ask the loop to stop at the end of its step (trainer.cpp).
 void install_stop_handlers();
+// Whether one has arrived in this process (no other rank asked).
+bool stop_requested();
 
 // A new run's folder (trainer_setup.cpp): out_dir/name (name-2, ... when taken), or
 // exactly `run_dir` when given, which must not exist (`when_taken` ends that error).
@@ -45,6 +48,12 @@ struct Trainer::State {
     bool writes() const { return world->root(); }
     std::filesystem::path dir;
     std::optional<RunLock> lock;  // held while this process writes into dir
+    // Held while this run writes its files (metrics.h5, checkpoints, TensorBoard,
+    // summary.json, the progress line), when it shares the process with other
+    // runs that step at the same time (train.seeds' members on threads: HDF5 is
+    // one library state for the whole process). Null for a run alone.
+    std::mutex* files = nullptr;
+    std::unique_lock<std::mutex> writing() { return files ? std::unique_lock<std::mutex>(*files) : std::unique_lock<std::mutex>(); }
     std::unique_ptr<BatchSource> train_data;
     std::vector<Batch> eval_batches;
     std::vector<Batch> eval_length_batches;  // train.eval_lengths: held out at other lengths (else empty)
