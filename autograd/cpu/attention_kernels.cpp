@@ -127,11 +127,12 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
             for (size_t i = 0; i < Tq; ++i) {
                 T* row = A + i * Tk;
                 const size_t end = mask.key_end(b, i, Tq, Tk);  // keys >= end are ineligible
-                T m = end ? *std::max_element(row, row + end) : minus_infinity<T>();
+                T m = end ? kernels::max(row, end) : minus_infinity<T>();  // vectorised: exact in any order
                 // A row whose eligible scores overflowed (inf, NaN) is not a masking
                 // matter: it goes on to NaN weights, which the loss then reports.
-                // max_element passes over a NaN unless it comes first, so a row whose
-                // eligible scores are all NaN (or NaN and -inf) lands here too.
+                // The maximum of a row holding a NaN may be the NaN or not; a row whose
+                // eligible scores are all NaN and -inf may land here, and is sent on
+                // to NaN weights too.
                 if (m == minus_infinity<T>()) {
                     if (!contains_nan(row, end)) {  // no eligible key: policy "zero" (check_masked_rows ran)
                         std::fill(row, row + Tk, T(0));
