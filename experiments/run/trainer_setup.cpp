@@ -249,6 +249,9 @@ fs::path Trainer::create_run(State& s, const std::string& run_dir) {
 }
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& run_dir, const World& world) {
+    // From here a signal waits for the loop, which checkpoints at the resumed step
+    // and exits 130: the setup below takes the run's lock and cuts its metrics back.
+    install_stop_handlers();
     std::unique_ptr<State> state;
     on_every_rank(world, true, [&] { state = resumed_state(run_dir, world); });
     return std::unique_ptr<Trainer>(new Trainer(std::move(state)));

@@ -326,6 +326,58 @@ class SignalWhileTheRunIsWritten(cc.TempDirTest):
             np.testing.assert_array_equal(fa["train/loss"][()], fb["train/loss"][()])
 
 
+class SignalWhileResuming(cc.TempDirTest):
+    """SIGTERM while `train --resume` sets up (its lock on the run taken, the
+    200,000-example training set rebuilt) waits for the loop: the run checkpoints
+    at the step it resumed from, exits 130, and resumes again to the same end as a
+    run left alone. The signal is sent once /proc/locks shows the resuming process
+    holding the run's lock, so it lands inside the setup every time; before the
+    handlers came this early the process died by SIGTERM there (exit -15)."""
+
+    SET = dict(cc.TINY, **{"task.train_size": "200000", "train.steps": "20", "train.checkpoint_every": "10"})
+
+    @staticmethod
+    def holds_lock(pid, path):
+        inode = os.stat(path).st_ino
+        with open("/proc/locks") as f:
+            for line in f:
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4] == str(pid) and fields[5].split(":")[-1] == str(inode):
+                    return True
+        return False
+
+    def test_sigterm_during_resume_setup(self):
+        reference = os.path.join(self.path("a"), "default")
+        self.run_ok(["train"] + cc.overrides(self.SET, **{"train.steps": "30", "run.out_dir": self.path("a")}))
+        run_dir = os.path.join(self.path("b"), "default")
+        self.run_ok(["train"] + cc.overrides(self.SET, **{"run.out_dir": self.path("b")}))
+        config = os.path.join(run_dir, "config.toml")
+        with open(config) as f:
+            text = f.read()
+        with open(config, "w") as f:
+            f.write(text.replace("steps = 20", "steps = 30"))
+        proc = cc.start(["train", "--resume", run_dir], self.tmp, "b.log")
+        try:
+            held = cc.wait_for(lambda: self.holds_lock(proc.pid, os.path.join(run_dir, ".lock")), proc, timeout=60, interval=0.001)
+            in_setup = held and proc.poll() is None and not cc.checkpoint_steps(run_dir)[-1] > 20
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        finally:
+            rc, log = cc.finish(proc)
+        self.assertTrue(held, log)
+        self.assertTrue(in_setup, log)
+        self.assertEqual(rc, 130, log)
+        step = int(re.search(r"interrupted at step (\d+)", log).group(1))
+        self.assertEqual(cc.checkpoint_steps(run_dir)[-1], step, log)
+        self.run_ok(["train", "--resume", run_dir])
+        pa, pb = read_params(cc.checkpoint_path(reference, 30)), read_params(cc.checkpoint_path(run_dir, 30))
+        for name in pa:
+            self.assertTrue(np.array_equal(pa[name], pb[name]), f"final parameter {name} differs")
+        with cc.open_metrics(os.path.join(reference, "metrics.h5")) as fa, cc.open_metrics(os.path.join(run_dir, "metrics.h5")) as fb:
+            np.testing.assert_array_equal(fa["train/loss"][()], fb["train/loss"][()])
+
+
 class ConfigFileForms(cc.TempDirTest):
     """Files that must be accepted: a UTF-8 byte order mark, CRLF line endings."""
 
