@@ -84,6 +84,28 @@ TEST(Kernels, GeluAndItsGradientMatchTheFloat64Form) {
     EXPECT_LT(worst_dy, 1e-6);
 }
 
+// Softmax rows are exponentiated in place. exp_shifted takes a tail as the last
+// 16 values in one block; in place or not, at every length, each value must be
+// the one the value alone gets (n = 1), and the sum the sum of the outputs.
+TEST(Kernels, ExpShiftedInPlaceEqualsOutOfPlaceAtEveryLength) {
+    Rng rng(11);
+    for (size_t n = 1; n <= 53; ++n) {
+        const std::vector<double> xd = rng.normal({n}, 0, 3).values();
+        const std::vector<float> x(xd.begin(), xd.end());
+        std::vector<float> out(n), in_place = x;
+        const float total = kernels::exp_shifted(x.data(), 0.75f, out.data(), n);
+        const float total_in_place = kernels::exp_shifted(in_place.data(), 0.75f, in_place.data(), n);
+        ASSERT_EQ(total, total_in_place) << "n " << n;
+        ASSERT_EQ(total, kernels::sum(out.data(), n)) << "n " << n;
+        for (size_t i = 0; i < n; ++i) {
+            float alone;
+            kernels::exp_shifted(&x[i], 0.75f, &alone, 1);
+            ASSERT_EQ(out[i], alone) << "n " << n << " at " << i;
+            ASSERT_EQ(in_place[i], alone) << "n " << n << " at " << i;
+        }
+    }
+}
+
 // LayerNorm takes rows four at a time, side by side; each row's values must be
 // those of the row taken alone, bit for bit, at every width (whole lanes and a
 // remainder) and every row count (whole blocks and a tail), with and without
