@@ -13,7 +13,6 @@
 // it sits in its buffer.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -165,7 +164,7 @@ float max(const float* x, size_t n) {
 // kept (x may be y, softmax rows being done in place: the block's first inputs
 // may already be outputs, and their results are dropped). Per value the same
 // operations as the vectoriser's scalar tail, which took longer than the vector
-// (a softmax row of 20 keys: 35 ns, now 22).
+// (a softmax row of 20 keys: 26 ns, now 21).
 float exp_shifted(const float* x, float shift, float* y, size_t n) {
     constexpr size_t kBlock = 16;
     const size_t whole = n < kBlock ? n : n - n % kBlock;

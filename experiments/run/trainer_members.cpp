@@ -25,7 +25,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <mutex>
 
 #include "autograd/cpu/threads.h"
