@@ -53,6 +53,16 @@ def read_params(path):
         return {name: f["params"][name][()] for name in f["params"]}
 
 
+def assert_same_end(test, reference, run_dir, steps):
+    """run_dir, interrupted and resumed, ends as `reference` left alone did: the
+    final parameters and the train/loss series, bit for bit."""
+    pa, pb = read_params(cc.checkpoint_path(reference, steps)), read_params(cc.checkpoint_path(run_dir, steps))
+    for name in pa:
+        test.assertTrue(np.array_equal(pa[name], pb[name]), f"final parameter {name} differs")
+    with cc.open_metrics(os.path.join(reference, "metrics.h5")) as fa, cc.open_metrics(os.path.join(run_dir, "metrics.h5")) as fb:
+        np.testing.assert_array_equal(fa["train/loss"][()], fb["train/loss"][()])
+
+
 class Resume(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -319,11 +329,7 @@ class SignalWhileTheRunIsWritten(cc.TempDirTest):
         if in_setup:
             self.assertEqual(step, 0, log)
         self.run_ok(["train", "--resume", run_dir])
-        pa, pb = read_params(cc.checkpoint_path(reference, 20)), read_params(cc.checkpoint_path(run_dir, 20))
-        for name in pa:
-            self.assertTrue(np.array_equal(pa[name], pb[name]), f"final parameter {name} differs")
-        with cc.open_metrics(os.path.join(reference, "metrics.h5")) as fa, cc.open_metrics(os.path.join(run_dir, "metrics.h5")) as fb:
-            np.testing.assert_array_equal(fa["train/loss"][()], fb["train/loss"][()])
+        assert_same_end(self, reference, run_dir, 20)
 
 
 class SignalWhileResuming(cc.TempDirTest):
@@ -371,11 +377,7 @@ class SignalWhileResuming(cc.TempDirTest):
         step = int(re.search(r"interrupted at step (\d+)", log).group(1))
         self.assertEqual(cc.checkpoint_steps(run_dir)[-1], step, log)
         self.run_ok(["train", "--resume", run_dir])
-        pa, pb = read_params(cc.checkpoint_path(reference, 30)), read_params(cc.checkpoint_path(run_dir, 30))
-        for name in pa:
-            self.assertTrue(np.array_equal(pa[name], pb[name]), f"final parameter {name} differs")
-        with cc.open_metrics(os.path.join(reference, "metrics.h5")) as fa, cc.open_metrics(os.path.join(run_dir, "metrics.h5")) as fb:
-            np.testing.assert_array_equal(fa["train/loss"][()], fb["train/loss"][()])
+        assert_same_end(self, reference, run_dir, 30)
 
 
 class ConfigFileForms(cc.TempDirTest):
