@@ -126,6 +126,16 @@ Tensor masked_fill(const Tensor& x, const Mask& mask, double value) {
 // size; 0 when unstacked (per = rows), without a division per row.
 inline size_t member_offset(size_t r, size_t per, size_t rows, size_t size) { return per == rows ? 0 : r / per * size; }
 
+// body(r, end) for each piece of rows [r0, r1) that lies within one member's
+// block of `per` rows (the whole range when unstacked).
+template <class Body>
+void member_spans(size_t r0, size_t r1, size_t per, Body body) {
+    for (size_t r = r0, end; r < r1; r = end) {
+        end = std::min(r1, (r / per + 1) * per);
+        body(r, end);
+    }
+}
+
 Tensor embedding(const Tensor& weight, const Indices& ids) {
     constexpr const char* op = "embedding";
     check_defined(op, weight, "weight");
@@ -221,12 +231,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         Array<T> xhat = make_array<T>(x.shape());  // (x - mean) / sqrt(var + eps), kept for backward
         std::vector<T> rstd(rows);                 // 1 / sqrt(var + eps) per row
         parallel_for(rows, [&](size_t r0, size_t r1) {
-            for (size_t r = r0, end; r < r1; r = end) {  // xhat = (x - mean) rstd, out = xhat w + b; a member's rows at once
-                end = std::min(r1, (r / per + 1) * per);
+            member_spans(r0, r1, per, [&](size_t r, size_t end) {  // xhat = (x - mean) rstd, out = xhat w + b
                 const size_t at = member_offset(r, per, rows, D);
                 kernels::layer_norm_rows(X + r * D, W ? W + at : W, Bv ? Bv + at : Bv, static_cast<T>(eps), xhat.data() + r * D,
                                          out.data() + r * D, rstd.data() + r, end - r, D);
-            }
+            });
         }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
         return record<T>(op, std::move(out), {x, weight, bias},
                          [x, weight, bias, xhat = std::move(xhat), rstd = std::move(rstd), rows, D, per](const Array<T>& g, const Array<T>&) {
@@ -236,11 +245,10 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
             send_grad<T>(x, [&] {
                 Array<T> gx = make_array<T>(x.shape());
                 parallel_for(rows, [&](size_t r0, size_t r1) {
-                    for (size_t r = r0, end; r < r1; r = end) {  // a member's rows at once
-                        end = std::min(r1, (r / per + 1) * per);
+                    member_spans(r0, r1, per, [&](size_t r, size_t end) {
                         kernels::layer_norm_rows_backward(g.data() + r * D, W ? W + member_offset(r, per, rows, D) : W, H + r * D,
                                                           rstd.data() + r, gx.data() + r * D, end - r, D);
-                    }
+                    });
                 }, std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1)));
                 return gx;
             });

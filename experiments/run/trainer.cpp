@@ -242,8 +242,7 @@ int Trainer::State::finish_step(const StepInput& in, const StepValues& values, b
 
 int Trainer::run() {
     State& s = *state_;
-    set_threads(config_threads(s.config));
-    install_stop_handlers();
+    set_threads(config_threads(s.config));  // the stop handlers are in since start() or resume()
     s.begin_loop();
     while (s.step < s.config.train.steps) {
         if (const int status = s.on_signal()) return status;
