@@ -46,6 +46,9 @@ device::DeviceBuffer upload(const void* values, size_t bytes);
 std::vector<double> device_values(const TensorImpl& impl);  // a copy to the host
 Tensor device_clone(const TensorImpl& impl);
 void device_assign(TensorImpl& dst, const Tensor& src);     // src on either device
+// set_member_values and add_member_grad (tensor.h) on the device, checked already
+void device_set_member_values(const Tensor& stacked, size_t m, const Tensor& member);
+void device_add_member_grad(const Tensor& stacked, size_t m, const Tensor& member);
 
 // The device output of an op: joins the graph as record() does; backward(grad_out,
 // out) receives the output's gradient (a device tensor) and its values.
@@ -96,6 +99,8 @@ void write_device_grad(const Tensor& input, Write&& write) {
 // Each op of ops.h validates its inputs, then calls its branch here when they are
 // on the device; the branch keeps the op's maths and error messages.
 Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, const Shape& out_shape);
+Tensor linear_members_device(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const std::vector<size_t>& member_rows, const Shape& out_shape);
 std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
 Tensor add_device(const Tensor& a, const Tensor& b, const Shape& out_shape);
 Tensor activation_device(const char* op, device::DeviceActivation activation, const Tensor& x);
@@ -103,8 +108,9 @@ Tensor reshape_device(const Tensor& x, const Shape& shape);
 Tensor slice_rows_device(const Tensor& x, size_t start, size_t stop, const Shape& out_shape);
 Tensor concat_device(const std::vector<Tensor>& parts, size_t axis, const Shape& out_shape);
 Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& out_shape);
-Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps);
+// members: the norms' stacked form, weight and bias (members, D) (1: one weight)
+Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, size_t members);
+Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps, size_t members);
 Tensor dropout_device(const Tensor& x, double p, Rng& rng);
 Tensor rotary_device(const Tensor& x, size_t heads, size_t offset, double base);
 // counted: the positions the loss mask keeps (each target checked already)

@@ -167,6 +167,20 @@ void device_assign(TensorImpl& dst, const Tensor& src) {
     device::copy_to_device(device_context(), floats.data(), dst.device_data, n * sizeof(float));
 }
 
+void device_set_member_values(const Tensor& stacked, size_t m, const Tensor& member) {
+    const size_t n = member.numel();
+    if (n > 0) device::copy_device(device_context(), device_in(member), device_out(stacked) + m * n, n * sizeof(float));
+}
+
+void device_add_member_grad(const Tensor& stacked, size_t m, const Tensor& member) {
+    const size_t n = member.numel();
+    const GradTarget target = grad_target(member);  // a parameter's slot in its flat gradient block
+    const float* row = stacked.impl().grad->device_data + m * n;
+    if (n == 0 || !target) return;
+    if (target.accumulate) device::add_into(device_context(), n, row, target.data);
+    else device::copy_device(device_context(), row, target.data, n * sizeof(float));
+}
+
 namespace {
 
 void move_to_device(const std::vector<Tensor>& leaves) {

@@ -68,7 +68,8 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // The same with member m's rows the m-th block of member_rows[m] rows (blocks may be
 // empty): each block computes exactly what linear(x_m, weight[m], bias[m]) would alone,
-// the same GEMMs at the same sizes. The cpu only.
+// the same GEMMs at the same sizes. On the device, equal blocks are one batched GEMM
+// each way for every member (unequal ones a GEMM each).
 Tensor linear_members(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::vector<size_t>& member_rows);
 // The projections of one input, y_i = x W_i^T + b_i (biases[i] may be undefined):
 // linear for each. On the device, weights of one shape that lie side by side

@@ -166,9 +166,9 @@ Tensor linear_members(const Tensor& x, const Tensor& weight, const Tensor& bias,
         fail(op, "input " + shape_str(sx) + ": " + std::to_string(rows) + " rows given to " + std::to_string(member_rows.size()) +
                      " blocks adding up to " + std::to_string(counted) + ", for " + std::to_string(members) + " members");
     check_same_device(op, {&x, &weight, &bias});
-    if (on_device(x)) fail(op, "stacked members (train.seeds) run on the cpu only");
     Shape out_shape = sx;
     out_shape.back() = out_features;
+    if (on_device(x)) return linear_members_device(x, weight, bias, member_rows, out_shape);
     std::vector<size_t> first(members + 1, 0);  // member m's rows are [first[m], first[m + 1])
     for (size_t m = 0; m < members; ++m) first[m + 1] = first[m] + member_rows[m];
     return dispatch(x.dtype(), [&]<class T>() {

@@ -154,8 +154,11 @@ Tensor embedding(const Tensor& weight, const Indices& ids) {
     Shape out_shape = ids.shape;
     out_shape.push_back(D);
     if (on_device(weight)) {
-        if (stacked) fail(op, "stacked members (train.seeds) run on the cpu only");
-        return embedding_device(weight, ids, out_shape);
+        if (!stacked) return embedding_device(weight, ids, out_shape);
+        Indices rows = ids;  // stacked: the (K V, D) table's rows, member m's ids offset by m V
+        for (size_t k = 0; k < rows.values.size(); ++k)
+            rows.values[k] += static_cast<int32_t>(member_offset(k, per_member, rows.values.size(), V));
+        return embedding_device(weight, rows, out_shape);
     }
     return dispatch(weight.dtype(), [&]<class T>() {
         const T* W = values_of<T>(weight).data();
@@ -219,10 +222,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         fail(op, "weight " + shape_str(weight.shape()) + " and bias " + shape_str(bias.shape()) + " differ");
     const size_t per = rows / members;  // rows of each member; member r / per's weight at W + (r / per) D
     check_same_device(op, {&x, &weight, &bias});
-    if (on_device(x)) {
-        if (members > 1) fail(op, "stacked members (train.seeds) run on the cpu only");
-        return layer_norm_device(x, weight, bias, eps);
-    }
+    if (on_device(x)) return layer_norm_device(x, weight, bias, eps, members);
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
         const T* W = weight.defined() ? values_of<T>(weight).data() : nullptr;
@@ -277,10 +277,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
     }
     const size_t per = rows / members;  // rows of each member; member r / per's weight at W + (r / per) D
     check_same_device(op, {&x, &weight});
-    if (on_device(x)) {
-        if (members > 1) fail(op, "stacked members (train.seeds) run on the cpu only");
-        return rms_norm_device(x, weight, eps);
-    }
+    if (on_device(x)) return rms_norm_device(x, weight, eps, members);
     const size_t grain = std::max<size_t>(1, kElementGrain / std::max<size_t>(D, 1));
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();

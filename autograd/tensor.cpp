@@ -193,7 +193,7 @@ void Tensor::convert_(DType dtype) {
 
 void Tensor::stack_(size_t members) {
     if (!is_leaf()) fail("stack_", "only leaf tensors can be stacked in place");
-    if (device() == Device::cuda) fail("stack_", "stacked members (train.seeds) run on the cpu only");
+    if (device() == Device::cuda) fail("stack_", "stack the tensor on the cpu, then move it to the device");
     if (members == 0) fail("stack_", "no members");
     Shape shape{members};
     shape.insert(shape.end(), this->shape().begin(), this->shape().end());
@@ -216,7 +216,7 @@ size_t member_row_size(const char* op, const Tensor& stacked, size_t m, const Te
     if (s.empty() || m >= s[0] || Shape(s.begin() + 1, s.end()) != member.shape() || stacked.dtype() != member.dtype())
         fail(op, "member " + std::to_string(m) + " " + shape_str(member.shape()) + " " + to_string(member.dtype()) +
                      " is not a row of " + shape_str(s) + " " + to_string(stacked.dtype()));
-    if (stacked.device() != Device::cpu || member.device() != Device::cpu) fail(op, "stacked members run on the cpu only");
+    if (stacked.device() != member.device()) fail(op, "the stacked tensor and member " + std::to_string(m) + " are on different devices");
     return member.numel();
 }
 
@@ -224,6 +224,7 @@ size_t member_row_size(const char* op, const Tensor& stacked, size_t m, const Te
 
 void set_member_values(const Tensor& stacked, size_t m, const Tensor& member) {
     const size_t n = member_row_size("set_member_values", stacked, m, member);
+    if (stacked.device() == Device::cuda) return device_set_member_values(stacked, m, member);
     dispatch(member.dtype(), [&]<class T>() {
         const T* src = member.impl().array<T>().data();
         std::copy(src, src + n, stacked.impl().array<T>().data() + m * n);
@@ -234,6 +235,7 @@ void set_member_values(const Tensor& stacked, size_t m, const Tensor& member) {
 void add_member_grad(const Tensor& stacked, size_t m, const Tensor& member) {
     const size_t n = member_row_size("add_member_grad", stacked, m, member);
     if (!stacked.impl().grad || !member.requires_grad()) return;
+    if (stacked.device() == Device::cuda) return device_add_member_grad(stacked, m, member);
     dispatch(member.dtype(), [&]<class T>() {
         const T* row = stacked.impl().grad->array<T>().data() + m * n;
         Array<T> grad = make_array<T>(member.shape());

@@ -103,7 +103,7 @@ private:
 // Stacked members (train.seeds): row m of a stacked leaf (members, ...) and one
 // member's own tensor of the row's shape. set_member_values copies the member's values
 // into the row; add_member_grad adds the row's gradient (if any) to the member's, as a
-// backward pass would. The cpu only.
+// backward pass would. Both on the cpu or both on the device.
 void set_member_values(const Tensor& stacked, size_t m, const Tensor& member);
 void add_member_grad(const Tensor& stacked, size_t m, const Tensor& member);
 

@@ -18,18 +18,18 @@ void embedding_backward(Context&, size_t, size_t, size_t, const int32_t*, const 
     refuse("embedding_backward");
 }
 void layer_norm_forward(Context&, size_t, size_t, const float*, const float*, const float*, float, float*, float*,
-                        float*) {
+                        float*, size_t) {
     refuse("layer_norm_forward");
 }
 void layer_norm_backward(Context&, size_t, size_t, const float*, const float*, const float*, const float*,
-                         const float*, float*, bool, float*, float*, float*) {
+                         const float*, float*, bool, float*, float*, float*, size_t) {
     refuse("layer_norm_backward");
 }
-void rms_norm_forward(Context&, size_t, size_t, const float*, const float*, float, float*, float*) {
+void rms_norm_forward(Context&, size_t, size_t, const float*, const float*, float, float*, float*, size_t) {
     refuse("rms_norm_forward");
 }
 void rms_norm_backward(Context&, size_t, size_t, const float*, const float*, const float*, const float*, float*, bool,
-                       float*, float*) {
+                       float*, float*, size_t) {
     refuse("rms_norm_backward");
 }
 void activation_forward(Context&, DeviceActivation, size_t, const float*, float*) { refuse("activation_forward"); }
@@ -60,6 +60,13 @@ void linear_forward(Context&, size_t, size_t, size_t, const float*, const float*
 void linear_backward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*, bool, float*,
                      float*, size_t) {
     refuse("linear_backward");
+}
+void linear_members_forward(Context&, size_t, size_t, size_t, size_t, const float*, const float*, const float*, float*) {
+    refuse("linear_members_forward");
+}
+void linear_members_backward(Context&, size_t, size_t, size_t, size_t, const float*, const float*, const float*, float*,
+                             bool, float*, float*) {
+    refuse("linear_members_backward");
 }
 void adam_update(Context&, size_t, size_t, float*, const float*, float*, float*, const AdamScalars&, const double*) {
     refuse("adam_update");

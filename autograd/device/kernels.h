@@ -37,25 +37,27 @@ void embedding_backward(Context& context, size_t B, size_t T, size_t D, const in
                         float* dE, float* dP);
 
 // ---- layer norm over the last axis (train_norm.cu) ---------------------------
+// Both norms take stacked members (train.seeds): with `members` K the rows are K
+// equal blocks and gamma, beta, w are (K, D), block m normalised with row m.
 
 // y = (x - mean) rstd gamma + beta per row of x (rows, D); mean, rstd (rows) kept for the backward.
 void layer_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* gamma, const float* beta,
-                        float eps, float* y, float* mean, float* rstd);
+                        float eps, float* y, float* mean, float* rstd, size_t members = 1);
 // dx (+)= rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dy gamma;
 // dgamma += sum over rows of dy xhat; dbeta += sum over rows of dy. scratch (rows, D).
 void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
-                         float* dgamma, float* dbeta, float* scratch);
+                         float* dgamma, float* dbeta, float* scratch, size_t members = 1);
 
 // ---- RMS norm over the last axis (train_norm.cu) -----------------------------
 
 // y = x rstd w per row, rstd = 1 / sqrt(mean(x^2) + eps) (rows) kept for the backward.
 void rms_norm_forward(Context& context, size_t rows, size_t D, const float* x, const float* w, float eps, float* y,
-                      float* rstd);
+                      float* rstd, size_t members = 1);
 // dx (+)= rstd (dxhat - xhat mean(dxhat xhat)), xhat = x rstd, dxhat = dy w;
 // dw += sum over rows of dy xhat. scratch (rows, D).
 void rms_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* w, const float* rstd,
-                       const float* dy, float* dx, bool accumulate, float* dw, float* scratch);
+                       const float* dy, float* dx, bool accumulate, float* dw, float* scratch, size_t members = 1);
 
 // ---- activations (train_nn.cu) ----------------------------------------------
 
@@ -148,6 +150,14 @@ void linear_forward(Context& context, size_t M, size_t N, size_t K, const float*
 // With groups: dx (+)= sum_g dy_g W_g, dW_g += dy_g^T x, db_g += column sums of dy_g (dy (G, M, N)).
 void linear_backward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* dy,
                      float* dx, bool accumulate, float* dW, float* db, size_t groups = 1);
+// Stacked members (train.seeds): K models' layers, each over its own block of rows:
+// x (K, M, K_in), W (K, N, K_in), b (K, N) or null, y (K, M, N), y_m = x_m W_m^T + b_m,
+// one batched GEMM for every member (each member's product at its solo sizes).
+void linear_members_forward(Context& context, size_t members, size_t M, size_t N, size_t K, const float* x,
+                            const float* W, const float* b, float* y);
+// dx_m (+)= dy_m W_m (skipped when dx is null); dW_m += dy_m^T x_m; db_m += column sums of dy_m (when not null).
+void linear_members_backward(Context& context, size_t members, size_t M, size_t N, size_t K, const float* x,
+                             const float* W, const float* dy, float* dx, bool accumulate, float* dW, float* db);
 
 // ---- the optimiser (train_optim.cu) ----------------------------------------------
 

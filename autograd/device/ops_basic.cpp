@@ -24,6 +24,43 @@ Tensor linear_device(const Tensor& x, const Tensor& weight, const Tensor& bias, 
     });
 }
 
+// Stacked members: block m of x's rows (member_rows[m] of them) through weight m
+// (K, out, in) and bias m. Equal blocks are one batched GEMM each way for every
+// member; blocks of different sizes take one GEMM each.
+Tensor linear_members_device(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const std::vector<size_t>& member_rows, const Shape& out_shape) {
+    const size_t members = weight.size(0), out_features = weight.size(1), in = weight.size(2);
+    const bool equal = std::all_of(member_rows.begin(), member_rows.end(), [&](size_t n) { return n == member_rows.front(); });
+    // each call's (first member, members, rows of each): one for equal blocks, else one per nonempty block
+    struct Call { size_t member, count, rows, first_row; };
+    std::vector<Call> calls;
+    if (equal) {
+        if (member_rows.front() > 0) calls.push_back({0, members, member_rows.front(), 0});
+    } else {
+        for (size_t m = 0, first = 0; m < members; first += member_rows[m], ++m)
+            if (member_rows[m] > 0) calls.push_back({m, 1, member_rows[m], first});
+    }
+    const auto weight_of = [=](auto* W, const Call& c) { return W + c.member * out_features * in; };
+    const auto bias_of = [=](auto* b, const Call& c) { return b ? b + c.member * out_features : b; };
+    Tensor out = device_tensor(out_shape);
+    for (const Call& c : calls)
+        device::linear_members_forward(device_context(), c.count, c.rows, out_features, in, device_in(x) + c.first_row * in,
+                                       weight_of(device_in(weight), c), bias_of(device_in(bias), c),
+                                       device_out(out) + c.first_row * out_features);
+    return record_device("linear", out, {x, weight, bias}, [=](const Tensor& g, const float*) {
+        // dX_m (+)= g_m W_m; dW_m += g_m^T X_m; db_m += column sums of g_m
+        const GradTarget gx = grad_target(x);
+        Tensor unwanted;
+        float* gw = grad_to_add_or_scratch(weight, unwanted);
+        float* gb = grad_to_add(bias);
+        for (const Call& c : calls)
+            device::linear_members_backward(device_context(), c.count, c.rows, out_features, in, device_in(x) + c.first_row * in,
+                                            weight_of(device_in(weight), c), device_in(g) + c.first_row * out_features,
+                                            gx ? gx.data + c.first_row * in : nullptr, gx.accumulate, weight_of(gw, c),
+                                            bias_of(gb, c));
+    });
+}
+
 namespace {
 
 // Whether projection j can join the run that projection i (= j - 1) ends: the

@@ -17,9 +17,10 @@ std::shared_ptr<device::DeviceBuffer> upload_shared(const void* values, size_t b
 
 }  // namespace
 
-// out (..., D) = weight[ids]; the backward scatter-adds into the rows used.
+// out (..., D) = weight[ids]; the backward scatter-adds into the rows used. Stacked
+// members' (K, V, D) weight is read as the (K V, D) table, ids offset already.
 Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& out_shape) {
-    const size_t n = ids.values.size(), D = weight.size(1);
+    const size_t n = ids.values.size(), D = weight.shape().back();
     const auto tokens = upload_shared(ids.values.data(), n * sizeof(int32_t));
     Tensor out = device_tensor(out_shape);
     device::embedding_forward(device_context(), 1, n, D, static_cast<const int32_t*>(tokens->data()), device_in(weight),
@@ -33,37 +34,42 @@ Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& o
 }
 
 // Over the last axis: (x - mean) rstd weight + bias; the kernel keeps mean and rstd per row.
-Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-    if (!weight.defined() || !bias.defined()) return composed::layer_norm(x, weight, bias, eps);  // the kernel takes both
+// Stacked members: `members` equal blocks of rows, block m through row m of weight and bias.
+Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, size_t members) {
+    if (!weight.defined() || !bias.defined()) {  // the kernel takes both
+        if (members > 1) fail("layer_norm", "stacked members on the device need both the weight and the bias");
+        return composed::layer_norm(x, weight, bias, eps);
+    }
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
     Tensor out = device_tensor(x.shape()), mean = device_tensor({rows}), rstd = device_tensor({rows});
     device::layer_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), device_in(bias), float(eps),
-                             device_out(out), device_out(mean), device_out(rstd));
-    return record_device("layer_norm", out, {x, weight, bias}, [x, weight, bias, mean, rstd, rows, D](const Tensor& g, const float*) {
+                             device_out(out), device_out(mean), device_out(rstd), members);
+    return record_device("layer_norm", out, {x, weight, bias}, [x, weight, bias, mean, rstd, rows, D, members](const Tensor& g, const float*) {
         Tensor unwanted_w, unwanted_b, unwanted_x;
         float* gw = grad_to_add_or_scratch(weight, unwanted_w);
         float* gb = grad_to_add_or_scratch(bias, unwanted_b);
         const GradTarget gx = grad_or_scratch(x, unwanted_x);
         const Tensor scratch = device_tensor(x.shape());
         device::layer_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(mean),
-                                  device_in(rstd), device_in(g), gx.data, gx.accumulate, gw, gb, device_out(scratch));
+                                  device_in(rstd), device_in(g), gx.data, gx.accumulate, gw, gb, device_out(scratch), members);
     });
 }
 
 // Over the last axis: x rstd weight, rstd = 1 / sqrt(mean(x^2) + eps) kept per row.
-Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps) {
-    if (!weight.defined()) return composed::rms_norm(x, weight, eps);  // the kernel takes a weight
+// Stacked members: `members` equal blocks of rows, block m scaled by row m of the weight.
+Tensor rms_norm_device(const Tensor& x, const Tensor& weight, double eps, size_t members) {
+    if (!weight.defined()) return composed::rms_norm(x, weight, eps);  // the kernel takes a weight (stacked: always)
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
     Tensor out = device_tensor(x.shape()), rstd = device_tensor({rows});
     device::rms_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), float(eps), device_out(out),
-                           device_out(rstd));
-    return record_device("rms_norm", out, {x, weight}, [x, weight, rstd, rows, D](const Tensor& g, const float*) {
+                           device_out(rstd), members);
+    return record_device("rms_norm", out, {x, weight}, [x, weight, rstd, rows, D, members](const Tensor& g, const float*) {
         Tensor unwanted_w, unwanted_x;
         float* gw = grad_to_add_or_scratch(weight, unwanted_w);
         const GradTarget gx = grad_or_scratch(x, unwanted_x);
         const Tensor scratch = device_tensor(x.shape());
         device::rms_norm_backward(device_context(), rows, D, device_in(x), device_in(weight), device_in(rstd), device_in(g),
-                                gx.data, gx.accumulate, gw, device_out(scratch));
+                                gx.data, gx.accumulate, gw, device_out(scratch), members);
     });
 }
 

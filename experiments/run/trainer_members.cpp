@@ -42,7 +42,8 @@ namespace {
 // whose stacked form is not written. Their members run on threads instead.
 std::string unstackable(const Config& c) {
     if (c.model.kind != "decoder") return "model.kind = \"" + c.model.kind + "\"";
-    if (c.train.device != "cpu") return "train.device = \"" + c.train.device + "\"";
+    if (c.train.device == "cuda" && c.model.norm_type == "layernorm" && !c.model.norm_bias)
+        return "model.norm_bias = false on the device";  // its kernel takes a bias
     if (c.train.reduce != "fast") return "train.reduce = \"" + c.train.reduce + "\"";
     if (c.model.dropout > 0 || c.model.attn_dropout > 0) return "dropout (model.dropout, model.attn_dropout)";
     if (c.model.norm_type == "scalenorm") return "model.norm_type = \"scalenorm\"";
@@ -74,6 +75,7 @@ public:
         Rng unused(0, 0);  // every value is overwritten by the members' before a pass
         model_ = std::make_unique<TaskModel>(config, trained, unused, nullptr);
         model_->module().stack_members(members.size());
+        if (config.train.device == "cuda") model_->module().to(Device::cuda);  // stacked on the cpu, then moved
         params_ = model_->module().named_parameters();
         const NamedTensors& own = own_.front();
         for (size_t i = 0; i < params_.size() && reason_.empty(); ++i) {

@@ -195,6 +195,25 @@ TEST_F(DevicePrimitives, CompositionsRunOnTheDevice) {
                           });
 }
 
+// Stacked members (train.seeds): the ops that read a member's own parameters, each
+// block of rows through its member's, on the device as on the CPU.
+TEST_F(DevicePrimitives, StackedMembersOpsAsTheCpuOnes) {
+    Rng rng(8);
+    expect_same_on_both("linear, 2 members of 6 rows", {random(rng, {4, 3, 8}), random(rng, {2, 6, 8}), random(rng, {2, 6})},
+                        [](const Inputs& t) { return linear(t[0], t[1], t[2]); });
+    expect_same_on_both("linear_members, blocks of 2, 0 and 3 rows, no bias", {random(rng, {5, 8}), random(rng, {3, 6, 8})},
+                        [](const Inputs& t) { return linear_members(t[0], t[1], Tensor(), {2, 0, 3}); });
+    expect_same_on_both("linear_members, blocks of 1, 4 and 0 rows", {random(rng, {5, 8}), random(rng, {3, 6, 8}), random(rng, {3, 6})},
+                        [](const Inputs& t) { return linear_members(t[0], t[1], t[2], {1, 4, 0}); });
+    const Indices ids({4, 2}, {0, 4, 4, 1, 2, 2, 0, 3});  // members 0 and 1: two sequences each
+    expect_same_on_both("embedding, 2 members' tables", {random(rng, {2, 5, 3})},
+                        [&](const Inputs& t) { return embedding(t[0], ids); });
+    expect_same_on_both("layer_norm, 2 members", {random(rng, {4, 3, 8}), random(rng, {2, 8}), random(rng, {2, 8})},
+                        [](const Inputs& t) { return layer_norm(t[0], t[1], t[2]); });
+    expect_same_on_both("rms_norm, 3 members", {random(rng, {6, 2, 8}), random(rng, {3, 8})},
+                        [](const Inputs& t) { return rms_norm(t[0], t[1]); });
+}
+
 // The scores of attention composed of separate ops take gradients on the
 // device (hook-replaced scores or patterns need them), under every mask kind.
 TEST_F(DevicePrimitives, AttentionScoresAndComposedAttentionTakeGradients) {

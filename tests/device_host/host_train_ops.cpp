@@ -28,65 +28,72 @@ void embedding_backward(Context& context, size_t B, size_t T, size_t D, const in
 }
 
 void layer_norm_forward(Context&, size_t rows, size_t D, const float* x, const float* gamma, const float* beta,
-                        float eps, float* y, float* mean, float* rstd) {
+                        float eps, float* y, float* mean, float* rstd, size_t members) {
+    const size_t per = std::max<size_t>(rows / members, 1);  // rows of each member
     for (size_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * D;
+        const float *xr = x + r * D, *gamma_r = gamma + r / per * D, *beta_r = beta + r / per * D;
         float mu = 0.0f, var = 0.0f;
         for (size_t c = 0; c < D; ++c) mu += xr[c];
         mu /= float(D);
         for (size_t c = 0; c < D; ++c) var += (xr[c] - mu) * (xr[c] - mu);
         const float inv = 1.0f / std::sqrt(var / float(D) + eps);
-        for (size_t c = 0; c < D; ++c) y[r * D + c] = (xr[c] - mu) * inv * gamma[c] + beta[c];
+        for (size_t c = 0; c < D; ++c) y[r * D + c] = (xr[c] - mu) * inv * gamma_r[c] + beta_r[c];
         mean[r] = mu;
         rstd[r] = inv;
     }
 }
 void layer_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* dy, float* dx, bool accumulate,
-                         float* dgamma, float* dbeta, float* scratch) {
+                         float* dgamma, float* dbeta, float* scratch, size_t members) {
+    const size_t per = rows / members;  // rows of each member
     for (size_t r = 0; r < rows; ++r) {
+        const float* gamma_r = gamma + r / per * D;
         float a = 0.0f, b = 0.0f;
         for (size_t c = 0; c < D; ++c) {
-            const float xhat = (x[r * D + c] - mean[r]) * rstd[r], dxhat = dy[r * D + c] * gamma[c];
+            const float xhat = (x[r * D + c] - mean[r]) * rstd[r], dxhat = dy[r * D + c] * gamma_r[c];
             a += dxhat;
             b += dxhat * xhat;
         }
         a /= float(D);
         b /= float(D);
         for (size_t c = 0; c < D; ++c) {
-            const float xhat = (x[r * D + c] - mean[r]) * rstd[r], dxhat = dy[r * D + c] * gamma[c];
+            const float xhat = (x[r * D + c] - mean[r]) * rstd[r], dxhat = dy[r * D + c] * gamma_r[c];
             const float g = rstd[r] * (dxhat - a - xhat * b);
             dx[r * D + c] = accumulate ? dx[r * D + c] + g : g;
             scratch[r * D + c] = dy[r * D + c] * xhat;
         }
     }
-    column_sums(context, rows, D, scratch, dgamma, true);
-    column_sums(context, rows, D, dy, dbeta, true);
+    column_sums(context, per, D, scratch, dgamma, true, members);
+    column_sums(context, per, D, dy, dbeta, true, members);
 }
 
 void rms_norm_forward(Context&, size_t rows, size_t D, const float* x, const float* w, float eps, float* y,
-                      float* rstd) {
+                      float* rstd, size_t members) {
+    const size_t per = std::max<size_t>(rows / members, 1);  // rows of each member
     for (size_t r = 0; r < rows; ++r) {
+        const float* w_r = w + r / per * D;
         float squares = 0.0f;
         for (size_t c = 0; c < D; ++c) squares += x[r * D + c] * x[r * D + c];
         rstd[r] = 1.0f / std::sqrt(squares / float(D) + eps);
-        for (size_t c = 0; c < D; ++c) y[r * D + c] = x[r * D + c] * rstd[r] * w[c];
+        for (size_t c = 0; c < D; ++c) y[r * D + c] = x[r * D + c] * rstd[r] * w_r[c];
     }
 }
 void rms_norm_backward(Context& context, size_t rows, size_t D, const float* x, const float* w, const float* rstd,
-                       const float* dy, float* dx, bool accumulate, float* dw, float* scratch) {
+                       const float* dy, float* dx, bool accumulate, float* dw, float* scratch, size_t members) {
+    const size_t per = rows / members;  // rows of each member
     for (size_t r = 0; r < rows; ++r) {
+        const float* w_r = w + r / per * D;
         float b = 0.0f;
-        for (size_t c = 0; c < D; ++c) b += dy[r * D + c] * w[c] * x[r * D + c] * rstd[r];
+        for (size_t c = 0; c < D; ++c) b += dy[r * D + c] * w_r[c] * x[r * D + c] * rstd[r];
         b /= float(D);
         for (size_t c = 0; c < D; ++c) {
             const float xhat = x[r * D + c] * rstd[r];
-            const float g = rstd[r] * (dy[r * D + c] * w[c] - xhat * b);
+            const float g = rstd[r] * (dy[r * D + c] * w_r[c] - xhat * b);
             dx[r * D + c] = accumulate ? dx[r * D + c] + g : g;
             scratch[r * D + c] = dy[r * D + c] * xhat;
         }
     }
-    column_sums(context, rows, D, scratch, dw, true);
+    column_sums(context, per, D, scratch, dw, true, members);
 }
 void activation_forward(Context&, DeviceActivation activation, size_t n, const float* x, float* y) {
     for (size_t e = 0; e < n; ++e)
@@ -203,6 +210,18 @@ void linear_backward(Context& context, size_t M, size_t N, size_t K, const float
                 dW[(g * N + n) * K + k] += sum;
             }
     if (db != nullptr) column_sums(context, M, N, dy, db, true, groups);
+}
+// Each member's block as linear_forward / linear_backward alone.
+void linear_members_forward(Context& context, size_t members, size_t M, size_t N, size_t K, const float* x,
+                            const float* W, const float* b, float* y) {
+    for (size_t g = 0; g < members; ++g)
+        linear_forward(context, M, N, K, x + g * M * K, W + g * N * K, b != nullptr ? b + g * N : nullptr, y + g * M * N);
+}
+void linear_members_backward(Context& context, size_t members, size_t M, size_t N, size_t K, const float* x,
+                             const float* W, const float* dy, float* dx, bool accumulate, float* dW, float* db) {
+    for (size_t g = 0; g < members; ++g)
+        linear_backward(context, M, N, K, x + g * M * K, W + g * N * K, dy + g * M * N, dx != nullptr ? dx + g * M * K : nullptr,
+                        accumulate, dW + g * N * K, db != nullptr ? db + g * N : nullptr);
 }
 
 void adam_update(Context&, size_t n, size_t n_decay, float* P, const float* G, float* M, float* V,
