@@ -214,6 +214,26 @@ __global__ void score_moments_kernel(AttentionDims s, const float* q, const floa
     }
 }
 
+
+// ---- stacked members' parameters: piece blockIdx.y, member m's row of it ----
+
+__global__ void members_to_stacked_kernel(size_t members, const size_t* table, const float* const* member_blocks,
+                                          float* stacked) {
+    const size_t* piece = table + 3 * size_t(blockIdx.y);
+    const size_t count = piece[2];
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < members * count; i += size_t(gridDim.x) * blockDim.x)
+        stacked[piece[0] + i] = member_blocks[i / count][piece[1] + i % count];
+}
+
+__global__ void stacked_to_members_kernel(size_t members, const size_t* table, const float* stacked,
+                                          float* const* member_blocks, bool accumulate) {
+    const size_t* piece = table + 3 * size_t(blockIdx.y);
+    const size_t count = piece[2];
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < members * count; i += size_t(gridDim.x) * blockDim.x) {
+        float& to = member_blocks[i / count][piece[1] + i % count];
+        to = accumulate ? to + stacked[piece[0] + i] : stacked[piece[0] + i];
+    }
+}
 }  // namespace
 
 void score_moments(Context& context, const AttentionDims& dims, const float* q, const float* k, const MaskView& mask,
@@ -319,6 +339,21 @@ void cross_entropy_forward_backward(Context& context, size_t M, size_t V, const 
     cross_entropy_kernel<<<row_grid(M), rows_per_block * 32, 0, context.stream()>>>(M, int(V), logits, targets, weight,
                                                                                      loss_rows, dlogits);
     check_launch("cross_entropy_forward_backward");
+}
+
+void members_to_stacked(Context& context, size_t members, size_t pieces, const size_t* table,
+                        const float* const* member_blocks, float* stacked) {
+    if (pieces == 0 || members == 0) return;
+    members_to_stacked_kernel<<<dim3(64, unsigned(pieces)), threads, 0, context.stream()>>>(members, table, member_blocks, stacked);
+    check_launch("members_to_stacked");
+}
+
+void stacked_to_members(Context& context, size_t members, size_t pieces, const size_t* table, const float* stacked,
+                        float* const* member_blocks, bool accumulate) {
+    if (pieces == 0 || members == 0) return;
+    stacked_to_members_kernel<<<dim3(64, unsigned(pieces)), threads, 0, context.stream()>>>(members, table, stacked,
+                                                                                        member_blocks, accumulate);
+    check_launch("stacked_to_members");
 }
 
 }  // namespace attnlab::device

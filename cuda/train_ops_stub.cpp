@@ -75,5 +75,9 @@ void sgd_update(Context&, size_t, float*, const float*, float*, const SgdScalars
     refuse("sgd_update");
 }
 void fill_zero(Context&, void*, size_t) { refuse("fill_zero"); }
+void members_to_stacked(Context&, size_t, size_t, const size_t*, const float* const*, float*) { refuse("members_to_stacked"); }
+void stacked_to_members(Context&, size_t, size_t, const size_t*, const float*, float* const*, bool) {
+    refuse("stacked_to_members");
+}
 
 }  // namespace attnlab::device

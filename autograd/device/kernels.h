@@ -193,6 +193,21 @@ struct SgdScalars {
 void sgd_update(Context& context, size_t n, float* P, const float* G, float* velocity, const SgdScalars& scalars,
                 const double* stats);
 
+// ---- stacked members' parameters (train_nn.cu) ------------------------------------
+
+// The K members' own parameters and a stacked model's rows of them (train.seeds),
+// one launch each way for every parameter. Every member's parameters lie in a
+// block of its own at the same offsets; piece p (of `pieces`) is table[3p + 2]
+// floats at member offset table[3p + 1], and member m's row of it sits at
+// stacked offset table[3p] + m table[3p + 2]. table and members (K block
+// pointers) are on the device.
+//   members_to_stacked:  stacked rows = the members' values;
+//   stacked_to_members:  the members' values (+)= the stacked rows (gradients back).
+void members_to_stacked(Context& context, size_t members, size_t pieces, const size_t* table,
+                        const float* const* member_blocks, float* stacked);
+void stacked_to_members(Context& context, size_t members, size_t pieces, const size_t* table, const float* stacked,
+                        float* const* member_blocks, bool accumulate);
+
 // bytes of device memory set to zero, queued on the stream
 void fill_zero(Context& context, void* data, size_t bytes);
 

@@ -28,6 +28,7 @@
 #include <mutex>
 
 #include "autograd/cpu/threads.h"
+#include "autograd/member_rows.h"
 #include "autograd/ops.h"
 #include "experiments/run/load_checkpoint.h"
 #include "experiments/files/run_files.h"
@@ -86,15 +87,14 @@ public:
             else if (name.ends_with(".sink") || name.ends_with(".rel_bias")) reason_ = "the learned attention variant " + name;
         }
         if (params_.size() != own.size() && reason_.empty()) reason_ = "the parameter list";
+        if (reason_.empty()) rows_ = std::make_unique<MemberRows>(params_, own_);
     }
     const std::string& reason() const { return reason_; }
 
     // One forward and backward of every member's batch (each with a counted position,
     // all of one shape): their losses; their gradients added to theirs.
     std::vector<double> step(const std::vector<const Batch*>& batches) {
-        const size_t K = batches.size();
-        for (size_t m = 0; m < K; ++m)
-            for (size_t i = 0; i < params_.size(); ++i) set_member_values(params_[i].second, m, own_[m][i].second);
+        rows_->set_values();
         const Tensor logits = model_->forward_counted(side_by_side(batches), nullptr);  // (N, V), member by member
         std::vector<Tensor> losses;
         Tensor total;
@@ -106,8 +106,7 @@ public:
             first += n;
         }
         total.backward();  // each member's loss seeded with 1, as its own backward would be
-        for (size_t m = 0; m < K; ++m)
-            for (size_t i = 0; i < params_.size(); ++i) add_member_grad(params_[i].second, m, own_[m][i].second);
+        rows_->add_grads();
         model_->module().zero_grad();
         std::vector<double> out;
         for (const Tensor& l : losses) out.push_back(l.item());
@@ -118,6 +117,7 @@ private:
     std::vector<NamedTensors> own_;  // each member's parameters, in the stacked model's order
     std::unique_ptr<TaskModel> model_;
     NamedTensors params_;
+    std::unique_ptr<MemberRows> rows_;  // the members' values in, their gradients out
     std::string reason_;
 };
 

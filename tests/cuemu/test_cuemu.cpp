@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "attention_reference.h"
 #include "cuda_runtime.h"
 #include "autograd/device/context.h"
+#include "autograd/member_rows.h"
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "cuemu.h"
@@ -209,6 +212,88 @@ TEST(CuemuWork, OneTrainingStepOfAFourLayerDecoder) {
                 kernels, gemms, memsets, device_copies, total, after.copies_in - before.copies_in,
                 after.copies_out - before.copies_out);
     EXPECT_LE(total, 172);
+}
+
+// train.seeds_mode = "stacked" on the device: what one step of eight members of
+// that decoder queues when one stacked model runs their pass (the members' values
+// in and gradients out one launch each, MemberRows; each member's loss, clipping
+// and AdamW its own), against eight members stepping in turn.
+TEST(CuemuWork, EightStackedMembersShareTheirPass) {
+    constexpr size_t K = 8, B = 2, T = 16;
+    ModelConfig c;
+    c.vocab = 16;
+    c.layers = 4;
+    c.max_len = 16;
+    c.block.attention.width = 32;
+    c.block.attention.heads = 4;
+    c.block.ffn = 64;
+    Rng data(2);
+    std::vector<std::unique_ptr<DecoderLM>> members;
+    std::vector<std::unique_ptr<Optimizer>> optimizers;
+    std::vector<NamedTensors> own;
+    for (size_t m = 0; m < K; ++m) {
+        Rng init(10 + m);
+        members.push_back(std::make_unique<DecoderLM>(c, init, nullptr));
+        members.back()->to(Device::cuda);
+        own.push_back(members.back()->named_parameters());
+        optimizers.push_back(make_adamw(own.back(), 1e-3));
+    }
+    Rng unused(0);
+    DecoderLM stacked(c, unused, nullptr);
+    stacked.stack_members(K);
+    stacked.to(Device::cuda);
+    const MemberRows rows(stacked.named_parameters(), own);
+    ASSERT_TRUE(rows.one_launch());
+    std::vector<int32_t> tokens(K * B * T), targets(K * B * T);
+    for (int32_t& t : tokens) t = int32_t(data.integer(0, 16));
+    for (int32_t& t : targets) t = int32_t(data.integer(0, 16));
+    std::vector<size_t> lengths;
+    for (size_t i = 0; i < K; ++i) lengths.insert(lengths.end(), {16, 12});
+    const auto member_batch = [&](const std::vector<int32_t>& v, size_t m) {
+        return Indices({B, T}, std::vector<int32_t>(v.begin() + m * B * T, v.begin() + (m + 1) * B * T));
+    };
+    const auto update = [&](size_t m) {
+        EXPECT_TRUE(std::isfinite(clip_grad_norm(own[m], 1.0)));
+        optimizers[m]->step();
+        optimizers[m]->zero_grad();
+    };
+    const auto in_turn = [&] {
+        for (size_t m = 0; m < K; ++m) {
+            Tensor loss = cross_entropy(members[m]->forward(member_batch(tokens, m), {16, 12}), member_batch(targets, m));
+            EXPECT_TRUE(std::isfinite(loss.item()));
+            loss.backward();
+            update(m);
+        }
+    };
+    const auto together = [&] {
+        rows.set_values();
+        const Tensor logits = stacked.forward(Indices({K * B, T}, tokens), lengths);  // (K B, T, V)
+        Tensor total;
+        for (size_t m = 0; m < K; ++m) {
+            const Tensor loss = cross_entropy(slice(logits, 0, m * B, (m + 1) * B), member_batch(targets, m));
+            EXPECT_TRUE(std::isfinite(loss.item()));
+            total = total.defined() ? total + loss : loss;
+        }
+        total.backward();
+        rows.add_grads();
+        stacked.zero_grad();
+        for (size_t m = 0; m < K; ++m) update(m);
+    };
+    const auto count = [](const std::function<void()>& step, const char* what) {
+        step();  // the first also makes the gradients' homes
+        const long launches_before = cuemu::launches();
+        const cuemu::WorkCounts before = cuemu::work_counts();
+        step();
+        const cuemu::WorkCounts after = cuemu::work_counts();
+        const long kernels = cuemu::launches() - launches_before, gemms = after.gemms - before.gemms,
+                   others = after.memsets - before.memsets + after.device_copies - before.device_copies;
+        std::printf("eight members %s: %ld kernels + %ld GEMMs + %ld memsets and device copies = %ld; %ld copies in, %ld out\n",
+                    what, kernels, gemms, others, kernels + gemms + others, after.copies_in - before.copies_in,
+                    after.copies_out - before.copies_out);
+        return kernels + gemms + others;
+    };
+    const long apart = count(in_turn, "in turn"), shared = count(together, "stacked");
+    EXPECT_LT(3 * shared, apart);
 }
 
 }  // namespace

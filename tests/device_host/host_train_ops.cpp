@@ -255,4 +255,22 @@ void sgd_update(Context&, size_t n, float* P, const float* G, float* velocity, c
 
 void fill_zero(Context&, void* data, size_t bytes) { std::memset(data, 0, bytes); }
 
+void members_to_stacked(Context&, size_t members, size_t pieces, const size_t* table, const float* const* member_blocks,
+                        float* stacked) {
+    for (size_t p = 0; p < pieces; ++p) {
+        const size_t *piece = table + 3 * p, count = piece[2];
+        for (size_t i = 0; i < members * count; ++i) stacked[piece[0] + i] = member_blocks[i / count][piece[1] + i % count];
+    }
+}
+void stacked_to_members(Context&, size_t members, size_t pieces, const size_t* table, const float* stacked,
+                        float* const* member_blocks, bool accumulate) {
+    for (size_t p = 0; p < pieces; ++p) {
+        const size_t *piece = table + 3 * p, count = piece[2];
+        for (size_t i = 0; i < members * count; ++i) {
+            float& to = member_blocks[i / count][piece[1] + i % count];
+            to = accumulate ? to + stacked[piece[0] + i] : stacked[piece[0] + i];
+        }
+    }
+}
+
 }  // namespace attnlab::device
