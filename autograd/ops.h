@@ -83,7 +83,8 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 // Where mask is true, the result is `value`; elsewhere x. Mask broadcasts to x.
 Tensor masked_fill(const Tensor& x, const Mask& mask, double value);
 // weight (V,D), ids (...) -> (..., D). Backward scatter-adds into the rows used.
-// Stacked members (K, V, D): ids' leading axis in K equal blocks, block m reading table m.
+// Stacked members (K, V, D): ids' leading axis in K equal blocks, block m reading table m
+// (on the device: the (K V, D) table, each id offset by its member's m V).
 Tensor embedding(const Tensor& weight, const Indices& ids);
 // Over the last axis; weight and bias (D) may be undefined. Both norms take stacked
 // members' (K, D) too: the rows (leading axes flattened) in K equal blocks, block m

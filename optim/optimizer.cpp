@@ -28,13 +28,15 @@ Tensor zeros_like(const Tensor& p) { return Tensor::zeros(p.shape(), p.dtype());
 
 }  // namespace
 
-void Optimizer::zero_grad() {
-    if (on_device(params_)) return device_zero_grad(params_);
-    for (auto& [name, p] : params_) {
+void zero_grad(const NamedTensors& params) {
+    if (on_device(params)) return device_zero_grad(params);
+    for (auto& [name, p] : params) {
         Tensor handle = p;
         handle.zero_grad();
     }
 }
+
+void Optimizer::zero_grad() { attnlab::zero_grad(params_); }
 
 SGD::SGD(NamedTensors params, double lr_, double momentum_, bool nesterov_, double weight_decay_)
     : Optimizer(std::move(params), lr_), momentum(momentum_), weight_decay(weight_decay_), nesterov(nesterov_) {

@@ -75,6 +75,10 @@ std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1 = 
 
 // Scales every gradient by min(1, max_norm / total_norm); returns total_norm (before clipping).
 double clip_grad_norm(const NamedTensors& params, double max_norm);
+// Every parameter's gradient zeroed: on the cpu dropped (Tensor::zero_grad); on the
+// device its slot of the flat gradient block, zeroed in one launch per contiguous
+// run, which the next backward adds into (what Optimizer::zero_grad does).
+void zero_grad(const NamedTensors& params);
 
 // Learning rate at a step: linear warm-up from 0 over `warmup` steps, then
 // constant, or a linear or cosine decay from base_lr to min_lr at `total` steps

@@ -439,7 +439,7 @@ std::vector<Field> make_fields() {
         text_list(KEY(train, freeze), "[\"pattern\", ...]", non_empty, "parameters the optimiser leaves at their initial values: names or globs (blocks.0.attn.*)"),
         boolean(KEY(train, head_scores), "at each evaluation, every head's previous-token, duplicate-token and induction scores on a fixed repeated-token batch (decoder models)"),
         integer_list(KEY(train, seeds), between(0, 9.2e18), 256, "train the runs at run.seed = each of these in one process, side by side (their folders <run>/<i>_run.seed=<s>, as a sweep's); [] = one run at run.seed"),
-        choice(KEY(train, seeds_mode), {"threads", "stacked"}, "train.seeds: each member's step on a thread of its own, or one stacked model over every member (one pass a step; slower on the cpu at the sizes measured, bench/RESULTS.md)"),
+        choice(KEY(train, seeds_mode), {"threads", "stacked"}, "train.seeds: each member's step on a thread of its own, or one stacked model over every member (one pass a step, its launches shared on the device; slower on the cpu at the sizes measured, bench/RESULTS.md)"),
 
         choice(KEY(optim, name), {"adamw", "adam", "sgd"}, "optimiser (torch.optim's update rules)"),
         number(KEY(optim, lr), above(0), "peak learning rate"),

@@ -15,9 +15,15 @@
 //            parameters along a leading axis and reads their batches side by
 //            side, each member's block through the GEMMs and reductions of its
 //            solo run at its solo sizes (autograd/ops.h); its gradients go back
-//            to the members, which clip and update as alone. Steps that log, and
-//            steps whose batches differ in padded width, run as in threads.
-// Either way a member's files are its solo run's, bit for bit (tests/cli/test_seeds.py).
+//            to the members (MemberRows), which clip and update as alone. Steps
+//            that log, and steps whose batches differ in padded width, run as in
+//            threads. On the device the members share each kernel of the pass
+//            (the GEMMs batched over them), and the members' values go in and
+//            their gradients out in one launch each way.
+// On the cpu a member's files are its solo run's, bit for bit (tests/cli/test_seeds.py);
+// on the device, stacked, to float32 rounding (a solo pass sums attention's q, k and
+// v input gradients in one grouped product, the stacked pass in three:
+// DeviceTrainer.StackedSeedsShareEachPassAndTrainAsTheirSoloRuns).
 #include "experiments/run/trainer.h"
 #include "experiments/run/trainer_state.h"
 
@@ -32,6 +38,7 @@
 #include "autograd/ops.h"
 #include "experiments/run/load_checkpoint.h"
 #include "experiments/files/run_files.h"
+#include "optim/optimizer.h"
 
 namespace fs = std::filesystem;
 
@@ -76,7 +83,8 @@ public:
         Rng unused(0, 0);  // every value is overwritten by the members' before a pass
         model_ = std::make_unique<TaskModel>(config, trained, unused, nullptr);
         model_->module().stack_members(members.size());
-        if (config.train.device == "cuda") model_->module().to(Device::cuda);  // stacked on the cpu, then moved
+        on_device_ = config.train.device == "cuda";
+        if (on_device_) model_->module().to(Device::cuda);  // stacked on the cpu, then moved
         params_ = model_->module().named_parameters();
         const NamedTensors& own = own_.front();
         for (size_t i = 0; i < params_.size() && reason_.empty(); ++i) {
@@ -94,6 +102,7 @@ public:
     // One forward and backward of every member's batch (each with a counted position,
     // all of one shape): their losses; their gradients added to theirs.
     std::vector<double> step(const std::vector<const Batch*>& batches) {
+        if (on_device_) zero_grad(params_);  // every gradient its zeroed home: one memset, not one per gradient written
         rows_->set_values();
         const Tensor logits = model_->forward_counted(side_by_side(batches), nullptr);  // (N, V), member by member
         std::vector<Tensor> losses;
@@ -107,7 +116,7 @@ public:
         }
         total.backward();  // each member's loss seeded with 1, as its own backward would be
         rows_->add_grads();
-        model_->module().zero_grad();
+        if (!on_device_) model_->module().zero_grad();
         std::vector<double> out;
         for (const Tensor& l : losses) out.push_back(l.item());
         return out;
@@ -118,6 +127,7 @@ private:
     std::unique_ptr<TaskModel> model_;
     NamedTensors params_;
     std::unique_ptr<MemberRows> rows_;  // the members' values in, their gradients out
+    bool on_device_ = false;
     std::string reason_;
 };
 

@@ -217,7 +217,10 @@ TEST(CuemuWork, OneTrainingStepOfAFourLayerDecoder) {
 // train.seeds_mode = "stacked" on the device: what one step of eight members of
 // that decoder queues when one stacked model runs their pass (the members' values
 // in and gradients out one launch each, MemberRows; each member's loss, clipping
-// and AdamW its own), against eight members stepping in turn.
+// and AdamW its own), against eight members stepping in turn. Measured
+// (2026-12-06): in turn 896 kernels + 472 GEMMs + 8 memsets = 1376; stacked 193
+// kernels + 75 GEMMs + 10 memsets and device copies = 278 (4.9x fewer), copies in
+// 40 against 20. The bound keeps it from growing.
 TEST(CuemuWork, EightStackedMembersShareTheirPass) {
     constexpr size_t K = 8, B = 2, T = 16;
     ModelConfig c;
@@ -265,7 +268,9 @@ TEST(CuemuWork, EightStackedMembersShareTheirPass) {
             update(m);
         }
     };
+    const NamedTensors stacked_params = stacked.named_parameters();
     const auto together = [&] {
+        zero_grad(stacked_params);  // as StackedMembers::step: the gradients' homes zeroed, one memset
         rows.set_values();
         const Tensor logits = stacked.forward(Indices({K * B, T}, tokens), lengths);  // (K B, T, V)
         Tensor total;
@@ -276,7 +281,6 @@ TEST(CuemuWork, EightStackedMembersShareTheirPass) {
         }
         total.backward();
         rows.add_grads();
-        stacked.zero_grad();
         for (size_t m = 0; m < K; ++m) update(m);
     };
     const auto count = [](const std::function<void()>& step, const char* what) {
@@ -293,7 +297,8 @@ TEST(CuemuWork, EightStackedMembersShareTheirPass) {
         return kernels + gemms + others;
     };
     const long apart = count(in_turn, "in turn"), shared = count(together, "stacked");
-    EXPECT_LT(3 * shared, apart);
+    EXPECT_LE(shared, 278);
+    EXPECT_LT(4 * shared, apart);
 }
 
 }  // namespace
