@@ -10,7 +10,8 @@
 # initcheck on three flash cases; the edge shapes; the device ops and one step;
 # the kernels' resource table), then all CUDA tests (gtest JSON into OUTDIR), a smoke run
 # of the attnlab CLI, the default experiment trained with train.device = "cuda"
-# and on the CPU (runs/, train_default_*.log), then the benchmarks (ours: bench_attnlab.jsonl; torch
+# and on the CPU (runs/, train_default_*.log), eight seeds of it on the device in
+# turn and stacked (train_seeds_*.log), then the benchmarks (ours: bench_attnlab.jsonl; torch
 # SDPA: bench_sdpa.jsonl) and prints the table (table.md), then training steps
 # of the toy decoders (train_gpu.jsonl, train_table.md). A few minutes.
 # Exit status: 0 when every step passed; 1 when a test failed, no device was
@@ -132,6 +133,21 @@ for device in cuda cpu; do
     echo "gpu_check: attnlab train train.device=$device FAILED"
     status=1
   fi
+done
+
+# train.seeds on the device: eight members of the default experiment (300 steps)
+# taking turns, then stacked (one pass a step for all of them, launches shared):
+# wall time of each group and each member's summary line (the two modes' eval
+# losses agree to float32 rounding).
+echo "== attnlab train, train.device = cuda, train.seeds = 8 members: in turn, then stacked"
+for mode in threads stacked; do
+  started=$SECONDS
+  timeout 300 env LD_LIBRARY_PATH="$ours_path" "$here/bin/attnlab" train run.out_dir="$out/runs" \
+    run.name="seeds-$mode" train.device=cuda "train.seeds=[0,1,2,3,4,5,6,7]" train.seeds_mode="$mode" \
+    train.steps=300 2>&1 | tee "$out/train_seeds_$mode.log" | grep -E '^run |steps stacked'
+  rc=${PIPESTATUS[0]}
+  echo "gpu_check: train.seeds_mode = $mode on the device: $((SECONDS - started)) s for 8 members (exit $rc)"
+  ((rc == 0)) || { echo "gpu_check: attnlab train train.seeds_mode=$mode on the device FAILED"; status=1; }
 done
 
 # The analysis commands on the device (--device cuda) against the same on the
