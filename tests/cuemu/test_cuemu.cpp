@@ -164,6 +164,18 @@ INSTANTIATE_TEST_SUITE_P(
                             "[cuda] dense_attention_backward"}),
     [](const ::testing::TestParamInfo<Fault>& info) { return std::string(info.param.faulting_kernel); });
 
+// The decoder whose steps CuemuWork counts: 4 pre-norm layers, width 32, 4 heads, vocabulary 16.
+ModelConfig four_layer_decoder() {
+    ModelConfig c;
+    c.vocab = 16;
+    c.layers = 4;
+    c.max_len = 16;
+    c.block.attention.width = 32;
+    c.block.attention.heads = 4;
+    c.block.ffn = 64;
+    return c;
+}
+
 // What one training step of a 4-layer pre-norm decoder (the one model moved
 // with Module::to, as train.device = "cuda" runs it: forward with key padding,
 // the loss read back, backward, clipping by the global norm, AdamW, zeroed
@@ -176,13 +188,7 @@ INSTANTIATE_TEST_SUITE_P(
 // out). Each attention's q, k and v are one batched GEMM each way (linears);
 // with three projections apart it was 204. The bound keeps it from growing.
 TEST(CuemuWork, OneTrainingStepOfAFourLayerDecoder) {
-    ModelConfig c;
-    c.vocab = 16;
-    c.layers = 4;
-    c.max_len = 16;
-    c.block.attention.width = 32;
-    c.block.attention.heads = 4;
-    c.block.ffn = 64;
+    const ModelConfig c = four_layer_decoder();
     Rng init(1), data(2);
     DecoderLM model(c, init, nullptr);
     model.to(Device::cuda);
@@ -223,13 +229,7 @@ TEST(CuemuWork, OneTrainingStepOfAFourLayerDecoder) {
 // 40 against 20. The bound keeps it from growing.
 TEST(CuemuWork, EightStackedMembersShareTheirPass) {
     constexpr size_t K = 8, B = 2, T = 16;
-    ModelConfig c;
-    c.vocab = 16;
-    c.layers = 4;
-    c.max_len = 16;
-    c.block.attention.width = 32;
-    c.block.attention.heads = 4;
-    c.block.ffn = 64;
+    const ModelConfig c = four_layer_decoder();
     Rng data(2);
     std::vector<std::unique_ptr<DecoderLM>> members;
     std::vector<std::unique_ptr<Optimizer>> optimizers;
