@@ -36,10 +36,12 @@ Tensor embedding_device(const Tensor& weight, const Indices& ids, const Shape& o
 // Over the last axis: (x - mean) rstd weight + bias; the kernel keeps mean and rstd per row.
 // Stacked members: `members` equal blocks of rows, block m through row m of weight and bias.
 Tensor layer_norm_device(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, size_t members) {
-    if (!weight.defined() || !bias.defined()) {  // the kernel takes both
-        if (members > 1) fail("layer_norm", "stacked members on the device need both the weight and the bias");
-        return composed::layer_norm(x, weight, bias, eps);
+    if (members > 1 && weight.defined() && !bias.defined()) {  // the kernel takes a bias: zeros, wanting no gradient
+        const Tensor zeros = device_tensor(weight.shape());
+        device::fill_zero(device_context(), device_out(zeros), zeros.numel() * sizeof(float));
+        return layer_norm_device(x, weight, zeros, eps, members);
     }
+    if (!weight.defined() || !bias.defined()) return composed::layer_norm(x, weight, bias, eps);  // the kernel takes both
     const size_t D = x.shape().back(), rows = x.numel() / std::max<size_t>(D, 1);
     Tensor out = device_tensor(x.shape()), mean = device_tensor({rows}), rstd = device_tensor({rows});
     device::layer_norm_forward(device_context(), rows, D, device_in(x), device_in(weight), device_in(bias), float(eps),

@@ -50,8 +50,6 @@ namespace {
 // whose stacked form is not written. Their members run on threads instead.
 std::string unstackable(const Config& c) {
     if (c.model.kind != "decoder") return "model.kind = \"" + c.model.kind + "\"";
-    if (c.train.device == "cuda" && c.model.norm_type == "layernorm" && !c.model.norm_bias)
-        return "model.norm_bias = false on the device";  // its kernel takes a bias
     if (c.train.reduce != "fast") return "train.reduce = \"" + c.train.reduce + "\"";
     if (c.model.dropout > 0 || c.model.attn_dropout > 0) return "dropout (model.dropout, model.attn_dropout)";
     if (c.model.norm_type == "scalenorm") return "model.norm_type = \"scalenorm\"";

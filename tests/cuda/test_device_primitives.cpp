@@ -210,6 +210,8 @@ TEST_F(DevicePrimitives, StackedMembersOpsAsTheCpuOnes) {
                         [&](const Inputs& t) { return embedding(t[0], ids); });
     expect_same_on_both("layer_norm, 2 members", {random(rng, {4, 3, 8}), random(rng, {2, 8}), random(rng, {2, 8})},
                         [](const Inputs& t) { return layer_norm(t[0], t[1], t[2]); });
+    expect_same_on_both("layer_norm, 2 members, no bias", {random(rng, {4, 3, 8}), random(rng, {2, 8})},
+                        [](const Inputs& t) { return layer_norm(t[0], t[1], Tensor()); });
     expect_same_on_both("rms_norm, 3 members", {random(rng, {6, 2, 8}), random(rng, {3, 8})},
                         [](const Inputs& t) { return rms_norm(t[0], t[1]); });
 }

@@ -88,6 +88,15 @@ double largest_difference(const NamedTensors& a, const NamedTensors& b, const st
     return 0;
 }
 
+// The folders a train.seeds group wrote, one per member, in the members' order.
+std::vector<fs::path> member_folders(const fs::path& group) {
+    std::vector<fs::path> folders;
+    for (const auto& entry : fs::directory_iterator(group))
+        if (entry.is_directory()) folders.push_back(entry.path());
+    std::sort(folders.begin(), folders.end());
+    return folders;
+}
+
 // Skipped without a device; the trainer makes its own Context.
 using DeviceTrainer = cuda_test::DeviceTest;
 
@@ -202,10 +211,7 @@ TEST_F(DeviceTrainer, StackedSeedsShareEachPassAndTrainAsTheirSoloRuns) {
     std::smatch stacked;  // all but the log steps and those whose members' batches differ in padded width
     ASSERT_TRUE(std::regex_search(said, stacked, std::regex("train\\.seeds: (\\d+) of 60 steps stacked"))) << said;
     EXPECT_GE(std::stoi(stacked[1]), 50) << said;
-    std::vector<fs::path> folders;
-    for (const auto& entry : fs::directory_iterator(root.path() / "group"))
-        if (entry.is_directory()) folders.push_back(entry.path());
-    std::sort(folders.begin(), folders.end());
+    const std::vector<fs::path> folders = member_folders(root.path() / "group");
     ASSERT_EQ(folders.size(), 3u);
     for (size_t m = 0; m < 3; ++m) {
         const std::string seed = std::to_string(5 + m);
@@ -226,6 +232,24 @@ TEST_F(DeviceTrainer, StackedSeedsShareEachPassAndTrainAsTheirSoloRuns) {
         EXPECT_LT(param_gap, 1e-4) << "seed " << seed;
         EXPECT_LT(moment_gap, 1e-4) << "seed " << seed;
     }
+}
+
+// LayerNorm without a bias stacks on the device too (its kernel reads zeros), to rounding.
+TEST_F(DeviceTrainer, StackedSeedsWithoutNormBiasesStackOnTheDevice) {
+    static const test::TempDir root("attnlab_device_seeds_");
+    const Config config = short_run("cuda", {"train.seeds=[1,2]", "train.seeds_mode=stacked", "model.norm_bias=false", "train.steps=20"});
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(Trainer::train_members(config, (root.path() / "group").string()), 0);
+    const std::string said = testing::internal::GetCapturedStderr();
+    std::smatch stacked;
+    ASSERT_TRUE(std::regex_search(said, stacked, std::regex("train\\.seeds: (\\d+) of 20 steps stacked"))) << said;
+    EXPECT_GE(std::stoi(stacked[1]), 10) << said;
+    const std::vector<fs::path> folders = member_folders(root.path() / "group");
+    ASSERT_EQ(folders.size(), 2u);
+    const Finished member = read_run(folders[1], {});
+    const Finished solo = train("cuda", {}, {"run.seed=2", "model.norm_bias=false", "train.steps=20"});
+    ASSERT_EQ(member.loss.size(), solo.loss.size());
+    for (size_t i = 0; i < solo.loss.size(); ++i) EXPECT_NEAR(member.loss[i], solo.loss[i], 1e-4) << "log row " << i;
 }
 
 }  // namespace
