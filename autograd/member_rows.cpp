@@ -23,11 +23,9 @@ std::optional<size_t> offset_in(const TensorImpl& impl, const device::DeviceBuff
 // offsets in the gradient blocks.
 struct MemberRows::Device {
     size_t pieces = 0;
-    std::vector<size_t> member_offsets;
-    device::DeviceBuffer table, value_blocks, grad_blocks;  // sizes, and K pointers each
+    device::DeviceBuffer table, value_blocks, grad_blocks;  // the offsets, and the members' K block pointers each way
     float* stacked_values = nullptr;
     float* stacked_grads = nullptr;
-    std::vector<float*> member_grads;  // each member's gradient block
 };
 
 MemberRows::MemberRows(NamedTensors stacked, std::vector<NamedTensors> members)
@@ -46,8 +44,6 @@ MemberRows::MemberRows(NamedTensors stacked, std::vector<NamedTensors> members)
     auto plan = std::make_unique<Device>();
     const auto block_of = [](const Tensor& t) { return t.impl().device_block.get(); };
     const auto grad_block_of = [](const Tensor& t) { return t.impl().grad_home ? t.impl().grad_home->device_block.get() : nullptr; };
-    const TensorImpl& s0 = stacked_.front().second.impl();
-    if (!s0.grad_home) return;
     std::vector<size_t> table;
     for (size_t i = 0; i < stacked_.size(); ++i) {
         const Tensor& s = stacked_[i].second;
@@ -64,14 +60,15 @@ MemberRows::MemberRows(NamedTensors stacked, std::vector<NamedTensors> members)
         table.insert(table.end(), {*at, *own, members_[0][i].second.numel()});
     }
     std::vector<const float*> values;
+    std::vector<float*> grads;
     for (const NamedTensors& member : members_) {
         values.push_back(block_of(member.front().second)->floats());
-        plan->member_grads.push_back(grad_block_of(member.front().second)->floats());
+        grads.push_back(grad_block_of(member.front().second)->floats());
     }
     plan->pieces = stacked_.size();
     plan->table = upload(table.data(), table.size() * sizeof(size_t));
     plan->value_blocks = upload(values.data(), values.size() * sizeof(float*));
-    plan->grad_blocks = upload(plan->member_grads.data(), plan->member_grads.size() * sizeof(float*));
+    plan->grad_blocks = upload(grads.data(), grads.size() * sizeof(float*));
     plan->stacked_values = block_of(stacked_.front().second)->floats();
     plan->stacked_grads = grad_block_of(stacked_.front().second)->floats();
     device_ = std::move(plan);
@@ -104,10 +101,9 @@ void MemberRows::add_grads() const {
             together = p.requires_grad && (!has || p.grad == p.grad_home) && accumulate.value_or(has) == has;
             accumulate = has;
         }
-    if (together)
+    if (together) {
         for (const NamedTensors& member : members_)
             for (const auto& [name, p] : member) grad_target(p);  // each gradient now its home
-    if (together) {
         device::stacked_to_members(device_context(), members_.size(), device_->pieces, static_cast<const size_t*>(device_->table.data()),
                                    device_->stacked_grads, static_cast<float* const*>(device_->grad_blocks.data()), *accumulate);
         return;

@@ -214,22 +214,20 @@ __global__ void score_moments_kernel(AttentionDims s, const float* q, const floa
     }
 }
 
-
 // ---- stacked members' parameters: piece blockIdx.y, member m's row of it ----
 
 __global__ void members_to_stacked_kernel(size_t members, const size_t* table, const float* const* member_blocks,
                                           float* stacked) {
     const size_t* piece = table + 3 * size_t(blockIdx.y);
     const size_t count = piece[2];
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < members * count; i += size_t(gridDim.x) * blockDim.x)
-        stacked[piece[0] + i] = member_blocks[i / count][piece[1] + i % count];
+    FOR_EACH_INDEX(i, members * count) stacked[piece[0] + i] = member_blocks[i / count][piece[1] + i % count];
 }
 
 __global__ void stacked_to_members_kernel(size_t members, const size_t* table, const float* stacked,
                                           float* const* member_blocks, bool accumulate) {
     const size_t* piece = table + 3 * size_t(blockIdx.y);
     const size_t count = piece[2];
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < members * count; i += size_t(gridDim.x) * blockDim.x) {
+    FOR_EACH_INDEX(i, members * count) {
         float& to = member_blocks[i / count][piece[1] + i % count];
         to = accumulate ? to + stacked[piece[0] + i] : stacked[piece[0] + i];
     }

@@ -81,8 +81,7 @@ public:
         Rng unused(0, 0);  // every value is overwritten by the members' before a pass
         model_ = std::make_unique<TaskModel>(config, trained, unused, nullptr);
         model_->module().stack_members(members.size());
-        on_device_ = config.train.device == "cuda";
-        if (on_device_) model_->module().to(Device::cuda);  // stacked on the cpu, then moved
+        if (config.train.device == "cuda") model_->module().to(Device::cuda);  // stacked on the cpu, then moved
         params_ = model_->module().named_parameters();
         const NamedTensors& own = own_.front();
         for (size_t i = 0; i < params_.size() && reason_.empty(); ++i) {
@@ -100,7 +99,7 @@ public:
     // One forward and backward of every member's batch (each with a counted position,
     // all of one shape): their losses; their gradients added to theirs.
     std::vector<double> step(const std::vector<const Batch*>& batches) {
-        if (on_device_) zero_grad(params_);  // every gradient its zeroed home: one memset, not one per gradient written
+        zero_grad(params_);  // the last pass's gradients gone (on the device: their homes zeroed, one memset a run)
         rows_->set_values();
         const Tensor logits = model_->forward_counted(side_by_side(batches), nullptr);  // (N, V), member by member
         std::vector<Tensor> losses;
@@ -114,7 +113,6 @@ public:
         }
         total.backward();  // each member's loss seeded with 1, as its own backward would be
         rows_->add_grads();
-        if (!on_device_) model_->module().zero_grad();
         std::vector<double> out;
         for (const Tensor& l : losses) out.push_back(l.item());
         return out;
@@ -125,7 +123,6 @@ private:
     std::unique_ptr<TaskModel> model_;
     NamedTensors params_;
     std::unique_ptr<MemberRows> rows_;  // the members' values in, their gradients out
-    bool on_device_ = false;
     std::string reason_;
 };
 

@@ -32,11 +32,18 @@ struct Finished {
     std::vector<double> loss;                    // train/loss at every log step
 };
 
-// What a run folder holds at its end: its summary, last checkpoint and train/loss.
-Finished read_run(const fs::path& dir, const RunSummary& summary) {
+// What a run folder holds at its end: its summary, last checkpoint, train/loss and
+// the attention metrics of `kinds`.
+Finished read_run(const fs::path& dir, const RunSummary& summary, const std::vector<std::string>& kinds = {}) {
     Finished r{summary, read_checkpoint(list_checkpoints((dir / "checkpoints").string()).back()), {}, {}};
     const h5::File metrics = h5::File::open((dir / "metrics.h5").string(), "metrics", h5::File::Access::read);
     r.loss = metrics.dataset("train/loss").read<double>();
+    for (const std::string& kind : kinds) {
+        std::vector<double> series = metrics.dataset("attention/" + kind + "/entropy").read<double>();
+        const std::vector<double> score_std = metrics.dataset("attention/" + kind + "/score_std").read<double>();
+        series.insert(series.end(), score_std.begin(), score_std.end());
+        r.attention.push_back(series);
+    }
     return r;
 }
 
@@ -62,16 +69,7 @@ Finished train(const std::string& device, const std::vector<std::string>& kinds,
     const fs::path dir = root.path() / ("run" + std::to_string(runs++));
     std::unique_ptr<Trainer> trainer = Trainer::start(config, dir.string());
     EXPECT_EQ(trainer->run(), 0);
-    Finished r = read_run(dir, trainer->summary());
-    {
-        const h5::File metrics = h5::File::open((dir / "metrics.h5").string(), "metrics", h5::File::Access::read);
-        for (const std::string& kind : kinds) {
-            std::vector<double> series = metrics.dataset("attention/" + kind + "/entropy").read<double>();
-            const std::vector<double> score_std = metrics.dataset("attention/" + kind + "/score_std").read<double>();
-            series.insert(series.end(), score_std.begin(), score_std.end());
-            r.attention.push_back(series);
-        }
-    }
+    Finished r = read_run(dir, trainer->summary(), kinds);
     fs::remove_all(dir);
     return r;
 }
