@@ -1,4 +1,4 @@
-// attnlab sweep CONFIG [key=value ...] [--jobs N] [--force] [--cell K | --summarize | --slurm [--cells-per-task C]]
+// attnlab sweep CONFIG [key=value ...] [--jobs N] [--force] [--seeds-together[=stacked]] [--cell K | --summarize | --slurm [--cells-per-task C]]
 // Under mpirun: the cells across the ranks (experiments/sweep/sweep_ranks.h).
 #include <unistd.h>
 
@@ -123,6 +123,9 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     options.positional_help("CONFIG [key=value ...]");
     options.add_options()("jobs", "cells run at a time (the cores are split between them)", cxxopts::value<std::string>()->default_value("1"))
                          ("force", "run a grid larger than 64 cells")
+                         ("seeds-together", "train the cells that differ only in run.seed side by side in one process each (one job), "
+                                            "their members on threads or stacked (=stacked), as train.seeds does",
+                          cxxopts::value<std::string>()->implicit_value("threads"))
                          ("cell", "run cell K alone (0-based, as a Slurm array task does)", cxxopts::value<std::string>())
                          ("summarize", "tabulate the cells that have finished")
                          ("slurm", "print an sbatch script that runs the cells as a Slurm job array")
@@ -145,6 +148,12 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     if (modes && world.size() > 1)
         throw UsageError("--cell, --summarize and --slurm run as one process, not under mpirun (launched as " +
                          std::to_string(world.size()) + " ranks)");
+    if (parsed.count("seeds-together")) {
+        const std::string mode = parsed["seeds-together"].as<std::string>();
+        if (mode != "threads" && mode != "stacked")
+            throw UsageError("--seeds-together=" + mode + ": \"threads\" (the default) or \"stacked\", as train.seeds_mode");
+        if (modes) throw UsageError("--seeds-together groups the cells of a whole sweep run: not with --cell, --summarize or --slurm");
+    }
     if (!parsed.count("slurm") && parsed["cells-per-task"].as<std::string>() != "1")
         throw UsageError("--cells-per-task goes with --slurm");
     const Config config = sweep_config(config_path, overrides);
@@ -156,6 +165,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     sweep.jobs = static_cast<size_t>(jobs);
     sweep.ranks_per_machine = world.size() > 1 ? static_cast<size_t>(launched_local_ranks()) : 1;  // for the threads per cell
     sweep.force = parsed.count("force") > 0;
+    if (parsed.count("seeds-together")) sweep.seeds_together = parsed["seeds-together"].as<std::string>();
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     sweep.executable = n > 0 ? std::string(self, static_cast<size_t>(n)) : "attnlab";

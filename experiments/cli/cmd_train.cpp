@@ -1,8 +1,9 @@
-// attnlab train [CONFIG] [key=value ...] | attnlab train --resume RUN_DIR
+// attnlab train [CONFIG] [key=value ...] | attnlab train --resume RUN_DIR | attnlab train --runs FILE
 #include <iostream>
 
 #include "experiments/cli/command_line.h"
 #include "experiments/distributed/world.h"
+#include "experiments/run/runs_file.h"
 #include "experiments/run/trainer.h"
 
 namespace attnlab {
@@ -31,6 +32,7 @@ int cmd_train(const std::vector<std::string>& args, const World& world) {
     options.positional_help("[CONFIG] [key=value ...]");
     options.add_options()("resume", "continue RUN_DIR from its newest checkpoint", cxxopts::value<std::string>())
                          ("run-dir", "write the run exactly to this new folder (as sweeps do); with train.seeds, the folder of its runs", cxxopts::value<std::string>())
+                         ("runs", "train the runs FILE lists side by side in one process, each new or resumed (experiments/run/runs_file.h)", cxxopts::value<std::string>())
                          ("keys", "list every config key with its default")
                          ("h,help", "this help")
                          ("args", "config file and overrides", cxxopts::value<std::vector<std::string>>());
@@ -41,7 +43,7 @@ int cmd_train(const std::vector<std::string>& args, const World& world) {
         return 0;
     }
     if (parsed.count("keys")) {
-        if (parsed.count("args") || parsed.count("resume") || parsed.count("run-dir"))
+        if (parsed.count("args") || parsed.count("resume") || parsed.count("run-dir") || parsed.count("runs"))
             throw UsageError("--keys lists the config keys and takes nothing else");
         std::cout << describe_keys();
         return 0;
@@ -50,6 +52,13 @@ int cmd_train(const std::vector<std::string>& args, const World& world) {
     std::vector<std::string> overrides;
     if (parsed.count("args")) split_config_and_overrides(parsed["args"].as<std::vector<std::string>>(), config_path, overrides);
 
+    if (parsed.count("runs")) {  // several runs side by side, as a sweep's seed group
+        if (!config_path.empty() || !overrides.empty() || parsed.count("resume") || parsed.count("run-dir"))
+            throw UsageError("--runs lists the runs with their configs and folders: give no CONFIG, overrides, --resume or --run-dir");
+        if (world.size() > 1) throw UsageError("--runs trains its runs in one process; run it without mpirun");
+        const RunsFile file = read_runs_file(parsed["runs"].as<std::string>());
+        return Trainer::train_runs(file.runs, file.mode);
+    }
     std::unique_ptr<Trainer> trainer;
     if (parsed.count("resume")) {
         if (!config_path.empty() || !overrides.empty() || parsed.count("run-dir"))

@@ -50,6 +50,21 @@ public:
     // would: 0, 1 when a member stopped on a NaN/Inf (the others finish), 130 on a signal.
     static int train_members(const Config& config, const std::string& group_dir = "");
 
+    // One run of a group that trains side by side (train_runs): a new run of `config`
+    // written exactly to `dir` (which must not exist), or, without a config, the run
+    // in `dir` resumed from its newest checkpoint.
+    struct GroupRun {
+        std::optional<Config> config;
+        std::string dir;
+    };
+    // Runs of one config that differ only in run.seed (and their folders), each new or
+    // resumed, trained side by side in this process as train.seeds trains its members,
+    // `mode` being train.seeds_mode; `attnlab sweep --seeds-together` runs the cells of
+    // a seed axis so. Every run is built and checked before anything is written (a
+    // resumed run's metrics are cut back to its checkpoint, as any resume does). Returns
+    // what train_members returns.
+    static int train_runs(const std::vector<GroupRun>& runs, const std::string& mode);
+
     // 0: finished; 1: stopped on a NaN/Inf loss or gradient (the last good
     // checkpoint stays); 130: interrupted by SIGINT/SIGTERM after a checkpoint.
     int run();
@@ -64,6 +79,10 @@ private:
     static std::unique_ptr<State> resumed_state(const std::string& run_dir, const World& world);
     // train.seeds' members on the pool's threads, each thread stepping its own (trainer_members.cpp).
     static int members_apart(std::vector<std::unique_ptr<State>>& members);
+    // The members, each with its folder and log (new or resumed), trained side by side
+    // (`mode`: train.seeds_mode); `labels` start each member's progress lines.
+    static int side_by_side(std::vector<std::unique_ptr<State>>& members, const std::string& mode,
+                            const std::vector<std::string>& labels);
     explicit Trainer(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
 };

@@ -219,24 +219,74 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
     install_stop_handlers();  // from the first write on, as a single run (Trainer::start)
     const fs::path group = new_run_folder(config, group_dir, "");
     std::fprintf(stderr, "attnlab train: writing %s: %zu runs (train.seeds), one folder each\n", group.c_str(), seeds.size());
+    std::vector<std::string> labels;
     for (size_t m = 0; m < members.size(); ++m) {  // each where a sweep over run.seed puts its cell
         const std::string cell = cell_name(m, seeds.size(), {"run.seed=" + std::to_string(seeds[m])});
         members[m]->config.run.out_dir = group.string();
         members[m]->config.run.name = cell;
         members[m]->dir = create_run(*members[m], (group / cell).string());
+        labels.push_back("seed " + std::to_string(seeds[m]) + ": ");
     }
+    return side_by_side(members, config.train.seeds_mode, labels);
+}
 
+int Trainer::train_runs(const std::vector<GroupRun>& runs, const std::string& mode) {
+    if (runs.empty()) throw Error("[train] no runs to train side by side");
+    if (mode != "threads" && mode != "stacked") throw Error("[train] mode \"" + mode + "\": \"threads\" or \"stacked\" (as train.seeds_mode)");
+    // The new runs are built first (nothing written), then the resumed ones (each
+    // takes its folder's lock and cuts its metrics back to its checkpoint), then the
+    // new runs' folders are made.
+    std::vector<std::unique_ptr<State>> members(runs.size());
+    for (size_t m = 0; m < runs.size(); ++m)
+        if (runs[m].config) {
+            fs::path dir = fs::path(runs[m].dir).lexically_normal();
+            if (dir.filename().empty()) dir = dir.parent_path();  // "a/b/" is a/b
+            std::error_code ec;
+            if (fs::exists(fs::symlink_status(dir, ec)))  // refused before any run's folder is made
+                throw Error("[train] " + runs[m].dir + " already exists: a new run's dir must not (list it as resume = ... to continue it)");
+            Config config = *runs[m].config;
+            config.run.out_dir = dir.parent_path().string();  // the folder's place and name, as a sweep's cell
+            config.run.name = dir.filename().string();
+            members[m] = build_state(config, single_world());
+        }
+    install_stop_handlers();  // from the first write on, as Trainer::resume
+    for (size_t m = 0; m < runs.size(); ++m)
+        if (!runs[m].config) members[m] = resumed_state(runs[m].dir, single_world());
+    // One config, but for the seed and the folder: what stacking (and one thread count) needs.
+    for (size_t m = 1; m < runs.size(); ++m) {
+        std::vector<std::string> differ = differing_keys(members.front()->config, members[m]->config);
+        std::erase_if(differ, [](const std::string& change) {  // "key (new, was old)"
+            const std::string key = change.substr(0, change.find(' '));
+            return key == "run.seed" || key == "run.name" || key == "run.out_dir";
+        });
+        if (!differ.empty())
+            throw Error("[train] the runs " + runs.front().dir + " and " + runs[m].dir + " differ in " + differ.front() +
+                        (differ.size() > 1 ? " (and " + std::to_string(differ.size() - 1) + " more keys)" : std::string()) +
+                        "; runs trained side by side differ only in run.seed");
+    }
+    std::vector<std::string> labels;
+    for (size_t m = 0; m < runs.size(); ++m) {
+        if (runs[m].config) members[m]->dir = create_run(*members[m], runs[m].dir);
+        labels.push_back(members[m]->dir.filename().string() + ": ");
+    }
+    std::fprintf(stderr, "attnlab train: %zu runs side by side (%s)\n", runs.size(), mode.c_str());
+    return side_by_side(members, mode, labels);
+}
+
+int Trainer::side_by_side(std::vector<std::unique_ptr<State>>& members, const std::string& mode,
+                          const std::vector<std::string>& labels) {
+    const Config& config = members.front()->config;  // the members differ only in their seeds and folders
     set_threads(config_threads(config));
     std::vector<const Module*> modules;
     for (size_t m = 0; m < members.size(); ++m) {
-        members[m]->begin_loop("seed " + std::to_string(seeds[m]) + ": ", false);  // a line each, not one rewritten
+        members[m]->begin_loop(labels[m], false);  // a line each, not one rewritten
         modules.push_back(&members[m]->model->module());
     }
     std::unique_ptr<StackedMembers> stacked;
-    if (config.train.seeds_mode == "stacked" && members.size() > 1) {
-        std::string reason = unstackable(members.front()->config);
+    if (mode == "stacked" && members.size() > 1) {
+        std::string reason = unstackable(config);
         if (reason.empty()) {
-            stacked = std::make_unique<StackedMembers>(members.front()->config, members.front()->train_data->max_sequence_length(), modules);
+            stacked = std::make_unique<StackedMembers>(config, members.front()->train_data->max_sequence_length(), modules);
             reason = stacked->reason();
         }
         if (!reason.empty()) {
@@ -263,10 +313,14 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         std::vector<State::StepInput> inputs(going.size());  // each member's batch drawn on its thread
         for_each_member(going.size(), on_threads, [&](size_t i) { inputs[i] = members[going[i]]->next_input(); });
         std::vector<const Batch*> batches;
-        for (const State::StepInput& in : inputs) batches.push_back(&in.batch);
+        bool logs = false;  // a member logs this step (resumed members may be at different steps)
+        for (const State::StepInput& in : inputs) {
+            batches.push_back(&in.batch);
+            logs = logs || in.log_now;
+        }
         std::vector<State::StepValues> values(going.size());
         std::vector<uint8_t> updated(going.size(), 0);
-        const bool together_now = stacked && going.size() == members.size() && !inputs.front().log_now && stack_together(batches);
+        const bool together_now = stacked && going.size() == members.size() && !logs && stack_together(batches);
         std::vector<double> losses;
         if (together_now) losses = stacked->step(batches);
         ++steps;

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "experiments/files/checkpoint.h"
+#include "experiments/run/runs_file.h"
 #include "experiments/run/trainer.h"
 #include "experiments/files/run_files.h"
 #include "experiments/sweep/sweep_process.h"
@@ -83,64 +84,131 @@ RunLock claim_cell(const fs::path& sweep_dir, CellPlan& cell) {
     return lock;
 }
 
-// The cells to run (skipping the finished ones), at most `jobs` at a time, until
+// The jobs of a sweep: each cell alone, or (`together`) the cells whose
+// configs differ only in run.seed as one job, in grid order of their first cell.
+std::vector<std::vector<CellPlan>> jobs_of(const std::vector<CellPlan>& plan, bool together) {
+    std::vector<std::vector<CellPlan>> jobs;
+    std::map<std::string, size_t> job_of;  // a cell's config but its seed and name -> its job
+    for (const CellPlan& cell : plan) {
+        Config same = cell.config;
+        same.run.seed = 0;
+        same.run.name.clear();
+        const auto [at, added] = job_of.emplace(together ? to_toml(same) : cell.name, jobs.size());
+        if (added) jobs.emplace_back();
+        jobs[at->second].push_back(cell);
+    }
+    return jobs;
+}
+
+// A job that runs: its cells, their locks (held until it ends), its log.
+struct RunningJob {
+    std::vector<std::string> cells;
+    std::vector<RunLock> locks;
+    fs::path log;
+};
+
+// The command that trains `cells` (claimed, none finished): `attnlab train` on one
+// cell's config or --resume on its folder, or for several cells one `attnlab train
+// --runs` (experiments/run/runs_file.h) that trains them side by side in `mode`,
+// its output in logs/together_<first index>.log, which each cell's log names.
+std::pair<std::string, std::vector<std::string>> job_command(const std::vector<CellPlan>& cells, const fs::path& sweep_dir,
+                                                             const std::string& executable, const std::string& mode, fs::path& log) {
+    std::vector<std::string> args{executable, "train"};
+    std::vector<RunsFileEntry> runs;
+    for (const CellPlan& cell : cells) {
+        const fs::path dir = sweep_dir / cell.name;
+        if (cell.action == Action::resume) {
+            runs.push_back({"", "", dir.string()});
+            continue;
+        }
+        const fs::path cell_config = sweep_dir / "cells" / (std::to_string(cell.index) + ".toml");
+        write_text_atomically(cell_config, to_toml(cell.config), "[sweep]");
+        runs.push_back({cell_config.string(), dir.string(), ""});
+    }
+    if (cells.size() == 1) {
+        const RunsFileEntry& run = runs.front();
+        if (!run.resume.empty()) args.insert(args.end(), {"--resume", run.resume});
+        else args.insert(args.end(), {run.config, "--run-dir", run.dir});
+        log = sweep_dir / "logs" / (cells.front().name + ".log");
+        return {cells.front().name, args};
+    }
+    const std::string name = "together_" + std::to_string(cells.front().index);
+    const fs::path runs_file = sweep_dir / "cells" / (name + ".toml");
+    write_text_atomically(runs_file, runs_file_text(mode, runs), "[sweep]");
+    log = sweep_dir / "logs" / (name + ".log");
+    for (const CellPlan& cell : cells)
+        std::ofstream(sweep_dir / "logs" / (cell.name + ".log"), std::ios::app)
+            << "sweep: trained side by side with " << cells.size() - 1 << " other cells in one process (--seeds-together); its output: "
+            << log.string() << "\n";
+    args.insert(args.end(), {"--runs", runs_file.string()});
+    return {name, args};
+}
+
+// The jobs to run (skipping the finished cells), at most `jobs` at a time, until
 // all have ended or an interrupt stops the rest. A cell another process runs is
 // refused: an Error with `one_cell` (--cell, where nothing else runs), else that
-// cell's status while the others go on.
+// cell's status while the others go on. With `together` ("threads" or "stacked")
+// the cells that differ only in run.seed run as one process.
 CellOutcomes run_cells(const std::vector<CellPlan>& plan, const fs::path& sweep_dir, const std::string& executable,
-                       CellSlots& processes, bool one_cell) {
+                       CellSlots& processes, bool one_cell, const std::string& together = "") {
     CellOutcomes outcomes;
     std::map<std::string, std::string>& outcome = outcomes.status;
-    std::vector<std::string>& stopped = outcomes.stopped;
-    std::map<std::string, RunLock> locks;  // of the cells running
+    std::map<std::string, RunningJob> running;  // job name -> its cells
     auto report = [&](const CellProcesses::Ended& ended) {
-        locks.erase(ended.name);
-        const bool stopped_now = processes.interrupted() && (ended.code == 130 || ended.code > 128);
-        if (stopped_now) stopped.push_back(ended.name);
-        std::string& status = outcome[ended.name];
-        status = ended.code == 0 ? "ok" : stopped_now ? "interrupted" : "failed (exit " + std::to_string(ended.code) + ")";
-        std::cerr << "sweep: " << ended.name << ": " << status
-                  << (ended.code && !stopped_now ? ", see " + (sweep_dir / "logs" / (ended.name + ".log")).string() : "") << "\n";
+        const RunningJob job = std::move(running.at(ended.name));
+        running.erase(ended.name);
+        const bool interrupted = processes.interrupted() && (ended.code == 130 || ended.code > 128);
+        for (const std::string& name : job.cells) {  // a cell of a group may have finished before the group ended
+            const bool finished = ended.code == 0 || (job.cells.size() > 1 && fs::exists(sweep_dir / name / "summary.json"));
+            const bool stopped_now = !finished && interrupted;
+            if (stopped_now) outcomes.stopped.push_back(name);
+            std::string& status = outcome[name];
+            status = finished ? "ok" : stopped_now ? "interrupted" : "failed (exit " + std::to_string(ended.code) + ")";
+            std::cerr << "sweep: " << name << ": " << status << (!finished && !stopped_now ? ", see " + job.log.string() : "") << "\n";
+        }
     };
     auto wait_one = [&] {
         if (const auto ended = processes.wait()) report(*ended);
     };
-    for (CellPlan cell : plan) {
-        const fs::path dir = sweep_dir / cell.name;
-        if (cell.action == Action::skip) {
-            std::cerr << "sweep: " << cell.name << ": finished earlier, skipped\n";
-            continue;
+    for (const std::vector<CellPlan>& job : jobs_of(plan, !together.empty())) {
+        std::vector<CellPlan> cells;
+        for (const CellPlan& cell : job) {
+            if (cell.action != Action::skip) cells.push_back(cell);
+            else std::cerr << "sweep: " << cell.name << ": finished earlier, skipped\n";
         }
+        if (cells.empty()) continue;
         while (!processes.free() && !processes.interrupted()) wait_one();
         processes.check_interrupt();
         if (processes.interrupted()) {
-            ++outcomes.not_started;
+            outcomes.not_started += cells.size();
             continue;
         }
-        std::optional<RunLock> lock;
-        try {
-            lock.emplace(claim_cell(sweep_dir, cell));
-        } catch (const std::exception& e) {  // taken, or its folder gone strange since the plan
-            if (one_cell) throw;
-            outcome[cell.name] = "refused";
-            std::cerr << "sweep: " << cell.name << ": refused: " << e.what() << "\n";
-            continue;
+        RunningJob claimed;
+        std::vector<CellPlan> to_run;
+        for (CellPlan cell : cells) {
+            try {
+                claimed.locks.push_back(claim_cell(sweep_dir, cell));
+            } catch (const std::exception& e) {  // taken, or its folder gone strange since the plan
+                if (one_cell) throw;
+                outcome[cell.name] = "refused";
+                std::cerr << "sweep: " << cell.name << ": refused: " << e.what() << "\n";
+                continue;
+            }
+            if (cell.action == Action::skip) {
+                std::cerr << "sweep: " << cell.name << ": finished meanwhile, skipped\n";
+                claimed.locks.pop_back();
+                continue;
+            }
+            std::cerr << "sweep: " << cell.name << ": " << (cell.action == Action::resume ? "resuming" : "starting") << "\n";
+            claimed.cells.push_back(cell.name);
+            to_run.push_back(std::move(cell));
         }
-        if (cell.action == Action::skip) {
-            std::cerr << "sweep: " << cell.name << ": finished meanwhile, skipped\n";
-            continue;
-        }
-        std::vector<std::string> args{executable, "train"};
-        if (cell.action == Action::resume) {
-            args.insert(args.end(), {"--resume", dir.string()});
-        } else {
-            const fs::path cell_config = sweep_dir / "cells" / (std::to_string(cell.index) + ".toml");
-            write_text_atomically(cell_config, to_toml(cell.config), "[sweep]");
-            args.insert(args.end(), {cell_config.string(), "--run-dir", dir.string()});
-        }
-        std::cerr << "sweep: " << cell.name << ": " << (cell.action == Action::resume ? "resuming" : "starting") << "\n";
-        processes.start(cell.name, args, sweep_dir / "logs" / (cell.name + ".log"));
-        locks.emplace(cell.name, std::move(*lock));
+        if (to_run.empty()) continue;
+        const auto [name, args] = job_command(to_run, sweep_dir, executable, together, claimed.log);
+        if (to_run.size() > 1)
+            std::cerr << "sweep: " << to_run.size() << " cells side by side in one process (" << together << "), output in " << claimed.log.string() << "\n";
+        processes.start(name, args, claimed.log);
+        running.emplace(name, std::move(claimed));
     }
     while (processes.running() > 0) wait_one();
     return outcomes;
@@ -180,7 +248,7 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options, const Wo
     CellOutcomes outcomes;
     try {
         CellSlots slots(processes, world, sweep.jobs);  // the other ranks' too, under mpirun
-        outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots, false);
+        outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots, false, options.seeds_together);
     } catch (const std::exception& e) {
         if (world.size() == 1) throw;
         std::cerr << "attnlab sweep: " << e.what() << "; stopping every rank\n";  // they would wait for cells for ever

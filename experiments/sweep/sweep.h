@@ -42,6 +42,10 @@ struct SweepOptions {
     // The config file or an override sets train.threads: every cell runs with it.
     // Otherwise each cell gets the cores split between the cells that run at once.
     bool threads_given = false;
+    // --seeds-together: the cells whose configs differ only in run.seed run as one job,
+    // one `attnlab train --runs` process training them side by side, in this mode
+    // ("threads" or "stacked", as train.seeds_mode); "": every cell a process of its own.
+    std::string seeds_together;
 };
 
 struct CellResult {

@@ -8,6 +8,7 @@ where its uninterrupted solo run ends. Bad train.seeds values are refused in one
 line with exit status 2, before anything is written.
 """
 import os
+import shutil
 import signal
 import sys
 import time
@@ -164,6 +165,92 @@ class Seeds(cc.TempDirTest):
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("train.seeds", proc.stderr)
         self.assertIn("run.seed", proc.stderr)
+
+
+def config_file(path, values):
+    """A config file of dotted key -> TOML value text (strings quoted by the caller)."""
+    sections = {}
+    for key, value in values.items():
+        section, name = key.split(".", 1)
+        sections.setdefault(section, []).append(f"{name} = {value}")
+    with open(path, "w") as f:
+        f.write("".join(f"[{s}]\n" + "\n".join(lines) + "\n" for s, lines in sections.items()))
+    return path
+
+
+class RunsFile(cc.TempDirTest):
+    """`attnlab train --runs FILE`: new and resumed runs side by side, each as alone;
+    a bad runs file refused in one line, exit 2, nothing written."""
+
+    CONFIG = {k: (v if v.replace(".", "").isdigit() else f'"{v}"') for k, v in dict(BASE, **MQAR).items()}
+
+    def runs_file(self, text, name="runs.toml"):
+        with open(self.path(name), "w") as f:
+            f.write(text)
+        return name
+
+    def test_new_and_resumed_runs_train_as_alone(self):
+        steps = int(BASE["train.steps"])
+        config_file(self.path("c3.toml"), dict(self.CONFIG, **{"run.seed": "3"}))
+        config_file(self.path("c5.toml"), dict(self.CONFIG, **{"run.seed": "5"}))
+        for seed in (3, 5):  # the uninterrupted solo runs
+            self.run_ok(["train", f"c{seed}.toml", "--run-dir", f"solo{seed}"])
+        shutil.copytree(self.path("solo3"), self.path("group", "a"))  # cut back to its first checkpoint, to resume
+        os.remove(os.path.join(self.path("group", "a"), "summary.json"))
+        os.remove(cc.checkpoint_path(self.path("group", "a"), steps))
+        for mode in ("threads", "stacked"):
+            with self.subTest(mode=mode):
+                group = self.path("group")
+                if mode == "stacked":  # again from the same start
+                    shutil.rmtree(group)
+                    shutil.copytree(self.path("first"), group)
+                else:
+                    shutil.copytree(group, self.path("first"))
+                self.runs_file(f'mode = "{mode}"\n[[run]]\nresume = "group/a"\n[[run]]\nconfig = "c5.toml"\ndir = "group/b/"\n')
+                r = self.run_ok(["train", "--runs", "runs.toml"])
+                self.assertIn(f"2 runs side by side ({mode})", r.stderr)
+                self.assertIn("resuming group/a from step 15", r.stderr)
+                Seeds.assert_same_run(self, self.path("group", "a"), self.path("solo3"), steps)
+                Seeds.assert_same_run(self, self.path("group", "b"), self.path("solo5"), steps)
+
+    def test_bad_runs_files_are_refused_before_anything_is_written(self):
+        config_file(self.path("c.toml"), self.CONFIG)
+        config_file(self.path("wide.toml"), dict(self.CONFIG, **{"model.width": "32"}))
+        with open(self.path("swept.toml"), "w") as f:
+            f.write('[sweep]\n"run.seed" = [0, 1]\n')
+        os.mkdir(self.path("taken"))
+        run = '[[run]]\nconfig = "c.toml"\ndir = "out/a"\n'
+        cases = [
+            ("mode = \n", "runs.toml:1: TOML syntax error"),
+            ('bogus = 1\n' + run, "runs.toml:1: unknown key 'bogus'"),
+            ('mode = "threads"\n', "no [[run]]"),
+            ('mode = "sideways"\n' + run, 'runs.toml:1: mode: expected "threads" or "stacked"'),
+            (run + 'resume = "out/b"\n', "run 1: give config and dir (a new run) or resume"),
+            ('[[run]]\ndir = "out/a"\n', "run 1: give config and dir"),
+            ('[[run]]\nconf = "c.toml"\n', "runs.toml:2: run 1: unknown key 'conf'"),
+            ('[[run]]\nconfig = "c.toml"\ndir = 3\n', "runs.toml:3: dir: expected a path"),
+            (run + run, "runs.toml:4: run 2: out/a is listed twice"),
+            ('[[run]]\nconfig = "missing.toml"\ndir = "out/a"\n', "missing.toml"),
+            ('[[run]]\nconfig = "swept.toml"\ndir = "out/a"\n', "swept.toml has a [sweep] table"),
+            (run + '[[run]]\nconfig = "wide.toml"\ndir = "out/b"\n', "the runs out/a and out/b differ in model.width"),
+            (run + '[[run]]\nconfig = "c.toml"\ndir = "taken"\n', "taken already exists"),
+            (run + '[[run]]\nresume = "taken"\n', "--resume taken: not a run directory"),
+        ]
+        for text, says in cases:
+            with self.subTest(text=text):
+                self.runs_file(text)
+                proc = cc.attnlab(["train", "--runs", "runs.toml"], self.tmp)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                lines = proc.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, proc.stderr)
+                self.assertIn(says, lines[0])
+                self.assertFalse(os.path.exists(self.path("out")), proc.stderr)
+        for args, says in ((["--runs", "absent.toml"], "--runs absent.toml: no such file"),
+                           (["c.toml", "--runs", "runs.toml"], "--runs lists the runs")):
+            proc = cc.attnlab(["train"] + args, self.tmp)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+            self.assertIn(says, proc.stderr)
 
 
 if __name__ == "__main__":
