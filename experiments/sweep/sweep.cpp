@@ -88,12 +88,9 @@ RunLock claim_cell(const fs::path& sweep_dir, CellPlan& cell) {
 // configs differ only in run.seed as one job, in grid order of their first cell.
 std::vector<std::vector<CellPlan>> jobs_of(const std::vector<CellPlan>& plan, bool together) {
     std::vector<std::vector<CellPlan>> jobs;
-    std::map<std::string, size_t> job_of;  // a cell's config but its seed and name -> its job
+    std::map<std::string, size_t> job_of;  // a cell's seed group -> its job
     for (const CellPlan& cell : plan) {
-        Config same = cell.config;
-        same.run.seed = 0;
-        same.run.name.clear();
-        const auto [at, added] = job_of.emplace(together ? to_toml(same) : cell.name, jobs.size());
+        const auto [at, added] = job_of.emplace(together ? cell.seed_group : cell.name, jobs.size());
         if (added) jobs.emplace_back();
         jobs[at->second].push_back(cell);
     }

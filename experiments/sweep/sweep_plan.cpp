@@ -211,16 +211,14 @@ namespace {
 
 // Every cell's config, built and checked before anything is written: the grid's
 // assignments on the base config (the command line's overrides in it), named and
-// placed in sweep_dir, with `threads` unless the config or an override set them.
-std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::vector<std::string>>& cells,
-                                 std::optional<int64_t> threads, const fs::path& sweep_dir) {
+// placed in sweep_dir (plan_sweep gives them their threads).
+std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::vector<std::string>>& cells, const fs::path& sweep_dir) {
     std::vector<CellPlan> plan;
     for (size_t i = 0; i < cells.size(); ++i) {
         Config cell = config;
         cell.sweep.clear();
         for (const std::string& assignment : cells[i]) apply_override(cell, assignment);
         cell = without_unread_keys(cell);  // a key of the base that this cell does not read (validate checked that some cell does)
-        if (threads) cell.train.threads = *threads;
         cell.run.name = cell_name(i, cells.size(), cells[i]);
         cell.run.out_dir = sweep_dir.string();
         validate(cell);
@@ -229,7 +227,10 @@ std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::ve
             throw Error("[sweep] " + (sweep_dir / cell.run.name).string().substr(0, 80) + "...: the paths of cell " +
                         std::to_string(i) + " would be longer than " + std::to_string(PATH_MAX) +
                         " bytes; choose a shorter run.out_dir");
-        plan.push_back({i, cell.run.name, cell});
+        std::string group;
+        for (const std::string& assignment : cells[i])
+            if (assignment.rfind("run.seed=", 0) != 0) group += assignment + "\n";
+        plan.push_back({i, cell.run.name, cell, Action::start, group});
     }
     return plan;
 }
@@ -294,9 +295,17 @@ PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, std:
         throw Error("[sweep] run.name is " + std::to_string(config.run.name.size()) + " bytes long, more than " +
                     std::to_string(kMaxFolderName) + "; choose a shorter one");
     out.dir = fs::path(config.run.out_dir) / config.run.name;
-    std::optional<int64_t> threads;
-    if (!options.threads_given) threads = threads_per_cell(out.jobs, options.ranks_per_machine);
-    out.plan = plan_cells(config, cells, threads, out.dir);
+    out.plan = plan_cells(config, cells, out.dir);
+    if (!options.threads_given) {  // the cores split between the jobs that can run at once
+        size_t at_once = out.jobs;
+        if (!options.seeds_together.empty()) {  // a job for each group of seeds
+            std::set<std::string> groups;
+            for (const CellPlan& cell : out.plan) groups.insert(cell.seed_group);
+            at_once = std::min(at_once, groups.size());
+        }
+        const int64_t threads = threads_per_cell(at_once, options.ranks_per_machine);
+        for (CellPlan& cell : out.plan) cell.config.train.threads = threads;
+    }
     if (only) out.plan = {out.plan[*only]};
     check_not_running(out.dir, out.plan);
     inspect_sweep_folder(out.dir, config, out.plan);

@@ -21,6 +21,7 @@ struct CellPlan {
     std::string name;
     Config config;
     Action action = Action::start;
+    std::string seed_group;  // its assignments but run.seed's: the cells that differ only in their seeds share it
 };
 
 struct PreparedSweep {

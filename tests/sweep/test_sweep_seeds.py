@@ -5,7 +5,8 @@ is what the plain sweep writes for it: the same metrics.h5 series bit for bit
 the same row of summary.csv. A group's cells are claimed and reported one by one
 (their own status lines and rows), a rerun resumes the unfinished members side
 by side and starts the missing ones beside them, a signal stops every member
-with a checkpoint, and bad option values are refused in one line, exit 2.
+with a checkpoint, the cores are split between the groups that can run at once
+(not the cells), and bad option values are refused in one line, exit 2.
 
     /usr/bin/python3 tests/sweep/test_sweep_seeds.py ATTNLAB_BINARY
 """
@@ -159,6 +160,18 @@ class SeedsTogether(sc.SweepTest):
         for name in names:
             self.assertIn(f"sweep: {name}: resuming", r.stderr.splitlines(), r.shown)
             self.assertEqual(sc.read_json(os.path.join(self.sweep_dir(), name, "summary.json"))["steps"], steps, r.shown)
+
+    def test_the_cores_are_split_between_the_groups_that_run_at_once(self):
+        cores = len(os.sched_getaffinity(0))
+        for grid, extra, threads in (([("run.seed", "[0, 1, 2]")], ["--seeds-together"], cores),  # one group: every core
+                                     ([("run.seed", "[0, 1, 2]")], [], max(1, cores // 2)),  # three cells, two at a time
+                                     (SWEEP, ["--seeds-together"], max(1, cores // 2))):  # two groups at once
+            with self.subTest(grid=grid, extra=extra):
+                name = f"g{len(grid)}{len(extra)}"
+                config = self.write_config(sc.config_text(sweep=grid, run__name=f'"{name}"', train__steps="5"), name + ".toml")
+                self.sweep(config, "--jobs", "2", *extra)
+                with open(os.path.join(self.sweep_dir(name), "0_run.seed=0" if len(grid) == 1 else NAMES[0], "config.toml")) as f:
+                    self.assertIn(f"threads = {threads}\n", f.read())
 
     def test_bad_option_values_are_refused(self):
         config = self.write_config(sc.config_text(sweep=SWEEP))
