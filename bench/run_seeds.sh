@@ -6,12 +6,14 @@
 #   sweep-j2        attnlab sweep over "run.seed" = [0..7], --jobs 2, one thread a cell
 #   seeds-threads   attnlab train train.seeds=[0..7] train.threads=2 (members on the pool's threads)
 #   seeds-stacked   the same with train.seeds_mode=stacked (one stacked model, one pass a step)
-# ROUNDS rounds (default 2), the settings in this order each round (A B C A B C),
+#   sweep-together  the sweep with --seeds-together: its eight cells are one group,
+#                   one `attnlab train --runs` process on both cores (as seeds-threads)
+# ROUNDS rounds (default 2), the settings in this order each round (A B C D A B C D),
 # each after bench/quiet.sh's wait for quiet CPUs. Wall time and peak memory
 # from /usr/bin/time -v; the table gives medians and each setting's throughput
 # against sweep-j2 (higher is faster).
 #
-#   bench/run_seeds.sh        (from anywhere; about 6 minutes on 2 cores)
+#   bench/run_seeds.sh        (from anywhere; about 8 minutes on 2 cores)
 #
 # Environment: BUILD_DIR (default build), ROUNDS, OUT (JSON lines; default
 # BUILD_DIR/bench/seeds_results.jsonl).
@@ -53,6 +55,7 @@ workload() {
     run "$name" sweep-j2 "$attnlab" sweep "$work/sweep.toml" --jobs 2 "$@" run.out_dir="$work/runs"
     run "$name" seeds-threads "$attnlab" train "$@" "$seeds" train.threads=2 run.out_dir="$work/runs"
     run "$name" seeds-stacked "$attnlab" train "$@" "$seeds" train.threads=2 train.seeds_mode=stacked run.out_dir="$work/runs"
+    run "$name" sweep-together "$attnlab" sweep "$work/sweep.toml" --jobs 2 --seeds-together "$@" run.out_dir="$work/runs"
   done
 }
 
