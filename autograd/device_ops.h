@@ -115,6 +115,7 @@ Tensor dropout_device(const Tensor& x, double p, Rng& rng);
 Tensor rotary_device(const Tensor& x, size_t heads, size_t offset, double base);
 // counted: the positions the loss mask keeps (each target checked already)
 Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const Mask& loss_mask, size_t counted);
+Tensor cross_entropy_members_device(const Tensor& logits, const Indices& targets, const std::vector<size_t>& rows);
 // On the primitives (autograd/device/ops_elementwise.cpp, ops_reduce.cpp, ops_layout.cpp):
 Tensor binary_device(const char* op, device::BinaryOp kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
 Tensor unary_device(const char* op, device::UnaryOp kind, const Tensor& x, double param = 0.0);

@@ -103,5 +103,10 @@ Tensor rotary(const Tensor& x, size_t heads, size_t offset, double base);
 // logits (..., C), targets (...). Mean over positions whose loss_mask is true
 // (all positions when loss_mask is empty); 0 with zero gradient when none count.
 Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& loss_mask = Mask());
+// Stacked members (train.seeds): logits (N, C), targets (N), member m's positions
+// the next rows[m] rows (they add up to N). Out (K): each member's mean over its
+// rows, computed as cross_entropy of those rows alone computes it (its bits and
+// its gradient's); 0 with zero gradient for a member with no rows.
+Tensor cross_entropy_members(const Tensor& logits, const Indices& targets, const std::vector<size_t>& rows);
 
 }  // namespace attnlab

@@ -1,6 +1,7 @@
 // Neural-network ops with fused forward and backward: softmax, log_softmax,
 // masked_fill, embedding, layer_norm, rms_norm, dropout, cross_entropy.
 #include <cmath>
+#include <numeric>
 
 #include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
@@ -342,6 +343,48 @@ Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
     });
 }
 
+namespace {
+
+// Rows [k0, k1) of logits Z (positions, C): each counted row's softmax into
+// probs, and the sum over them of -log softmax(z)[t], in row order.
+template <class T>
+T cross_entropy_rows(const T* Z, const Indices& targets, const Mask* loss_mask, size_t k0, size_t k1, size_t C, T* probs) {
+    T total = 0;
+    for (size_t k = k0; k < k1; ++k) {
+        if (loss_mask && !(*loss_mask)(k)) continue;
+        const T* z = Z + k * C;
+        const T m = kernels::max(z, C);
+        T* __restrict p = probs + k * C;  // restrict: the division vectorises
+        const T sum_exp = kernels::exp_shifted(z, m, p, C);
+        for (size_t c = 0; c < C; ++c) p[c] /= sum_exp;
+        // -log softmax(z)[t] = log sum exp(z - m) - (z_t - m)
+        total += std::log(sum_exp) - (z[targets.values[k]] - m);
+    }
+    return total;
+}
+
+// Its gradient on rows [k0, k1): d loss / d z = (softmax(z) - onehot(t)) scale on
+// counted rows (scale: the incoming gradient over the count), 0 elsewhere.
+template <class T>
+void cross_entropy_rows_grad(const T* probs, const Indices& targets, const Mask* loss_mask, size_t k0, size_t k1, size_t C, T scale,
+                             T* gz) {
+    for (size_t e = k0 * C; e < k1 * C; ++e) gz[e] = probs[e] * scale;
+    for (size_t k = k0; k < k1; ++k)
+        if (!loss_mask || (*loss_mask)(k)) gz[k * C + static_cast<size_t>(targets.values[k])] -= scale;
+}
+
+// Every target of a counted position is a class of C.
+void check_targets(const char* op, const Indices& targets, const Mask* loss_mask, size_t C) {
+    for (size_t k = 0; k < targets.values.size(); ++k) {
+        if (loss_mask && !(*loss_mask)(k)) continue;
+        if (targets.values[k] < 0 || static_cast<size_t>(targets.values[k]) >= C)
+            fail(op, "target " + std::to_string(targets.values[k]) + " at position " + std::to_string(k) +
+                         " out of range for " + std::to_string(C) + " classes");
+    }
+}
+
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& loss_mask) {
     constexpr const char* op = "cross_entropy";
     check_defined(op, logits, "logits");
@@ -353,43 +396,58 @@ Tensor cross_entropy(const Tensor& logits, const Indices& targets, const Mask& l
     const bool masked = !loss_mask.values.empty() || !loss_mask.shape.empty();
     if (masked && loss_mask.shape != positions_shape)
         fail(op, "loss mask " + shape_str(loss_mask.shape) + " does not match targets " + shape_str(targets.shape));
+    const Mask* mask = masked ? &loss_mask : nullptr;
+    check_targets(op, targets, mask, C);
     const size_t positions = targets.values.size();
     size_t counted = 0;
-    for (size_t k = 0; k < positions; ++k) {
-        if (masked && !loss_mask(k)) continue;
-        if (targets.values[k] < 0 || static_cast<size_t>(targets.values[k]) >= C)
-            fail(op, "target " + std::to_string(targets.values[k]) + " at position " + std::to_string(k) +
-                         " out of range for " + std::to_string(C) + " classes");
-        ++counted;
-    }
+    for (size_t k = 0; k < positions; ++k) counted += !masked || loss_mask(k);
     if (on_device(logits)) return cross_entropy_device(logits, targets, loss_mask, counted);
     return dispatch(logits.dtype(), [&]<class T>() {
-        const T* Z = values_of<T>(logits).data();
         // probs (positions, C): softmax of each counted row, kept for the backward
         Array<T> probs = make_array<T>({positions, C});
         probs.fill(T(0));
-        T total = 0;
-        for (size_t k = 0; k < positions; ++k) {
-            if (masked && !loss_mask(k)) continue;
-            const T* z = Z + k * C;
-            const T m = kernels::max(z, C);
-            T* __restrict p = probs.data() + k * C;  // restrict: the division vectorises
-            const T sum_exp = kernels::exp_shifted(z, m, p, C);
-            for (size_t c = 0; c < C; ++c) p[c] /= sum_exp;
-            // -log softmax(z)[t] = log sum exp(z - m) - (z_t - m)
-            total += std::log(sum_exp) - (z[targets.values[k]] - m);
-        }
+        const T total = cross_entropy_rows<T>(values_of<T>(logits).data(), targets, mask, 0, positions, C, probs.data());
         const T inv_count = counted ? T(1) / static_cast<T>(counted) : T(0);
         Array<T> out = make_array<T>({});
         out() = total * inv_count;
         return record<T>(op, std::move(out), {logits},
-                         [logits, targets, loss_mask, masked, probs = std::move(probs), inv_count, C](const Array<T>& g, const Array<T>&) {
-            // d loss / d z = (softmax(z) - onehot(t)) / count on counted rows, 0 elsewhere
+                         [logits, targets, loss_mask, masked, probs = std::move(probs), inv_count, C, positions](const Array<T>& g, const Array<T>&) {
             send_grad<T>(logits, [&] {
-                Array<T> gz = probs * (g() * inv_count);
-                for (size_t k = 0; k < targets.values.size(); ++k)
-                    if (!masked || loss_mask(k)) gz.data()[k * C + static_cast<size_t>(targets.values[k])] -= g() * inv_count;
-                gz.reshape(logits.shape());
+                Array<T> gz = make_array<T>(logits.shape());
+                cross_entropy_rows_grad<T>(probs.data(), targets, masked ? &loss_mask : nullptr, 0, positions, C, g() * inv_count, gz.data());
+                return gz;
+            });
+        });
+    });
+}
+
+Tensor cross_entropy_members(const Tensor& logits, const Indices& targets, const std::vector<size_t>& rows) {
+    constexpr const char* op = "cross_entropy_members";
+    check_defined(op, logits, "logits");
+    if (logits.dim() != 2) fail(op, "logits must be (positions, classes), got " + shape_str(logits.shape()));
+    const size_t N = logits.size(0), C = logits.size(1), K = rows.size();
+    if (targets.shape != Shape{N}) fail(op, "targets " + shape_str(targets.shape) + " do not match logits " + shape_str(logits.shape()));
+    if (std::accumulate(rows.begin(), rows.end(), size_t{0}) != N)
+        fail(op, "the members' rows add up to " + std::to_string(std::accumulate(rows.begin(), rows.end(), size_t{0})) + ", not the " +
+                     std::to_string(N) + " positions");
+    check_targets(op, targets, nullptr, C);
+    if (on_device(logits)) return cross_entropy_members_device(logits, targets, rows);
+    return dispatch(logits.dtype(), [&]<class T>() {
+        Array<T> probs = make_array<T>({N, C});
+        probs.fill(T(0));
+        Array<T> out = make_array<T>({K});
+        std::vector<T> inv_counts(K);
+        for (size_t m = 0, first = 0; m < K; first += rows[m], ++m) {  // each member as cross_entropy of its rows alone
+            const T total = cross_entropy_rows<T>(values_of<T>(logits).data(), targets, nullptr, first, first + rows[m], C, probs.data());
+            inv_counts[m] = rows[m] ? T(1) / static_cast<T>(rows[m]) : T(0);
+            out(m) = total * inv_counts[m];
+        }
+        return record<T>(op, std::move(out), {logits},
+                         [logits, targets, rows, probs = std::move(probs), inv_counts = std::move(inv_counts), C](const Array<T>& g, const Array<T>&) {
+            send_grad<T>(logits, [&] {
+                Array<T> gz = make_array<T>(logits.shape());
+                for (size_t m = 0, first = 0; m < rows.size(); first += rows[m], ++m)
+                    cross_entropy_rows_grad<T>(probs.data(), targets, nullptr, first, first + rows[m], C, g(m) * inv_counts[m], gz.data());
                 return gz;
             });
         });
@@ -436,6 +494,8 @@ void add_nn_cases(std::vector<GradcheckCase>& cases) {
                      [targets, counted](V t) { return cross_entropy(t[0], targets, counted); }});
     cases.push_back({"cross_entropy", "(6,4) logits, every position", {in({6, 4}, -2, 2)},
                      [targets](V t) { return cross_entropy(t[0], Indices({6}, targets.values)); }});
+    cases.push_back({"cross_entropy_members", "(6,4) logits in members of 2, 0, 3 and 1 rows", {in({6, 4}, -2, 2)},
+                     [targets](V t) { return cross_entropy_members(t[0], Indices({6}, targets.values), {2, 0, 3, 1}); }});
 }
 
 }  // namespace attnlab

@@ -109,28 +109,42 @@ void device_zero_grad(const NamedTensors& params) {
         device::fill_zero(device_context(), params[run[0]].second.impl().grad->device_data, count_of(params, run) * sizeof(float));
 }
 
-double device_clip_grad_norm(const NamedTensors& params, double max_norm) {
-    for (const auto& [name, p] : params) writable_grad(p);  // scaled in place below
-    auto grad_of = [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; };
-    const auto grouped = runs(params, with_grad(params), grad_of, [](size_t, size_t) { return true; });
+std::vector<double> device_clip_grad_norms(const std::vector<const NamedTensors*>& models, double max_norm) {
     device::Context& context = device_context();
-    const device::DeviceBuffer sums = context.allocate(std::max<size_t>(grouped.size(), 1) * sizeof(double));
+    struct Model {
+        const NamedTensors* params;
+        std::vector<std::vector<size_t>> runs;  // its gradients' contiguous runs
+        size_t first = 0;                       // its runs' sums in the shared buffer
+    };
+    std::vector<Model> plan;
+    size_t sums_needed = 0;
+    for (const NamedTensors* params : models) {
+        for (const auto& [name, p] : *params) writable_grad(p);  // scaled in place below
+        auto grad_of = [params](size_t i) { return std::array<float*, 1>{(*params)[i].second.impl().grad->device_data}; };
+        plan.push_back({params, runs(*params, with_grad(*params), grad_of, [](size_t, size_t) { return true; }), sums_needed});
+        sums_needed += plan.back().runs.size();
+    }
+    auto grad_of = [](const Model& m, size_t run) { return (*m.params)[m.runs[run][0]].second.impl().grad->device_data; };
+    const device::DeviceBuffer sums = context.allocate(std::max<size_t>(sums_needed, 1) * sizeof(double));
     const device::DeviceBuffer partials = context.allocate(device::reduce_partials * sizeof(double));
-    for (size_t r = 0; r < grouped.size(); ++r)
-        device::sum_to_double(context, count_of(params, grouped[r]), grad_of(grouped[r][0])[0], true,
-                            static_cast<double*>(sums.data()) + r, static_cast<double*>(partials.data()));
-    std::vector<double> host(grouped.size());
-    device::copy_to_host(context, sums.data(), host.data(), host.size() * sizeof(double));
-    double total = 0.0;
-    for (double s : host) total += s;
-    total = std::sqrt(total);
-    const double factor = max_norm / (total + 1e-6);  // torch's clip_grad_norm_
-    if (factor < 1.0)
-        for (const auto& run : grouped) {
-            float* g = grad_of(run[0])[0];
-            device::scale(context, count_of(params, run), g, float(factor), nullptr, g, false);
-        }
-    return total;
+    for (const Model& m : plan)
+        for (size_t r = 0; r < m.runs.size(); ++r)
+            device::sum_to_double(context, count_of(*m.params, m.runs[r]), grad_of(m, r), true,
+                                  static_cast<double*>(sums.data()) + m.first + r, static_cast<double*>(partials.data()));
+    std::vector<double> host(sums_needed);
+    device::copy_to_host(context, sums.data(), host.data(), host.size() * sizeof(double));  // every model's sums, one copy
+    std::vector<double> norms;
+    for (const Model& m : plan) {
+        double total = 0.0;
+        for (size_t r = 0; r < m.runs.size(); ++r) total += host[m.first + r];
+        total = std::sqrt(total);
+        const double factor = max_norm / (total + 1e-6);  // torch's clip_grad_norm_
+        if (factor < 1.0)
+            for (size_t r = 0; r < m.runs.size(); ++r)
+                device::scale(context, count_of(*m.params, m.runs[r]), grad_of(m, r), float(factor), nullptr, grad_of(m, r), false);
+        norms.push_back(total);
+    }
+    return norms;
 }
 
 void Adam::step_on_device() {

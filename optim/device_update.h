@@ -15,6 +15,7 @@ std::vector<Tensor> device_zeros_like(const NamedTensors& params);
 // Every gradient becomes its parameter's slot in the flat gradient block, zeroed
 // (one launch per contiguous run; torch's zero_grad(set_to_none=False)).
 void device_zero_grad(const NamedTensors& params);
-double device_clip_grad_norm(const NamedTensors& params, double max_norm);
+// clip_grad_norms on the device: every model's sums of squares, then one copy to the host for all of them.
+std::vector<double> device_clip_grad_norms(const std::vector<const NamedTensors*>& models, double max_norm);
 
 }  // namespace attnlab

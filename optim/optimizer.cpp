@@ -203,7 +203,7 @@ void Adam::load_state(const NamedTensors& state) {
 }
 
 double clip_grad_norm(const NamedTensors& params, double max_norm) {
-    if (on_device(params)) return device_clip_grad_norm(params, max_norm);
+    if (on_device(params)) return device_clip_grad_norms({&params}, max_norm)[0];
     // The sum of squares in eight lanes (element k into lane k mod 8 of each
     // tensor, the lanes added in order at the end): one long chain of dependent
     // additions was 6% of a small model's step; in double, the lanes' order moves
@@ -224,6 +224,16 @@ double clip_grad_norm(const NamedTensors& params, double max_norm) {
     if (factor < 1.0)
         for_each_with_grad(params, [&]<class T>(Array<T>&, Array<T>& g, size_t) { g *= static_cast<T>(factor); });
     return total;
+}
+
+std::vector<double> clip_grad_norms(const std::vector<const NamedTensors*>& models, double max_norm) {
+    size_t on = 0;
+    for (const NamedTensors* params : models) on += on_device(*params);
+    if (on != 0 && on != models.size()) fail("clip_grad_norms", "the models are on different devices");
+    if (on != 0) return device_clip_grad_norms(models, max_norm);
+    std::vector<double> norms;
+    for (const NamedTensors* params : models) norms.push_back(clip_grad_norm(*params, max_norm));
+    return norms;
 }
 
 Schedule parse_schedule(const std::string& name) {

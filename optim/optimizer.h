@@ -75,6 +75,9 @@ std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1 = 
 
 // Scales every gradient by min(1, max_norm / total_norm); returns total_norm (before clipping).
 double clip_grad_norm(const NamedTensors& params, double max_norm);
+// clip_grad_norm of each model, each by its own norm; on the device their norms come
+// back to the host in one copy (stacked members: one wait a step, not one a member).
+std::vector<double> clip_grad_norms(const std::vector<const NamedTensors*>& models, double max_norm);
 // Every parameter's gradient zeroed: on the cpu dropped (Tensor::zero_grad); on the
 // device its slot of the flat gradient block, zeroed in one launch per contiguous
 // run, which the next backward adds into (what Optimizer::zero_grad does).

@@ -127,4 +127,33 @@ Tensor cross_entropy_device(const Tensor& logits, const Indices& targets, const 
     });
 }
 
+// Every member's mean in one kernel: each row weighted by 1 over its member's
+// count, as cross_entropy_device weights a member alone; a member's loss is the
+// column sum of its rows, and its rows' gradient scaled by its incoming gradient.
+Tensor cross_entropy_members_device(const Tensor& logits, const Indices& targets, const std::vector<size_t>& rows) {
+    const size_t C = logits.shape().back(), M = targets.values.size(), K = rows.size();
+    std::vector<float> weight(M);
+    for (size_t m = 0, first = 0; m < K; first += rows[m], ++m)
+        std::fill(weight.begin() + std::ptrdiff_t(first), weight.begin() + std::ptrdiff_t(first + rows[m]), 1.0f / float(rows[m]));
+    const device::DeviceBuffer ids_on_device = upload(targets.values.data(), M * sizeof(int32_t));
+    const device::DeviceBuffer weight_on_device = upload(weight.data(), M * sizeof(float));
+    const Tensor row_losses = device_tensor({M}), dlogits = device_tensor({M, C});
+    Tensor losses = device_tensor({K});
+    device::Context& context = device_context();
+    device::cross_entropy_forward_backward(context, M, C, device_in(logits), static_cast<const int32_t*>(ids_on_device.data()),
+                                         weight_on_device.floats(), device_out(row_losses), device_out(dlogits));
+    for (size_t m = 0, first = 0; m < K; first += rows[m], ++m) {
+        if (rows[m] == 0) device::fill_zero(context, device_out(losses) + m, sizeof(float));
+        else device::column_sums(context, rows[m], 1, device_in(row_losses) + first, device_out(losses) + m, false);
+    }
+    return record_device("cross_entropy_members", losses, {logits}, [logits, dlogits, rows, C](const Tensor& g, const float*) {
+        const GradTarget target = grad_target(logits);  // d logits = g[m] (softmax - onehot) weight on member m's rows
+        if (!target) return;
+        for (size_t m = 0, first = 0; m < rows.size(); first += rows[m], ++m)
+            if (rows[m])
+                device::scale(device_context(), rows[m] * C, device_in(dlogits) + first * C, 1.0f, device_in(g) + m,
+                              target.data + first * C, target.accumulate);
+    });
+}
+
 }  // namespace attnlab

@@ -17,9 +17,11 @@
 //            solo run at its solo sizes (autograd/ops.h); its gradients go back
 //            to the members (MemberRows), which clip and update as alone. Steps
 //            that log, and steps whose batches differ in padded width, run as in
-//            threads. On the device the members share each kernel of the pass
-//            (the GEMMs batched over them), and the members' values go in and
-//            their gradients out in one launch each way.
+//            threads. Every member's loss is one op (cross_entropy_members). On
+//            the device the members share each kernel of the pass (the GEMMs
+//            batched over them), the members' values go in and their gradients
+//            out in one launch each way, and their losses and gradient norms come
+//            back in one copy each (clip_grad_norms).
 // On the cpu a member's files are its solo run's, bit for bit (tests/cli/test_seeds.py);
 // on the device, stacked, to float32 rounding (a solo pass sums attention's q, k and
 // v input gradients in one grouped product, the stacked pass in three:
@@ -102,20 +104,18 @@ public:
         zero_grad(params_);  // the last pass's gradients gone (on the device: their homes zeroed, one memset a run)
         rows_->set_values();
         const Tensor logits = model_->forward_counted(side_by_side(batches), nullptr);  // (N, V), member by member
-        std::vector<Tensor> losses;
-        Tensor total;
-        size_t first = 0;
-        for (const Batch* b : batches) {  // each member's mean over its own counted positions, as alone
-            const size_t n = counted_positions(*b);
-            losses.push_back(cross_entropy(slice(logits, 0, first, first + n), counted_targets(*b)));
-            total = total.defined() ? total + losses.back() : losses.back();
-            first += n;
+        Indices targets({0}, {});
+        std::vector<size_t> rows;  // each member's counted positions
+        for (const Batch* b : batches) {
+            const Indices own = counted_targets(*b);
+            targets.values.insert(targets.values.end(), own.values.begin(), own.values.end());
+            rows.push_back(own.values.size());
         }
-        total.backward();  // each member's loss seeded with 1, as its own backward would be
+        targets.shape = {targets.values.size()};
+        const Tensor losses = cross_entropy_members(logits, targets, rows);  // (K): each member's mean, as alone
+        sum(losses).backward();  // each member's loss seeded with 1, as its own backward would be
         rows_->add_grads();
-        std::vector<double> out;
-        for (const Tensor& l : losses) out.push_back(l.item());
-        return out;
+        return losses.values();  // one copy from the device for every member
     }
 
 private:
@@ -321,8 +321,13 @@ int Trainer::side_by_side(std::vector<std::unique_ptr<State>>& members, const st
         std::vector<State::StepValues> values(going.size());
         std::vector<uint8_t> updated(going.size(), 0);
         const bool together_now = stacked && going.size() == members.size() && !logs && stack_together(batches);
-        std::vector<double> losses;
+        std::vector<double> losses, norms;
         if (together_now) losses = stacked->step(batches);
+        if (together_now && !on_threads) {  // the device: every member's norm back in one copy, each clipped as alone
+            std::vector<const NamedTensors*> trainables;
+            for (const size_t m : going) trainables.push_back(&members[m]->trainable);
+            norms = clip_grad_norms(trainables, members.front()->loop->clip);
+        }
         ++steps;
         together += together_now;
         // each member on a thread of the pool, its ops serial there
@@ -330,7 +335,7 @@ int Trainer::side_by_side(std::vector<std::unique_ptr<State>>& members, const st
             State& s = *members[going[i]];
             if (together_now) {  // its gradients are in; clipped as alone
                 values[i].loss = losses[i];
-                values[i].grad_norm = clip_grad_norm(s.trainable, s.loop->clip);
+                values[i].grad_norm = norms.empty() ? clip_grad_norm(s.trainable, s.loop->clip) : norms[i];
             } else {
                 values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
             }

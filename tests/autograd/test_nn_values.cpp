@@ -176,6 +176,37 @@ TEST(CrossEntropyValues, GradientIsSoftmaxMinusOnehotOverCount) {
                   1e-12);
 }
 
+// Stacked members' losses: each member's mean and its rows' gradient are those
+// of cross_entropy on its rows alone, bit for bit, in both dtypes; a member with
+// no rows gives 0 and sends nothing.
+TEST(CrossEntropyValues, MembersEachAsTheirRowsAlone) {
+    Rng rng(4);
+    const std::vector<size_t> rows = {3, 0, 2, 1};
+    const Indices targets({6}, {4, 0, 2, 1, 3, 0});
+    for (DType dtype : {DType::f32, DType::f64}) {
+        const Tensor logits = rng.normal({6, 5}, 0.0, 2.0, dtype);
+        Tensor together = logits.clone();
+        together.set_requires_grad(true);
+        const Tensor losses = cross_entropy_members(together, targets, rows);
+        ASSERT_EQ(losses.shape(), Shape{4});
+        sum(losses).backward();
+        const std::vector<double> loss = losses.values(), grad = together.grad().values();
+        EXPECT_EQ(loss[1], 0.0);
+        for (size_t m = 0, first = 0; m < rows.size(); first += rows[m], ++m) {
+            if (rows[m] == 0) continue;
+            Tensor alone = slice(logits, 0, first, first + rows[m]).clone();
+            alone.set_requires_grad(true);
+            const Tensor l = cross_entropy(alone, Indices({rows[m]}, std::vector<int32_t>(targets.values.begin() + first,
+                                                                                          targets.values.begin() + first + rows[m])));
+            l.backward();
+            EXPECT_EQ(loss[m], l.item()) << to_string(dtype) << " member " << m;
+            const std::vector<double> own = alone.grad().values();
+            for (size_t e = 0; e < own.size(); ++e) EXPECT_EQ(grad[first * 5 + e], own[e]) << to_string(dtype) << " member " << m;
+        }
+    }
+    EXPECT_THROW(cross_entropy_members(rng.normal({6, 5}, 0.0, 1.0), targets, {3, 2}), Error);  // rows add up to 5
+}
+
 // Rotary positions: a pair rotated by its angle keeps its norm, and the score
 // q_i . k_j depends only on i - j: shifting both positions changes nothing.
 TEST(NnValues, RotaryScoresDependOnRelativePositionOnly) {

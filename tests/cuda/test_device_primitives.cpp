@@ -214,6 +214,9 @@ TEST_F(DevicePrimitives, StackedMembersOpsAsTheCpuOnes) {
                         [](const Inputs& t) { return layer_norm(t[0], t[1], Tensor()); });
     expect_same_on_both("rms_norm, 3 members", {random(rng, {6, 2, 8}), random(rng, {3, 8})},
                         [](const Inputs& t) { return rms_norm(t[0], t[1]); });
+    const Indices member_targets({6}, {3, 0, 4, 1, 1, 2});
+    expect_same_on_both("cross_entropy_members, members of 2, 0, 3 and 1 rows", {random(rng, {6, 5})},
+                        [&](const Inputs& t) { return cross_entropy_members(t[0], member_targets, {2, 0, 3, 1}); });
 }
 
 // The scores of attention composed of separate ops take gradients on the

@@ -222,11 +222,13 @@ TEST(CuemuWork, OneTrainingStepOfAFourLayerDecoder) {
 
 // train.seeds_mode = "stacked" on the device: what one step of eight members of
 // that decoder queues when one stacked model runs their pass (the members' values
-// in and gradients out one launch each, MemberRows; each member's loss, clipping
-// and AdamW its own), against eight members stepping in turn. Measured
-// (2026-12-06): in turn 896 kernels + 472 GEMMs + 8 memsets = 1376; stacked 193
-// kernels + 75 GEMMs + 10 memsets and device copies = 278 (4.9x fewer), copies in
-// 40 against 20. The bound keeps it from growing.
+// in and gradients out one launch each, MemberRows; every member's loss in one
+// cross_entropy_members, every member's gradient norm back in one copy; each
+// member's clipping and AdamW its own), against eight members stepping in turn.
+// Measured (2026-12-06): in turn 896 kernels + 472 GEMMs + 8 memsets = 1376, 40
+// copies in and 16 out; stacked 173 kernels + 75 GEMMs + 9 memsets and device
+// copies = 257 (5.4x fewer), 6 copies in and 2 out (before the one-op loss and the
+// one-copy norms: 278, 20 in, 16 out). The bounds keep them from growing.
 TEST(CuemuWork, EightStackedMembersShareTheirPass) {
     constexpr size_t K = 8, B = 2, T = 16;
     const ModelConfig c = four_layer_decoder();
@@ -273,17 +275,22 @@ TEST(CuemuWork, EightStackedMembersShareTheirPass) {
         zero_grad(stacked_params);  // as StackedMembers::step: the gradients' homes zeroed, one memset
         rows.set_values();
         const Tensor logits = stacked.forward(Indices({K * B, T}, tokens), lengths);  // (K B, T, V)
-        Tensor total;
-        for (size_t m = 0; m < K; ++m) {
-            const Tensor loss = cross_entropy(slice(logits, 0, m * B, (m + 1) * B), member_batch(targets, m));
-            EXPECT_TRUE(std::isfinite(loss.item()));
-            total = total.defined() ? total + loss : loss;
-        }
-        total.backward();
+        // every member's loss in one op, as StackedMembers::step
+        const Tensor losses = cross_entropy_members(reshape(logits, {K * B * T, logits.size(2)}), Indices({K * B * T}, targets),
+                                                    std::vector<size_t>(K, B * T));
+        sum(losses).backward();
+        for (double loss : losses.values()) EXPECT_TRUE(std::isfinite(loss));
         rows.add_grads();
-        for (size_t m = 0; m < K; ++m) update(m);
+        std::vector<const NamedTensors*> models;  // every member's norm in one copy, as the trainer's stacked step
+        for (const NamedTensors& params : own) models.push_back(&params);
+        for (double norm : clip_grad_norms(models, 1.0)) EXPECT_TRUE(std::isfinite(norm));
+        for (size_t m = 0; m < K; ++m) {
+            optimizers[m]->step();
+            optimizers[m]->zero_grad();
+        }
     };
-    const auto count = [](const std::function<void()>& step, const char* what) {
+    long waits = 0;  // copies to the host in the last step counted: each one waits for the stream
+    const auto count = [&waits](const std::function<void()>& step, const char* what) {
         step();  // the first also makes the gradients' homes
         const long launches_before = cuemu::launches();
         const cuemu::WorkCounts before = cuemu::work_counts();
@@ -294,10 +301,12 @@ TEST(CuemuWork, EightStackedMembersShareTheirPass) {
         std::printf("eight members %s: %ld kernels + %ld GEMMs + %ld memsets and device copies = %ld; %ld copies in, %ld out\n",
                     what, kernels, gemms, others, kernels + gemms + others, after.copies_in - before.copies_in,
                     after.copies_out - before.copies_out);
+        waits = after.copies_out - before.copies_out;
         return kernels + gemms + others;
     };
     const long apart = count(in_turn, "in turn"), shared = count(together, "stacked");
-    EXPECT_LE(shared, 278);
+    EXPECT_LE(shared, 257);
+    EXPECT_EQ(waits, 2);  // every member's loss in one copy, every member's gradient norm in one
     EXPECT_LT(4 * shared, apart);
 }
 
