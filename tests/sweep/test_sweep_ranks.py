@@ -57,6 +57,20 @@ class SweepRanks(sc.SweepTest):
         self.assertEqual(r.stderr.count("finished earlier, skipped"), 6, r.stderr)
 
     @unittest.skipUnless(have_mpirun(), "no mpirun (Debian: openmpi-bin)")
+    def test_seed_groups_across_ranks_give_the_single_process_table(self):
+        config = self.write_config(sc.config_text(sweep=GRID))
+        self.sweep(config, "--jobs", "2")
+        expected = self.cells_numbers()
+        shutil.rmtree(self.sweep_dir())
+        r = self.run_cmd(MPIRUN + ["-np", "2", sc.ATTNLAB, "sweep", config, "--seeds-together"])  # a group on each rank
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stderr.count("3 cells side by side in one process"), 2, r.stderr)
+        self.assertEqual(self.cells_numbers(), expected)
+        for first in (0, 3):
+            with open(os.path.join(self.sweep_dir(), "logs", f"together_{first}.log")) as f:
+                self.assertIn("3 runs side by side (threads)", f.read())
+
+    @unittest.skipUnless(have_mpirun(), "no mpirun (Debian: openmpi-bin)")
     def test_bad_sweep_under_mpirun_is_one_line(self):
         config = self.write_config(sc.config_text(sweep=[("train.threads", "[1, 2]")]))
         r = self.run_cmd(MPIRUN + ["-np", "2", sc.ATTNLAB, "sweep", config])

@@ -173,6 +173,13 @@ class SeedsTogether(sc.SweepTest):
                 with open(os.path.join(self.sweep_dir(name), "0_run.seed=0" if len(grid) == 1 else NAMES[0], "config.toml")) as f:
                     self.assertIn(f"threads = {threads}\n", f.read())
 
+    def test_a_grid_without_seeds_runs_its_cells_alone(self):
+        config = self.write_config(sc.config_text(sweep=[("model.heads", "[1, 2]")], train__steps="5"))
+        r = self.sweep(config, "--jobs", "2", "--seeds-together")
+        self.assertNotIn("side by side", r.stderr, r.shown)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.sweep_dir(), "logs"))), ["0_model.heads=1.log", "1_model.heads=2.log"])
+        self.assertIn("2 of 2 cells ok", r.stdout, r.shown)
+
     def test_bad_option_values_are_refused(self):
         config = self.write_config(sc.config_text(sweep=SWEEP))
         for extra, says in ((["--seeds-together=sideways"], "--seeds-together=sideways: \"threads\" (the default) or \"stacked\""),
