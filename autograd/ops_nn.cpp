@@ -366,8 +366,8 @@ T cross_entropy_rows(const T* Z, const Indices& targets, const Mask* loss_mask, 
 // Its gradient on rows [k0, k1): d loss / d z = (softmax(z) - onehot(t)) scale on
 // counted rows (scale: the incoming gradient over the count), 0 elsewhere.
 template <class T>
-void cross_entropy_rows_grad(const T* probs, const Indices& targets, const Mask* loss_mask, size_t k0, size_t k1, size_t C, T scale,
-                             T* gz) {
+void cross_entropy_rows_grad(const T* __restrict probs, const Indices& targets, const Mask* loss_mask, size_t k0, size_t k1, size_t C,
+                             T scale, T* __restrict gz) {
     for (size_t e = k0 * C; e < k1 * C; ++e) gz[e] = probs[e] * scale;
     for (size_t k = k0; k < k1; ++k)
         if (!loss_mask || (*loss_mask)(k)) gz[k * C + static_cast<size_t>(targets.values[k])] -= scale;
