@@ -1,4 +1,4 @@
-// attnlab sweep CONFIG [key=value ...] [--jobs N] [--force] [--seeds-together[=stacked]] [--cell K | --summarize | --slurm [--cells-per-task C]]
+// attnlab sweep CONFIG [key=value ...] [--jobs N] [--force] [--seeds-together[=stacked]] [--cell K | --group K | --summarize | --slurm [--cells-per-task C]]
 // Under mpirun: the cells across the ranks (experiments/sweep/sweep_ranks.h).
 #include <unistd.h>
 
@@ -67,8 +67,10 @@ int report(const Config& config, const SweepTable& table, const std::vector<std:
     return failed ? 1 : 0;
 }
 
-// --cell K: one cell alone, as a Slurm array task runs it.
+// --cell K: one cell alone, as a Slurm array task runs it; --group K: one seed group.
 int run_cell_mode(const Config& config, const SweepOptions& sweep, const cxxopts::ParseResult& parsed) {
+    if (parsed.count("group"))
+        return run_sweep_group(config, sweep, static_cast<size_t>(number_option<int64_t>(parsed, "group", 0, int64_t{1} << 40)));
     const int64_t cell = number_option<int64_t>(parsed, "cell", 0, int64_t{1} << 40);
     return run_sweep_cell(config, sweep, static_cast<size_t>(cell));
 }
@@ -81,6 +83,10 @@ int slurm_mode(const Config& config, const SweepOptions& sweep, const cxxopts::P
     array.command = {sweep.executable, "sweep", std::filesystem::absolute(sweep.config_path).string()};
     array.command.insert(array.command.end(), sweep.overrides.begin(), sweep.overrides.end());
     if (sweep.force) array.command.push_back("--force");
+    if (!sweep.seeds_together.empty()) {  // each array task a seed group (or several), side by side
+        array.command.push_back("--seeds-together=" + sweep.seeds_together);
+        array.unit = "group";
+    }
     array.cells = count_cells(config, sweep);  // the grid and the folders checked as a sweep checks them
     array.cells_per_task = static_cast<size_t>(number_option<int64_t>(parsed, "cells-per-task", 1, int64_t{1} << 20));
     std::cout << slurm_script(array);
@@ -127,6 +133,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
                                             "their members on threads or stacked (=stacked), as train.seeds does",
                           cxxopts::value<std::string>()->implicit_value("threads"))
                          ("cell", "run cell K alone (0-based, as a Slurm array task does)", cxxopts::value<std::string>())
+                         ("group", "with --seeds-together: run seed group K alone (0-based, as a Slurm array task does)", cxxopts::value<std::string>())
                          ("summarize", "tabulate the cells that have finished")
                          ("slurm", "print an sbatch script that runs the cells as a Slurm job array")
                          ("cells-per-task", "with --slurm: cells each array task runs in turn", cxxopts::value<std::string>()->default_value("1"))
@@ -143,17 +150,19 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     if (parsed.count("args")) split_config_and_overrides(parsed["args"].as<std::vector<std::string>>(), config_path, overrides);
     if (config_path.empty()) throw UsageError("give the sweep's CONFIG (a TOML file with a [sweep] table)");
     const int jobs = number_option<int>(parsed, "jobs", 1, 4096);
-    const int modes = static_cast<int>(parsed.count("cell") + parsed.count("summarize") + parsed.count("slurm"));
-    if (modes > 1) throw UsageError("--cell, --summarize and --slurm each do one thing: give one of them");
+    const int modes = static_cast<int>(parsed.count("cell") + parsed.count("group") + parsed.count("summarize") + parsed.count("slurm"));
+    if (modes > 1) throw UsageError("--cell, --group, --summarize and --slurm each do one thing: give one of them");
     if (modes && world.size() > 1)
-        throw UsageError("--cell, --summarize and --slurm run as one process, not under mpirun (launched as " +
+        throw UsageError("--cell, --group, --summarize and --slurm run as one process, not under mpirun (launched as " +
                          std::to_string(world.size()) + " ranks)");
     if (parsed.count("seeds-together")) {
         const std::string mode = parsed["seeds-together"].as<std::string>();
         if (mode != "threads" && mode != "stacked")
             throw UsageError("--seeds-together=" + mode + ": \"threads\" (the default) or \"stacked\", as train.seeds_mode");
-        if (modes) throw UsageError("--seeds-together groups the cells of a whole sweep run: not with --cell, --summarize or --slurm");
+        if (parsed.count("cell")) throw UsageError("--seeds-together runs groups of cells: not with --cell (a group alone: --group K)");
     }
+    if (parsed.count("group") && !parsed.count("seeds-together"))
+        throw UsageError("--group K runs a seed group of --seeds-together: give --seeds-together (or --cell K for one cell)");
     if (!parsed.count("slurm") && parsed["cells-per-task"].as<std::string>() != "1")
         throw UsageError("--cells-per-task goes with --slurm");
     const Config config = sweep_config(config_path, overrides);
@@ -170,7 +179,7 @@ int cmd_sweep(const std::vector<std::string>& args, const World& world) {
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     sweep.executable = n > 0 ? std::string(self, static_cast<size_t>(n)) : "attnlab";
 
-    if (parsed.count("cell")) return run_cell_mode(config, sweep, parsed);
+    if (parsed.count("cell") || parsed.count("group")) return run_cell_mode(config, sweep, parsed);
     if (parsed.count("summarize")) return report(config, summarize_sweep(config, sweep), args);
     if (parsed.count("slurm")) return slurm_mode(config, sweep, parsed);
     return run_mode(config, sweep, world, args);

@@ -19,11 +19,12 @@ std::string slurm_script(const SlurmArray& array) {
     std::string command;
     for (const std::string& word : array.command) command += (command.empty() ? "" : " ") + shell_word(word);
     std::ostringstream s;
+    const std::string& unit = array.unit;  // "cell", or "group": the cells of one seed group side by side
     s << "#!/bin/bash\n"
-      << "# " << array.cells << " cells, " << per << " per array task: task t runs cells t*" << per << " to t*" << per
+      << "# " << array.cells << " " << unit << "s, " << per << " per array task: task t runs " << unit << "s t*" << per << " to t*" << per
       << "+" << per - 1 << ", then tabulates\n"
       << "# whatever cells have finished (the last task to end leaves the whole table).\n"
-      << "# Submit it with `sbatch FILE`; a cell uses the CPUs Slurm gives its task (--cpus-per-task).\n"
+      << "# Submit it with `sbatch FILE`; a " << unit << " uses the CPUs Slurm gives its task (--cpus-per-task).\n"
       << "#SBATCH --job-name=" << array.job_name << "\n"
       << "#SBATCH --array=0-" << (tasks ? tasks - 1 : 0) << "\n"
       << "#SBATCH --ntasks=1\n"
@@ -32,9 +33,9 @@ std::string slurm_script(const SlurmArray& array) {
       << "cd " << shell_word(array.directory) << " || exit 1\n"
       << "task=${SLURM_ARRAY_TASK_ID:?run this script with sbatch (or set SLURM_ARRAY_TASK_ID)}\n"
       << "status=0\n"
-      << "for ((cell = task * " << per << "; cell < (task + 1) * " << per << " && cell < " << array.cells
-      << "; cell++)); do\n"
-      << "  " << command << " --cell \"$cell\" || status=1\n"
+      << "for ((" << unit << " = task * " << per << "; " << unit << " < (task + 1) * " << per << " && " << unit << " < " << array.cells
+      << "; " << unit << "++)); do\n"
+      << "  " << command << " --" << unit << " \"$" << unit << "\" || status=1\n"
       << "done\n"
       << command << " --summarize || status=1\n"
       << "exit \"$status\"\n";

@@ -88,11 +88,13 @@ RunLock claim_cell(const fs::path& sweep_dir, CellPlan& cell) {
 // configs differ only in run.seed as one job, in grid order of their first cell.
 std::vector<std::vector<CellPlan>> jobs_of(const std::vector<CellPlan>& plan, bool together) {
     std::vector<std::vector<CellPlan>> jobs;
-    std::map<std::string, size_t> job_of;  // a cell's seed group -> its job
-    for (const CellPlan& cell : plan) {
-        const auto [at, added] = job_of.emplace(together ? cell.seed_group : cell.name, jobs.size());
-        if (added) jobs.emplace_back();
-        jobs[at->second].push_back(cell);
+    if (!together) {
+        for (const CellPlan& cell : plan) jobs.push_back({cell});
+        return jobs;
+    }
+    for (const std::vector<size_t>& group : sweep_plan::seed_groups(plan)) {
+        jobs.emplace_back();
+        for (const size_t i : group) jobs.back().push_back(plan[i]);
     }
     return jobs;
 }
@@ -254,16 +256,36 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options, const Wo
     return tabulate(config, sweep.dir, outcomes, processes.interrupted());
 }
 
-size_t count_cells(const Config& config, const SweepOptions& options) { return sweep_plan::plan_sweep(config, options).plan.size(); }
+size_t count_cells(const Config& config, const SweepOptions& options) {
+    const PreparedSweep sweep = sweep_plan::plan_sweep(config, options);
+    return options.seeds_together.empty() ? sweep.plan.size() : sweep_plan::seed_groups(sweep.plan).size();
+}
 
-int run_sweep_cell(const Config& config, const SweepOptions& options, size_t index) {
-    const PreparedSweep sweep = prepare_sweep(config, options, nullptr, index);  // the cell's own lock guards it (run_cells)
+namespace {
+
+// --cell K or --group K: those cells alone, under their own locks (run_cells).
+// 0 when each ended ok or had finished (skipped), 130 after an interrupt, else 1.
+int run_selected(const Config& config, const SweepOptions& options, sweep_plan::Selection only) {
+    const PreparedSweep sweep = prepare_sweep(config, options, nullptr, only);
     CellProcesses processes;
     CellSlots slots(processes, single_world(), 1);
-    const CellOutcomes outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots, true);
+    const CellOutcomes outcomes = run_cells(sweep.plan, sweep.dir, options.executable, slots, true, options.seeds_together);
     if (processes.interrupted()) return 130;
-    const auto status = outcomes.status.find(sweep.plan[0].name);
-    return status == outcomes.status.end() || status->second == "ok" ? 0 : 1;  // a finished cell is skipped: ok
+    for (const CellPlan& cell : sweep.plan) {
+        const auto status = outcomes.status.find(cell.name);
+        if (status != outcomes.status.end() && status->second != "ok") return 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int run_sweep_cell(const Config& config, const SweepOptions& options, size_t index) {
+    return run_selected(config, options, {sweep_plan::Selection::Kind::cell, index});
+}
+
+int run_sweep_group(const Config& config, const SweepOptions& options, size_t index) {
+    return run_selected(config, options, {sweep_plan::Selection::Kind::group, index});
 }
 
 SweepTable summarize_sweep(const Config& config, const SweepOptions& options) {

@@ -74,12 +74,16 @@ SweepTable run_sweep(const Config& config, const SweepOptions& options, const Wo
 // The grid's cell count, with everything checked that run_sweep checks before it
 // writes (the grid, every cell's config, the sweep folder and the cells' folders,
 // no other process running them); writes nothing. For `--slurm`.
-size_t count_cells(const Config& config, const SweepOptions& options);
+size_t count_cells(const Config& config, const SweepOptions& options);  // with seeds_together: the seed groups
 // `--cell K`: runs (or resumes, or skips when finished) cell K alone, as one
 // array task of a Slurm job does; several may run at once, each cell under its
 // own lock (a second process for the same cell is refused, an Error, before it
 // writes anything). Its exit status: 0 ok, 1 failed, 130 interrupted.
 int run_sweep_cell(const Config& config, const SweepOptions& options, size_t index);
+// `--group K` (with --seeds-together): the K-th group of cells that differ only in
+// run.seed (in grid order of their first cell), side by side in one process, as an
+// array task of `--slurm --seeds-together` runs it; as --cell otherwise.
+int run_sweep_group(const Config& config, const SweepOptions& options, size_t index);
 // `--summarize`: the table of whatever cells have finished (the others with
 // their status), written as summary.csv and summary.h5.
 SweepTable summarize_sweep(const Config& config, const SweepOptions& options);

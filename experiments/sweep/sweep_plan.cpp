@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <set>
 
 #include "experiments/files/checkpoint.h"
@@ -285,10 +286,21 @@ void check_not_running(const fs::path& sweep_dir, const std::vector<CellPlan>& p
 
 }  // namespace
 
-PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, std::optional<size_t> only) {
+std::vector<std::vector<size_t>> seed_groups(const std::vector<CellPlan>& plan) {
+    std::vector<std::vector<size_t>> groups;
+    std::map<std::string, size_t> group_of;
+    for (size_t i = 0; i < plan.size(); ++i) {
+        const auto [at, added] = group_of.emplace(plan[i].seed_group, groups.size());
+        if (added) groups.emplace_back();
+        groups[at->second].push_back(i);
+    }
+    return groups;
+}
+
+PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, Selection only) {
     const auto cells = checked_cells(config, options);
-    if (only && *only >= cells.size())
-        throw Error("[sweep] --cell " + std::to_string(*only) + ": the grid has cells 0 to " + std::to_string(cells.size() - 1));
+    if (only.kind == Selection::Kind::cell && only.index >= cells.size())
+        throw Error("[sweep] --cell " + std::to_string(only.index) + ": the grid has cells 0 to " + std::to_string(cells.size() - 1));
     PreparedSweep out;
     out.jobs = std::max<size_t>(1, options.jobs);
     if (config.run.name.size() > kMaxFolderName)
@@ -298,23 +310,26 @@ PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, std:
     out.plan = plan_cells(config, cells, out.dir);
     if (!options.threads_given) {  // the cores split between the jobs that can run at once
         size_t at_once = out.jobs;
-        if (!options.seeds_together.empty()) {  // a job for each group of seeds
-            std::set<std::string> groups;
-            for (const CellPlan& cell : out.plan) groups.insert(cell.seed_group);
-            at_once = std::min(at_once, groups.size());
-        }
+        if (!options.seeds_together.empty()) at_once = std::min(at_once, seed_groups(out.plan).size());  // a job for each group
         const int64_t threads = threads_per_cell(at_once, options.ranks_per_machine);
         for (CellPlan& cell : out.plan) cell.config.train.threads = threads;
     }
-    if (only) out.plan = {out.plan[*only]};
+    if (only.kind == Selection::Kind::cell) out.plan = {out.plan[only.index]};
+    if (only.kind == Selection::Kind::group) {
+        const auto groups = seed_groups(out.plan);
+        if (only.index >= groups.size())
+            throw Error("[sweep] --group " + std::to_string(only.index) + ": the grid has seed groups 0 to " + std::to_string(groups.size() - 1));
+        std::vector<CellPlan> group;
+        for (const size_t i : groups[only.index]) group.push_back(out.plan[i]);
+        out.plan = std::move(group);
+    }
     check_not_running(out.dir, out.plan);
     inspect_sweep_folder(out.dir, config, out.plan);
     check_cells_runnable(out.plan);
     return out;
 }
 
-PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
-                            std::optional<size_t> only) {
+PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock, Selection only) {
     PreparedSweep out = plan_sweep(config, options, only);
     fs::create_directories(out.dir);
     if (lock) {

@@ -34,16 +34,25 @@ struct PreparedSweep {
 // check_grid, at most options.max_cells unless options.force.
 std::vector<std::vector<std::string>> checked_cells(const Config& config, const SweepOptions& options);
 
+// The cells a process runs: every cell, cell K (--cell) or seed group K (--group).
+struct Selection {
+    enum class Kind { all, cell, group } kind = Kind::all;
+    size_t index = 0;
+};
+
+// The plan's seed groups (the cells that share a seed_group), each its cells'
+// places in `plan`, in grid order of their first cell.
+std::vector<std::vector<size_t>> seed_groups(const std::vector<CellPlan>& plan);
+
 // Everything a sweep checks before it writes anything: the grid, every cell's
 // config (built as `attnlab train` builds it), that no other process runs the
-// sweep or one of its cells (all, or only cell `only`), the sweep folder and
-// those cells' folders. Reads only: `--slurm` stops here.
-PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, std::optional<size_t> only = std::nullopt);
+// sweep or one of the selected cells, the sweep folder and those cells' folders.
+// Reads only: `--slurm` stops here.
+PreparedSweep plan_sweep(const Config& config, const SweepOptions& options, Selection only = {});
 
 // plan_sweep, then the folder made and sweep.toml written; under `lock` when
 // given (another sweep may have got there first: the folder is looked at again).
-PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock,
-                            std::optional<size_t> only = std::nullopt);
+PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, std::optional<RunLock>* lock, Selection only = {});
 
 // The grid against what the sweep sets itself (no axis over run.name, run.out_dir, train.threads; no override of a swept key).
 void check_grid(const Config& config, const SweepOptions& options);

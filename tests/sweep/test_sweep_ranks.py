@@ -1,7 +1,9 @@
 """Sweeps beyond one process: `mpirun -np N attnlab sweep` (rank 0 hands the cells
 out to the ranks), `--cell K` (one cell alone, as a Slurm array task runs it),
 `--summarize` (the table of whatever has finished) and `--slurm` (the sbatch
-array script, run here task by task with SLURM_ARRAY_TASK_ID set, two at once).
+array script, run here task by task with SLURM_ARRAY_TASK_ID set, two at once),
+with `--seeds-together` too (a seed group on each rank, or in each array task:
+`--group K`).
 A real Slurm runs the script in scripts/slurm_check.sh (not in CI).
 
     /usr/bin/python3 tests/sweep/test_sweep_ranks.py ATTNLAB_BINARY
@@ -29,7 +31,10 @@ class SweepRanks(sc.SweepTest):
         return subprocess.run(cmd, cwd=self.tmp, env=env, capture_output=True, text=True, timeout=300)
 
     def cells_numbers(self):
-        _, cells, _ = sc.read_summary_csv(os.path.join(self.sweep_dir(), "summary.csv"))
+        return self.cells_numbers_of("tiny")
+
+    def cells_numbers_of(self, name):
+        _, cells, _ = sc.read_summary_csv(os.path.join(self.sweep_dir(name), "summary.csv"))
         return {c["name"]: ({k: c[k] for k in NUMBERS}, c["status"]) for c in cells}
 
     def one_line(self, r, wants):
@@ -131,6 +136,34 @@ class SweepRanks(sc.SweepTest):
         self.assertFalse([n for n in os.listdir(self.sweep_dir()) if n.endswith(".tmp")])
         r = self.sweep(config, "--slurm", "--cells-per-task", "0", expect=2)
         self.assertIn("--cells-per-task: must be in [1, ", r.stderr)
+
+    def test_slurm_script_of_seed_groups_runs_each_group_side_by_side(self):
+        config = self.write_config(sc.config_text(sweep=GRID))
+        plain = self.write_config(sc.config_text(sweep=GRID, run__name='"plain"'), "plain.toml")
+        self.sweep(plain, "--jobs", "2")
+        expected = {name: numbers for name, (numbers, _) in self.cells_numbers_of("plain").items()}
+        r = self.sweep(config, "--slurm", "--seeds-together")
+        script = self.path("job.sh")
+        with open(script, "w") as f:
+            f.write(r.stdout)
+        self.assertIn("#SBATCH --array=0-1", r.stdout)  # two groups of three
+        self.assertIn("--seeds-together=threads --group \"$group\"", r.stdout)
+        tasks = [subprocess.Popen(["bash", script], cwd=self.tmp, env=dict(sc.cli.env(), SLURM_ARRAY_TASK_ID=str(t)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for t in (0, 1)]
+        outputs = [t.communicate(timeout=300)[0] for t in tasks]
+        self.assertIn("6 of 6 cells ok", "".join(outputs))
+        self.assertEqual({name: numbers for name, (numbers, _) in self.cells_numbers().items()}, expected, outputs)
+        for first in (0, 3):
+            with open(os.path.join(self.sweep_dir(), "logs", f"together_{first}.log")) as f:
+                self.assertIn("3 runs side by side (threads)", f.read())
+        r = self.sweep(config, "--seeds-together", "--group", "1")  # finished: its cells skipped
+        self.assertEqual(r.stderr.count("finished earlier, skipped"), 3, r.stderr)
+        r = self.sweep(config, "--seeds-together", "--group", "2", expect=2)
+        self.assertIn("--group 2: the grid has seed groups 0 to 1", r.stderr)
+        r = self.sweep(config, "--group", "0", expect=2)
+        self.assertIn("give --seeds-together", r.stderr)
+        r = self.sweep(config, "--seeds-together", "--cell", "0", expect=2)
+        self.assertIn("not with --cell", r.stderr)
 
 
 if __name__ == "__main__":

@@ -183,8 +183,9 @@ class SeedsTogether(sc.SweepTest):
     def test_bad_option_values_are_refused(self):
         config = self.write_config(sc.config_text(sweep=SWEEP))
         for extra, says in ((["--seeds-together=sideways"], "--seeds-together=sideways: \"threads\" (the default) or \"stacked\""),
-                            (["--seeds-together", "--cell", "0"], "--seeds-together groups the cells of a whole sweep run"),
-                            (["--seeds-together", "--summarize"], "--seeds-together groups the cells of a whole sweep run")):
+                            (["--seeds-together", "--cell", "0"], "not with --cell (a group alone: --group K)"),
+                            (["--group", "0"], "--group K runs a seed group of --seeds-together"),
+                            (["--seeds-together", "--group", "0", "--slurm"], "give one of them")):
             r = self.sweep(config, *extra, expect=2)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.shown)
             self.assertIn(says, r.stderr, r.shown)
