@@ -6,7 +6,8 @@
 #   FUZZ_PARALLEL=2 scripts/fuzz.sh 600    # two targets at a time
 #
 # Targets: fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text
-# fuzz_safetensors (a safetensors file's bytes, read and written back). The two
+# fuzz_safetensors (a safetensors file's bytes, read and written back)
+# fuzz_runs_file (a runs file of `train --runs`, read and written back). The two
 # HDF5 targets take recipes (tests/fuzz/hdf5_recipe.h: edits that build a
 # well-formed file); FUZZ_RAW=1 adds raw HDF5 files as seeds
 # (tests/fuzz/corpus/<target>_files/), whose mutations mostly reach libhdf5's
@@ -25,7 +26,7 @@
 # a missing tool.
 set -euo pipefail
 
-all_targets=(fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text fuzz_safetensors)
+all_targets=(fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text fuzz_safetensors fuzz_runs_file)
 usage() { echo "usage: $0 SECONDS [TARGET ...]   (targets: ${all_targets[*]})" >&2; }
 
 if (($# < 1)) || ! [[ "$1" =~ ^[0-9]+$ ]] || (($1 < 1)); then usage; exit 2; fi
