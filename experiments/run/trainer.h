@@ -80,9 +80,10 @@ private:
     // train.seeds' members on the pool's threads, each thread stepping its own (trainer_members.cpp).
     static int members_apart(std::vector<std::unique_ptr<State>>& members);
     // The members, each with its folder and log (new or resumed), trained side by side
-    // (`mode`: train.seeds_mode); `labels` start each member's progress lines.
+    // (`mode`: train.seeds_mode); `labels` start each member's progress lines, `source`
+    // (train.seeds, train --runs) the line that says how many steps were stacked.
     static int side_by_side(std::vector<std::unique_ptr<State>>& members, const std::string& mode,
-                            const std::vector<std::string>& labels);
+                            const std::vector<std::string>& labels, const char* source);
     explicit Trainer(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
 };

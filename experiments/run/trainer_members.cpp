@@ -227,7 +227,7 @@ int Trainer::train_members(const Config& config, const std::string& group_dir) {
         members[m]->dir = create_run(*members[m], (group / cell).string());
         labels.push_back("seed " + std::to_string(seeds[m]) + ": ");
     }
-    return side_by_side(members, config.train.seeds_mode, labels);
+    return side_by_side(members, config.train.seeds_mode, labels, "train.seeds");
 }
 
 int Trainer::train_runs(const std::vector<GroupRun>& runs, const std::string& mode) {
@@ -270,11 +270,11 @@ int Trainer::train_runs(const std::vector<GroupRun>& runs, const std::string& mo
         labels.push_back(members[m]->dir.filename().string() + ": ");
     }
     std::fprintf(stderr, "attnlab train: %zu runs side by side (%s)\n", runs.size(), mode.c_str());
-    return side_by_side(members, mode, labels);
+    return side_by_side(members, mode, labels, "train --runs");
 }
 
 int Trainer::side_by_side(std::vector<std::unique_ptr<State>>& members, const std::string& mode,
-                          const std::vector<std::string>& labels) {
+                          const std::vector<std::string>& labels, const char* source) {
     const Config& config = members.front()->config;  // the members differ only in their seeds and folders
     set_threads(config_threads(config));
     std::vector<const Module*> modules;
@@ -352,8 +352,8 @@ int Trainer::side_by_side(std::vector<std::unique_ptr<State>>& members, const st
             }
     }
     if (stacked)
-        std::fprintf(stderr, "attnlab train: train.seeds: %lld of %lld steps stacked (the others logged, or their batches differed in width)\n",
-                     static_cast<long long>(together), static_cast<long long>(steps));
+        std::fprintf(stderr, "attnlab train: %s: %lld of %lld steps stacked (the others logged, or their batches differed in width)\n",
+                     source, static_cast<long long>(together), static_cast<long long>(steps));
     for (size_t m = 0; m < members.size(); ++m)
         if (active[m]) members[m]->finish();
     return status;

@@ -209,6 +209,8 @@ class RunsFile(cc.TempDirTest):
                 self.runs_file(f'mode = "{mode}"\n[[run]]\nresume = "group/a"\n[[run]]\nconfig = "c5.toml"\ndir = "group/b/"\n')
                 r = self.run_ok(["train", "--runs", "runs.toml"])
                 self.assertIn(f"2 runs side by side ({mode})", r.stderr)
+                if mode == "stacked":
+                    self.assertRegex(r.stderr, r"train --runs: [0-9]+ of [0-9]+ steps stacked")
                 self.assertIn("resuming group/a from step 15", r.stderr)
                 Seeds.assert_same_run(self, self.path("group", "a"), self.path("solo3"), steps)
                 Seeds.assert_same_run(self, self.path("group", "b"), self.path("solo5"), steps)
