@@ -560,10 +560,10 @@ Config load_saved_config(const std::string& path) { return parse(read_config_fil
 
 bool is_config_key(const std::string& name) { return config_schema::find(name) != nullptr; }
 
-std::vector<std::string> differing_keys(const Config& a, const Config& b) {
+std::vector<std::string> differing_keys(const Config& a, const Config& b, const std::set<std::string>& ignored) {
     std::vector<std::string> keys;
     for (const Field& field : config_schema::fields())
-        if (field.write(a) != field.write(b)) keys.push_back(field.key + " (" + field.write(b) + ", was " + field.write(a) + ")");
+        if (!ignored.count(field.key) && field.write(a) != field.write(b)) keys.push_back(field.key + " (" + field.write(b) + ", was " + field.write(a) + ")");
     return keys;
 }
 

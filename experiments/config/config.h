@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -214,8 +215,8 @@ Config without_unread_keys(Config config);
 std::string to_toml(const Config& config);
 
 // "key (new value, was old value)" for each key whose value differs from `before`
-// to `after`, in schema order; the sweep is not compared.
-std::vector<std::string> differing_keys(const Config& before, const Config& after);
+// to `after`, in schema order, but the keys in `ignored`; the sweep is not compared.
+std::vector<std::string> differing_keys(const Config& before, const Config& after, const std::set<std::string>& ignored = {});
 
 // The schema as a table for --help: key, default, allowed values, doc.
 std::string describe_keys();

@@ -114,6 +114,12 @@ RunLock::~RunLock() {
 
 RunLock::RunLock(RunLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
 
+fs::path folder_path(const std::string& given) {
+    fs::path folder = fs::path(given).lexically_normal();
+    if (!folder.has_filename() && folder.has_parent_path()) folder = folder.parent_path();
+    return folder;
+}
+
 fs::path claim_new_folder(const fs::path& parent, const std::string& name, const std::string& tag) {
     fs::create_directories(parent);
     for (int n = 1; n <= kMaxNameSuffix; ++n) {

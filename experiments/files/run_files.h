@@ -54,6 +54,12 @@ private:
     int fd_ = -1;
 };
 
+// A folder given on the command line or in a file, as one path: lexically
+// normal, a trailing separator dropped ("a/b/" and "a/./b" are a/b), so that its
+// parent and its name are the folder's own (a run's --run-dir, export's --out,
+// the runs file's folders).
+std::filesystem::path folder_path(const std::string& given);
+
 // Creates and returns parent/name, or parent/name-2, name-3, ... up to
 // name-<kMaxNameSuffix> when taken (mkdir is exclusive, so two processes never
 // share one); beyond that an Error naming parent and name.

@@ -278,13 +278,6 @@ ExportFiles transformer_lens(const LoadedCheckpoint& in) {
     return files;
 }
 
-// "out/" -> "out": the folder itself, for the rename and the temporary beside it.
-fs::path folder_path(const std::string& dir) {
-    fs::path path = fs::path(dir).lexically_normal();
-    if (!path.has_filename() && path.has_parent_path()) path = path.parent_path();
-    return path;
-}
-
 }  // namespace
 
 ExportFiles export_model(const LoadedCheckpoint& in, ExportFormat format) {

@@ -7,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "autograd/tensor.h"  // Error
+#include "experiments/files/run_files.h"  // folder_path
 
 namespace fs = std::filesystem;
 
@@ -76,15 +77,13 @@ RunsFile read_runs_file(const std::string& path) {
                 throw Error(at(path, name.source().begin) + "run " + std::to_string(i + 1) + ": unknown key '" + std::string(name.str()) +
                             "' (a run has config and dir, or resume)");
         const std::string config = text_of(*run, "config", path), dir = text_of(*run, "dir", path), resume = text_of(*run, "resume", path);
-        const bool fresh = !config.empty() && !dir.empty() && resume.empty();
-        if (!fresh && (resume.empty() || !config.empty() || !dir.empty()))
+        const bool fresh = !config.empty() || !dir.empty();  // a new run: config and dir, no resume
+        if (fresh ? config.empty() || dir.empty() || !resume.empty() : resume.empty())
             throw Error(at(path, node.source().begin) + "run " + std::to_string(i + 1) +
                         ": give config and dir (a new run) or resume (a run to continue), not both");
         Trainer::GroupRun group_run;
         group_run.dir = fresh ? dir : resume;
-        fs::path folder = fs::absolute(group_run.dir).lexically_normal();
-        if (folder.filename().empty()) folder = folder.parent_path();  // "a/b/" is a/b
-        if (!folders.insert(folder).second)
+        if (!folders.insert(folder_path(fs::absolute(group_run.dir).string())).second)
             throw Error(at(path, node.source().begin) + "run " + std::to_string(i + 1) + ": " + group_run.dir + " is listed twice");
         if (fresh) {
             Config loaded = load_config(config);

@@ -239,8 +239,7 @@ int Trainer::train_runs(const std::vector<GroupRun>& runs, const std::string& mo
     std::vector<std::unique_ptr<State>> members(runs.size());
     for (size_t m = 0; m < runs.size(); ++m)
         if (runs[m].config) {
-            fs::path dir = fs::path(runs[m].dir).lexically_normal();
-            if (dir.filename().empty()) dir = dir.parent_path();  // "a/b/" is a/b
+            const fs::path dir = folder_path(runs[m].dir);
             std::error_code ec;
             if (fs::exists(fs::symlink_status(dir, ec)))  // refused before any run's folder is made
                 throw Error("[train] " + runs[m].dir + " already exists: a new run's dir must not (list it as resume = ... to continue it)");
@@ -254,11 +253,8 @@ int Trainer::train_runs(const std::vector<GroupRun>& runs, const std::string& mo
         if (!runs[m].config) members[m] = resumed_state(runs[m].dir, single_world());
     // One config, but for the seed and the folder: what stacking (and one thread count) needs.
     for (size_t m = 1; m < runs.size(); ++m) {
-        std::vector<std::string> differ = differing_keys(members.front()->config, members[m]->config);
-        std::erase_if(differ, [](const std::string& change) {  // "key (new, was old)"
-            const std::string key = change.substr(0, change.find(' '));
-            return key == "run.seed" || key == "run.name" || key == "run.out_dir";
-        });
+        const std::vector<std::string> differ =
+            differing_keys(members.front()->config, members[m]->config, {"run.seed", "run.name", "run.out_dir"});
         if (!differ.empty())
             throw Error("[train] the runs " + runs.front().dir + " and " + runs[m].dir + " differ in " + differ.front() +
                         (differ.size() > 1 ? " (and " + std::to_string(differ.size() - 1) + " more keys)" : std::string()) +

@@ -220,8 +220,7 @@ std::unique_ptr<Trainer> Trainer::start(const Config& config, const std::string&
 fs::path new_run_folder(const Config& config, const std::string& run_dir, const std::string& when_taken) {
     if (run_dir.empty()) return claim_new_folder(config.run.out_dir, config.run.name, "[train]");
     // exactly there, as a sweep's cell: the folder must be new (mkdir is exclusive)
-    fs::path dir = fs::path(run_dir).lexically_normal();
-    if (dir.filename().empty()) dir = dir.parent_path();  // "a/b/" is a/b
+    const fs::path dir = folder_path(run_dir);
     if (!dir.parent_path().empty()) fs::create_directories(dir.parent_path());
     std::error_code ec;
     if (!fs::create_directory(dir, ec) || ec)

@@ -35,9 +35,7 @@ std::string values_of(const SweepAxis& axis) { return "[" + join(axis.values, ",
 // `after` (differing_keys), `ignored` aside; then the same for the [sweep] axes,
 // whose order counts too (it numbers the cells).
 std::vector<std::string> differences(const Config& before, const Config& after, const std::set<std::string>& ignored) {
-    std::vector<std::string> out;
-    for (const std::string& change : differing_keys(before, after))
-        if (!ignored.count(change.substr(0, change.find(' ')))) out.push_back(change);
+    std::vector<std::string> out = differing_keys(before, after, ignored);
     auto find = [](const Config& c, const std::string& key) -> const SweepAxis* {
         for (const SweepAxis& axis : c.sweep)
             if (axis.key == key) return &axis;
