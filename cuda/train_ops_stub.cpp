@@ -53,7 +53,7 @@ void cross_entropy_forward_backward(Context&, size_t, size_t, const float*, cons
 void score_moments(Context&, const AttentionDims&, const float*, const float*, const MaskView&, float, double*) {
     refuse("score_moments");
 }
-void sum_to_double(Context&, size_t, const float*, bool, double*, double*) { refuse("sum_to_double"); }
+void sums_to_double(Context&, const std::vector<SumPiece>&, bool, double*) { refuse("sums_to_double"); }
 void linear_forward(Context&, size_t, size_t, size_t, const float*, const float*, const float*, float*, size_t) {
     refuse("linear_forward");
 }
@@ -68,9 +68,9 @@ void linear_members_backward(Context&, size_t, size_t, size_t, size_t, const flo
                              bool, float*, float*) {
     refuse("linear_members_backward");
 }
-void adam_update(Context&, size_t, size_t, float*, const float*, float*, float*, const AdamScalars&, const double*) {
-    refuse("adam_update");
-}
+void adam_update(Context&, const std::vector<AdamRun>&, const double*) { refuse("adam_update"); }
+void scale_pieces(Context&, const std::vector<ScalePiece>&) { refuse("scale_pieces"); }
+void zero_pieces(Context&, const std::vector<ScalePiece>&) { refuse("zero_pieces"); }
 void sgd_update(Context&, size_t, float*, const float*, float*, const SgdScalars&, const double*) {
     refuse("sgd_update");
 }

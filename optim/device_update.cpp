@@ -4,6 +4,8 @@
 // all of them with the same step count: in the usual case the whole model, one
 // launch per step. The element-wise rules are the CPU loops' (optimizer.cpp),
 // written once more in autograd/device/kernels.h's adam_update and sgd_update.
+// Several models (stacked members) are clipped, zeroed and stepped by Adam in
+// one launch each: every model's runs are pieces of one table.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -97,85 +99,90 @@ std::vector<Tensor> device_zeros_like(const NamedTensors& params) {
     return out;
 }
 
-void device_zero_grad(const NamedTensors& params) {
-    // every parameter's gradient becomes its home in the flat block, zeroed run by run
-    for (const auto& [name, p] : params) {
-        TensorImpl& impl = p.impl();
-        impl.grad = impl.grad_home;  // none without a home: undefined, as on the CPU
+void device_zero_grads(const std::vector<const NamedTensors*>& models) {
+    std::vector<device::ScalePiece> pieces;  // every model's gradient runs
+    for (const NamedTensors* params : models) {
+        // every gradient becomes its home in the flat block (none without a home: undefined, as on the CPU)
+        for (const auto& [name, p] : *params) {
+            TensorImpl& impl = p.impl();
+            impl.grad = impl.grad_home;
+        }
+        const auto grad_of = [params](size_t i) { return std::array<float*, 1>{(*params)[i].second.impl().grad->device_data}; };
+        for (const auto& run : runs(*params, with_grad(*params), grad_of, [](size_t, size_t) { return true; }))
+            pieces.push_back({count_of(*params, run), grad_of(run[0])[0], 0.0f});
     }
-    const std::vector<size_t> order = with_grad(params);
-    for (const auto& run : runs(params, order, [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; },
-                                [](size_t, size_t) { return true; }))
-        device::fill_zero(device_context(), params[run[0]].second.impl().grad->device_data, count_of(params, run) * sizeof(float));
+    device::zero_pieces(device_context(), pieces);
 }
 
 std::vector<double> device_clip_grad_norms(const std::vector<const NamedTensors*>& models, double max_norm) {
     device::Context& context = device_context();
-    struct Model {
-        const NamedTensors* params;
-        std::vector<std::vector<size_t>> runs;  // its gradients' contiguous runs
-        size_t first = 0;                       // its runs' sums in the shared buffer
-    };
-    std::vector<Model> plan;
-    size_t sums_needed = 0;
+    std::vector<device::ScalePiece> pieces;  // every model's gradient runs, model by model
+    std::vector<size_t> first;               // each model's first piece
     for (const NamedTensors* params : models) {
         for (const auto& [name, p] : *params) writable_grad(p);  // scaled in place below
-        auto grad_of = [params](size_t i) { return std::array<float*, 1>{(*params)[i].second.impl().grad->device_data}; };
-        plan.push_back({params, runs(*params, with_grad(*params), grad_of, [](size_t, size_t) { return true; }), sums_needed});
-        sums_needed += plan.back().runs.size();
+        first.push_back(pieces.size());
+        const auto grad_of = [params](size_t i) { return std::array<float*, 1>{(*params)[i].second.impl().grad->device_data}; };
+        for (const auto& run : runs(*params, with_grad(*params), grad_of, [](size_t, size_t) { return true; }))
+            pieces.push_back({count_of(*params, run), grad_of(run[0])[0], 1.0f});
     }
-    auto grad_of = [](const Model& m, size_t run) { return (*m.params)[m.runs[run][0]].second.impl().grad->device_data; };
-    const device::DeviceBuffer sums = context.allocate(std::max<size_t>(sums_needed, 1) * sizeof(double));
-    const device::DeviceBuffer partials = context.allocate(device::reduce_partials * sizeof(double));
-    for (const Model& m : plan)
-        for (size_t r = 0; r < m.runs.size(); ++r)
-            device::sum_to_double(context, count_of(*m.params, m.runs[r]), grad_of(m, r), true,
-                                  static_cast<double*>(sums.data()) + m.first + r, static_cast<double*>(partials.data()));
-    std::vector<double> host(sums_needed);
+    first.push_back(pieces.size());
+    const size_t n = std::max<size_t>(pieces.size(), 1);
+    const device::DeviceBuffer sums = context.allocate(n * sizeof(double));
+    const device::DeviceBuffer partials = context.allocate(n * device::reduce_partials * sizeof(double));
+    std::vector<device::SumPiece> squares;
+    for (size_t i = 0; i < pieces.size(); ++i) squares.push_back({pieces[i].n, pieces[i].x, static_cast<double*>(sums.data()) + i});
+    device::sums_to_double(context, squares, true, static_cast<double*>(partials.data()));
+    std::vector<double> host(pieces.size());
     device::copy_to_host(context, sums.data(), host.data(), host.size() * sizeof(double));  // every model's sums, one copy
     std::vector<double> norms;
-    for (const Model& m : plan) {
+    std::vector<device::ScalePiece> clipped;
+    for (size_t m = 0; m < models.size(); ++m) {
         double total = 0.0;
-        for (size_t r = 0; r < m.runs.size(); ++r) total += host[m.first + r];
+        for (size_t i = first[m]; i < first[m + 1]; ++i) total += host[i];
         total = std::sqrt(total);
         const double factor = max_norm / (total + 1e-6);  // torch's clip_grad_norm_
         if (factor < 1.0)
-            for (size_t r = 0; r < m.runs.size(); ++r)
-                device::scale(context, count_of(*m.params, m.runs[r]), grad_of(m, r), float(factor), nullptr, grad_of(m, r), false);
+            for (size_t i = first[m]; i < first[m + 1]; ++i) clipped.push_back({pieces[i].n, pieces[i].x, float(factor)});
         norms.push_back(total);
     }
+    device::scale_pieces(context, clipped);  // every clipped model's gradients, one launch
     return norms;
 }
 
-void Adam::step_on_device() {
-    const std::vector<size_t> order = with_grad(params_);
-    for (size_t i : order) ++steps_[i];
-    auto pointers = [&](size_t i) {
-        return std::array<float*, 4>{values_of(params_[i].second), params_[i].second.impl().grad->device_data,
-                                     values_of(m_[i]), values_of(v_[i])};
-    };
-    // one step count per run, and its decaying parameters before the others
-    auto same = [&](size_t a, size_t b) { return steps_[a] == steps_[b] && (decay[a] || !decay[b]); };
-    for (const auto& run : runs(params_, order, pointers, same)) {
-        const double step = static_cast<double>(steps_[run[0]]);
-        const double correction1 = 1.0 - std::pow(beta1, step), correction2 = 1.0 - std::pow(beta2, step);
-        size_t n_decay = 0;
-        for (size_t i : run) n_decay += decay[i] ? params_[i].second.numel() : 0;
-        device::AdamScalars a{};
-        a.beta1 = static_cast<float>(beta1);
-        a.beta2 = static_cast<float>(beta2);
-        a.one_minus_beta1 = static_cast<float>(1 - beta1);
-        a.one_minus_beta2 = static_cast<float>(1 - beta2);
-        a.step_size = static_cast<float>(lr / correction1);
-        a.sqrt_c2 = static_cast<float>(std::sqrt(correction2));
-        a.eps = static_cast<float>(eps);
-        a.weight_decay = static_cast<float>(weight_decay);
-        a.shrink = 1.0f - static_cast<float>(lr) * static_cast<float>(weight_decay);
-        a.decoupled = decoupled;
-        a.max_norm = std::numeric_limits<double>::infinity();
-        const auto p = pointers(run[0]);
-        device::adam_update(device_context(), count_of(params_, run), n_decay, p[0], p[1], p[2], p[3], a, no_stats());
+void Adam::step_on_device(const std::vector<Adam*>& optimizers) {
+    std::vector<device::AdamRun> all;  // every optimiser's runs
+    for (Adam* adam : optimizers) {
+        const NamedTensors& params = adam->params_;
+        const std::vector<size_t> order = with_grad(params);
+        for (size_t i : order) ++adam->steps_[i];
+        auto pointers = [&](size_t i) {
+            return std::array<float*, 4>{values_of(params[i].second), params[i].second.impl().grad->device_data,
+                                         values_of(adam->m_[i]), values_of(adam->v_[i])};
+        };
+        // one step count per run, and its decaying parameters before the others
+        auto same = [&](size_t a, size_t b) { return adam->steps_[a] == adam->steps_[b] && (adam->decay[a] || !adam->decay[b]); };
+        for (const auto& run : runs(params, order, pointers, same)) {
+            const double step = static_cast<double>(adam->steps_[run[0]]);
+            const double correction1 = 1.0 - std::pow(adam->beta1, step), correction2 = 1.0 - std::pow(adam->beta2, step);
+            size_t n_decay = 0;
+            for (size_t i : run) n_decay += adam->decay[i] ? params[i].second.numel() : 0;
+            device::AdamScalars a{};
+            a.beta1 = static_cast<float>(adam->beta1);
+            a.beta2 = static_cast<float>(adam->beta2);
+            a.one_minus_beta1 = static_cast<float>(1 - adam->beta1);
+            a.one_minus_beta2 = static_cast<float>(1 - adam->beta2);
+            a.step_size = static_cast<float>(adam->lr / correction1);
+            a.sqrt_c2 = static_cast<float>(std::sqrt(correction2));
+            a.eps = static_cast<float>(adam->eps);
+            a.weight_decay = static_cast<float>(adam->weight_decay);
+            a.shrink = 1.0f - static_cast<float>(adam->lr) * static_cast<float>(adam->weight_decay);
+            a.decoupled = adam->decoupled;
+            a.max_norm = std::numeric_limits<double>::infinity();
+            const auto p = pointers(run[0]);
+            all.push_back({count_of(params, run), n_decay, p[0], p[1], p[2], p[3], a});
+        }
     }
+    device::adam_update(device_context(), all, no_stats());
 }
 
 void SGD::step_on_device() {

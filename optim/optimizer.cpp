@@ -28,12 +28,31 @@ Tensor zeros_like(const Tensor& p) { return Tensor::zeros(p.shape(), p.dtype());
 
 }  // namespace
 
-void zero_grad(const NamedTensors& params) {
-    if (on_device(params)) return device_zero_grad(params);
-    for (auto& [name, p] : params) {
-        Tensor handle = p;
-        handle.zero_grad();
+void zero_grads(const std::vector<const NamedTensors*>& models) {
+    std::vector<const NamedTensors*> device;
+    for (const NamedTensors* params : models) {
+        if (on_device(*params)) {
+            device.push_back(params);
+            continue;
+        }
+        for (auto& [name, p] : *params) {
+            Tensor handle = p;
+            handle.zero_grad();
+        }
     }
+    if (!device.empty()) device_zero_grads(device);
+}
+
+void zero_grad(const NamedTensors& params) { zero_grads({&params}); }
+
+void step_together(const std::vector<Optimizer*>& optimizers) {
+    std::vector<Adam*> device_adams;
+    for (Optimizer* o : optimizers) {
+        auto* adam = dynamic_cast<Adam*>(o);
+        if (adam != nullptr && on_device(adam->params_)) device_adams.push_back(adam);
+        else o->step();
+    }
+    if (!device_adams.empty()) Adam::step_on_device(device_adams);
 }
 
 void Optimizer::zero_grad() { attnlab::zero_grad(params_); }
@@ -126,7 +145,7 @@ std::unique_ptr<Adam> make_adamw(NamedTensors params, double lr, double beta1, d
 }
 
 void Adam::step() {
-    if (on_device(params_)) return step_on_device();
+    if (on_device(params_)) return step_on_device({this});
     // Each parameter's update as a loop over a range of its elements, placed at an
     // offset in one flat range over all parameters, which the pool splits evenly:
     // a model of many small tensors still gets every thread.

@@ -65,7 +65,8 @@ public:
     std::vector<bool> decay;
 
 private:
-    void step_on_device();  // device_update.cpp
+    friend void step_together(const std::vector<Optimizer*>& optimizers);
+    static void step_on_device(const std::vector<Adam*>& optimizers);  // device_update.cpp: every run of them, one launch
     std::vector<Tensor> m_, v_;
     std::vector<long long> steps_;  // per parameter, counting only steps that had its gradient (as torch)
 };
@@ -79,9 +80,14 @@ double clip_grad_norm(const NamedTensors& params, double max_norm);
 // back to the host in one copy (stacked members: one wait a step, not one a member).
 std::vector<double> clip_grad_norms(const std::vector<const NamedTensors*>& models, double max_norm);
 // Every parameter's gradient zeroed: on the cpu dropped (Tensor::zero_grad); on the
-// device its slot of the flat gradient block, zeroed in one launch per contiguous
-// run, which the next backward adds into (what Optimizer::zero_grad does).
+// device its slot of the flat gradient block, zeroed (one launch), which the next
+// backward adds into (what Optimizer::zero_grad does).
 void zero_grad(const NamedTensors& params);
+// Several models' (stacked members'): on the device one launch for all of them.
+void zero_grads(const std::vector<const NamedTensors*>& models);
+// Every optimiser's step(); on the device every Adam among them in one launch, all
+// their runs in it (stacked members: one launch a step, not one a member).
+void step_together(const std::vector<Optimizer*>& optimizers);
 
 // Learning rate at a step: linear warm-up from 0 over `warmup` steps, then
 // constant, or a linear or cosine decay from base_lr to min_lr at `total` steps

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "autograd/device/attention.h"
 #include "autograd/device/context.h"
@@ -135,9 +136,20 @@ void score_moments(Context& context, const AttentionDims& dims, const float* q, 
 
 // ---- reductions (train_optim.cu) ------------------------------------------------
 
-constexpr size_t reduce_partials = 256;  // doubles of scratch sum_to_double needs
-// *out = sum over i of x_i (or of x_i^2), in double, in a fixed order.
-void sum_to_double(Context& context, size_t n, const float* x, bool squares, double* out, double* partials);
+constexpr size_t reduce_partials = 256;  // doubles of scratch a sum needs
+// A piece of flat device memory: n floats at x, and where its sum goes.
+struct SumPiece {
+    size_t n;
+    const float* x;
+    double* out;
+};
+// For every piece, *out = sum over i of x_i (or of x_i^2), in double, in a fixed
+// order (the same bits however many pieces share the launch): two launches for all
+// of them. partials: reduce_partials doubles of scratch per piece.
+void sums_to_double(Context& context, const std::vector<SumPiece>& pieces, bool squares, double* partials);
+inline void sum_to_double(Context& context, size_t n, const float* x, bool squares, double* out, double* partials) {
+    sums_to_double(context, {{n, x, out}}, squares, partials);
+}
 
 // ---- linear layers on cuBLAS (train_linear.cu) ----------------------------------
 
@@ -173,13 +185,21 @@ struct AdamScalars {
     double max_norm;     // clip by the global norm (infinity: no clipping)
 };
 
-// Over flat parameters P, gradients G and moments M, V (n), the first n_decay of
-// which decay. stats (device) holds the step's [loss, sum of squared gradients]:
-// when either is not finite nothing changes (the trainer stops there, as on the
-// CPU); gradients are scaled by max_norm / (norm + 1e-6) when that is below 1
-// (torch's clip_grad_norm_), then the update runs element by element as Adam::step.
-void adam_update(Context& context, size_t n, size_t n_decay, float* P, const float* G, float* M, float* V,
-                 const AdamScalars& scalars, const double* stats);
+// One run of an Adam step: flat parameters P, gradients G and moments M, V (n),
+// the first n_decay of which decay, all with the same scalars.
+struct AdamRun {
+    size_t n, n_decay;
+    float* P;
+    const float* G;
+    float *M, *V;
+    AdamScalars scalars;
+};
+// Every run's update in one launch (several models' optimisers: stacked members).
+// stats (device) holds the step's [loss, sum of squared gradients]: when either is
+// not finite nothing changes (the trainer stops there, as on the CPU); gradients
+// are scaled by max_norm / (norm + 1e-6) when that is below 1 (torch's
+// clip_grad_norm_), then the update runs element by element as Adam::step.
+void adam_update(Context& context, const std::vector<AdamRun>& runs, const double* stats);
 
 struct SgdScalars {
     float lr, momentum, weight_decay;
@@ -210,5 +230,17 @@ void stacked_to_members(Context& context, size_t members, size_t pieces, const s
 
 // bytes of device memory set to zero, queued on the stream
 void fill_zero(Context& context, void* data, size_t bytes);
+
+// ---- many pieces in one launch (train_optim.cu): gradients clipped and zeroed ----
+
+struct ScalePiece {
+    size_t n;
+    float* x;
+    float factor;
+};
+// x_i *= factor for every piece (as scale in place), one launch for all.
+void scale_pieces(Context& context, const std::vector<ScalePiece>& pieces);
+// x_i = 0 for every piece (factor unread), one launch for all.
+void zero_pieces(Context& context, const std::vector<ScalePiece>& pieces);
 
 }  // namespace attnlab::device

@@ -20,8 +20,9 @@
 //            threads. Every member's loss is one op (cross_entropy_members). On
 //            the device the members share each kernel of the pass (the GEMMs
 //            batched over them), the members' values go in and their gradients
-//            out in one launch each way, and their losses and gradient norms come
-//            back in one copy each (clip_grad_norms).
+//            out in one launch each way, their losses and gradient norms come
+//            back in one copy each (clip_grad_norms), and their clipping, AdamW
+//            updates and zeroing are one launch each (step_together, zero_grads).
 // On the cpu a member's files are its solo run's, bit for bit (tests/cli/test_seeds.py);
 // on the device, stacked, to float32 rounding (a solo pass sums attention's q, k and
 // v input gradients in one grouped product, the stacked pass in three:
@@ -326,20 +327,37 @@ int Trainer::side_by_side(std::vector<std::unique_ptr<State>>& members, const st
         }
         ++steps;
         together += together_now;
-        // each member on a thread of the pool, its ops serial there
-        for_each_member(going.size(), on_threads, [&](size_t i) {
-            State& s = *members[going[i]];
-            if (together_now) {  // its gradients are in; clipped as alone
+        if (together_now && !on_threads) {
+            // the device: the members with finite values updated (State::update) one launch for all
+            std::vector<Optimizer*> stepping;
+            std::vector<const NamedTensors*> zeroing;
+            for (size_t i = 0; i < going.size(); ++i) {
                 values[i].loss = losses[i];
-                values[i].grad_norm = norms.empty() ? clip_grad_norm(s.trainable, s.loop->clip) : norms[i];
-            } else {
-                values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
-            }
-            if (std::isfinite(values[i].loss) && std::isfinite(values[i].grad_norm)) {
-                s.update();
+                values[i].grad_norm = norms[i];
+                if (!std::isfinite(values[i].loss) || !std::isfinite(values[i].grad_norm)) continue;
+                Optimizer& optimizer = *members[going[i]]->optimizer;
+                stepping.push_back(&optimizer);
+                zeroing.push_back(&optimizer.params());
                 updated[i] = 1;
             }
-        });
+            step_together(stepping);
+            zero_grads(zeroing);
+        } else {
+            // each member on a thread of the pool, its ops serial there
+            for_each_member(going.size(), on_threads, [&](size_t i) {
+                State& s = *members[going[i]];
+                if (together_now) {  // its gradients are in; clipped as alone
+                    values[i].loss = losses[i];
+                    values[i].grad_norm = clip_grad_norm(s.trainable, s.loop->clip);
+                } else {
+                    values[i] = s.forward_backward(inputs[i].batch, s.loop->clip, s.trainable, inputs[i].log_now, s.loop->hooks);
+                }
+                if (std::isfinite(values[i].loss) && std::isfinite(values[i].grad_norm)) {
+                    s.update();
+                    updated[i] = 1;
+                }
+            });
+        }
         // then one at a time: the logs, evaluations and checkpoints (the files)
         for (size_t i = 0; i < going.size(); ++i)
             if (const int stopped = members[going[i]]->finish_step(inputs[i], values[i], updated[i] != 0); stopped != 0) {

@@ -270,12 +270,100 @@ TEST_F(DeviceOps, AdamUpdateIsAdamStep) {
         s.shrink = 1.0f - 1e-2f * 0.1f;
         s.decoupled = true;
         s.max_norm = max_norm;
-        device::adam_update(*context, n, n_decay, P.floats(), G.floats(), M.floats(), V.floats(), s,
-                          static_cast<const double*>(stats.data()));
+        device::adam_update(*context, {{n, n_decay, P.floats(), G.floats(), M.floats(), V.floats(), s}},
+                            static_cast<const double*>(stats.data()));
     }
     const Tensor updated = down(P, {n});
     expect_close(slice(updated, 0, 0, n_decay), reshape(params[0].second.detach(), {n_decay}), "decayed");
     expect_close(slice(updated, 0, n_decay, n), params[1].second.detach(), "not decayed");
+}
+
+// The table launches (sums, clipping scales, zeroing, Adam) over 36 pieces of
+// 1 to 70,000 floats, more than one launch's table, give each piece the bits it
+// gets alone: stacked members clipped and updated together are each as alone.
+TEST_F(DeviceOps, PiecesInOneLaunchAreEachAlone) {
+    const std::vector<size_t> sizes = {1, 255, 256, 257, 3000, 70000, 5, 999};
+    const size_t pieces = 36;
+    std::vector<DeviceBuffer> together, alone, moments;  // piece i: in `together` and, a copy, in `alone`
+    std::vector<size_t> n;
+    for (size_t i = 0; i < pieces; ++i) {
+        n.push_back(sizes[i % sizes.size()]);
+        const Tensor x = rng.normal({n[i]}, 0, 1);
+        together.push_back(up(x));
+        alone.push_back(up(x));
+        const Tensor r = rng.normal({n[i]}, 0, 0.1);
+        moments.push_back(up(r * r));  // a second moment: v >= 0
+    }
+    // sums of squares
+    DeviceBuffer sums = context->allocate(pieces * sizeof(double)), one = context->allocate(sizeof(double)),
+                 partials = context->allocate(pieces * device::reduce_partials * sizeof(double));
+    std::vector<device::SumPiece> table;
+    for (size_t i = 0; i < pieces; ++i) table.push_back({n[i], together[i].floats(), static_cast<double*>(sums.data()) + i});
+    device::sums_to_double(*context, table, true, static_cast<double*>(partials.data()));
+    std::vector<double> all(pieces);
+    device::to_host(*context, sums, all.data(), pieces * sizeof(double));
+    for (size_t i = 0; i < pieces; ++i) {
+        device::sum_to_double(*context, n[i], alone[i].floats(), true, static_cast<double*>(one.data()),
+                              static_cast<double*>(partials.data()));
+        double value = 0;
+        device::to_host(*context, one, &value, sizeof value);
+        EXPECT_EQ(all[i], value) << "sum of piece " << i << " (" << n[i] << " floats)";
+    }
+    const auto expect_same = [&](const char* what) {
+        for (size_t i = 0; i < pieces; ++i) {
+            const std::vector<double> a = down(together[i], {n[i]}).values(), b = down(alone[i], {n[i]}).values();
+            ASSERT_EQ(a, b) << what << ", piece " << i;
+        }
+    };
+    // clipping scales: every other piece, by its own factor
+    std::vector<device::ScalePiece> clipped;
+    for (size_t i = 0; i < pieces; i += 2) {
+        const float factor = 0.25f + 0.01f * float(i);
+        clipped.push_back({n[i], together[i].floats(), factor});
+        device::scale(*context, n[i], alone[i].floats(), factor, nullptr, alone[i].floats(), false);
+    }
+    device::scale_pieces(*context, clipped);
+    expect_same("scaled");
+    // Adam: piece i's values updated with piece i + 1's as gradients, scalars by piece
+    const double stats_host[2] = {0.0, 0.0};
+    const DeviceBuffer stats = device::to_device(*context, stats_host, sizeof stats_host);
+    std::vector<DeviceBuffer> m_alone, v_alone, m_together, v_together;
+    std::vector<device::AdamRun> runs;
+    for (size_t i = 0; i + 1 < pieces; i += 2) {
+        const size_t count = std::min(n[i], n[i + 1]);
+        for (auto* list : {&m_alone, &v_alone, &m_together, &v_together}) list->push_back(zeros(count));
+        device::copy_device(*context, moments[i].data(), v_alone.back().data(), count * sizeof(float));
+        device::copy_device(*context, moments[i].data(), v_together.back().data(), count * sizeof(float));
+        device::AdamScalars s{};
+        s.beta1 = 0.9f;
+        s.beta2 = 0.999f;
+        s.one_minus_beta1 = 0.1f;
+        s.one_minus_beta2 = 0.001f;
+        s.step_size = 1e-2f * float(1 + i);
+        s.sqrt_c2 = 0.5f;
+        s.eps = 1e-8f;
+        s.weight_decay = 0.1f;
+        s.shrink = 1.0f - 1e-3f;
+        s.decoupled = i % 4 == 0;
+        s.max_norm = std::numeric_limits<double>::infinity();
+        runs.push_back({count, count / 2, together[i].floats(), together[i + 1].floats(), m_together.back().floats(),
+                        v_together.back().floats(), s});
+        device::adam_update(*context, {{count, count / 2, alone[i].floats(), alone[i + 1].floats(), m_alone.back().floats(),
+                                        v_alone.back().floats(), s}},
+                            static_cast<const double*>(stats.data()));
+    }
+    device::adam_update(*context, runs, static_cast<const double*>(stats.data()));
+    expect_same("updated");
+    for (size_t r = 0; r < runs.size(); ++r) {
+        ASSERT_EQ(down(m_together[r], {runs[r].n}).values(), down(m_alone[r], {runs[r].n}).values()) << "m of run " << r;
+        ASSERT_EQ(down(v_together[r], {runs[r].n}).values(), down(v_alone[r], {runs[r].n}).values()) << "v of run " << r;
+    }
+    // zeroing
+    std::vector<device::ScalePiece> zeroed;
+    for (size_t i = 0; i < pieces; ++i) zeroed.push_back({n[i], together[i].floats(), 1.0f});
+    device::zero_pieces(*context, zeroed);
+    for (size_t i = 0; i < pieces; ++i)
+        for (double v : down(together[i], {n[i]}).values()) ASSERT_EQ(v, 0.0) << "zeroed piece " << i;
 }
 
 }  // namespace

@@ -176,10 +176,12 @@ void cross_entropy_forward_backward(Context&, size_t M, size_t V, const float* l
     }
 }
 
-void sum_to_double(Context&, size_t n, const float* x, bool squares, double* out, double*) {
-    double total = 0.0;
-    for (size_t e = 0; e < n; ++e) total += squares ? double(x[e]) * double(x[e]) : double(x[e]);
-    *out = total;
+void sums_to_double(Context&, const std::vector<SumPiece>& pieces, bool squares, double*) {
+    for (const SumPiece& p : pieces) {
+        double total = 0.0;
+        for (size_t e = 0; e < p.n; ++e) total += squares ? double(p.x[e]) * double(p.x[e]) : double(p.x[e]);
+        *p.out = total;
+    }
 }
 
 void linear_forward(Context&, size_t M, size_t N, size_t K, const float* x, const float* W, const float* b, float* y,
@@ -224,18 +226,21 @@ void linear_members_backward(Context& context, size_t members, size_t M, size_t 
                         accumulate, dW + g * N * K, db != nullptr ? db + g * N : nullptr);
 }
 
-void adam_update(Context&, size_t n, size_t n_decay, float* P, const float* G, float* M, float* V,
-                 const AdamScalars& s, const double* stats) {
+void adam_update(Context&, const std::vector<AdamRun>& runs, const double* stats) {
     if (!std::isfinite(stats[0]) || !std::isfinite(stats[1])) return;
-    const double factor = s.max_norm / (std::sqrt(stats[1]) + 1e-6);
-    for (size_t e = 0; e < n; ++e) {
-        float g = factor < 1.0 ? G[e] * float(factor) : G[e];
-        float p = P[e];
-        if (s.decoupled && e < n_decay) p *= s.shrink;
-        if (!s.decoupled && e < n_decay) g = g + s.weight_decay * p;
-        M[e] = s.beta1 * M[e] + s.one_minus_beta1 * g;
-        V[e] = s.beta2 * V[e] + s.one_minus_beta2 * g * g;
-        P[e] = p - s.step_size * M[e] / (std::sqrt(V[e]) / s.sqrt_c2 + s.eps);
+    const double norm = std::sqrt(stats[1]);
+    for (const AdamRun& r : runs) {
+        const AdamScalars& s = r.scalars;
+        const double factor = s.max_norm / (norm + 1e-6);
+        for (size_t e = 0; e < r.n; ++e) {
+            float g = factor < 1.0 ? r.G[e] * float(factor) : r.G[e];
+            float p = r.P[e];
+            if (s.decoupled && e < r.n_decay) p *= s.shrink;
+            if (!s.decoupled && e < r.n_decay) g = g + s.weight_decay * p;
+            r.M[e] = s.beta1 * r.M[e] + s.one_minus_beta1 * g;
+            r.V[e] = s.beta2 * r.V[e] + s.one_minus_beta2 * g * g;
+            r.P[e] = p - s.step_size * r.M[e] / (std::sqrt(r.V[e]) / s.sqrt_c2 + s.eps);
+        }
     }
 }
 
@@ -254,6 +259,13 @@ void sgd_update(Context&, size_t n, float* P, const float* G, float* velocity, c
 }
 
 void fill_zero(Context&, void* data, size_t bytes) { std::memset(data, 0, bytes); }
+void scale_pieces(Context&, const std::vector<ScalePiece>& pieces) {
+    for (const ScalePiece& p : pieces)
+        for (size_t e = 0; e < p.n; ++e) p.x[e] *= p.factor;
+}
+void zero_pieces(Context&, const std::vector<ScalePiece>& pieces) {
+    for (const ScalePiece& p : pieces) std::fill_n(p.x, p.n, 0.0f);
+}
 
 void members_to_stacked(Context&, size_t members, size_t pieces, const size_t* table, const float* const* member_blocks,
                         float* stacked) {
