@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "autograd/cpu/blas.h"
+#include "autograd/cpu/threads.h"
 #include "autograd/device_ops.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
@@ -18,6 +19,21 @@ void batched_gemm(size_t batch, bool trans_a, bool trans_b, size_t M, size_t N, 
                   const T* B, size_t stride_b, T beta, T* C, size_t stride_c) {
     for (size_t i = 0; i < batch; ++i)
         gemm<T>(trans_a, trans_b, M, N, K, T(1), A + i * stride_a, B + i * stride_b, beta, C + i * stride_c);
+}
+
+// f(m) for every stacked member m, whose product is at most `work` multiply-adds:
+// below kParallelWork a member's GEMM runs whole on one thread (as in its solo run,
+// where gemm would not split it), so the members share the pool, several to a
+// chunk when small; above it each GEMM splits itself (blas.cpp), members in turn.
+template <class F>
+void for_each_member(size_t members, size_t work, F&& f) {
+    if (work >= kParallelWork) {
+        for (size_t m = 0; m < members; ++m) f(m);
+        return;
+    }
+    parallel_for(members, [&](size_t begin, size_t end) {
+        for (size_t m = begin; m < end; ++m) f(m);
+    }, std::max<size_t>(1, kParallelWork / std::max<size_t>(work, 1)));
 }
 
 }  // namespace
@@ -171,11 +187,13 @@ Tensor linear_members(const Tensor& x, const Tensor& weight, const Tensor& bias,
     if (on_device(x)) return linear_members_device(x, weight, bias, member_rows, out_shape);
     std::vector<size_t> first(members + 1, 0);  // member m's rows are [first[m], first[m + 1])
     for (size_t m = 0; m < members; ++m) first[m + 1] = first[m] + member_rows[m];
+    // a member's product, the largest: each of the forward's and the backward's GEMMs
+    const size_t work = members == 0 ? 0 : *std::max_element(member_rows.begin(), member_rows.end()) * out_features * in;
     return dispatch(x.dtype(), [&]<class T>() {
         const T* X = values_of<T>(x).data();
         const T* W = values_of<T>(weight).data();
         Array<T> out = make_array<T>(out_shape);  // block m: X_m W_m^T + b_m, what linear does for member m alone
-        for (size_t m = 0; m < members; ++m) {
+        for_each_member(members, work, [&](size_t m) {
             const size_t n = member_rows[m];
             T* Y = out.data() + first[m] * out_features;
             if (bias.defined()) {
@@ -185,27 +203,29 @@ Tensor linear_members(const Tensor& x, const Tensor& weight, const Tensor& bias,
             if (n > 0)
                 gemm<T>(false, true, n, out_features, in, T(1), X + first[m] * in, W + m * out_features * in,
                         bias.defined() ? T(1) : T(0), Y);
-        }
-        return record<T>(op, std::move(out), {x, weight, bias}, [x, weight, bias, first, members, in, out_features](const Array<T>& g, const Array<T>&) {
+        });
+        return record<T>(op, std::move(out), {x, weight, bias}, [x, weight, bias, first, members, in, out_features, work](const Array<T>& g, const Array<T>&) {
             const T* X = values_of<T>(x).data();
             const T* W = values_of<T>(weight).data();
             // dX_m = g_m W_m   (rows_m, in)
             send_grad<T>(x, [&] {
                 Array<T> gx = make_array<T>(x.shape());
-                for (size_t m = 0; m < members; ++m)
+                for_each_member(members, work, [&](size_t m) {
                     if (const size_t n = first[m + 1] - first[m]; n > 0)
                         gemm<T>(false, false, n, in, out_features, T(1), g.data() + first[m] * out_features, W + m * out_features * in,
                                 T(0), gx.data() + first[m] * in);
+                });
                 return gx;
             });
             // dW_m = g_m^T X_m   (out, in)
             send_grad<T>(weight, [&] {
                 Array<T> gw = make_array<T>(weight.shape());
                 gw.fill(T(0));
-                for (size_t m = 0; m < members; ++m)
+                for_each_member(members, work, [&](size_t m) {
                     if (const size_t n = first[m + 1] - first[m]; n > 0)
                         gemm<T>(true, false, out_features, in, n, T(1), g.data() + first[m] * out_features, X + first[m] * in, T(0),
                                 gw.data() + m * out_features * in);
+                });
                 return gw;
             });
             // db_m = sum over member m's rows of g   (out)

@@ -188,6 +188,47 @@ TEST(Threads, NestedLoopsRunSerially) {
     EXPECT_EQ(inner_parallel[1], 0);
 }
 
+// Stacked members' linear layers at two threads (the members shared out, each
+// member's GEMMs whole on one thread): every member's output and gradients are
+// what linear on its rows alone gives at one thread, bit for bit. Member rows
+// 512, 0, 300, 512, 512, 17: each product under kParallelWork, several members a chunk.
+TEST(Threads, StackedMembersOnTwoThreadsAreEachMemberAlone) {
+    ThreadCount restore;
+    const size_t in = 64, out = 64;
+    const std::vector<size_t> rows = {512, 0, 300, 512, 512, 17};
+    const size_t K = rows.size();
+    size_t total = 0;
+    for (size_t n : rows) total += n;
+    Rng rng(5);
+    const Tensor x = rng.normal({total, in}, 0, 1), W = rng.normal({K, out, in}, 0, 0.1), b = rng.normal({K, out}, 0, 0.1),
+                 g = rng.normal({total, out}, 0, 1);
+    set_threads(2);
+    const Tensor xs = x.detach().set_requires_grad(true), Ws = W.detach().set_requires_grad(true),
+                 bs = b.detach().set_requires_grad(true);
+    const Tensor y = linear_members(xs, Ws, bs, rows);
+    y.backward(g);
+    set_threads(1);
+    size_t first = 0;
+    for (size_t m = 0; m < K; ++m) {
+        const size_t n = rows[m];
+        const Tensor xm = slice(x, 0, first, first + n).detach().set_requires_grad(true);
+        const Tensor Wm = reshape(slice(W, 0, m, m + 1), {out, in}).detach().set_requires_grad(true);
+        const Tensor bm = reshape(slice(b, 0, m, m + 1), {out}).detach().set_requires_grad(true);
+        const Tensor ym = linear(xm, Wm, bm);
+        if (n > 0) ym.backward(slice(g, 0, first, first + n));
+        EXPECT_EQ(slice(y, 0, first, first + n).values(), ym.values()) << "member " << m << " output";
+        if (n > 0) EXPECT_EQ(slice(xs.grad(), 0, first, first + n).values(), xm.grad().values()) << "member " << m << " dx";
+        const std::vector<double> dW = slice(Ws.grad(), 0, m, m + 1).values(), db = slice(bs.grad(), 0, m, m + 1).values();
+        if (n > 0) {
+            EXPECT_EQ(dW, Wm.grad().values()) << "member " << m << " dW";
+            EXPECT_EQ(db, bm.grad().values()) << "member " << m << " db";
+        } else {
+            EXPECT_EQ(dW, std::vector<double>(out * in, 0.0)) << "member " << m << " (no rows) dW";
+        }
+        first += n;
+    }
+}
+
 TEST(Threads, BadCountIsRefused) {
     EXPECT_THROW(set_threads(0), Error);
 }
