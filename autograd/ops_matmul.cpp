@@ -264,9 +264,10 @@ std::vector<Tensor> linears(const Tensor& x, const std::vector<Tensor>& weights,
     if (weights.size() != biases.size())
         fail("linear", std::to_string(weights.size()) + " weights with " + std::to_string(biases.size()) + " biases");
     const bool stacked = std::any_of(weights.begin(), weights.end(), [](const Tensor& w) { return w.defined() && w.dim() == 3; });
-    if (!stacked)  // (linear checks stacked members' weights itself)
+    if (!stacked)  // (linear checks stacked members' weights itself; linears_device leaves a weight it cannot run to it)
         for (size_t i = 0; i < weights.size(); ++i) linear_shape(x, weights[i], biases[i]);
-    if (on_device(x) && !stacked) return linears_device(x, weights, biases);
+    const bool all_stacked = std::all_of(weights.begin(), weights.end(), [](const Tensor& w) { return w.defined() && w.dim() == 3; });
+    if (on_device(x) && (!stacked || all_stacked)) return linears_device(x, weights, biases);
     std::vector<Tensor> out;
     for (size_t i = 0; i < weights.size(); ++i) out.push_back(linear(x, weights[i], biases[i]));
     return out;

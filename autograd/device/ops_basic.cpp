@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "autograd/device_ops.h"
+#include "autograd/ops.h"
 #include "autograd/shape.h"
 
 namespace attnlab {
@@ -91,9 +92,10 @@ float* run_grads(const std::vector<Tensor>& params, size_t first, size_t count, 
     return slots[0];
 }
 
-// The sizes of a run of G projections: W_g (N, in), x (rows, in).
+// The sizes of a run of G projections: W_g (N, in), x (rows, in); with stacked
+// members (members > 1) W_g (members, N, in) and x's rows members equal blocks.
 struct Run {
-    size_t first, G, rows, in, N;
+    size_t first, G, rows, in, N, members = 1;
 };
 
 // The backward of a run from y's gradient g (G, rows, N): dx (+)= sum_g g_g W_g,
@@ -107,6 +109,16 @@ void run_backward(const Tensor& x, const std::vector<Tensor>& weights, const std
         if (!written[i]) device::fill_zero(context, device_out(g) + i * part, part * sizeof(float));
     std::fill(written.begin(), written.end(), false);
     const GradTarget gx = grad_target(x);
+    if (r.members > 1) {  // stacked: each projection batched over the members, dx summed in the solo run's order
+        for (size_t i = 0; i < r.G; ++i) {
+            Tensor unwanted;
+            device::linear_members_backward(context, r.members, r.rows / r.members, r.N, r.in, device_in(x),
+                                            device_in(weights[r.first + i]), device_in(g) + i * part, gx.data,
+                                            gx.accumulate || i > 0, grad_to_add_or_scratch(weights[r.first + i], unwanted),
+                                            grad_to_add(biases[r.first + i]));
+        }
+        return;
+    }
     std::vector<Tensor> scratch;
     float* gw = run_grads(weights, r.first, r.G, scratch, true);
     float* gb = biases[r.first].defined() ? run_grads(biases, r.first, r.G, scratch, false) : nullptr;
@@ -125,16 +137,26 @@ void run_backward(const Tensor& x, const std::vector<Tensor>& weights, const std
 // y_g = x W_g^T + b_g for the run [first, first + G): one tensor y (G, rows, N)
 // from one batched GEMM, and each y_g a view of it whose gradient is written in
 // place into y's (its grad_home), so that one batched backward reads them all.
+// Stacked members' weights (members, N, in): a batched GEMM over the members for
+// each projection, and the backward sums dx in the order of a member's solo run
+// (q, then k, then v), so each member's gradients are its solo pass's.
 std::vector<Tensor> linear_run_device(const Tensor& x, const std::vector<Tensor>& weights,
                                       const std::vector<Tensor>& biases, size_t first, size_t G) {
     const Tensor& W = weights[first];
-    const Run run{first, G, x.numel() / std::max<size_t>(W.size(1), 1), W.size(1), W.size(0)};
+    const size_t members = W.dim() == 3 ? W.size(0) : 1, N = W.size(W.dim() - 2), in = W.size(W.dim() - 1);
+    const Run run{first, G, x.numel() / std::max<size_t>(in, 1), in, N, members};
     const size_t part_size = run.rows * run.N;
     Shape part_shape = x.shape();
     part_shape.back() = run.N;
     Tensor y = device_tensor({G, run.rows, run.N});
-    device::linear_forward(device_context(), run.rows, run.N, run.in, device_in(x), device_in(W), device_in(biases[first]),
-                         device_out(y), G);
+    if (members == 1)
+        device::linear_forward(device_context(), run.rows, run.N, run.in, device_in(x), device_in(W), device_in(biases[first]),
+                               device_out(y), G);
+    else
+        for (size_t i = 0; i < G; ++i)
+            device::linear_members_forward(device_context(), members, run.rows / members, N, in, device_in(x),
+                                           device_in(weights[first + i]), device_in(biases[first + i]),
+                                           device_out(y) + i * part_size);
     std::vector<Tensor> inputs{x};
     for (size_t i = first; i < first + G; ++i) inputs.insert(inputs.end(), {weights[i], biases[i]});
     auto written = std::make_shared<std::vector<bool>>(G, false);  // which parts received a gradient
@@ -163,12 +185,30 @@ std::vector<Tensor> linear_run_device(const Tensor& x, const std::vector<Tensor>
 
 }  // namespace
 
+// Stacked members' projection j can join i's run: the same weight shape over
+// equal blocks of x's rows, the same bias and gradient wants (they need not lie
+// side by side: the run takes one launch per projection).
+bool stacks_with(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, size_t i, size_t j) {
+    const Tensor& W = weights[i];
+    if (W.dim() != 3 || weights[j].shape() != W.shape() || x.dim() == 0 || x.shape().back() != W.size(2)) return false;
+    if (x.numel() / std::max<size_t>(W.size(2), 1) % W.size(0) != 0) return false;
+    if (weights[j].requires_grad() != W.requires_grad() || biases[i].defined() != biases[j].defined()) return false;
+    return !biases[i].defined() ||
+           (biases[i].shape() == Shape{W.size(0), W.size(1)} && biases[j].shape() == biases[i].shape() &&
+            biases[i].requires_grad() == biases[j].requires_grad());
+}
+
 std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+    const bool stacked = !weights.empty() && weights.front().dim() == 3;  // then all are (linears)
     std::vector<Tensor> out;
     for (size_t first = 0; first < weights.size();) {
         size_t count = 1;
-        while (first + count < weights.size() && follows(weights, biases, first + count - 1, first + count)) ++count;
-        if (count == 1) {
+        while (first + count < weights.size() && (stacked ? stacks_with(x, weights, biases, first, first + count)
+                                                          : follows(weights, biases, first + count - 1, first + count)))
+            ++count;
+        if (count == 1 && stacked) {
+            out.push_back(linear(x, weights[first], biases[first]));  // checks the stacked weight itself
+        } else if (count == 1) {
             Shape shape = x.shape();
             shape.back() = weights[first].size(0);
             out.push_back(linear_device(x, weights[first], biases[first], shape));

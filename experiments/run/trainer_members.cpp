@@ -24,9 +24,9 @@
 //            back in one copy each (clip_grad_norms), and their clipping, AdamW
 //            updates and zeroing are one launch each (step_together, zero_grads).
 // On the cpu a member's files are its solo run's, bit for bit (tests/cli/test_seeds.py);
-// on the device, stacked, to float32 rounding (a solo pass sums attention's q, k and
-// v input gradients in one grouped product, the stacked pass in three:
-// DeviceTrainer.StackedSeedsShareEachPassAndTrainAsTheirSoloRuns).
+// on the device, stacked, bit for bit on the host loops and the emulation, and to
+// float32 rounding on a GPU (cuBLAS may take other kernels for batched GEMMs, and
+// the embedding's scatter-add is atomic): DeviceTrainer.StackedSeedsShareEachPassAndTrainAsTheirSoloRuns.
 #include "experiments/run/trainer.h"
 #include "experiments/run/trainer_state.h"
 

@@ -13,6 +13,17 @@
 
 namespace attnlab::cuda_test {
 
+// Where the device interface runs deterministically (the host loops of
+// test_device_host, the emulation of tests/cuemu/: ATTNLAB_EXACT_DEVICE), stacked
+// members' passes are their solo passes bit for bit; on a GPU, batched and single
+// GEMMs may take different cuBLAS kernels and the embedding's scatter-add is
+// atomic, so they agree to float32 rounding.
+#ifdef ATTNLAB_EXACT_DEVICE
+constexpr bool exact_device = true;
+#else
+constexpr bool exact_device = false;
+#endif
+
 class DeviceTest : public ::testing::Test {
 protected:
     void SetUp() override {

@@ -196,14 +196,14 @@ void linear_forward(Context&, size_t M, size_t N, size_t K, const float* x, cons
 }
 void linear_backward(Context& context, size_t M, size_t N, size_t K, const float* x, const float* W, const float* dy,
                      float* dx, bool accumulate, float* dW, float* db, size_t groups) {
-    if (dx != nullptr)
-        for (size_t m = 0; m < M; ++m)
-            for (size_t k = 0; k < K; ++k) {
-                float sum = 0.0f;
-                for (size_t g = 0; g < groups; ++g)
+    if (dx != nullptr)  // one product a group, each added onto the last (as the kernels' GEMMs with beta 1)
+        for (size_t g = 0; g < groups; ++g)
+            for (size_t m = 0; m < M; ++m)
+                for (size_t k = 0; k < K; ++k) {
+                    float sum = 0.0f;
                     for (size_t n = 0; n < N; ++n) sum += dy[(g * M + m) * N + n] * W[(g * N + n) * K + k];
-                dx[m * K + k] = accumulate ? dx[m * K + k] + sum : sum;
-            }
+                    dx[m * K + k] = accumulate || g > 0 ? dx[m * K + k] + sum : sum;
+                }
     for (size_t g = 0; g < groups; ++g)
         for (size_t n = 0; n < N; ++n)
             for (size_t k = 0; k < K; ++k) {
