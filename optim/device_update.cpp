@@ -72,6 +72,14 @@ const double* no_stats() {
     return static_cast<const double*>(stats.data());
 }
 
+// The runs of the parameters' gradients that lie one after another, appended to
+// `pieces` (factor 1).
+void add_grad_runs(const NamedTensors& params, std::vector<device::ScalePiece>& pieces) {
+    const auto grad_of = [&](size_t i) { return std::array<float*, 1>{params[i].second.impl().grad->device_data}; };
+    for (const auto& run : runs(params, with_grad(params), grad_of, [](size_t, size_t) { return true; }))
+        pieces.push_back({count_of(params, run), grad_of(run[0])[0], 1.0f});
+}
+
 }  // namespace
 
 bool on_device(const NamedTensors& params) {
@@ -107,9 +115,7 @@ void device_zero_grads(const std::vector<const NamedTensors*>& models) {
             TensorImpl& impl = p.impl();
             impl.grad = impl.grad_home;
         }
-        const auto grad_of = [params](size_t i) { return std::array<float*, 1>{(*params)[i].second.impl().grad->device_data}; };
-        for (const auto& run : runs(*params, with_grad(*params), grad_of, [](size_t, size_t) { return true; }))
-            pieces.push_back({count_of(*params, run), grad_of(run[0])[0], 0.0f});
+        add_grad_runs(*params, pieces);
     }
     device::zero_pieces(device_context(), pieces);
 }
@@ -121,9 +127,7 @@ std::vector<double> device_clip_grad_norms(const std::vector<const NamedTensors*
     for (const NamedTensors* params : models) {
         for (const auto& [name, p] : *params) writable_grad(p);  // scaled in place below
         first.push_back(pieces.size());
-        const auto grad_of = [params](size_t i) { return std::array<float*, 1>{(*params)[i].second.impl().grad->device_data}; };
-        for (const auto& run : runs(*params, with_grad(*params), grad_of, [](size_t, size_t) { return true; }))
-            pieces.push_back({count_of(*params, run), grad_of(run[0])[0], 1.0f});
+        add_grad_runs(*params, pieces);
     }
     first.push_back(pieces.size());
     const size_t n = std::max<size_t>(pieces.size(), 1);

@@ -183,8 +183,6 @@ std::vector<Tensor> linear_run_device(const Tensor& x, const std::vector<Tensor>
     return parts;
 }
 
-}  // namespace
-
 // Stacked members' projection j can join i's run: the same weight shape over
 // equal blocks of x's rows, the same bias and gradient wants (they need not lie
 // side by side: the run takes one launch per projection).
@@ -197,6 +195,8 @@ bool stacks_with(const Tensor& x, const std::vector<Tensor>& weights, const std:
            (biases[i].shape() == Shape{W.size(0), W.size(1)} && biases[j].shape() == biases[i].shape() &&
             biases[i].requires_grad() == biases[j].requires_grad());
 }
+
+}  // namespace
 
 std::vector<Tensor> linears_device(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
     const bool stacked = !weights.empty() && weights.front().dim() == 3;  // then all are (linears)

@@ -318,17 +318,16 @@ int Trainer::side_by_side(std::vector<std::unique_ptr<State>>& members, const st
         std::vector<State::StepValues> values(going.size());
         std::vector<uint8_t> updated(going.size(), 0);
         const bool together_now = stacked && going.size() == members.size() && !logs && stack_together(batches);
-        std::vector<double> losses, norms;
+        std::vector<double> losses;
         if (together_now) losses = stacked->step(batches);
-        if (together_now && !on_threads) {  // the device: every member's norm back in one copy, each clipped as alone
-            std::vector<const NamedTensors*> trainables;
-            for (const size_t m : going) trainables.push_back(&members[m]->trainable);
-            norms = clip_grad_norms(trainables, members.front()->loop->clip);
-        }
         ++steps;
         together += together_now;
         if (together_now && !on_threads) {
-            // the device: the members with finite values updated (State::update) one launch for all
+            // the device: every member's norm back in one copy, each clipped as alone; the
+            // members with finite values updated (State::update), one launch for all
+            std::vector<const NamedTensors*> trainables;
+            for (const size_t m : going) trainables.push_back(&members[m]->trainable);
+            const std::vector<double> norms = clip_grad_norms(trainables, members.front()->loop->clip);
             std::vector<Optimizer*> stepping;
             std::vector<const NamedTensors*> zeroing;
             for (size_t i = 0; i < going.size(); ++i) {
