@@ -234,9 +234,9 @@ TEST_F(DeviceStep, DropoutGradientsMatchCentralDifferences) {
 // three members' parameters along a leading axis, their batches side by side, gives
 // each member the loss and gradients of its own model's pass: bit for bit where the
 // device is deterministic (exact_device), else to rounding.
-TEST_F(DeviceStep, StackedMembersGiveEachMemberItsOwnPass) {
+void expect_stacked_members_own_pass(const ModelConfig& config, const std::string& what) {
+    SCOPED_TRACE(what);
     constexpr size_t K = 3, B = 2, T = 8;
-    const ModelConfig config = tiny();
     std::vector<std::unique_ptr<DecoderLM>> members;
     std::vector<Batch> batches;
     Rng data(40);
@@ -292,7 +292,22 @@ TEST_F(DeviceStep, StackedMembersGiveEachMemberItsOwnPass) {
     }
     // The stacked pass sums attention's q, k and v input gradients in a member's solo
     // order (linears: q's product, then k's and v's added on), so it is exact here.
-    std::printf("largest gradient difference from the members' own passes: %.3g\n", worst);
+    std::printf("%s: largest gradient difference from the members' own passes: %.3g\n", what.c_str(), worst);
+}
+
+// Which projections share a run depends on their shapes and biases: q, k and v as
+// one (full heads), q apart from k and v (grouped K/V, one K/V head), no biases.
+TEST_F(DeviceStep, StackedMembersGiveEachMemberItsOwnPass) {
+    expect_stacked_members_own_pass(tiny(), "4 heads");
+    ModelConfig grouped = tiny();
+    grouped.block.attention.kv_heads = 2;
+    expect_stacked_members_own_pass(grouped, "2 K/V heads");
+    ModelConfig one_kv = tiny();
+    one_kv.block.attention.kv_heads = 1;
+    expect_stacked_members_own_pass(one_kv, "1 K/V head");
+    ModelConfig no_bias = tiny();
+    no_bias.block.attention.bias = false;
+    expect_stacked_members_own_pass(no_bias, "no attention biases");
 }
 
 TEST_F(DeviceStep, ClipsByTheGlobalNormAsTheCpu) {
