@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include "autograd/cpu/jit_gemm.h"
+#include "autograd/cpu/kernels.h"
 #include "autograd/cpu/threads.h"
 
 // OpenBLAS's pthread build starts its worker threads when it is loaded, and each
@@ -19,12 +20,13 @@ namespace {
 
 CBLAS_TRANSPOSE flag(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
-// float32: libxsmm's kernels where they apply (jit_gemm.h), OpenBLAS otherwise.
+// float32: libxsmm's kernels where they apply (jit_gemm.h), kernels::gemm
+// otherwise; both in kernels.h's one order, so a product's bits do not depend
+// on the CPU. Not OpenBLAS, whose sgemm adds in an order of its own per CPU.
 void blas_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
                size_t ldb, float beta, float* C, size_t ldc) {
     if (jit_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
-    cblas_sgemm(CblasRowMajor, flag(ta), flag(tb), static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
-                A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+    kernels::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void blas_gemm(bool ta, bool tb, size_t M, size_t N, size_t K, double alpha, const double* A, size_t lda,

@@ -1,6 +1,7 @@
 // Row-major GEMM: C = alpha op(A) op(B) + beta C, float32 through libxsmm's JIT
-// kernels where they apply (jit_gemm.h) and OpenBLAS's sgemm otherwise, float64
-// through OpenBLAS's dgemm;
+// kernels where they apply (jit_gemm.h) and kernels::gemm otherwise, both in
+// one order of addition on every CPU (kernels.h), float64 through OpenBLAS's
+// dgemm (whose last bits may differ between CPUs);
 // with op(A) (M,K), op(B) (K,N), C (M,N), all contiguous row-major, or with
 // explicit leading dimensions (lda, ldb, ldc: the row strides of A, B and C as
 // stored) for blocks inside larger arrays.

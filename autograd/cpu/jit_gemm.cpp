@@ -6,6 +6,8 @@
 #include <atomic>
 #include <vector>
 
+#include "autograd/cpu/kernels.h"
+
 namespace attnlab {
 
 namespace {
@@ -31,16 +33,18 @@ std::atomic<bool> enabled{true};
 constexpr size_t kTile = size_t(1) << 16;
 constexpr size_t kTileColumns = 256;
 
-// Where the kernels are AVX2 at widest, OpenBLAS's sgemm (AVX2 too, but blocked
-// for the cache) is faster on large products: libxsmm's AVX2 kernels ran
-// 1.1-1.6x OpenBLAS up to 2^21 multiply-adds and 0.6-1.0x above
-// (LIBXSMM_TARGET=hsw bench/bench_gemm, bench/RESULTS.md). With AVX-512 they
-// were 1.3-2.3x at every size measured.
-constexpr size_t kAvx2MaxWork = size_t(1) << 21;
-
-bool wide_kernels() {
-    static const bool avx512 = libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512;
-    return avx512;
+// libxsmm's kernels when they fuse their multiply-adds (AVX2 or wider), at the
+// instruction set in use (kernels::isa(): ATTNLAB_ISA=avx2 makes an AVX-512
+// CPU generate AVX2 kernels), chosen before the first kernel is generated.
+// Never with the generic set, whose CPUs have no FMA.
+bool fused_kernels() {
+    static const bool fused = [] {
+        libxsmm_init();  // reads the CPU; the target set below replaces its choice
+        if (kernels::isa() == kernels::Isa::avx2 && libxsmm_get_target_archid() > LIBXSMM_X86_AVX2)
+            libxsmm_set_target_arch("hsw");
+        return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX2;
+    }();
+    return fused && kernels::isa() != kernels::Isa::generic;
 }
 
 std::vector<float>& scratch() {
@@ -66,6 +70,23 @@ libxsmm_smmfunction kernel(size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                static_cast<libxsmm_blasint>(k), &la, &lb, &lc, &alpha, &beta, &flags, &prefetch);
 }
 
+// libxsmm's AVX-512 kernels split k between 2 or 4 accumulators, added at the
+// end, wherever a block of C is one vector (16 floats) tall and fewer than 12
+// columns wide in libxsmm's column-major terms (libxsmm 1.17,
+// generator_gemm_avx512_microkernel.c: "number of n accumulators to hide FMA
+// latencies"). In ours, where libxsmm's m is our N and its n our M: a kernel
+// of at most 16 columns and 2 to 11 rows, and the last 1 to 16 columns of a
+// kernel wider than 64 (its 64-column blocks leave one vector, blocked with at
+// most 6 rows). Those are not kernels::gemm's order. The leading columns of a
+// kernel that libxsmm computes as chains: all, all but such a last block, or
+// none; tests/autograd/test_isa.cpp scans the shapes on each machine it runs on.
+size_t chained_columns(size_t columns, size_t rows) {
+    if (libxsmm_get_target_archid() < LIBXSMM_X86_AVX512) return columns;  // AVX2: one accumulator, every shape
+    if (columns <= 16) return rows == 1 || rows >= 12 ? columns : 0;
+    const size_t last = columns % 64;
+    return columns > 64 && last >= 1 && last <= 16 ? columns - last : columns;
+}
+
 }  // namespace
 
 void set_jit_gemm(bool on) { enabled.store(on); }
@@ -77,35 +98,43 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     if (beta != 0.0f && beta != 1.0f) return false;
     if (alpha != 1.0f && beta != 0.0f) return false;  // alpha is applied after the product
     if (M == 0 || N == 0 || K == 0) return false;
-    if (!wide_kernels() && M * N * K > kAvx2MaxWork) return false;
+    if (!fused_kernels()) return false;
 
     size_t nb = N, kb = K;
-    libxsmm_smmfunction whole = nullptr;  // the one kernel of an untiled product
-    const size_t ldb_kernel = trans_b ? transposed_stride(N) : ldb;
-    if (N * K > kTile) {
+    const bool tiled = N * K > kTile;
+    if (tiled) {
         nb = std::min(N, kTileColumns);
         kb = std::min(K, std::max<size_t>(16, kTile / nb));
+    }
+    // Columns [0, N_chained) here, the rest by kernels::gemm (chained_columns).
+    const size_t N_chained = tiled ? N - N % nb + chained_columns(N % nb, M) : chained_columns(N, M);
+    if (N_chained == 0) return false;
+    libxsmm_smmfunction whole = nullptr;  // the one kernel of an untiled product
+    const size_t ldb_kernel = trans_b ? transposed_stride(N_chained) : ldb;
+    if (tiled) {
         // Every kernel the tiles need (full tiles, the narrower last ones, beta
         // then 1), before anything is written.
-        for (size_t m : {nb, N % nb})
+        for (size_t m : {std::min(nb, N_chained), N_chained % nb})
             for (size_t k : {kb, K % kb})
                 for (float b : {beta, 1.0f})
                     if (m && k && !kernel(m, M, k, ldb_kernel, lda, ldc, b, trans_a)) return false;
-    } else if (!(whole = kernel(N, M, K, ldb_kernel, lda, ldc, beta, trans_a))) {
+    } else if (!(whole = kernel(N_chained, M, K, ldb_kernel, lda, ldc, beta, trans_a))) {
         return false;
     }
-    if (trans_b) {  // B stored (N, K) -> (K, N), rows ldb_kernel apart
+    const float* B_stored = B;
+    const size_t ldb_stored = ldb;
+    if (trans_b) {  // B's first N_chained rows, stored (N_chained, K) -> (K, N_chained), rows ldb_kernel apart
         std::vector<float>& Bt = scratch();
         Bt.resize(K * ldb_kernel);
-        libxsmm_otrans(Bt.data(), B, sizeof(float), static_cast<libxsmm_blasint>(K), static_cast<libxsmm_blasint>(N),
+        libxsmm_otrans(Bt.data(), B, sizeof(float), static_cast<libxsmm_blasint>(K), static_cast<libxsmm_blasint>(N_chained),
                        static_cast<libxsmm_blasint>(ldb), static_cast<libxsmm_blasint>(ldb_kernel));
         B = Bt.data();
         ldb = ldb_kernel;
     }
     if (whole) whole(B, A, C);
-    else for (size_t n0 = 0; n0 < N; n0 += nb)
+    else for (size_t n0 = 0; n0 < N_chained; n0 += nb)
         for (size_t k0 = 0; k0 < K; k0 += kb) {
-            const size_t m = std::min(nb, N - n0), k = std::min(kb, K - k0);
+            const size_t m = std::min(nb, N_chained - n0), k = std::min(kb, K - k0);
             const libxsmm_smmfunction f = kernel(m, M, k, ldb, lda, ldc, k0 == 0 ? beta : 1.0f, trans_a);
             const float* first = B + k0 * ldb + n0;             // rows k0.. and columns n0.. of B (K, N)
             const float* second = trans_a ? A + k0 * lda : A + k0;  // rows k0.. of A^T (K, M), or columns k0.. of A (M, K)
@@ -114,8 +143,11 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     if (alpha != 1.0f)
         for (size_t i = 0; i < M; ++i) {
             float* __restrict row = C + i * ldc;  // restrict: the loop vectorises
-            for (size_t j = 0; j < N; ++j) row[j] *= alpha;
+            for (size_t j = 0; j < N_chained; ++j) row[j] *= alpha;
         }
+    if (N_chained < N)  // the last columns: op(B)'s columns N_chained.. (B's rows when transposed)
+        kernels::gemm(trans_a, trans_b, M, N - N_chained, K, alpha, A, lda,
+                      trans_b ? B_stored + N_chained * ldb_stored : B_stored + N_chained, ldb_stored, beta, C + N_chained, ldc);
     return true;
 }
 

@@ -1,7 +1,12 @@
 #include "autograd/cpu/kernels.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "autograd/cpu/layer_norm_rows.h"
 
@@ -18,8 +23,10 @@ namespace attnlab::kernels {
     void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);  \
     void layer_norm_rows(const float* x, const float* w, const float* b, float eps, float* h, float* y, float* rstd, size_t rows, size_t n); \
     void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t rows, size_t n); \
+    void gemm(bool trans_a, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B, size_t ldb, \
+              float beta, float* C, size_t ldc, float* row);                  \
     }
-ATTNLAB_DECLARE_ISA(base)
+ATTNLAB_DECLARE_ISA(generic)
 ATTNLAB_DECLARE_ISA(avx2)
 ATTNLAB_DECLARE_ISA(avx512)
 #undef ATTNLAB_DECLARE_ISA
@@ -35,24 +42,40 @@ struct FloatKernels {
     void (*gelu_backward)(const float*, const float*, const float*, float*, size_t);
     void (*layer_norm_rows)(const float*, const float*, const float*, float, float*, float*, float*, size_t, size_t);
     void (*layer_norm_rows_backward)(const float*, const float*, const float*, const float*, float*, size_t, size_t);
+    void (*gemm)(bool, size_t, size_t, size_t, float, const float*, size_t, const float*, size_t, float, float*, size_t, float*);
 };
 
-// The widest set this CPU runs, chosen once.
-const FloatKernels& best() {
-    static const FloatKernels chosen = [] {
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl"))
-            return FloatKernels{avx512::sum, avx512::dot, avx512::max, avx512::exp_shifted, avx512::gelu_forward, avx512::gelu_backward,
-                                avx512::layer_norm_rows, avx512::layer_norm_rows_backward};
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            return FloatKernels{avx2::sum, avx2::dot, avx2::max, avx2::exp_shifted, avx2::gelu_forward, avx2::gelu_backward,
-                                avx2::layer_norm_rows, avx2::layer_norm_rows_backward};
-        return FloatKernels{base::sum, base::dot, base::max, base::exp_shifted, base::gelu_forward, base::gelu_backward,
-                                base::layer_norm_rows, base::layer_norm_rows_backward};
-    }();
-    return chosen;
+#define ATTNLAB_KERNELS_OF(isa)                                                                                      \
+    FloatKernels{isa::sum, isa::dot, isa::max, isa::exp_shifted, isa::gelu_forward, isa::gelu_backward,             \
+                 isa::layer_norm_rows, isa::layer_norm_rows_backward, isa::gemm}
+const FloatKernels kGeneric = ATTNLAB_KERNELS_OF(generic), kAvx2 = ATTNLAB_KERNELS_OF(avx2), kAvx512 = ATTNLAB_KERNELS_OF(avx512);
+#undef ATTNLAB_KERNELS_OF
+
+const FloatKernels& kernels_of(Isa isa) {
+    return isa == Isa::avx512 ? kAvx512 : isa == Isa::avx2 ? kAvx2 : kGeneric;
 }
+
+Isa isa_from_environment() {
+    const Isa widest = widest_isa();
+    const char* named = std::getenv("ATTNLAB_ISA");
+    if (named == nullptr || *named == '\0') return widest;
+    for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512})
+        if (std::string(named) == isa_name(isa)) {
+            if (isa > widest)
+                throw std::invalid_argument(std::string("ATTNLAB_ISA=") + named + ": this CPU runs " + isa_name(widest) +
+                                            " at widest");
+            return isa;
+        }
+    throw std::invalid_argument("ATTNLAB_ISA: expected generic, avx2 or avx512, got '" + std::string(named).substr(0, 40) + "'");
+}
+
+// The set in use, chosen at the first call (isa_from_environment).
+std::atomic<Isa>& chosen() {
+    static std::atomic<Isa> in_use{isa_from_environment()};
+    return in_use;
+}
+
+const FloatKernels& current() { return kernels_of(chosen().load(std::memory_order_relaxed)); }
 
 // The float64 sum and dot (defined below), as callables for the row templates.
 constexpr auto plain_sums = []<size_t R>(const double* x, size_t stride, size_t n, double (&out)[R]) {
@@ -66,26 +89,62 @@ constexpr double kInvSqrt2Pi = 0.5 * std::numbers::inv_sqrtpi * std::numbers::sq
 
 }  // namespace
 
+const char* isa_name(Isa isa) { return isa == Isa::avx512 ? "avx512" : isa == Isa::avx2 ? "avx2" : "generic"; }
+
+Isa widest_isa() {
+    static const Isa widest = [] {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl"))
+            return Isa::avx512;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
+        return Isa::generic;
+    }();
+    return widest;
+}
+
+Isa isa() { return chosen().load(std::memory_order_relaxed); }
+
+void set_isa(Isa isa) {
+    if (isa > widest_isa())
+        throw std::invalid_argument(std::string("set_isa: this CPU runs ") + isa_name(widest_isa()) + " at widest, not " + isa_name(isa));
+    chosen().store(isa);
+}
+
+void gemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+          size_t ldb, float beta, float* C, size_t ldc) {
+    thread_local std::vector<float> transposed, row;  // op(B) (K,N) when B is stored (N,K); one row of C
+    if (trans_b) {
+        transposed.resize(K * N);
+        for (size_t j = 0; j < N; ++j)
+            for (size_t k = 0; k < K; ++k) transposed[k * N + j] = B[j * ldb + k];
+        B = transposed.data();
+        ldb = N;
+    }
+    row.resize(N);
+    current().gemm(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, row.data());
+}
+
 float exp(float x) {
     float y;
-    best().exp_shifted(&x, 0.0f, &y, 1);
+    current().exp_shifted(&x, 0.0f, &y, 1);
     return y;
 }
 
-float sum(const float* x, size_t n) { return best().sum(x, n); }
-float dot(const float* a, const float* b, size_t n) { return best().dot(a, b, n); }
-float max(const float* x, size_t n) { return best().max(x, n); }
-float exp_shifted(const float* x, float shift, float* y, size_t n) { return best().exp_shifted(x, shift, y, n); }
-void gelu_forward(const float* x, float* y, size_t n) { best().gelu_forward(x, y, n); }
+float sum(const float* x, size_t n) { return current().sum(x, n); }
+float dot(const float* a, const float* b, size_t n) { return current().dot(a, b, n); }
+float max(const float* x, size_t n) { return current().max(x, n); }
+float exp_shifted(const float* x, float shift, float* y, size_t n) { return current().exp_shifted(x, shift, y, n); }
+void gelu_forward(const float* x, float* y, size_t n) { current().gelu_forward(x, y, n); }
 void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n) {
-    best().gelu_backward(g, x, y, gx, n);
+    current().gelu_backward(g, x, y, gx, n);
 }
 
 void layer_norm_rows(const float* x, const float* w, const float* b, float eps, float* h, float* y, float* rstd, size_t rows, size_t n) {
-    best().layer_norm_rows(x, w, b, eps, h, y, rstd, rows, n);
+    current().layer_norm_rows(x, w, b, eps, h, y, rstd, rows, n);
 }
 void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t rows, size_t n) {
-    best().layer_norm_rows_backward(g, w, h, rstd, dx, rows, n);
+    current().layer_norm_rows_backward(g, w, h, rstd, dx, rows, n);
 }
 
 // float64: the same row loops over the plain sum and dot below, a row at a time.

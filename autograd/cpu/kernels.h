@@ -1,9 +1,11 @@
 // Elementwise and row kernels behind the ops' hot loops, on raw pointers.
 //
 // The float versions are compiled for AVX-512, AVX2+FMA and plain x86-64
-// (kernels_impl.h; the widest the CPU runs is picked at first use) and
-// vectorise because exp and erfc are written as polynomials instead of calls
-// into libm. Their error, checked in tests/autograd against std::exp / std::erfc:
+// (kernels_impl.h; the widest the CPU runs is picked at first use, or a
+// narrower one by ATTNLAB_ISA) and vectorise because exp and erfc are written
+// as polynomials instead of calls into libm. Every set gives the same bits for
+// the same inputs: a run's numbers do not depend on the CPU it ran on
+// (tests/autograd/test_isa.cpp, tests/cli/test_isa.py). Their error, checked in tests/autograd against std::exp / std::erfc:
 //   exp: relative error below 4e-7 on [-86.5, 88.7]; exactly 0 below -86.5
 //        (true values under 3e-38) and for -inf; +inf above 88.7; NaN stays NaN
 //   erfc (inside gelu): relative error below 5e-7 (Numerical Recipes' Chebyshev fit, 1.2e-7,
@@ -15,6 +17,18 @@
 #include <cstddef>
 
 namespace attnlab::kernels {
+
+// The instruction sets the float kernels are compiled for, narrowest first.
+enum class Isa { generic, avx2, avx512 };
+const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
+Isa widest_isa();               // the widest this CPU runs
+// The set in use: the widest, or the one the environment variable ATTNLAB_ISA
+// names (generic, avx2 or avx512; none wider than the CPU runs), read at the
+// first call. A bad ATTNLAB_ISA throws std::invalid_argument naming it.
+Isa isa();
+// Switches the set (tests; not while kernels run). A set wider than the CPU
+// runs throws std::invalid_argument.
+void set_isa(Isa isa);
 
 float exp(float x);  // the scalar form of the vectorised exp
 
@@ -42,6 +56,16 @@ void gelu_forward(const double* x, double* y, size_t n);
 // y = gelu_forward(x): the float version reads Phi(x) back as y / x.
 void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);
 void gelu_backward(const double* g, const double* x, const double* y, double* gx, size_t n);
+
+// Row-major C (M,N) = alpha op(A) op(B) + beta C, op(A) (M,K), op(B) (K,N),
+// lda, ldb, ldc the stored row strides, in attnlab's one order for float32
+// products: each element of C is one chain of fused multiply-adds over k = 0,
+// 1, ..., K-1, started from C itself when alpha = beta = 1 and from 0
+// otherwise (then times alpha when beta = 0, else alpha acc + beta C with
+// beta C rounded first). libxsmm's kernels compute the same chains (jit_gemm.h
+// uses them where they exist; tests/autograd/test_isa.cpp checks the bits).
+void gemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B,
+          size_t ldb, float beta, float* C, size_t ldc);
 
 // LayerNorm over `rows` consecutive rows of n values (row r at x + r n, h + r n,
 // y + r n): h = (x - mean) rstd, y = h w + b (w, b may be null; one w and b

@@ -1,16 +1,20 @@
-// The float kernels' loops, compiled once per instruction set: kernels_base.cpp
+// The float kernels' loops, compiled once per instruction set: kernels_generic.cpp
 // (x86-64), kernels_avx2.cpp (-march=haswell), kernels_avx512.cpp
 // (-march=skylake-avx512) each include this file inside their own namespace
 // (ATTNLAB_KERNEL_ISA); kernels.cpp picks one at run time from the CPU's flags.
 // No #pragma once: included once per instruction set.
 //
+// Every set gives the same bits (kernels.h; tests/autograd/test_isa.cpp): sums
+// add in 8 fixed lanes whatever the vector width, multiply-adds are fused in
+// every set (a vfmadd where the set has FMA, libm's exact fmaf in the generic
+// one), and nothing else is left to the compiler (-ffp-contract=off).
+//
 // Speed: these loops are bound by the latency of their dependency chains, not by
 // the number of operations, so the polynomials are evaluated by Estrin's scheme
-// (depth log2 of the degree instead of the degree) with fused multiply-adds
-// where the instruction set has them. The fusing is written out (madd), never
-// left to the compiler (-ffp-contract=off), so that the vectoriser's scalar
-// remainder and its vector body round alike: a value never depends on where
-// it sits in its buffer.
+// (depth log2 of the degree instead of the degree). The fusing is written out
+// (madd), never left to the compiler, so that the vectoriser's scalar remainder
+// and its vector body round alike: a value never depends on where it sits in
+// its buffer.
 #include <immintrin.h>
 
 #include <bit>
@@ -23,14 +27,9 @@
 
 namespace attnlab::kernels::ATTNLAB_KERNEL_ISA {
 
-// a * b + c, rounded once where the CPU has FMA (vectorised as vfmadd), else twice.
-inline float madd(float a, float b, float c) {
-#if defined(__FMA__)
-    return __builtin_fmaf(a, b, c);
-#else
-    return a * b + c;
-#endif
-}
+// a * b + c, rounded once: a vfmadd (vectorised) where the set has FMA, else
+// a call of libm's fmaf (exact, slow: the generic set is for CPUs without AVX2).
+inline float madd(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
 // exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln(2)/2; exp(r) by its
 // Taylor series to r^7 (truncation error below 6e-9 relative). ln 2 is split
@@ -124,7 +123,7 @@ template <size_t R>
 #if defined(__FMA__)
             lanes[r] = _mm256_fmadd_ps(load_lanes(a + r * stride + i), load_lanes(b + r * stride + i), lanes[r]);
 #else
-            lanes[r] += load_lanes(a + r * stride + i) * load_lanes(b + r * stride + i);
+            for (size_t l = 0; l < kLanes; ++l) lanes[r][l] = madd(a[r * stride + i + l], b[r * stride + i + l], lanes[r][l]);
 #endif
         }
     float rest[R] = {};
@@ -204,6 +203,33 @@ void layer_norm_rows(const float* x, const float* w, const float* b, float eps, 
 
 void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t count, size_t n) {
     rows::layer_norm_backward_block<kRowsAtOnce>(g, w, h, rstd, dx, count, n, row_sums, row_dots);
+}
+
+// C (M,N) = alpha op(A) B + beta C in kernels.h's order: each element one chain
+// of fused multiply-adds over k = 0, 1, ..., K-1, from C itself when alpha = beta
+// = 1, else from 0 (then times alpha, or alpha acc + beta C with one rounding
+// after beta C). B is (K,N) here (kernels.cpp transposes a transposed B first);
+// `row` is N floats of scratch. The chain runs along a row of C, one k at a
+// time, so the vectoriser takes 8 or 16 columns per instruction and the order
+// of each element's chain stays the same whatever the width.
+void gemm(bool trans_a, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B, size_t ldb,
+          float beta, float* C, size_t ldc, float* row) {
+    const bool from_c = alpha == 1.0f && beta == 1.0f, into_c = beta == 0.0f;
+    for (size_t i = 0; i < M; ++i) {
+        float* c = C + i * ldc;
+        float* __restrict acc = from_c || into_c ? c : row;
+        if (!from_c)
+            for (size_t j = 0; j < N; ++j) acc[j] = 0.0f;
+        for (size_t k = 0; k < K; ++k) {
+            const float a = trans_a ? A[k * lda + i] : A[i * lda + k];
+            const float* __restrict b = B + k * ldb;
+            for (size_t j = 0; j < N; ++j) acc[j] = madd(a, b[j], acc[j]);
+        }
+        if (into_c && alpha != 1.0f)
+            for (size_t j = 0; j < N; ++j) c[j] *= alpha;
+        if (!from_c && !into_c)
+            for (size_t j = 0; j < N; ++j) c[j] = madd(alpha, acc[j], beta * c[j]);
+    }
 }
 
 }  // namespace attnlab::kernels::ATTNLAB_KERNEL_ISA

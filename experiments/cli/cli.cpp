@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "autograd/cpu/kernels.h"
 #include "autograd/tensor.h"
 #include "experiments/cli/commands.h"
 #include "experiments/config/config.h"
@@ -139,6 +140,11 @@ int run_cli(int argc, char** argv) {
     std::ostringstream quiet;
     const bool other_rank = launched_ranks() > 1 && launched_rank() > 0;
     return exit_status_of(command, [&] {
+        try {
+            kernels::isa();  // reads ATTNLAB_ISA: a bad value is one line, exit 2, before any work
+        } catch (const std::invalid_argument& e) {
+            throw UsageError(e.what());
+        }
         world = make_world();  // a build without MPI launched as several ranks: one line, exit 2
         if (world->size() > 1 && command != "train" && command != "sweep")
             throw UsageError("launched as " + std::to_string(world->size()) + " ranks, but only train and sweep run "
