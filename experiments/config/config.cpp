@@ -348,6 +348,7 @@ std::vector<ReadWhen> conditional_keys(const Config& c) {
          c.task.pack > 0 ? task : "task.pack = 0"},
         {"model.rotary_base", c.model.positional == "rotary", "model.positional = \"rotary\"", is("model.positional", c.model.positional)},
         {"model.rotary_dims", c.model.positional == "rotary", "model.positional = \"rotary\"", is("model.positional", c.model.positional)},
+        {"model.rel_max_distance", c.model.variant.rel_buckets > 0, "model.rel_buckets > 0", "model.rel_buckets = 0: no relative bias"},
         {"model.norm_eps", c.model.norm != "none", "model.norm = \"pre\" or \"post\"", is("model.norm", c.model.norm)},
         {"model.parallel", c.model.kind == "decoder", "model.kind = \"decoder\"", is("model.kind", c.model.kind)},
         {"model.norm_type", c.model.norm != "none", "model.norm = \"pre\" or \"post\"", is("model.norm", c.model.norm)},
