@@ -17,6 +17,7 @@
 
 #include "experiments/files/checkpoint.h"
 #include "experiments/cli/command_line.h"
+#include "experiments/config/memory_estimate.h"
 #include "experiments/config/config.h"
 #include "data/h5_probe.h"
 #include "data/h5file.h"
@@ -282,6 +283,16 @@ int cmd_inspect(const std::vector<std::string>& args) {
     const TaskModel& model = *loaded.model;
 
     const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len), config);
+    {  // what the forward records: every attention's scores and pattern (B, H, T, S) float32, and the logits (B, T, V)
+        const double rows = static_cast<double>(batch.inputs.shape[0]), T = static_cast<double>(batch.inputs.shape[1]);
+        const double S = model.encoder_decoder() ? static_cast<double>(batch.src.shape[1]) : T;
+        const double sites = static_cast<double>(model.layers() * (model.encoder_decoder() ? 3 : 1) * model.heads());
+        const double squares = rows * sites * std::max(S, T) * std::max(S, T), logits = rows * T * static_cast<double>(config.task.vocab);
+        check_table_fits(parsed.count("input") ? "--input" : "--tokens",
+                         "the attention scores and patterns (" + std::to_string(model.layers()) + " layers x " +
+                             std::to_string(model.heads()) + " heads x positions^2, float32) and the logits",
+                         2 * 4 * squares + 4 * logits);
+    }
 
     Hooks hooks;
     hooks.record("*attn.pattern").record("*attn.scores");

@@ -69,6 +69,14 @@ double machine_memory_bytes() {
     return bytes;
 }
 
+void check_table_fits(const std::string& option, const std::string& table, double bytes) {
+    const double have = machine_memory_bytes();
+    if (bytes <= have) return;
+    char sizes[96];
+    std::snprintf(sizes, sizeof sizes, " need %.1f GB, this machine has %.1f GB", bytes / 1e9, have / 1e9);
+    throw Error(option + ": " + table + sizes);
+}
+
 void check_fits_in_memory(const Config& config, double longest, const std::string& length_key) {
     const MemoryEstimate need = estimate_training_memory(config, longest);
     const double have = machine_memory_bytes();

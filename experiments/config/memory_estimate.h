@@ -30,4 +30,11 @@ double machine_memory_bytes();
 // ("task.max_len", or "train.eval_lengths" when its sequences are the longest).
 void check_fits_in_memory(const Config& config, double longest, const std::string& length_key = "task.max_len");
 
+// An analysis's table of `bytes` (a vocabulary- or position-squared table and
+// what computing it holds at once): throws Error, one line naming `option`,
+// the table and both sizes, when it exceeds this machine's memory, before
+// anything is computed or written ("--circuits: the token circuits
+// [2 x 1 x 70000 x 70000] need 78.4 GB, this machine has 23.4 GB").
+void check_table_fits(const std::string& option, const std::string& table, double bytes);
+
 }  // namespace attnlab

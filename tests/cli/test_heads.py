@@ -205,6 +205,36 @@ class Refused(cc.TempDirTest):
             with self.subTest(args=" ".join(args)):
                 cc.run_refused(self, args, work, runs, wants, before)
 
+    def test_tables_larger_than_memory_are_estimated_first(self):
+        # a 2^20-token vocabulary: the token circuits would need 44 TB; refused in one line before
+        # anything is computed or written (it once ran into "out of memory", naming nothing)
+        out = self.path("runs")
+        self.run_ok(["train", "task.name=copy", "task.vocab=1048576", "model.width=8", "model.heads=1", "model.layers=1",
+                     "model.ffn=0", "train.steps=1", "train.batch=2", "train.eval_batches=1", "train.checkpoint_every=1",
+                     "train.eval_every=1", f"run.out_dir={out}"], timeout=120)
+        ckpt = cc.checkpoint_path(os.path.join(out, "default"), 1)
+        before = cc.tree_hashes(out)
+        r = cc.attnlab(["heads", ckpt, "--circuits"], self.tmp, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        for want in ("--circuits", "1048576", "GB", "this machine has"):
+            self.assertIn(want, lines[0])
+        self.assertEqual(cc.tree_hashes(out), before, "nothing written")
+
+        # inspect over 60000 positions of a rotary model of 4 layers x 8 heads: its scores and patterns need 0.9 TB
+        self.run_ok(["train", "task.name=copy", "model.positional=rotary", "model.width=16", "model.heads=8", "model.layers=4",
+                     "model.ffn=0", "train.steps=1", "train.batch=2", "train.eval_batches=1", "train.checkpoint_every=1",
+                     f"run.out_dir={out}", "run.name=rotary"], timeout=120)
+        ckpt = cc.checkpoint_path(os.path.join(out, "rotary"), 1)
+        r = cc.attnlab(["inspect", ckpt, "--tokens", " ".join(["3"] * 60000), "--out", self.path("i.h5")], self.tmp, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        for want in ("--tokens", "positions^2", "GB", "this machine has"):
+            self.assertIn(want, lines[0])
+        self.assertFalse(os.path.exists(self.path("i.h5")))
+
 
 if __name__ == "__main__":
     cc.main()
