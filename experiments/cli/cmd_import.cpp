@@ -21,7 +21,7 @@ A Hugging Face download (huggingface-cli download gpt2 --include
 "*.safetensors" "config.json") is such a folder.
 
 CHECKPOINT.h5 is an attnlab checkpoint (docs/file_formats.md): its config says
-task.name = "none" (give tokens: --tokens, --input, --prompts) and the
+task.name = "none" (give tokens: --tokens, --input, --prompt, --clean/--corrupt, or a token file: --data) and the
 architecture in attnlab's keys (model.activation = "gelu_tanh", model.norm_eps,
 model.parallel, model.rotary_dims, model.head_bias, ...). Every analysis
 command takes it. What maps and what is refused: docs/file_formats.md, "Imports".

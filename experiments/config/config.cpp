@@ -520,7 +520,19 @@ std::string read_config_file(const std::string& path) {
     return text.str();
 }
 
-Config parse(const std::string& text, const std::string& path, const std::vector<std::string>& overrides, bool saved) {
+// A config file's relative task.path and task.tokenizer name files beside the
+// config (as most tools read their configs), made absolute here so that the run,
+// its saved config and a sweep's cell configs read the same file from anywhere.
+// Overrides keep theirs: relative to the working directory, as a shell's paths.
+void resolve_paths_beside(Config& config, const std::string& config_file) {
+    namespace fs = std::filesystem;
+    const fs::path folder = fs::absolute(fs::path(config_file)).parent_path();
+    for (std::string* value : {&config.task.path, &config.task.tokenizer})
+        if (!value->empty() && fs::path(*value).is_relative()) *value = (folder / *value).lexically_normal().string();
+}
+
+Config parse(const std::string& text, const std::string& path, const std::vector<std::string>& overrides, bool saved,
+             bool beside_file = false) {
     toml::table document;
     try {
         document = toml::parse(text, std::string_view(path));
@@ -532,12 +544,17 @@ Config parse(const std::string& text, const std::string& path, const std::vector
     std::map<std::string, toml::source_position> set_at;  // key or section -> where the file sets it
     for (auto&& [name, node] : document) set_at[std::string(name.str())] = node.source().begin;
     for (const Entry& entry : entries_of(document)) read_entry(config, entry, path, set_at);
+    if (beside_file) resolve_paths_beside(config, path);
     for (const std::string& assignment : overrides) {
         apply_override(config, assignment);
         set_at.erase(trim(assignment.substr(0, assignment.find('='))));  // no longer the file's value
     }
     if (saved && config.sweep.empty()) config = without_unread_keys(config);  // an earlier version accepted them; they had no effect
     try {
+        // a run writes its text's characters into its config: a saved one without them cannot map ids to characters
+        if (saved && config.task.name == "text" && config.task.alphabet.empty())
+            fail_key("task.alphabet", "empty, but a text model's saved config holds its alphabet (the characters of task.path, "
+                                      "written by the run that trained it)");
         validate(config);
     } catch (const ConfigError& e) {
         throw ConfigError(e.key, locate(e, path, set_at) + e.what());
@@ -548,7 +565,7 @@ Config parse(const std::string& text, const std::string& path, const std::vector
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-    return parse_config(read_config_file(path), path, overrides);
+    return parse(read_config_file(path), path, overrides, false, true);
 }
 
 Config parse_config(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {

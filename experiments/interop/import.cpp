@@ -126,7 +126,13 @@ class Tensors {
 public:
     explicit Tensors(const fs::path& path) : file_(path.string()) {
         std::error_code ec;
-        if (!fs::exists(path, ec)) throw Error(file_ + ": no such file (the weights; only safetensors are read)");
+        if (!fs::exists(path, ec)) {
+            const fs::path index = path.parent_path() / "model.safetensors.index.json";
+            if (fs::exists(index, ec))
+                throw Error(file_ + ": no such file; " + index.string() + " names a sharded checkpoint, which attnlab does not "
+                                    "read yet: save the model as one model.safetensors (save_pretrained(max_shard_size=\"100GB\"))");
+            throw Error(file_ + ": no such file (the weights; only safetensors are read)");
+        }
         SafetensorsFile read = read_safetensors(file_);
         count_ = read.tensors.size();
         metadata = read.metadata;

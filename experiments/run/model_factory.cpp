@@ -48,8 +48,9 @@ ModelConfig model_config(const Config& c, size_t max_len) {
 
 std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t seed, uint64_t stream) {
     if (config.task.name == "none")
-        throw Error("task.name = \"none\" has no data to draw (a model attnlab import wrote): train, eval and cache need a task; "
-                    "the other analyses take tokens (--tokens, --input, --prompts)");
+        throw Error("task.name = \"none\" has no data to draw (a model attnlab import wrote): eval, ablate, audit and cache take "
+                    "a token file (--data FILE.h5), the other analyses tokens (--tokens, --input, --prompt, --clean/--corrupt); "
+                    "train needs a task");
     if (config.task.name == "file")
         return std::make_unique<FileTask>(config.task.path, static_cast<size_t>(config.task.vocab), seed, stream);
     if (config.task.name == "text")

@@ -722,7 +722,8 @@ class Import(cc.TempDirTest):
         # without --data, what needs a task says so
         work = self.path("work")
         os.makedirs(work, exist_ok=True)
-        cc.run_refused(self, ["eval", ckpt], work, work, ['task.name = "none" has no data to draw'], {})
+        cc.run_refused(self, ["eval", ckpt], work, work, ['task.name = "none" has no data to draw', "--data FILE.h5"], {})
+        cc.run_refused(self, ["ablate", ckpt], work, work, ['task.name = "none" has no data to draw', "--data FILE.h5"], {})
         # bad --data: a missing file, a token outside the vocabulary, rows longer than a learned table
         cc.run_refused(self, ["eval", ckpt, "--data", self.path("missing.h5")], work, work, ["missing.h5"], {})
         outside = self.path("outside.h5")
@@ -733,6 +734,14 @@ class Import(cc.TempDirTest):
                        ["outside.h5"], {})
         gpt2 = dict(GPT2, n_layer=1)
         save_model(self.path("gpt2"), gpt2, gpt2_state(Draw(8), gpt2))
+        # a sharded checkpoint: its index named, not "no such file" alone
+        sharded = self.path("sharded")
+        shutil.copytree(self.path("gpt2"), sharded)
+        os.remove(os.path.join(sharded, "model.safetensors"))
+        with open(os.path.join(sharded, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": {"wte.weight": "model-00001-of-00002.safetensors"}}, f)
+        cc.run_refused(self, ["import", sharded, "--out", self.path("sharded.h5")], work, work,
+                       ["model.safetensors.index.json", "sharded"], {})
         learned = self.import_ok(self.path("gpt2"), "gpt2.h5")
         long_rows = self.path("long.h5")
         with h5py.File(long_rows, "w") as f:

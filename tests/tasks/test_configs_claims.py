@@ -40,10 +40,11 @@ claimed figure within its slack, in both directions: a config that now does
 much better than it says is mis-documented too. The runs are deterministic for
 a given build at one thread; the slack covers another machine's BLAS kernels.
 
-configs/file.toml reads runs/tokens/add.h5 relative to the working directory:
-the test makes it first with tools/make_token_file.py, as the header says.
-configs/text.toml reads the shipped configs/text/stories.txt: it runs from the
-repository root (the run itself goes to the temporary directory).
+configs/file.toml reads the repository's runs/tokens/add.h5 (its task.path is
+relative to the config's folder): the test makes one with
+tools/make_token_file.py, as the header says, in its temporary directory and
+names it with an override. configs/text.toml reads the shipped
+configs/text/stories.txt from any working directory (here the temporary one).
 CTest runs one config per test (label `configs`); about 2 minutes of CPU in all.
 A config of configs/published/ with a Claim line is checked the same way by
 name, outside CI (docs/reproductions.md gives each one's time):
@@ -243,12 +244,11 @@ class Claims(unittest.TestCase):
         acc, acc_slack = float(claim["acc"]), float(claim["acc_slack"])
         with tempfile.TemporaryDirectory(prefix=f"attnlab_config_{name}_") as folder:
             cwd = folder
+            args = [ATTNLAB, "train", path, "train.threads=1", f"run.out_dir={os.path.join(folder, 'out')}"]
             if name == "file":
                 subprocess.run(["/usr/bin/python3", os.path.join(REPO_ROOT, "tools", "make_token_file.py"),
                                 "runs/tokens/add.h5"], cwd=folder, check=True, capture_output=True)
-            if name == "text":  # its task.path is the shipped text, relative to the repository root
-                cwd = REPO_ROOT
-            args = [ATTNLAB, "train", path, "train.threads=1", f"run.out_dir={os.path.join(folder, 'out')}"]
+                args.append("task.path=runs/tokens/add.h5")  # an override: relative to the working directory
             published = name.startswith("published_")  # minutes to hours: no limit but the caller's
             done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=None if published else 300)
             self.assertEqual(done.returncode, 0, f"{' '.join(args)}\n{done.stderr[-2000:]}")
