@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <unordered_map>
 
 #include "experiments/files/run_files.h"
@@ -98,6 +99,14 @@ std::string number(double value) {
     throw Error("--format " + export_format_choices().name(format) + ": " + option + " does not map onto " + tool + " (" + why + ")");
 }
 
+// Is `value` one of `allowed`? The values a format maps, named: a new choice of
+// an option is refused until its mapping is written.
+bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
+    for (const char* a : allowed)
+        if (value == a) return true;
+    return false;
+}
+
 // What neither GPT-2 nor TransformerLens's HookedTransformer holds in its weights and config.
 void refuse_either(const Config::Model& m, ExportFormat format) {
     const AttentionVariant& v = m.variant;
@@ -117,9 +126,11 @@ void refuse_for_gpt2(const Config::Model& m, const Sizes& s) {
     const ExportFormat f = ExportFormat::hf;
     refuse_either(m, f);
     if (m.norm != "pre") refuse(f, "model.norm = \"" + m.norm + "\"", "its blocks normalise before each sublayer");
-    if (m.norm_type != "layernorm") refuse(f, "model.norm_type = \"" + m.norm_type + "\"", "LayerNorm only");
-    if (m.positional == "rotary" || m.positional == "alibi")
+    if (!one_of(m.norm_type, {"layernorm"})) refuse(f, "model.norm_type = \"" + m.norm_type + "\"", "LayerNorm only");
+    if (!one_of(m.positional, {"learned", "sinusoidal", "none"}))
         refuse(f, "model.positional = \"" + m.positional + "\"", "a table of positions added to the embeddings: learned, sinusoidal or none");
+    if (!one_of(m.activation, {"gelu", "gelu_tanh", "relu"}))
+        refuse(f, "model.activation = \"" + m.activation + "\"", "ACT2FN's gelu, gelu_new or relu");
     if (s.kv_heads != s.heads) refuse(f, "model.kv_heads = " + std::to_string(s.kv_heads), "every head has its own keys and values");
     if (s.heads * s.head_width != s.width)
         refuse(f, "model.head_width = " + std::to_string(s.head_width), "heads x head width must be model.width");
@@ -135,10 +146,47 @@ void refuse_for_gpt2(const Config::Model& m, const Sizes& s) {
 void refuse_for_transformer_lens(const Config::Model& m, const Sizes& s) {
     const ExportFormat f = ExportFormat::tl;
     refuse_either(m, f);
-    if (m.norm_type == "scalenorm" && m.norm != "none") refuse(f, "model.norm_type = \"scalenorm\"", "LayerNorm or RMSNorm");
+    if (m.norm != "none" && !one_of(m.norm_type, {"layernorm", "rmsnorm"}))  // its normalization_type: "LN" or "RMS"
+        refuse(f, "model.norm_type = \"" + m.norm_type + "\"", "LayerNorm or RMSNorm");
+    if (!one_of(m.positional, {"learned", "sinusoidal", "none", "rotary", "alibi"}))
+        refuse(f, "model.positional = \"" + m.positional + "\"", "standard (a table), rotary or alibi");
+    if (!one_of(m.activation, {"gelu", "gelu_tanh", "relu"}))
+        refuse(f, "model.activation = \"" + m.activation + "\"", "act_fn gelu, gelu_new or relu");
     if (m.positional == "alibi" && (s.heads & (s.heads - 1)) != 0)
         refuse(f, "model.positional = \"alibi\" with model.heads = " + std::to_string(s.heads),
                "its ALiBi slopes 2^(-8(h+1)/H) are Press et al.'s for a power-of-two head count only");
+}
+
+// ---- what each format maps: allow-lists ---------------------------------------
+
+// Every model.* key whose values the writers below map or refuse (refuse_either,
+// refuse_for_gpt2, refuse_for_transformer_lens). A key of the config not listed
+// maps only at its default, so an option added to the schema later is refused
+// until its mapping is written here (tests/experiments/test_config_reads.cpp
+// walks every model key through export). Keys that change only training
+// (dropout, init) or that a decoder's causal mask makes moot (masked_rows) map.
+const std::set<std::string>& keys_mapped(ExportFormat format) {
+    static const std::set<std::string> both = {
+        "model.kind", "model.layers", "model.width", "model.heads", "model.kv_heads", "model.head_width", "model.ffn", "model.norm",
+        "model.norm_type", "model.positional", "model.scale", "model.masked_rows", "model.window", "model.prefix_lm",
+        "model.documents", "model.softcap", "model.sinks", "model.rel_buckets", "model.rel_max_distance", "model.dropout",
+        "model.attn_dropout", "model.bias", "model.ffn_bias", "model.norm_bias", "model.norm_eps", "model.parallel",
+        "model.head_bias", "model.init", "model.tie_embeddings", "model.activation", "model.max_len", "model.ablate_heads"};
+    static const std::set<std::string> tl = [] {
+        std::set<std::string> keys = both;
+        keys.insert({"model.rotary_base", "model.rotary_dims"});  // TransformerLens's rotary_base, rotary_dim
+        return keys;
+    }();
+    return format == ExportFormat::tl ? tl : both;
+}
+
+// Refuses the first model.* key set away from its default that the format's list does not name.
+void refuse_unlisted(const Config& config, ExportFormat format) {
+    for (const std::string& differs : differing_keys(default_config(), config)) {  // "key (value, was default)"
+        const std::string key = differs.substr(0, differs.find(' '));
+        if (key.rfind("model.", 0) == 0 && !keys_mapped(format).count(key))
+            refuse(format, key + " " + differs.substr(key.size() + 1), "attnlab's export has no mapping for this option");
+    }
 }
 
 // The activation's name in Hugging Face's ACT2FN and TransformerLens's act_fn:
@@ -283,6 +331,7 @@ ExportFiles transformer_lens(const LoadedCheckpoint& in) {
 ExportFiles export_model(const LoadedCheckpoint& in, ExportFormat format) {
     if (format == ExportFormat::safetensors) return own_names(in);
     if (in.loaded.model->decoder_lm() == nullptr) refuse(format, "model.kind = \"" + in.config.model.kind + "\"", "a decoder-only model");
+    refuse_unlisted(in.config, format);
     return format == ExportFormat::hf ? gpt2(in) : transformer_lens(in);
 }
 

@@ -55,7 +55,9 @@ std::string unstackable(const Config& c) {
     if (c.model.kind != "decoder") return "model.kind = \"" + c.model.kind + "\"";
     if (c.train.reduce != "fast") return "train.reduce = \"" + c.train.reduce + "\"";
     if (c.model.dropout > 0 || c.model.attn_dropout > 0) return "dropout (model.dropout, model.attn_dropout)";
-    if (c.model.norm_type == "scalenorm") return "model.norm_type = \"scalenorm\"";
+    // by allow-list: the norms whose stacked form is written (a norm added later runs on threads until it is)
+    if (c.model.norm != "none" && c.model.norm_type != "layernorm" && c.model.norm_type != "rmsnorm")
+        return "model.norm_type = \"" + c.model.norm_type + "\"";
     return "";
 }
 

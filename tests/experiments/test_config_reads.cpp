@@ -18,6 +18,8 @@
 #include "experiments/config/config.h"
 #include "experiments/config/config_schema.h"
 #include "experiments/files/checkpoint.h"
+#include "experiments/interop/export.h"
+#include "experiments/run/load_checkpoint.h"
 #include "experiments/run/trainer.h"
 #include "tests/temp_dir.h"
 
@@ -82,6 +84,7 @@ const std::map<std::string, Change>& changes() {
 struct Outcome {
     NamedTensors params;
     std::string refused;
+    std::string checkpoint;  // its last checkpoint
 };
 
 Outcome train(const std::vector<std::string>& overrides) {
@@ -93,12 +96,13 @@ Outcome train(const std::vector<std::string>& overrides) {
     try {
         validate(config);
     } catch (const ConfigError& e) {
-        return {{}, e.what()};
+        return {{}, e.what(), ""};
     }
     const fs::path dir = temp.path() / ("run" + std::to_string(runs++));
     std::unique_ptr<Trainer> trainer = Trainer::start(config, dir.string());
     EXPECT_EQ(trainer->run(), 0);
-    return {read_checkpoint(list_checkpoints((dir / "checkpoints").string()).back()).params, ""};
+    const std::string checkpoint = list_checkpoints((dir / "checkpoints").string()).back();
+    return {read_checkpoint(checkpoint).params, "", checkpoint};
 }
 
 bool same_parameters(const NamedTensors& a, const NamedTensors& b) {
@@ -132,6 +136,36 @@ TEST(ConfigReads, EveryModelKeyIsReadOrRefusedAsUnread) {
             EXPECT_FALSE(same_parameters(before.params, after.params))
                 << field.key << "=" << change.value << " (with " << ::testing::PrintToString(base)
                 << ") trains exactly as without it: nothing reads it there, so it must be refused as unread (config.cpp, conditional_keys)";
+        }
+    }
+}
+
+// Export by allow-list (export.cpp, keys_mapped): every model key, set away from
+// its default, either exports or is refused in a line that names it (or a key
+// of the settings that read it, which the format may refuse first). A key the
+// exporter does not list is refused; a value it does not name is refused.
+TEST(ConfigReads, EveryModelKeyExportsOrIsRefusedByName) {
+    for (const config_schema::Field& field : config_schema::fields()) {
+        if (field.key.rfind("model.", 0) != 0) continue;
+        const auto it = changes().find(field.key);
+        ASSERT_NE(it, changes().end()) << field.key;
+        const Change& change = it->second;
+        if (!change.unseen.empty()) continue;
+        std::vector<std::string> changed = change.reading;
+        changed.push_back(field.key + "=" + change.value);
+        const Outcome run = train(changed);
+        if (!run.refused.empty()) continue;  // unread here: EveryModelKeyIsReadOrRefusedAsUnread checks that
+        const LoadedCheckpoint in = load_checkpoint(run.checkpoint, Device::cpu);
+        for (ExportFormat format : {ExportFormat::hf, ExportFormat::tl}) {
+            try {
+                export_model(in, format);
+            } catch (const Error& e) {
+                const std::string message = e.what();
+                bool named = message.find(field.key) != std::string::npos;
+                for (const std::string& setting : change.reading) named = named || message.find(setting.substr(0, setting.find('='))) != std::string::npos;
+                EXPECT_TRUE(named) << field.key << "=" << change.value << ", --format " << export_format_choices().name(format)
+                                   << ": refused without naming it: " << message;
+            }
         }
     }
 }
