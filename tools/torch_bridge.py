@@ -140,12 +140,29 @@ def resolve_scale(spec, head_width):
     return value
 
 
+# Every [model] key this bridge builds from (Arch below), or knows to leave the
+# forward alone: dropout and attn_dropout (training only), init (the parameters
+# are given) and max_len (the learned table's rows are the parameter's). A key
+# not listed, as a later attnlab may add, is refused: the bridge builds only the
+# models it knows it builds right (issue 51's allow-lists).
+MODEL_KEYS = {
+    "kind", "layers", "width", "heads", "kv_heads", "head_width", "ffn", "norm", "norm_type", "positional", "rotary_base",
+    "rotary_dims", "scale", "masked_rows", "window", "prefix_lm", "documents", "softcap", "sinks", "rel_buckets",
+    "rel_max_distance", "dropout", "attn_dropout", "bias", "ffn_bias", "norm_bias", "norm_eps", "parallel", "head_bias",
+    "init", "tie_embeddings", "activation", "max_len", "ablate_heads",
+}
+
+
 class Arch:
     """What the module builder needs from the config's [model] and [task] sections."""
 
     def __init__(self, config):
         try:
             m, t = config["model"], config["task"]
+            unknown = sorted(set(m) - MODEL_KEYS)
+            if unknown:
+                raise BridgeError(f"model.{unknown[0]}: the bridge does not know this option, so it cannot build the model "
+                                  f"(tools/torch_bridge.py, MODEL_KEYS)")
             self.kind = m["kind"]
             self.vocab = int(t["vocab"])
             self.layers = int(m["layers"])
@@ -178,6 +195,8 @@ class Arch:
             self.rel_max_distance = int(m.get("rel_max_distance", 128))
             # model.ablate_heads: "L.H" heads whose output (context) is zero, decoder self-attention
             self.ablate_heads = [tuple(int(x) for x in h.split(".")) for h in m.get("ablate_heads", [])]
+            # a query row with no eligible key: "error" (attnlab refuses the input) or "zero" (no weight, no context)
+            self.masked_rows = m.get("masked_rows", "error")
         except KeyError as e:
             raise BridgeError(f"config has no key {e}") from None
         checks = [
@@ -186,6 +205,7 @@ class Arch:
             (self.norm_type in NORMS, f"model.norm_type '{self.norm_type}'"),
             (self.positional in ("learned", "sinusoidal", "none", "rotary", "alibi"), f"model.positional '{self.positional}'"),
             (self.activation in ("gelu", "gelu_tanh", "relu"), f"model.activation '{self.activation}'"),
+            (self.masked_rows in ("error", "zero"), f"model.masked_rows '{self.masked_rows}'"),
             (self.heads % self.kv_heads == 0, f"model.kv_heads {self.kv_heads} for {self.heads} heads"),
         ]
         for ok, what in checks:
@@ -403,6 +423,11 @@ class Attention(nn.Module):
                                             self.causal, self.arch.rel_max_distance)[None]
         scores = scores.masked_fill(~eligible[:, None], float("-inf"))
         weights = softmax_with_sink(scores, self.sink)
+        empty = ~eligible.any(-1)  # (B, Tq): rows with no eligible key
+        if bool(empty.any()):
+            if self.arch.masked_rows != "zero":
+                raise BridgeError("a query row has no eligible key (model.masked_rows = \"error\")")
+            weights = weights.masked_fill(empty[:, None, :, None], 0.0)  # "zero": no weight, no context
         context = weights @ v  # (B, H, Tq, d_h)
         if self.ablated:  # model.ablate_heads: those heads' outputs are zero
             keep = torch.ones(self.heads, dtype=context.dtype)

@@ -378,6 +378,17 @@ class InspectAndBridge(cc.TempDirTest):
             self.assertEqual(r.returncode, 2, f"{args}: {r.stdout}{r.stderr}")
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
             self.assertIn(why, r.stderr)
+        # a [model] key the bridge does not know (a later attnlab's option) is refused by name, never ignored
+        future = self.path("future.h5")
+        shutil.copy(checkpoint, future)
+        with h5py.File(future, "r+") as f:
+            config = f.attrs["config"]
+            config = config.decode() if isinstance(config, bytes) else config
+            f.attrs["config"] = config.replace("[model]\n", "[model]\nfuture_option = 3\n", 1)
+        r = bridge([future, "--compare", out])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("model.future_option", r.stderr)
 
 
 class BadInput(cc.TempDirTest):
