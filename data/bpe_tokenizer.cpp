@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "autograd/tensor.h"
+#include "data/quoted.h"
 #include "data/text_task.h"
 
 namespace attnlab {
@@ -46,9 +47,6 @@ namespace {
 [[noreturn]] void fail_at(const std::string& where, const std::string& problem) {
     throw Error("[bpe] " + where + ": " + problem);
 }
-
-// A string as JSON writes it: quoted, control characters escaped (one line).
-std::string as_json(const std::string& text) { return json(text).dump(); }
 
 // encoder.py's bytes_to_unicode(): bytes that print as themselves ('!'..'~',
 // '¡'..'¬', '®'..'ÿ') keep their code point; the other 68 (controls, space,
@@ -98,11 +96,13 @@ std::string read_file(const std::string& path) {
 }
 
 json parse_json(const std::string& path) {
+    const std::string text = read_file(path);
+    if (const std::string deep = json_nesting_problem(text); !deep.empty()) fail_at(path, "the JSON has " + deep);
     try {
-        return json::parse(read_file(path));
-    } catch (const json::parse_error& e) {
+        return json::parse(text);
+    } catch (const json::exception& e) {  // parse errors, and number overflow (1e999)
         const std::string message = e.what();  // "[json.exception.parse_error.101] parse error at line 1, ..."
-        fail_at(path, "not valid JSON: " + message.substr(message.find("] ") + 2));
+        fail_at(path, "not valid JSON: " + escaped(message.substr(message.find("] ") + 2)));
     }
 }
 
@@ -143,7 +143,7 @@ std::vector<MergeRule> read_merges_txt(const std::string& path) {
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line_number == 1 && line.rfind("#version", 0) == 0) continue;
         MergeRule rule{"", "", path + ":" + std::to_string(line_number)};
-        if (!split_merge(line, rule.left, rule.right)) fail_at(rule.where, "expected two symbols separated by one space, got " + as_json(line));
+        if (!split_merge(line, rule.left, rule.right)) fail_at(rule.where, "expected two symbols separated by one space, got " + quoted_bytes(line));
         rules.push_back(std::move(rule));
     }
     return rules;
@@ -159,7 +159,7 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_path, cons
     source.merges = read_merges_txt(merges_path);
     for (const std::string& token : special_tokens) {
         const json& id = member(source.vocab, token.c_str());
-        if (!is_id(id)) fail_at(vocab_path, "special token " + as_json(token) + " is not in the vocabulary");
+        if (!is_id(id)) fail_at(vocab_path, "special token " + quoted_bytes(token) + " is not in the vocabulary");
         source.added.push_back({id.get<int32_t>(), token, true, false});
     }
     return BpeTokenizer(source);
@@ -193,10 +193,10 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     Source source;
     source.vocab_where = path;
     const json& model = member(root, "model");
-    if (member(model, "type") != "BPE") fail_at(path, "model.type is " + member(model, "type").dump() + ", expected \"BPE\"");
+    if (member(model, "type") != "BPE") fail_at(path, "model.type is " + quoted_json(member(model, "type")) + ", expected \"BPE\"");
     // Options that would change the ids and that this tokenizer does not carry out.
     const auto refuse_unless = [&](bool fine, const std::string& field, const json& value, const char* why) {
-        if (!fine) fail_at(path, field + " " + value.dump() + " is not supported (" + why + ")");
+        if (!fine) fail_at(path, field + " " + quoted_json(value) + " is not supported (" + why + ")");
     };
     const json& dropout = member(model, "dropout");
     refuse_unless(dropout.is_null() || dropout == 0, "model.dropout", dropout, "BPE dropout samples its merges");
@@ -220,7 +220,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
             rule.left = merge[0].get<std::string>();
             rule.right = merge[1].get<std::string>();
         } else if (!merge.is_string() || !split_merge(merge.get<std::string>(), rule.left, rule.right)) {
-            fail_at(where, "expected \"left right\" or [\"left\", \"right\"], got " + merge.dump());
+            fail_at(where, "expected \"left right\" or [\"left\", \"right\"], got " + quoted_json(merge));
         }
         source.merges.push_back(std::move(rule));
     }
@@ -230,12 +230,12 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     for (size_t i = 0; i < added.size(); ++i) {
         const std::string where = path + ": added_tokens[" + std::to_string(i) + "]";
         const json& token = added[i];
-        if (!is_id(member(token, "id"))) fail_at(where, "id " + member(token, "id").dump() + " is not an integer in [0, 2^31)");
+        if (!is_id(member(token, "id"))) fail_at(where, "id " + quoted_json(member(token, "id")) + " is not an integer in [0, 2^31)");
         if (!member(token, "content").is_string() || member(token, "content") == "")
-            fail_at(where, "content " + member(token, "content").dump() + " is not a non-empty string");
+            fail_at(where, "content " + quoted_json(member(token, "content")) + " is not a non-empty string");
         for (const char* flag : {"lstrip", "rstrip", "single_word"})
             if (!member(token, flag).is_null() && member(token, flag) != false)
-                fail_at(where, std::string(flag) + " " + member(token, flag).dump() + " is not supported (only literal matching)");
+                fail_at(where, std::string(flag) + " " + quoted_json(member(token, flag)) + " is not supported (only literal matching)");
         const bool special = member(token, "special") == true;
         const bool normalized = member(token, "normalized").is_boolean() ? member(token, "normalized").get<bool>() : !special;
         source.added.push_back({member(token, "id").get<int32_t>(), member(token, "content").get<std::string>(), special, normalized});
@@ -243,11 +243,11 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
 
     const json& normalizer = member(root, "normalizer");
     if (!normalizer.is_null() && member(normalizer, "type") != "NFC")
-        fail_at(path, "normalizer " + member(normalizer, "type").dump() + " is not supported (only none or NFC)");
+        fail_at(path, "normalizer " + quoted_json(member(normalizer, "type")) + " is not supported (only none or NFC)");
     if (!normalizer.is_null()) source.normalizer = "NFC";
     const json& pre_tokenizer = member(root, "pre_tokenizer");
     if (member(pre_tokenizer, "type") != "ByteLevel")
-        fail_at(path, "pre_tokenizer " + member(pre_tokenizer, "type").dump() + " is not supported (only ByteLevel)");
+        fail_at(path, "pre_tokenizer " + quoted_json(member(pre_tokenizer, "type")) + " is not supported (only ByteLevel)");
     const json& use_regex = member(pre_tokenizer, "use_regex");
     refuse_unless(use_regex.is_null() || use_regex == true, "pre_tokenizer.use_regex", use_regex, "GPT-2's pattern always splits");
     const json& prefix = member(pre_tokenizer, "add_prefix_space");
@@ -255,7 +255,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     for (const char* stage : {"decoder", "post_processor"}) {
         const json& value = member(root, stage);
         if (!value.is_null() && member(value, "type") != "ByteLevel")
-            fail_at(path, std::string(stage) + " " + member(value, "type").dump() + " is not supported (only none or ByteLevel)");
+            fail_at(path, std::string(stage) + " " + quoted_json(member(value, "type")) + " is not supported (only none or ByteLevel)");
     }
     return BpeTokenizer(source);
 }
@@ -274,17 +274,17 @@ BpeTokenizer::BpeTokenizer(const Source& source)
     size_t count = 0;  // one past the highest id
     const auto place = [&](int32_t id, const std::string& token, bool added) {
         if (static_cast<size_t>(id) >= entries)
-            fail_at(where, "id " + std::to_string(id) + " of " + as_json(token) + " is beyond the " + std::to_string(entries) +
+            fail_at(where, "id " + std::to_string(id) + " of " + quoted_bytes(token) + " is beyond the " + std::to_string(entries) +
                             " tokens (ids must be 0..N-1, each given once)");
         if (tokens[id] != nullptr && (!added || added_id[id]))
-            fail_at(where, "id " + std::to_string(id) + " is given to both " + as_json(*tokens[id]) + " and " + as_json(token));
+            fail_at(where, "id " + std::to_string(id) + " is given to both " + quoted_bytes(*tokens[id]) + " and " + quoted_bytes(token));
         tokens[id] = &token;
         added_id[id] = added;
         count = std::max(count, static_cast<size_t>(id) + 1);
     };
     std::unordered_map<std::string, int32_t> symbol_ids;
     for (const auto& [symbol, id] : source.vocab.items()) {
-        if (!is_id(id)) fail_at(where, "token " + as_json(symbol) + " has id " + id.dump() + ", not an integer in [0, 2^31)");
+        if (!is_id(id)) fail_at(where, "token " + quoted_bytes(symbol) + " has id " + quoted_json(id) + ", not an integer in [0, 2^31)");
         place(id.get<int32_t>(), symbol, false);
         symbol_ids.emplace(symbol, id.get<int32_t>());
     }
@@ -300,7 +300,7 @@ BpeTokenizer::BpeTokenizer(const Source& source)
     }
     const auto symbol_id = [&](const std::string& symbol, const std::string& rule_where, const char* what) {
         const auto it = symbol_ids.find(symbol);
-        if (it == symbol_ids.end()) fail_at(rule_where, std::string(what) + as_json(symbol) + " is not in the vocabulary");
+        if (it == symbol_ids.end()) fail_at(rule_where, std::string(what) + quoted_bytes(symbol) + " is not in the vocabulary");
         return static_cast<uint64_t>(it->second);
     };
     for (size_t rank = 0; rank < source.merges.size(); ++rank) {
@@ -442,7 +442,7 @@ void BpeTokenizer::encode_segment(std::string_view segment, size_t text_offset, 
                 char hex[8];
                 std::snprintf(hex, sizeof hex, "0x%02X", byte);
                 fail_at(where_, std::string("encode: byte ") + hex + " (" + at + ") has no vocabulary entry (symbol " +
-                                 as_json(encode_utf8(std::u32string(1, kBytes.char_of[byte]))) + ")");
+                                 quoted_bytes(encode_utf8(std::u32string(1, kBytes.char_of[byte]))) + ")");
             }
             word.push_back(byte_ids_[byte]);
         }

@@ -24,6 +24,7 @@
 
 #include "autograd/tensor.h"  // Error
 #include "data/h5file.h"
+#include "data/quoted.h"
 
 // Under a sanitizer (the fuzz build) a report in the child must not reach the
 // fuzzer's death callback, which would save the input as a finding of its own.
@@ -57,16 +58,11 @@ struct Limits {
     uint64_t memory = 0;  // bytes the child may map beyond what it inherits
 };
 
-std::string quoted_prefix(const char* value) {
-    const std::string text(value);
-    return "'" + (text.size() > 40 ? text.substr(0, 40) + "..." : text) + "'";
-}
-
 bool probe_enabled() {
     const char* value = std::getenv("ATTNLAB_H5_PROBE");
     if (!value || !*value || std::strcmp(value, "1") == 0) return true;
     if (std::strcmp(value, "0") == 0) return false;
-    throw Error("ATTNLAB_H5_PROBE=" + quoted_prefix(value) +
+    throw Error("ATTNLAB_H5_PROBE=" + quoted_bytes(value) +
                 " must be 1 (read an HDF5 file in a child process first, the default) or 0 (trusted files only)");
 }
 
@@ -77,7 +73,7 @@ double base_seconds() {
     errno = 0;
     const double seconds = std::strtod(value, &end);
     if (errno != 0 || *end != '\0' || !std::isfinite(seconds) || seconds <= 0 || seconds > 1e6)
-        throw Error("ATTNLAB_H5_PROBE_SECONDS=" + quoted_prefix(value) + " is not a number of seconds in (0, 1e6]");
+        throw Error("ATTNLAB_H5_PROBE_SECONDS=" + quoted_bytes(value) + " is not a number of seconds in (0, 1e6]");
     return seconds;
 }
 

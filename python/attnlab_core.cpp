@@ -29,6 +29,7 @@
 #include "autograd/cpu/memory.h"
 #include "autograd/ops.h"
 #include "autograd/tensor_impl.h"
+#include "data/quoted.h"
 #include "data/text_task.h"
 #include "experiments/config/config.h"
 #include "experiments/run/load_checkpoint.h"
@@ -92,7 +93,7 @@ void check_finite(const Tensor& t, const std::string& what) {
 class Model {
 public:
     Model(const std::string& path, const std::string& device) {
-        if (device != "cpu" && device != "cuda") throw Error("device: must be \"cpu\" or \"cuda\", got '" + device + "'");
+        if (device != "cpu" && device != "cuda") throw Error("device: must be \"cpu\" or \"cuda\", got " + quoted_bytes(device));
         std::error_code ec;
         if (!std::filesystem::exists(path, ec)) throw std::filesystem::filesystem_error("[checkpoint] " + path + ": no such file", ec);
         loaded_ = load_checkpoint(path, device == "cpu" ? Device::cpu : Device::cuda);

@@ -7,7 +7,13 @@
 #
 # Targets: fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text
 # fuzz_safetensors (a safetensors file's bytes, read and written back)
-# fuzz_runs_file (a runs file of `train --runs`, read and written back). The two
+# fuzz_runs_file (a runs file of `train --runs`, read and written back)
+# fuzz_tokenizer (tokenizer.json, or vocab.json + merges.txt) fuzz_import (a
+# config.json as `attnlab import` reads it). Inputs stay under 4 KiB
+# (libFuzzer's -max_len for small seeds); in fuzz_safetensors' JSON form,
+# fuzz_tokenizer and fuzz_import, 0x01 and a count byte n repeat the byte before
+# them n * 4096 times (up to 4 MiB in all), so JSON nested a million deep and
+# values of megabytes are reachable (tests/fuzz/README.md). The two
 # HDF5 targets take recipes (tests/fuzz/hdf5_recipe.h: edits that build a
 # well-formed file); FUZZ_RAW=1 adds raw HDF5 files as seeds
 # (tests/fuzz/corpus/<target>_files/), whose mutations mostly reach libhdf5's
@@ -26,7 +32,7 @@
 # a missing tool.
 set -euo pipefail
 
-all_targets=(fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text fuzz_safetensors fuzz_runs_file)
+all_targets=(fuzz_config fuzz_sweep fuzz_checkpoint fuzz_token_file fuzz_text fuzz_safetensors fuzz_runs_file fuzz_tokenizer fuzz_import)
 usage() { echo "usage: $0 SECONDS [TARGET ...]   (targets: ${all_targets[*]})" >&2; }
 
 if (($# < 1)) || ! [[ "$1" =~ ^[0-9]+$ ]] || (($1 < 1)); then usage; exit 2; fi

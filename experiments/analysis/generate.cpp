@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "data/quoted.h"
 #include "data/tasks.h"
 #include "experiments/analysis/tolerance.h"
 #include "experiments/run/model_factory.h"
@@ -200,7 +201,7 @@ std::vector<int32_t> parse_token_ids(const std::string& text, size_t vocab, cons
         const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
         const std::string where = " at position " + std::to_string(position) + " (counting from 0)";
         if (ec == std::errc::invalid_argument || end != word.data() + word.size())
-            throw Error(what + ": '" + word + "'" + where + " is not an integer token id");
+            throw Error(what + ": " + quoted_bytes(word) + where + " is not an integer token id");
         if (ec == std::errc::result_out_of_range || value < 0 || static_cast<uint64_t>(value) >= vocab)
             throw Error(what + ": token id " + word + where + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
         ids.push_back(static_cast<int32_t>(value));

@@ -6,6 +6,7 @@
 
 #include "autograd/cpu/kernels.h"
 #include "autograd/tensor.h"
+#include "data/quoted.h"
 #include "experiments/cli/commands.h"
 #include "experiments/config/config.h"
 #include "experiments/distributed/world.h"
@@ -52,8 +53,10 @@ constexpr const char* usage =
     "Run `attnlab COMMAND --help` for a command's options.\n";
 
 // Messages are one short line: newlines inside one (a library's) become spaces,
-// and a word of more than 120 characters (a quoted value, a path) is cut to its
-// first 60 and how long it was, so that a culprit is named, never echoed whole.
+// a word of more than 120 characters (a quoted value, a path) is cut to its
+// first 60 and how long it was, so that a culprit is named, never echoed whole,
+// and what is left of control characters and invalid UTF-8 (a path's bytes, a
+// library's quote of a file) is escaped, so the line is valid UTF-8.
 std::string one_line(std::string text) {
     std::replace(text.begin(), text.end(), '\n', ' ');
     std::string out;
@@ -71,7 +74,7 @@ std::string one_line(std::string text) {
         if (space != std::string::npos) out += ' ';
         start = end + 1;
     }
-    return out;
+    return escaped(out, std::string::npos);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/quoted.h"
 #include "data/text_task.h"
 #include "experiments/config/config_schema.h"
 #include "experiments/config/memory_estimate.h"
@@ -240,7 +241,7 @@ void check_rules(const Config& c) {
         if (model.kind != "decoder")
             fail_key("model.ablate_heads", "ablates heads of a decoder's self-attention; model.kind = \"" + model.kind + "\" is not one");
         if (layer >= static_cast<size_t>(model.layers) || index >= static_cast<size_t>(model.heads))
-            fail_key("model.ablate_heads", config_schema::quote(head) + " is outside the model: layers 0.." + to_string(model.layers - 1) +
+            fail_key("model.ablate_heads", quoted_bytes(head) + " is outside the model: layers 0.." + to_string(model.layers - 1) +
                                                ", heads 0.." + to_string(model.heads - 1));
     }
     if (c.train.head_scores && model.kind != "decoder")

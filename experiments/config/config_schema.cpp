@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "data/quoted.h"
 #include "experiments/config/edit_distance.h"
 #include "experiments/files/run_files.h"
 #include "layers/models.h"  // the architecture options' choices, listed once there (blocks.h, models.h)
@@ -73,7 +74,7 @@ std::string path_text(const std::string& text) {
 std::string folder_path(const std::string& text) { return text.empty() ? non_empty(text) : path_text(text); }
 std::string folder_name(const std::string& text) {
     if (text.empty() || text == "." || text == ".." || text.find('/') != std::string::npos)
-        return "must be a folder name (not empty, no '/'), got " + quote(text);
+        return "must be a folder name (not empty, no '/'), got " + quoted_bytes(text);
     if (text.size() > kMaxFolderName)
         return "must be at most " + std::to_string(kMaxFolderName) + " bytes (a folder name), got " + std::to_string(text.size());
     return "";
@@ -239,7 +240,7 @@ Field choice(std::string key, Get get, std::vector<std::string> options, std::st
             [get](Config& c, const toml::node& n) { return read_string(n, get(c)); },
             [get, options, commas](const Config& c) {
                 const bool known = std::find(options.begin(), options.end(), get(c)) != options.end();
-                return known ? std::string() : "must be one of " + commas + ", got " + quote(get(c));
+                return known ? std::string() : "must be one of " + commas + ", got " + quoted_bytes(get(c));
             },
             [get](const Config& c) { return quote(get(c)); }};
 }
@@ -265,7 +266,7 @@ Field scale(std::string key, Get get, std::string doc) {
                 double value = 0;
                 if (is_name(get(c))) return "";
                 if (parse_number(get(c), value) && std::isfinite(value) && value > 0) return float32_problem(value);
-                return "must be \"sqrt\", \"none\", \"linear\" or a positive number, got " + quote(get(c));
+                return "must be \"sqrt\", \"none\", \"linear\" or a positive number, got " + quoted_bytes(get(c));
             },
             [get](const Config& c) {
                 double value = 0;
@@ -295,7 +296,7 @@ Field text_list(std::string key, Get get, std::string allowed, std::string (*rul
                 for (size_t i = 0; i < values.size(); ++i) {
                     if (std::string problem = rule(values[i]); !problem.empty()) return "element " + std::to_string(i) + " " + problem;
                     if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i), values[i]) != values.begin() + static_cast<std::ptrdiff_t>(i))
-                        return "element " + std::to_string(i) + " " + quote(values[i]) + " is given twice";
+                        return "element " + std::to_string(i) + " " + quoted_bytes(values[i]) + " is given twice";
                 }
                 return "";
             },
@@ -311,7 +312,7 @@ std::string layer_head(const std::string& text) {
     const size_t dot = text.find('.');
     const auto digits = [](const std::string& part) { return !part.empty() && part.size() <= 6 && std::all_of(part.begin(), part.end(), ::isdigit); };
     if (dot == std::string::npos || !digits(text.substr(0, dot)) || !digits(text.substr(dot + 1)))
-        return "must be \"LAYER.HEAD\" (e.g. \"1.0\"), got " + quote(text);
+        return "must be \"LAYER.HEAD\" (e.g. \"1.0\"), got " + quoted_bytes(text);
     return "";
 }
 
@@ -324,7 +325,7 @@ Field batch(std::string key, Get get, std::string doc) {
                     get(c) = 0;
                     return "";
                 }
-                if (!n.is_integer()) return n.is_string() ? "expected an integer or \"all\", got " + quote(n.as_string()->get())
+                if (!n.is_integer()) return n.is_string() ? "expected an integer or \"all\", got " + quoted_bytes(n.as_string()->get())
                                                           : expected("an integer or \"all\"", n);
                 const int64_t value = n.as_integer()->get();
                 if (std::string error = at_least(1).check(static_cast<double>(value)); !error.empty()) return error + " (or \"all\")";

@@ -35,6 +35,6 @@ std::string suggestion(const std::string& unknown);
 
 std::string type_of(const toml::node& node);     // "an integer", "a string", "an array", ...
 std::string format_double(double value);         // shortest text that reads back equal, as a TOML float
-std::string quote(const std::string& text);      // a TOML basic string
+std::string quote(const std::string& text);      // a TOML basic string (in a message: quoted_bytes, data/quoted.h)
 
 }  // namespace attnlab::config_schema

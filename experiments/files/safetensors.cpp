@@ -12,7 +12,7 @@
 #include <set>
 #include <tuple>
 
-#include "experiments/files/json_text.h"
+#include "data/quoted.h"
 #include "experiments/files/run_files.h"
 
 namespace attnlab {
@@ -29,18 +29,7 @@ constexpr uint64_t kMaxHeaderSize = 100'000'000;  // the Rust implementation's M
 
 [[noreturn]] void refuse(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
 
-// A name as it appears in a message: quoted, a newline or control character
-// escaped, so that the message stays one line whatever the file holds.
-std::string quote_name(const std::string& name) { return json_string(name); }
-
-std::string where(const std::string& name) { return "tensor " + quote_name(name) + ": "; }
-
-// Another library's message on one line.
-std::string one_line(std::string text) {
-    for (char& ch : text)
-        if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
-    return text;
-}
+std::string where(const std::string& name) { return "tensor " + quoted_bytes(name) + ": "; }
 
 // The format's dtypes with their element sizes in bytes; `other`: not read (safetensors.h).
 struct KnownDType {
@@ -95,6 +84,7 @@ struct Entry {
 // entry names the entry: the key read last in the header object when it opened.
 json parse_header(const std::string& path, const std::string& text) {
     if (text.empty() || text[0] != '{') refuse(path, "the header does not start with '{': not a safetensors file");
+    if (const std::string deep = json_nesting_problem(text); !deep.empty()) refuse(path, "the header has " + deep);
     std::vector<std::pair<std::string, std::set<std::string>>> objects;  // [open objects]: (entry name, keys seen)
     std::string entry_name;
     const json::parser_callback_t check_keys = [&](int, json::parse_event_t event, json& parsed) {
@@ -106,13 +96,13 @@ json parse_header(const std::string& path, const std::string& text) {
         if (objects.back().second.insert(key).second) return true;
         if (objects.size() == 1) refuse(path, where(key) + "the name appears twice in the header");
         const std::string& entry = objects[1].first;
-        refuse(path, (entry == "__metadata__" ? "\"__metadata__\": " : where(entry)) + "the key " + quote_name(key) +
+        refuse(path, (entry == "__metadata__" ? "\"__metadata__\": " : where(entry)) + "the key " + quoted_bytes(key) +
                          " appears twice in one object");
     };
     try {
         return json::parse(text, check_keys);
     } catch (const json::exception& e) {  // parse errors, and number overflow (1e999)
-        refuse(path, "the header is not valid JSON: " + one_line(e.what()));
+        refuse(path, "the header is not valid JSON: " + escaped(e.what()));
     }
 }
 
@@ -136,7 +126,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     const std::string dtype_name = dtype.get<std::string>();
     const auto* found = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const KnownDType& k) { return dtype_name == k.name; });
     if (found == std::end(kDTypes))
-        refuse(path, at + "dtype " + quote_name(dtype_name) + " is not a safetensors dtype (attnlab reads F16, BF16, F32, F64)");
+        refuse(path, at + "dtype " + quoted_bytes(dtype_name) + " is not a safetensors dtype (attnlab reads F16, BF16, F32, F64)");
     entry.dtype = *found;
 
     const json& shape = info["shape"];
@@ -144,7 +134,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     for (size_t axis = 0; axis < shape.size(); ++axis) {
         uint64_t extent = 0;
         if (!read_count(shape[axis], extent))
-            refuse(path, at + "shape entry " + std::to_string(axis) + " (" + one_line(shape[axis].dump()) + ") is not a non-negative integer");
+            refuse(path, at + "shape entry " + std::to_string(axis) + " (" + quoted_json(shape[axis]) + ") is not a non-negative integer");
         entry.shape.push_back(extent);
     }
     // As the Rust implementation does: numel checked at each step, then numel * element size
@@ -157,7 +147,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 
     const json& offsets = info["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !read_count(offsets[0], entry.begin) || !read_count(offsets[1], entry.end))
-        refuse(path, at + "\"data_offsets\" (" + one_line(offsets.dump()) + ") is not two non-negative integers");
+        refuse(path, at + "\"data_offsets\" (" + quoted_json(offsets) + ") is not two non-negative integers");
     const std::string span = "data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
     if (entry.end < entry.begin) refuse(path, at + span + " end before they begin");
     if (entry.end - entry.begin != bytes)
@@ -172,7 +162,7 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
     if (!metadata.is_object()) refuse(path, "\"__metadata__\" is not a JSON object of strings");
     for (const auto& [key, value] : metadata.items()) {
         if (!value.is_string())
-            refuse(path, "\"__metadata__\" entry " + quote_name(key) + " is not a string (" + one_line(value.dump()) + ")");
+            refuse(path, "\"__metadata__\" entry " + quoted_bytes(key) + " is not a string (" + quoted_json(value) + ")");
         out[key] = value.get<std::string>();
     }
     return out;
@@ -192,7 +182,7 @@ void check_layout(const std::string& path, std::vector<Entry>& entries, uint64_t
         const Entry& entry = entries[i];
         if (entry.begin < covered)
             refuse(path, where(entry.name) + "its data [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
-                             ") overlaps tensor " + quote_name(entries[i - 1].name) + "'s [" + std::to_string(entries[i - 1].begin) +
+                             ") overlaps tensor " + quoted_bytes(entries[i - 1].name) + "'s [" + std::to_string(entries[i - 1].begin) +
                              ", " + std::to_string(entries[i - 1].end) + ")");
         if (entry.begin > covered)
             refuse(path, where(entry.name) + "bytes [" + std::to_string(covered) + ", " + std::to_string(entry.begin) +
@@ -308,7 +298,7 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
         if (tensor.name.empty()) refuse(path, "a tensor has an empty name");
         if (tensor.name == "__metadata__") refuse(path, "a tensor is named \"__metadata__\", the header's metadata key");
         if (!names.insert(tensor.name).second) refuse(path, where(tensor.name) + "the name is given twice");
-        check_utf8(path, "tensor name " + quote_name(tensor.name), tensor.name);
+        check_utf8(path, "tensor name " + quoted_bytes(tensor.name), tensor.name);
         size_t numel = 1;
         for (size_t extent : tensor.shape)
             if (__builtin_mul_overflow(numel, extent, &numel)) refuse(path, where(tensor.name) + "shape " + shape_str(tensor.shape) + " is too large");
@@ -325,8 +315,8 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
                              ", but it holds " + (f64 ? "floats" : "doubles") + " too");
     }
     for (const auto& [key, value] : metadata) {
-        check_utf8(path, "metadata key " + quote_name(key), key);
-        check_utf8(path, "metadata value of " + quote_name(key), value);
+        check_utf8(path, "metadata key " + quoted_bytes(key), key);
+        check_utf8(path, "metadata value of " + quoted_bytes(key), value);
     }
 
     std::vector<const SafeTensor*> order;  // F64 first, then F32, each by name (the Rust implementation's order)

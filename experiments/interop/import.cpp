@@ -3,6 +3,7 @@
 // refusals that say what attnlab cannot compute as that tool does.
 #include "experiments/interop/import.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <sstream>
 
 #include "data/bpe_tokenizer.h"
+#include "data/quoted.h"
 #include "experiments/config/config.h"
 #include "experiments/files/safetensors.h"
 #include "experiments/interop/arrays.h"
@@ -54,10 +56,12 @@ std::string json_type(const json& j) {
 class Fields {
 public:
     Fields(const fs::path& path) : file_(path.string()) {
+        const std::string text = read_text(path);
+        if (const std::string deep = json_nesting_problem(text); !deep.empty()) throw Error(file_ + ": the JSON has " + deep);
         try {
-            json_ = json::parse(read_text(path));
+            json_ = json::parse(text);
         } catch (const json::exception& e) {
-            throw Error(file_ + ": not JSON (" + std::string(e.what()) + ")");
+            throw Error(file_ + ": not JSON (" + escaped(e.what()) + ")");
         }
         if (!json_.is_object()) throw Error(file_ + ": not a JSON object");
     }
@@ -69,7 +73,7 @@ public:
     size_t count(const std::string& name) const {
         const json& j = required(name);
         if (!j.is_number_integer() && !j.is_number_unsigned()) wrong(name, "a positive integer", j);
-        if (j.get<int64_t>() < 1 || j.get<int64_t>() > (int64_t{1} << 32)) refuse(name, j.dump(), "expected a positive integer");
+        if (j.get<int64_t>() < 1 || j.get<int64_t>() > (int64_t{1} << 32)) refuse(name, quoted_json(j), "expected a positive integer");
         return j.get<size_t>();
     }
     int64_t integer(const std::string& name, int64_t fallback) const {
@@ -96,7 +100,12 @@ public:
         return j.get<std::string>();
     }
     std::string text(const std::string& name, const std::string& fallback) const { return has(name) ? text(name) : fallback; }
-    std::string shown(const std::string& name) const { return has(name) ? json_.at(name).dump() : "null"; }
+    std::string shown(const std::string& name) const { return has(name) ? quoted_json(json_.at(name)) : "null"; }
+    // Whether the field is an array of strings, each `text`.
+    bool all_are(const std::string& name, const std::string& text) const {
+        const json& j = required(name);
+        return j.is_array() && std::all_of(j.begin(), j.end(), [&](const json& item) { return item.is_string() && item.get_ref<const std::string&>() == text; });
+    }
 
     // "<file>: <field> = <value>: <why>"
     [[noreturn]] void refuse(const std::string& name, const std::string& value, const std::string& why) const {
@@ -161,7 +170,7 @@ public:
     }
     void check_all_taken(const std::string& model) const {
         if (!tensors_.empty())
-            throw Error(file_ + ": tensor " + tensors_.begin()->first + " is not part of " + model + " of this config" +
+            throw Error(file_ + ": tensor " + quoted_bytes(tensors_.begin()->first) + " is not part of " + model + " of this config" +
                         (tensors_.size() > 1 ? " (and " + std::to_string(tensors_.size() - 1) + " more)" : ""));
     }
 
@@ -196,7 +205,7 @@ std::string activation_of(const Fields& f, const std::string& field, const std::
     // gelu_fast's 0.5 x (1 + tanh(0.7978845608 x (1 + 0.044715 x^2))) is the same function
     if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return "gelu_tanh";
     if (name == "relu") return "relu";
-    f.refuse(field, "\"" + name + "\"", "attnlab computes gelu (exact), gelu_new (tanh) and relu");
+    f.refuse(field, quoted_bytes(name), "attnlab computes gelu (exact), gelu_new (tanh) and relu");
 }
 
 std::string number_text(double value) {
@@ -373,7 +382,7 @@ Config transformer_lens(const Fields& f, Tensors& t, Params& p) {
 
     const std::string norm = !f.given("normalization_type") ? "LN" : f.text("normalization_type", "");  // null: no norm
     if (norm != "" && norm != "LN" && norm != "LNPre" && norm != "RMS" && norm != "RMSPre")
-        f.refuse("normalization_type", "\"" + norm + "\"", "attnlab places LN, LNPre, RMS, RMSPre or none");
+        f.refuse("normalization_type", quoted_bytes(norm), "attnlab places LN, LNPre, RMS, RMSPre or none");
     const bool layernorm = norm == "LN" || norm == "LNPre", folded = norm == "LNPre" || norm == "RMSPre";
     m.norm = norm.empty() ? "none" : "pre";
     if (!norm.empty()) {
@@ -395,7 +404,7 @@ Config transformer_lens(const Fields& f, Tensors& t, Params& p) {
             f.refuse("n_heads", std::to_string(H), "TransformerLens's ALiBi slopes are Press et al.'s for a power-of-two head count only");
         m.positional = "alibi";
     } else {
-        f.refuse("positional_embedding_type", "\"" + positional + "\"", "attnlab adds standard, rotary or alibi positions");
+        f.refuse("positional_embedding_type", quoted_bytes(positional), "attnlab adds standard, rotary or alibi positions");
     }
     if (!f.boolean("use_attn_scale", true)) {
         m.scale = "none";
@@ -404,7 +413,7 @@ Config transformer_lens(const Fields& f, Tensors& t, Params& p) {
         m.scale = number_text(1.0 / s);
     }
     if (f.boolean("use_local_attn", false)) {
-        if (f.has("attn_types") && f.shown("attn_types").find("global") != std::string::npos)
+        if (f.has("attn_types") && !f.all_are("attn_types", "local"))
             f.refuse("attn_types", f.shown("attn_types"), "attnlab gives every layer the same window (all \"local\")");
         m.variant.window = static_cast<int64_t>(f.count("window_size"));
     }
@@ -486,7 +495,7 @@ ImportedModel import_model(const std::string& dir) {
             try {
                 out.checkpoint.step = std::stoll(step->second);
             } catch (const std::exception&) {
-                throw Error((folder / "model.safetensors").string() + ": metadata step = \"" + step->second + "\" is not a step number");
+                throw Error((folder / "model.safetensors").string() + ": metadata step = " + quoted_bytes(step->second) + " is not a step number");
             }
             if (out.checkpoint.step < 0) throw Error((folder / "model.safetensors").string() + ": metadata step is negative");
         }
@@ -497,7 +506,7 @@ ImportedModel import_model(const std::string& dir) {
             const std::string type = fields.text("model_type");
             if (type == "gpt2") config = gpt2(fields, *tensors, params);
             else if (type == "gpt_neox") config = gpt_neox(fields, *tensors, params);
-            else fields.refuse("model_type", "\"" + type + "\"", "attnlab imports gpt2 and gpt_neox (and TransformerLens configs)");
+            else fields.refuse("model_type", quoted_bytes(type), "attnlab imports gpt2 and gpt_neox (and TransformerLens configs)");
             out.format = type;
         } else if (fields.has("n_layers") && fields.has("d_model")) {
             config = transformer_lens(fields, *tensors, params);

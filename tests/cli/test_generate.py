@@ -113,10 +113,10 @@ class Decoder(GenerateBase):
 
     def test_bad_input_exits_2_with_one_line(self):
         cases = [
-            (["--prompt", "3 x 5"], "'x' at position 1"),
+            (["--prompt", "3 x 5"], '"x" at position 1'),
             (["--prompt", "3 7 32"], "token id 32 at position 2"),
             (["--prompt", "-1 3"], "token id -1 at position 0"),
-            (["--prompt", "3 2.5"], "'2.5' at position 1"),
+            (["--prompt", "3 2.5"], '"2.5" at position 1'),
             (["--prompt", "3 99999999999999999999"], "at position 1"),
             (["--prompt", ""], "--prompt: empty value"),
             (["--prompt", "   "], "no token ids"),
@@ -207,7 +207,7 @@ class EncoderDecoder(GenerateBase):
         self.assertIn("65536", r.stderr)
 
     def test_bad_prompt_exits_2(self):
-        for prompt, expected in (("5 x", "'x' at position 1"), ("5 9 40", "token id 40 at position 2")):
+        for prompt, expected in (("5 x", '"x" at position 1'), ("5 9 40", "token id 40 at position 2")):
             r = self.generate("--prompt", prompt, rc=2)
             self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
             self.assertIn(expected, r.stderr)

@@ -881,6 +881,9 @@ class Import(cc.TempDirTest):
             ("tl_adjacent_pairs", dict(tl_rotary, rotary_adjacent_pairs=True), (tl_rotary, tl_state), ["rotary_adjacent_pairs"]),
             ("tl_solu_ln", dict(tl, act_fn="solu_ln"), (tl, tl_state), ["config.json", "act_fn"]),
             ("tl_d_head_float", dict(tl, d_head=8.0), (tl, tl_state), ["d_head"]),
+            # a global layer past what the message quotes of attn_types is still seen
+            ("tl_global_layer", dict(tl, use_local_attn=True, window_size=4, attn_types=["local"] * 100 + ["global"]),
+             (tl, tl_state), ["config.json", 'attn_types = ["local","local",']),
         ]
         for name, cfg, model, wants in cases:
             with self.subTest(name):
@@ -888,6 +891,74 @@ class Import(cc.TempDirTest):
                 folder = self.bad_model(name, cfg=cfg if cfg is not None else gpt2, state=state,
                                         config_text="{not json" if cfg is None else None)
                 self.refused(folder, wants)
+
+    def test_deep_long_and_invalid_values_are_quoted_short(self):
+        """Issue 51: JSON nested 400,000 deep (a safetensors shape or __metadata__ value,
+        config.json's rope_scaling, tokenizer.json's normalizer or merges[0]) is refused in one
+        line naming the file and the depth (quoting it once exhausted the stack: SIGSEGV); a value
+        a message quotes shows at most kQuotedBytes of itself and at most 4 levels of nesting; bytes
+        that are not UTF-8 or are control characters (a merges.txt line \xff\xfe once ended in
+        "internal error") are escaped."""
+        deep = b"[" * 400_000 + b"]" * 400_000
+        hundred = "[" * 100 + "]" * 100
+        too_deep = "arrays and objects nested more than 128 deep at byte "
+        good = gpt2_state(Draw(0), dict(GPT2, n_layer=1))
+        tensors = [(n, "F32", np.shape(v), encoded(v, "F32")) for n, v in good.items()]
+        first = next(iter(good))
+
+        def with_text(placeholder, text, metadata=None):
+            """The good weights' file, the header's "PLACEHOLDER" string replaced by `text`."""
+            def edit(header):
+                if metadata is None:
+                    header[first]["shape"] = placeholder
+            whole = safetensors_bytes(tensors, {"format": "pt"} if metadata is None else metadata, edit)
+            (size,) = struct.unpack("<Q", whole[:8])
+            header = whole[8:8 + size].rstrip(b" ").replace(json.dumps(placeholder).encode(), text)
+            header += b" " * (-len(header) % 8)
+            return struct.pack("<Q", len(header)) + header + whole[8 + size:]
+
+        def with_tokenizer(name, files):
+            folder = self.bad_model(name)
+            for file, data in files.items():
+                with open(os.path.join(folder, file), "wb") as f:
+                    f.write(data)
+            return folder
+        tokenizer = b'{"normalizer": NORMALIZER, "pre_tokenizer": {"type": "ByteLevel"}, ' \
+                    b'"model": {"type": "BPE", "vocab": {"a": 0, "aa": 1}, "merges": [MERGE]}}'
+        tokenizer_json = lambda normalizer, merge: {"tokenizer.json": tokenizer.replace(b"NORMALIZER", normalizer).replace(b"MERGE", merge)}
+        vocab = json.dumps({"a": 0, "b": 1, "ab": 2}).encode()
+        neox = dict(NEOX, rotary_pct=0.25)
+        neox_config = lambda value: json.dumps(dict(neox, rope_scaling="DEEP")).replace('"DEEP"', value)
+        odd = "relu\x1b[31m" + "x" * 100_000
+        cases = [  # (name, the folder, wants)
+            ("deep_shape", lambda: self.bad_model("deep_shape", raw=with_text("DEEP", deep)), ["model.safetensors", too_deep]),
+            ("deep_metadata", lambda: self.bad_model("deep_metadata", raw=with_text("DEEP", deep, {"format": "DEEP"})),
+             ["model.safetensors", too_deep]),
+            ("hundred_shape", lambda: self.bad_model("hundred_shape", raw=with_text("DEEP", ("[" + hundred + "]").encode())),
+             ["model.safetensors", f'tensor "{first}": shape entry 0 ([[[[[...]]]]]) is not a non-negative integer']),
+            ("deep_rope", lambda: self.bad_model("deep_rope", cfg=neox, state=neox_state(Draw(0), neox), config_text=neox_config(deep.decode())),
+             ["config.json: the JSON has " + too_deep]),
+            ("hundred_rope", lambda: self.bad_model("hundred_rope", cfg=neox, state=neox_state(Draw(0), neox), config_text=neox_config(hundred)),
+             ["config.json: rope_scaling = [[[[[...]]]]]: attnlab's rotary positions are not scaled"]),
+            ("odd_activation", lambda: self.bad_model("odd_activation", cfg=dict(GPT2, n_layer=1, activation_function=odd)),
+             ['config.json: activation_function = "relu\\u001B[31m' + "x" * 50 + '..." (100009 bytes): ']),
+            ("deep_normalizer", lambda: with_tokenizer("deep_normalizer", tokenizer_json(b'{"type": ' + deep + b'}', b'"a a"')),
+             ["tokenizer.json: the JSON has " + too_deep]),
+            ("deep_merge", lambda: with_tokenizer("deep_merge", tokenizer_json(b"null", deep)), ["tokenizer.json: the JSON has " + too_deep]),
+            ("hundred_merge", lambda: with_tokenizer("hundred_merge", tokenizer_json(b"null", hundred.encode())),
+             ['tokenizer.json: model.merges[0]: expected "left right" or ["left", "right"], got [[[[[...]]]]]']),
+            ("invalid_merges", lambda: with_tokenizer("invalid_merges", {"vocab.json": vocab, "merges.txt": b"#version: 0.2\n\xff\xfe\n"}),
+             ['merges.txt:2: expected two symbols separated by one space, got "\\xFF\\xFE"']),
+            ("invalid_symbol", lambda: with_tokenizer("invalid_symbol", {"vocab.json": vocab, "merges.txt": b"a b\n\xff b\n"}),
+             ['merges.txt:2: "\\xFF" is not in the vocabulary']),
+            ("overflow", lambda: with_tokenizer("overflow", {"vocab.json": b'{"a": 1e999}', "merges.txt": b""}),
+             ["vocab.json: not valid JSON: number overflow parsing '1e999'"]),
+        ]
+        for name, folder, wants in cases:
+            with self.subTest(name):
+                line, shown = self.refused(folder(), wants)
+                self.assertNotIn("\x1b", line, shown)
+                self.assertLess(len(line), 400, shown)
 
     def test_bad_arguments(self):
         folder = self.bad_model("good")

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "data/bpe_tokenizer.h"
+#include "data/quoted.h"
 #include "tests/error_of.h"
 #include "tests/reference/h5_reader.h"
 #include "tests/temp_dir.h"
@@ -264,6 +265,58 @@ TEST(Bpe, BadTokenizerJson) {
     EXPECT_EQ(error_with(R"("id": 46)", R"("id": 47)"), "[bpe] " + path + ": no token has id 46 (ids must be 0..N-1, each given once)");
     const std::string missing = temp_dir().file("no_tokenizer.json");
     EXPECT_EQ(error_of([&] { BpeTokenizer::from_tokenizer_json(missing); }), "[bpe] " + missing + ": no such file");
+}
+
+// Issue 51: a value a message quotes is escaped and cut short (data/quoted.h),
+// whatever the file holds, and JSON nested more than kMaxJsonDepth deep is
+// refused before it is parsed (dumping, copying or comparing it recursed until
+// the stack ran out: SIGSEGV). Invalid UTF-8 in merges.txt once made the JSON
+// library throw while quoting it ("internal error").
+TEST(Bpe, DeepLongAndInvalidValuesAreQuotedShort) {
+    const std::string vocab = temp_dir().write("ok_vocab.json", kVocab), merges = temp_dir().write("ok_merges.txt", merges_txt());
+    const std::string m = temp_dir().file("m.txt"), v = temp_dir().file("v.json");
+    const auto merges_error = [&](const std::string& text) {
+        temp_dir().write("m.txt", text);
+        return error_of([&] { BpeTokenizer::from_vocab_merges(vocab, m); });
+    };
+    EXPECT_EQ(merges_error("\xff\xfe\n"), "[bpe] " + m + ":1: expected two symbols separated by one space, got \"\\xFF\\xFE\"");
+    EXPECT_EQ(merges_error("l l\n\xff \xfe\n"), "[bpe] " + m + ":2: \"\\xFF\" is not in the vocabulary");
+    EXPECT_EQ(merges_error(std::string(1 << 20, 'x') + "\n"),
+              "[bpe] " + m + ":1: expected two symbols separated by one space, got \"" + std::string(kQuotedBytes, 'x') + "...\" (1048576 bytes)");
+    const auto vocab_error = [&](const std::string& json) {
+        temp_dir().write("v.json", json);
+        return error_of([&] { BpeTokenizer::from_vocab_merges(v, merges); });
+    };
+    EXPECT_EQ(vocab_error(R"({"a": 1e999})"), "[bpe] " + v + ": not valid JSON: number overflow parsing '1e999'");
+    EXPECT_EQ(vocab_error(R"({"a": [[[[[[1]]]]]]})"), "[bpe] " + v + ": token \"a\" has id [[[[[...]]]]], not an integer in [0, 2^31)");
+
+    const std::string deep = std::string(400'000, '[') + std::string(400'000, ']');
+    const std::string hundred = std::string(100, '[') + std::string(100, ']');
+    const std::string path = temp_dir().file("t.json");
+    const auto error_with = [&](const std::string& from, const std::string& to) {  // tokenizer_json() with `from` replaced
+        std::string text = tokenizer_json();
+        const size_t at = text.find(from);
+        if (at == std::string::npos) return "test bug: no " + from;
+        temp_dir().write("t.json", text.replace(at, from.size(), to));
+        return error_of([&] { BpeTokenizer::from_tokenizer_json(path); });
+    };
+    const std::string too_deep = "[bpe] " + path + ": the JSON has arrays and objects nested more than 128 deep at byte ";
+    EXPECT_EQ(error_with(R"("normalizer": null)", R"("normalizer": {"type": )" + deep + "}").rfind(too_deep, 0), 0u);
+    EXPECT_EQ(error_with(R"("normalizer": null)", R"("normalizer": )" + deep).rfind(too_deep, 0), 0u);
+    EXPECT_EQ(error_with(R"(["l", "l"])", deep).rfind(too_deep, 0), 0u);
+    EXPECT_EQ(error_with(R"("normalizer": null)", R"("normalizer": {"type": )" + hundred + "}"),
+              "[bpe] " + path + ": normalizer [[[[[...]]]]] is not supported (only none or NFC)");
+    EXPECT_EQ(error_with(R"(["l", "l"])", hundred),
+              "[bpe] " + path + ": model.merges[0]: expected \"left right\" or [\"left\", \"right\"], got [[[[[...]]]]]");
+    std::string words;
+    for (int i = 0; i < 100'000; ++i) words += "l ";
+    EXPECT_EQ(error_with(R"(["l", "l"])", "\"" + words + "\""),
+              "[bpe] " + path + ": model.merges[0]: expected \"left right\" or [\"left\", \"right\"], got \"" + words.substr(0, kQuotedBytes) + "...\"");
+    // the parser's own message quotes what it last read, here a 1 MiB string cut by an invalid byte
+    const std::string unread = error_with(R"("normalizer": null)", "\"normalizer\": \"" + std::string(1 << 20, 'a') + "\xff\"");
+    EXPECT_EQ(unread.rfind("[bpe] " + path + ": not valid JSON: parse error at line ", 0), 0u) << unread.substr(0, 400);
+    EXPECT_LT(unread.size(), path.size() + 400) << unread.substr(0, 400);
+    EXPECT_EQ(unread.find('\xff'), std::string::npos);
 }
 
 // ---- against tests/reference/bpe_reference.py ----

@@ -207,13 +207,13 @@ TEST_F(H5Probe, TheSwitchAndTheLimitAreChecked) {
     }
     {
         const ScopedEnv bad("ATTNLAB_H5_PROBE", "yes");
-        EXPECT_NE(error_of([&] { h5::probe(path_, "test", [] {}); }).find("ATTNLAB_H5_PROBE='yes' must be 1"),
+        EXPECT_NE(error_of([&] { h5::probe(path_, "test", [] {}); }).find("ATTNLAB_H5_PROBE=\"yes\" must be 1"),
                   std::string::npos);
     }
     for (const char* bad : {"0", "-1", "ten", "1e9", "nan"}) {
         const ScopedEnv seconds("ATTNLAB_H5_PROBE_SECONDS", bad);
         EXPECT_NE(error_of([&] { h5::probe(path_, "test", [] {}); })
-                      .find("ATTNLAB_H5_PROBE_SECONDS='" + std::string(bad) + "' is not a number of seconds"),
+                      .find("ATTNLAB_H5_PROBE_SECONDS=\"" + std::string(bad) + "\" is not a number of seconds"),
                   std::string::npos)
             << bad;
     }

@@ -44,6 +44,13 @@ TEST(CliErrors, BadInputIsExit2WithOneLine) {
     EXPECT_NE(path.line.find("runs/x"), std::string::npos) << path.line;
 }
 
+TEST(CliErrors, TheLineIsValidUtf8WithControlCharactersEscaped) {
+    // a path's bytes, or another library's quote of a file, may be anything (issue 51)
+    const Outcome raw = run([]() -> int { throw Error("runs/\xff\xfe/x.h5: \x1b[31mred\x1b[0m\tand caf\xc3\xa9"); });
+    EXPECT_EQ(raw.status, 2);
+    EXPECT_EQ(raw.line, "attnlab train: runs/\\xFF\\xFE/x.h5: \\u001B[31mred\\u001B[0m\\tand caf\xc3\xa9\n");
+}
+
 TEST(CliErrors, OurOwnBugsAreExit1InternalError) {
     const Outcome bug = run([]() -> int { throw std::out_of_range("vector::_M_range_check: __n (which is 7)"); });
     EXPECT_EQ(bug.status, 1);

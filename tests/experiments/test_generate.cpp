@@ -344,9 +344,9 @@ TEST(ParseTokenIds, ValidAndInvalid) {
         }
         return std::string("(accepted)");
     };
-    EXPECT_EQ(message("3 x 5"), "--prompt: 'x' at position 1 (counting from 0) is not an integer token id");
-    EXPECT_EQ(message("3 7 3.0"), "--prompt: '3.0' at position 2 (counting from 0) is not an integer token id");
-    EXPECT_EQ(message("3,7"), "--prompt: '3,7' at position 0 (counting from 0) is not an integer token id");
+    EXPECT_EQ(message("3 x 5"), "--prompt: \"x\" at position 1 (counting from 0) is not an integer token id");
+    EXPECT_EQ(message("3 7 3.0"), "--prompt: \"3.0\" at position 2 (counting from 0) is not an integer token id");
+    EXPECT_EQ(message("3,7"), "--prompt: \"3,7\" at position 0 (counting from 0) is not an integer token id");
     EXPECT_EQ(message("3 11"), "--prompt: token id 11 at position 1 (counting from 0) is outside the vocabulary [0, 11)");
     EXPECT_EQ(message("-1"), "--prompt: token id -1 at position 0 (counting from 0) is outside the vocabulary [0, 11)");
     EXPECT_EQ(message("4 99999999999999999999999"),

@@ -15,6 +15,7 @@
 #include <numbers>
 #include <sstream>
 
+#include "data/quoted.h"
 #include "experiments/files/safetensors.h"
 #include "tests/temp_dir.h"
 
@@ -281,6 +282,51 @@ TEST(Safetensors, RefusesEachKindOfBadFileInOneLine) {
     }
     EXPECT_EQ(refusal(dir.file("missing.safetensors")), dir.file("missing.safetensors") + ": no such file");
     EXPECT_EQ(refusal(dir.path().string()), dir.path().string() + ": not a regular file");
+}
+
+// Issue 51: a value a message quotes is escaped and cut short (data/quoted.h),
+// and a header nested more than kMaxJsonDepth deep is refused before it is
+// parsed (quoting a shape nested 400,000 deep recursed until SIGSEGV).
+TEST(Safetensors, DeepLongAndInvalidValuesAreQuotedShort) {
+    const std::string deep = std::string(400'000, '[') + std::string(400'000, ']');
+    const std::string hundred = std::string(100, '[') + std::string(100, ']');
+    const std::string long_name(1 << 20, 'n');
+    const test::TempDir dir("attnlab_safetensors_");
+    const std::string path = dir.file("bad.safetensors");
+    const std::string too_deep = path + ": the header has arrays and objects nested more than 128 deep at byte ";
+    const struct {
+        const char* what;
+        std::string header, message;
+    } cases[] = {
+        {"deep shape", "{" + entry("a", "F32", "[" + deep + "]", "[0,0]") + "}", too_deep},
+        {"deep metadata", "{\"__metadata__\":{\"k\":" + deep + "}}", too_deep},
+        {"deep in an entry", "{\"a\":{\"x\":" + deep + "}}", too_deep},
+        {"hundred-deep shape entry", "{" + entry("a", "F32", "[" + hundred + "]", "[0,0]") + "}",
+         path + ": tensor \"a\": shape entry 0 ([[[[[...]]]]]) is not a non-negative integer"},
+        {"hundred-deep offsets", "{" + entry("a", "F32", "[0]", hundred) + "}",
+         path + ": tensor \"a\": \"data_offsets\" ([[[[[...]]]]]) is not two non-negative integers"},
+        {"hundred-deep metadata", "{\"__metadata__\":{\"k\":" + hundred + "}}",
+         path + ": \"__metadata__\" entry \"k\" is not a string ([[[[[...]]]]])"},
+        {"long metadata", "{\"__metadata__\":{\"k\":[\"" + long_name + "\"]}}",
+         path + ": \"__metadata__\" entry \"k\" is not a string ([\"" + std::string(kQuotedBytes - 1, 'n') + "...\"])"},
+        {"long name", "{\"" + long_name + "\":3}",
+         path + ": tensor \"" + std::string(kQuotedBytes, 'n') + "...\" (1048576 bytes): the entry is not a JSON object"},
+        {"long dtype", "{" + entry("a", long_name, "[0]", "[0,0]") + "}",
+         path + ": tensor \"a\": dtype \"" + std::string(kQuotedBytes, 'n') + "...\" (1048576 bytes) is not a safetensors dtype (attnlab reads F16, BF16, F32, F64)"},
+    };
+    for (const auto& c : cases) {
+        write_bytes(path, file_of(c.header));
+        const std::string message = refusal(path);
+        EXPECT_EQ(message.rfind(c.message, 0), 0u) << c.what << ": " << message.substr(0, 400);
+        EXPECT_LT(message.size(), path.size() + 240) << c.what << ": " << message.substr(0, 400);
+    }
+    // the writer's refusal of a name that is not UTF-8 shows its bytes escaped
+    try {
+        write_safetensors(dir.file("w.safetensors"), {floats("\xc3(", {}, {1.0f})});
+        ADD_FAILURE() << "written";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()), dir.file("w.safetensors") + ": tensor name \"\\xC3(\" is not valid UTF-8");
+    }
 }
 
 TEST(Safetensors, MetadataNullIsNone) {  // as the Rust implementation reads it (an Option)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes the seed corpora of the fuzz targets into tests/fuzz/corpus/<target>/.
 
-    /usr/bin/python3 tests/fuzz/make_seeds.py ATTNLAB_BINARY
+    /usr/bin/python3 tests/fuzz/make_seeds.py ATTNLAB_BINARY [TARGET ...]
 
 The committed seeds were made this way; rerun it only to change them. The HDF5
 targets take recipes (any bytes, tests/fuzz/hdf5_recipe.h) from <target>/ and,
@@ -10,7 +10,11 @@ step), plus copies with the structures the loaders must refuse (links, loops,
 compressed and enum datasets) so that mutations start near them; the token
 files are small h5py files; the config seeds are the example configs followed
 by overrides; the safetensors seeds are small files written with struct and
-json (every dtype attnlab reads, and a few it must refuse).
+json (every dtype attnlab reads, and a few it must refuse); the tokenizer and
+import seeds are small tokenizer files and config.json files of each format.
+The JSON targets also get issue 51's seeds, written with the targets' repeat
+byte (0x01 and a count): values nested 401,409 deep, 100 deep, a megabyte long,
+and bytes that are not UTF-8. With TARGET names, only their seeds are written.
 """
 import glob
 import json
@@ -172,13 +176,76 @@ def safetensors_seeds(folder):
                 f.write(raw[8:8 + size] + b"\0" + raw[8 + size:])
 
 
+# In the JSON targets' inputs, 0x01 and a count byte n repeat the byte before
+# them n * 4096 times (tests/fuzz/fuzz_common.h): 98 * 4096 + 1 = 401,409 levels.
+DEEP = b"[\x01\x62]\x01\x62"
+MEGABYTE = b"\x01\xff"  # the byte before, 255 * 4096 times more
+HUNDRED = b"[" * 100 + b"]" * 100
+
+
+def deep_safetensors_seeds(folder):
+    """Headers (JSON, NUL, data) that reach issue 51's class: a shape and a metadata value
+    nested 400,000 deep, one nested 100 deep, and a name of a megabyte."""
+    seeds = {"deep_shape": b'{"a":{"dtype":"F32","shape":[' + DEEP + b'],"data_offsets":[0,0]}}',
+             "deep_metadata": b'{"__metadata__":{"k":' + DEEP + b'}}',
+             "hundred_shape": b'{"a":{"dtype":"F32","shape":[' + HUNDRED + b'],"data_offsets":[0,0]}}',
+             "long_name": b'{"n' + MEGABYTE + b'":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'}
+    for name, header in seeds.items():
+        with open(os.path.join(folder, name + ".json_nul_data"), "wb") as f:
+            f.write(header + b"\0" + bytes(4))
+
+
+TOKENIZER = (b'{"version": "1.0", "added_tokens": [{"id": 3, "content": "<|endoftext|>", "single_word": false, '
+             b'"lstrip": false, "rstrip": false, "normalized": false, "special": true}], "normalizer": NORMALIZER, '
+             b'"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}, '
+             b'"post_processor": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", '
+             b'"dropout": null, "vocab": {"h": 0, "e": 1, "he": 2, "<|endoftext|>": 3}, "merges": [MERGE]}}')
+
+
+def tokenizer_seeds(folder):
+    """tokenizer.json files (GPT-2's and NeoX's layouts) and vocab.json, NUL, merges.txt
+    pairs, valid ones and issue 51's: nested 400,000 deep, not UTF-8, a megabyte long."""
+    def tokenizer(normalizer=b"null", merge=b'["h", "e"]'):
+        return TOKENIZER.replace(b"NORMALIZER", normalizer).replace(b"MERGE", merge)
+    vocab = b'{"h": 0, "e": 1, "he": 2, "<|endoftext|>": 3}'
+    seeds = {"gpt2.json": tokenizer(), "neox_nfc.json": tokenizer(b'{"type": "NFC"}', b'"h e"'),
+             "deep_normalizer.json": tokenizer(b'{"type": ' + DEEP + b'}'), "deep_merge.json": tokenizer(merge=DEEP),
+             "hundred_merge.json": tokenizer(merge=HUNDRED), "long_merge.json": tokenizer(merge=b'"h' + MEGABYTE + b' e"'),
+             "vocab_merges": vocab + b"\0#version: 0.2\nh e\n", "invalid_merges": vocab + b"\0#version: 0.2\n\xff\xfe\n",
+             "invalid_symbol": vocab + b"\0h e\n\xff e\n", "overflow": b'{"h": 1e999}\0h e\n'}
+    for name, data in seeds.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+
+
+def import_seeds(folder):
+    """config.json of each format attnlab imports, and issue 51's: rope_scaling nested
+    400,000 deep and 100 deep, an activation of a megabyte with a control character."""
+    gpt2 = {"model_type": "gpt2", "vocab_size": 48, "n_positions": 32, "n_embd": 32, "n_layer": 2, "n_head": 4,
+            "activation_function": "gelu_new"}
+    neox = {"model_type": "gpt_neox", "vocab_size": 40, "max_position_embeddings": 32, "hidden_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 96, "rotary_pct": 0.25,
+            "rope_scaling": None}
+    tl = {"n_layers": 2, "d_model": 32, "n_ctx": 32, "d_vocab": 64, "d_head": 8, "n_heads": 4, "d_mlp": 64,
+          "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "rotary", "rotary_dim": 8,
+          "use_local_attn": True, "window_size": 4, "attn_types": ["local", "local"]}
+    text = lambda config: json.dumps(config).encode()
+    seeds = {"gpt2.json": text(gpt2), "neox.json": text(neox), "transformer_lens.json": text(tl),
+             "deep_rope.json": text(neox).replace(b'"rope_scaling": null', b'"rope_scaling": ' + DEEP),
+             "hundred_rope.json": text(neox).replace(b'"rope_scaling": null', b'"rope_scaling": ' + HUNDRED),
+             "long_activation.json": text(gpt2).replace(b'"gelu_new"', b'"\\u001b' + b"x" + MEGABYTE + b'"')}
+    for name, data in seeds.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+
+
 def recipe_seeds_only(folder, tmp):
     recipe_seeds(folder)
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: {sys.argv[0]} ATTNLAB_BINARY")
+    if len(sys.argv) < 2:
+        sys.exit(f"usage: {sys.argv[0]} ATTNLAB_BINARY [TARGET ...]")
     attnlab = os.path.abspath(sys.argv[1])
     makers = {"fuzz_checkpoint": recipe_seeds_only,
               "fuzz_checkpoint_files": lambda d, tmp: checkpoint_seeds(attnlab, tmp, d),
@@ -186,8 +253,14 @@ def main():
               "fuzz_token_file_files": lambda d, tmp: token_seeds(d),
               "fuzz_config": lambda d, tmp: config_seeds(d),
               "fuzz_sweep": lambda d, tmp: sweep_seeds(d),
-              "fuzz_safetensors": lambda d, tmp: safetensors_seeds(d)}
-    for target, make in makers.items():
+              "fuzz_safetensors": lambda d, tmp: (safetensors_seeds(d), deep_safetensors_seeds(d)),
+              "fuzz_tokenizer": lambda d, tmp: tokenizer_seeds(d),
+              "fuzz_import": lambda d, tmp: import_seeds(d)}
+    chosen = sys.argv[2:] or list(makers)  # ATTNLAB_BINARY [TARGET ...]: only those seeds
+    unknown = [t for t in chosen if t not in makers]
+    if unknown:
+        sys.exit(f"{sys.argv[0]}: no seeds for {', '.join(unknown)} (targets: {', '.join(makers)})")
+    for target, make in ((t, makers[t]) for t in chosen):
         folder = os.path.join(CORPUS, target)
         os.makedirs(folder, exist_ok=True)
         for old in glob.glob(os.path.join(folder, "*")):
