@@ -293,6 +293,9 @@ CASES = [
          want=["link_out.h5 exists and is not a regular file"]),
     dict(name="ablate --out that is a symbolic link (never replaced)",
          cmd=["ablate", "{runs}/base", "--out", "{files}/link_out.h5"], want=["link_out.h5 exists and is not a regular file"]),
+    # every check before the first byte: heads --checkpoints all printed the earlier steps, then refused the last
+    dict(name="heads --checkpoints all whose last checkpoint is cut short",
+         cmd=["heads", "{broken}/lastbad", "--checkpoints", "all"], want=["step_0000040.h5", "truncated"]),
 
     # --- resume: a run is never damaged ---
     dict(name="--resume of a finished run", cmd=["train", "--resume", "{runs}/base"], want=["finished", "train.steps = 40"]),
@@ -411,6 +414,11 @@ class BadInputs(unittest.TestCase):
             with open(os.path.join(cls.files, folder, "merges.txt"), "w") as f:
                 f.write("#version: 0.2\n")
         os.makedirs(os.path.join(cls.files, "tok_none"))
+        # A run whose last checkpoint (of three) is cut short.
+        lastbad = os.path.join(cls.broken, "lastbad")
+        shutil.copytree(base, lastbad)
+        with open(cc.checkpoint_path(lastbad, 40), "r+b") as f:
+            f.truncate(cut)
         for name in ("ok.toml", "ok2.toml"):
             with open(os.path.join(cls.files, name), "w") as f:
                 f.write(config_text("run", [f'out_dir = "{cls.runs}"', 'name = "base"']))
