@@ -177,6 +177,9 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& folder) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const fs::path f(folder);
+    const fs::file_status status = fs::status(f, ec);
+    if (!fs::exists(status)) fail_at(folder, "no such folder");
+    if (!fs::is_directory(status)) fail_at(folder, "not a folder");
     if (fs::is_regular_file(f / "tokenizer.json", ec)) return from_tokenizer_json((f / "tokenizer.json").string());
     if (!fs::is_regular_file(f / "vocab.json", ec) || !fs::is_regular_file(f / "merges.txt", ec))
         throw Error("[bpe] " + folder + ": no tokenizer.json, nor vocab.json and merges.txt");
@@ -186,6 +189,15 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& folder) {
     source.merges = read_merges_txt((f / "merges.txt").string());
     if (const json& end = member(source.vocab, "<|endoftext|>"); is_id(end)) source.added.push_back({end.get<int32_t>(), "<|endoftext|>", true, false});
     return BpeTokenizer(source);
+}
+
+BpeTokenizer BpeTokenizer::for_model(const std::string& folder, int64_t rows) {
+    BpeTokenizer tokenizer = from_folder(folder);
+    if (tokenizer.vocab_size() > rows)
+        fail_at(folder, "the tokenizer has " + std::to_string(tokenizer.vocab_size()) + " tokens, more than the model's vocabulary of " +
+                            std::to_string(rows));
+    tokenizer.model_rows_ = rows;
+    return tokenizer;
 }
 
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
@@ -483,12 +495,13 @@ void BpeTokenizer::merge(std::vector<int32_t>& word) const {
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+    const int64_t rows = std::max<int64_t>(model_rows_, vocab_size());
     std::string bytes;
     for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= vocab_size())
+        if (ids[i] < 0 || ids[i] >= rows)
             fail_at(where_, "decode: id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
-                             std::to_string(vocab_size()) + ")");
-        bytes += token_bytes_[ids[i]];
+                             std::to_string(rows) + ")");
+        bytes += ids[i] < vocab_size() ? token_bytes_[ids[i]] : "<" + std::to_string(ids[i]) + ">";  // a row no token has
     }
     return bytes;
 }

@@ -20,7 +20,9 @@
 // own UTF-8 bytes, as Hugging Face's ByteLevel decoder does). The bytes are
 // returned as they are: a cut through a multi-byte character is not replaced
 // by U+FFFD. For text in UTF-8, decode(encode(text)) == text (without
-// add_prefix_space).
+// add_prefix_space). A model's tokenizer (for_model) also decodes the ids of
+// the model's embedding rows that no token has, each as "<id>": every Pythia
+// model has 50304 rows for 50277 tokens, and its argmax may be one of the 27.
 //
 // tokenizer.json's NFC normalizer (GPT-NeoX) is applied to the whole text with
 // utf8proc before anything else (Hugging Face cuts its non-normalized added
@@ -68,11 +70,19 @@ public:
     static BpeTokenizer from_tokenizer_json(const std::string& path);
     // A model's folder as Hugging Face saves it: its tokenizer.json, else its
     // vocab.json + merges.txt (with "<|endoftext|>" as a special token when the
-    // vocabulary has it, as GPT2Tokenizer does); "[bpe] FOLDER: ..." when it has neither.
+    // vocabulary has it, as GPT2Tokenizer does); "[bpe] FOLDER: ..." when it has
+    // neither, is not a folder or does not exist.
     static BpeTokenizer from_folder(const std::string& folder);
+    // The tokenizer of a model with `rows` embedding rows (its vocabulary): the
+    // folder's, refused when it has more tokens than the model has rows (an id
+    // it gives would have no row). Fewer is allowed; decode then gives each id
+    // in [vocab_size(), rows) as "<id>". The one check of task.tokenizer, for
+    // import, train and every command that reads a model's tokens as text.
+    static BpeTokenizer for_model(const std::string& folder, int64_t rows);
     static bool folder_has_one(const std::string& folder);
 
     std::vector<int32_t> encode(std::string_view text) const;
+    // ids in [0, vocab_size()), or [0, rows) of for_model; any other is an error
     std::string decode(std::span<const int32_t> ids) const;
     // Ids are 0 .. vocab_size() - 1, every one a token (model vocabulary or added).
     int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
@@ -100,6 +110,7 @@ private:
     std::vector<AddedToken> added_;
     bool add_prefix_space_ = false;
     std::string normalizer_;
+    int64_t model_rows_ = 0;                       // for_model's rows (>= vocab_size()), else 0
 };
 
 }  // namespace attnlab

@@ -24,7 +24,6 @@ struct Inspection {
     Tensor logits;
     const Hooks* hooks;  // every attention module's pattern and scores, the residual stream
     std::vector<std::string> extra;  // the points --hooks asked for, in the model's order
-    const Config* config = nullptr;  // a text model's tokens are shown as its characters
 };
 
 // The inspect file at `path` (the caller writes it atomically: a temporary

@@ -103,7 +103,7 @@ int cmd_circuit(const std::vector<std::string>& args) {
         throw UsageError("--compare takes exact (the method compared against), got '" + parsed["compare"].as<std::string>() + "'");
 
     const LoadedCheckpoint l = load_checkpoint_argument(parsed);
-    PromptPairs pairs = prompts_from(parsed, l.config);
+    PromptPairs pairs = prompts_from(parsed, l);
     residual_edges(*l.loaded.model);  // refuses a model without a residual graph before any run
     resolve_answers(*l.loaded.model, pairs, o.metric);
     using Clock = std::chrono::steady_clock;

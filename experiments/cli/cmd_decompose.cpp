@@ -67,7 +67,8 @@ int cmd_decompose(const std::vector<std::string>& args) {
     check_output("--out", out, {path}, "attnlab-score-parts");
 
     const LoadedCheckpoint l = load_checkpoint(path, Device::cpu);
-    const std::vector<int32_t> tokens = tokens_argument(l.config, parsed["tokens"].as<std::string>(), "--tokens");
+    const TokenText text(l);
+    const std::vector<int32_t> tokens = text.tokens(parsed["tokens"].as<std::string>(), "--tokens");
     const ModelConfig shape = model_config(l.config, l.loaded.max_len);
     if (shape.position_table() && tokens.size() > shape.max_len)
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(shape.max_len) + " positions");
@@ -77,7 +78,7 @@ int cmd_decompose(const std::vector<std::string>& args) {
     const size_t C = r.components.size();
     std::printf("decompose %s (step %lld): head %zu.%zu, query %zu (%s), key %zu (%s): score %.4f = parts %.4f + modifier %.4f\n",
                 l.path.c_str(), static_cast<long long>(l.checkpoint.step), r.layer, r.head, query,
-                token_label(l.config, tokens[query]).c_str(), key, token_label(l.config, tokens[key]).c_str(), r.score,
+                text.label(tokens[query]).c_str(), key, text.label(tokens[key]).c_str(), r.score,
                 r.score - r.modifier, r.modifier);
     std::vector<size_t> order(C * C);
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -85,7 +85,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     const LoadedCheckpoint in = load_checkpoint(path, device);
     const Config& config = in.config;
     const LoadedModel& loaded = in.loaded;
-    const std::vector<int32_t> prompt = tokens_argument(config, parsed["prompt"].as<std::string>(), "--prompt");
+    const TokenText text(in);
+    const std::vector<int32_t> prompt = text.tokens(parsed["prompt"].as<std::string>(), "--prompt");
     opts.seed = static_cast<uint64_t>(seed_given ? seed : config.run.seed);
 
     const Generation g = generate(*loaded.model, prompt, opts);
@@ -97,8 +98,8 @@ int cmd_generate(const std::vector<std::string>& args) {
                      g.step_diffs.size() - 1, g.step_diffs.back(), g.step_limits.back());
         return 1;
     }
-    if (reads_text(config)) {  // the text itself: the prompt, then what the model wrote
-        std::printf("%s%s\n", text_of_tokens(config, g.prompt).c_str(), text_of_tokens(config, g.generated).c_str());
+    if (text.reads_text()) {  // the text itself: the prompt, then what the model wrote
+        std::printf("%s%s\n", text.text(g.prompt).c_str(), text.text(g.generated).c_str());
     } else {
         const std::string generated = join(g.generated);
         std::printf("%s |%s%s\n", join(g.prompt).c_str(), generated.empty() ? "" : " ", generated.c_str());

@@ -162,16 +162,6 @@ int cmd_heads(const std::vector<std::string>& args) {
         compositions.push_back(composition_scores(*in.loaded.model));
         if (circuits && path == paths.back()) tables = token_circuits(*in.loaded.model);
         steps.push_back(in.checkpoint.step);
-        const HeadScores& s = scores.back();
-        if (paths.size() == 1) {
-            std::printf("heads %s (step %lld): %zu sequences r r, |r| = %zu; repeat loss %.4f\n", path.c_str(),
-                        static_cast<long long>(steps.back()), rows, input->half, s.repeat_loss);
-            print_heads(s);
-            print_composition(compositions.back());
-        } else {
-            std::printf("step %8lld  repeat loss %7.4f  induction %s  prev-token %s\n", static_cast<long long>(steps.back()),
-                        s.repeat_loss, best_head(s.induction, s.heads).c_str(), best_head(s.previous_token, s.heads).c_str());
-        }
     }
 
     const size_t K = scores.size(), L = scores[0].layers, H = scores[0].heads;
@@ -212,6 +202,19 @@ int cmd_heads(const std::vector<std::string>& args) {
         }
         f.close();
     });
+    // printed once every checkpoint is scored and the file written: a later checkpoint refused prints nothing
+    for (size_t k = 0; k < K; ++k) {
+        const HeadScores& s = scores[k];
+        if (K == 1) {
+            std::printf("heads %s (step %lld): %zu sequences r r, |r| = %zu; repeat loss %.4f\n", paths[k].c_str(),
+                        static_cast<long long>(steps[k]), rows, input->half, s.repeat_loss);
+            print_heads(s);
+            print_composition(compositions[k]);
+        } else {
+            std::printf("step %8lld  repeat loss %7.4f  induction %s  prev-token %s\n", static_cast<long long>(steps[k]),
+                        s.repeat_loss, best_head(s.induction, s.heads).c_str(), best_head(s.previous_token, s.heads).c_str());
+        }
+    }
     std::printf("wrote %s\n", out.c_str());
     return 0;
 }

@@ -131,7 +131,7 @@ std::string join(const int32_t* ids, size_t n) {
 }
 
 // Per sequence (the first 8): the decoder input and the argmax prediction at each valid position.
-void print_summary(const Inspection& in, const std::string& out_path) {
+void print_summary(const Inspection& in, const TokenText& text, const std::string& out_path) {
     const Batch& batch = *in.batch;
     const Shape& s = in.logits.shape();  // (B, T, V)
     const size_t B = s[0], T = s[1], V = s[2];
@@ -149,10 +149,10 @@ void print_summary(const Inspection& in, const std::string& out_path) {
         std::cout << "  [" << b << "] ";
         if (in.model->encoder_decoder())
             std::cout << "src " << join(&batch.src.values[b * batch.src.shape[1]], batch.src_lengths[b]) << " | ";
-        if (reads_text(*in.config)) {  // the text, a newline as \n
+        if (text.reads_text()) {  // the text, a newline as \n
             const auto shown = [&](const int32_t* ids, size_t n) {
                 std::string s;
-                for (const char c : text_of_tokens(*in.config, std::vector<int32_t>(ids, ids + n))) s += c == '\n' ? std::string("\\n") : std::string(1, c);
+                for (const char c : text.text(std::vector<int32_t>(ids, ids + n))) s += c == '\n' ? std::string("\\n") : std::string(1, c);
                 return "\"" + s + "\"";
             };
             std::cout << "input " << shown(&batch.inputs.values[b * T], batch.lengths[b]) << " -> argmax "
@@ -167,13 +167,12 @@ void print_summary(const Inspection& in, const std::string& out_path) {
 
 // The batch --tokens/--target or --input describe, checked against the model's
 // vocabulary and positional table.
-Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& model, const ModelConfig& shape, const Config& config) {
+Batch batch_from_options(const cxxopts::ParseResult& parsed, const TaskModel& model, const ModelConfig& shape, const TokenText& text) {
     const size_t vocab = shape.vocab;
     Batch batch;
     if (parsed.count("tokens")) {
-        const std::vector<int32_t> tokens = reads_text(config)
-                                                ? tokens_argument(config, parsed["tokens"].as<std::string>(), "--tokens")
-                                                : parse_ids(parsed["tokens"].as<std::string>(), "--tokens", vocab);
+        const std::vector<int32_t> tokens = text.reads_text() ? text.tokens(parsed["tokens"].as<std::string>(), "--tokens")
+                                                              : parse_ids(parsed["tokens"].as<std::string>(), "--tokens", vocab);
         if (model.encoder_decoder()) {
             const std::vector<int32_t> target =
                 parsed.count("target") ? parse_ids(parsed["target"].as<std::string>(), "--target", vocab)
@@ -282,7 +281,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
     const LoadedModel& loaded = in.loaded;
     const TaskModel& model = *loaded.model;
 
-    const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len), config);
+    const TokenText text(in);  // its tokenizer checked now: the summary after the file shows its tokens
+    const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len), text);
     {  // what the forward records: every attention's scores and pattern (B, H, T, S) float32, and the logits (B, T, V)
         const double rows = static_cast<double>(batch.inputs.shape[0]), T = static_cast<double>(batch.inputs.shape[1]);
         const double S = model.encoder_decoder() ? static_cast<double>(batch.src.shape[1]) : T;
@@ -312,9 +312,9 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 extra.push_back(point);
                 break;
             }
-    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks, extra, &config};
+    const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks, extra};
     write_atomically(out_path, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
-    print_summary(inspection, out_path);
+    print_summary(inspection, text, out_path);
     if (!png_dir.empty()) run_plot(python, plot_script, out_path, png_dir);  // prints what it wrote
     return 0;
 }

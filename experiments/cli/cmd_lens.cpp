@@ -65,8 +65,9 @@ int cmd_lens(const std::vector<std::string>& args) {
     const CheckpointData& checkpoint = in.checkpoint;
     const Config& config = in.config;
     const LoadedModel& loaded = in.loaded;
-    const std::vector<int32_t> tokens = tokens_argument(config, parsed["tokens"].as<std::string>(), "--tokens");
-    const std::vector<int32_t> target = parsed.count("target") ? tokens_argument(config, parsed["target"].as<std::string>(), "--target")
+    const TokenText text(in);
+    const std::vector<int32_t> tokens = text.tokens(parsed["tokens"].as<std::string>(), "--tokens");
+    const std::vector<int32_t> target = parsed.count("target") ? text.tokens(parsed["target"].as<std::string>(), "--target")
                                                                : std::vector<int32_t>();
     if (!target.empty() && target.size() != tokens.size())
         throw UsageError("--target has " + std::to_string(target.size()) + " tokens for " + std::to_string(tokens.size()) + " positions");
@@ -79,10 +80,10 @@ int cmd_lens(const std::vector<std::string>& args) {
     write_lens_file(out, path, checkpoint.step, tokens, r);
     const size_t L = r.layers, H = r.heads, T = r.positions;
     std::printf("lens %s (step %lld): %zu tokens, %zu layers; at the last position (target %s):\n", path.c_str(),
-                static_cast<long long>(checkpoint.step), T, L, token_label(config, r.targets[T - 1]).c_str());
+                static_cast<long long>(checkpoint.step), T, L, text.label(r.targets[T - 1]).c_str());
     for (size_t s = 0; s <= L; ++s)
         std::printf("  %-22s top token %4s  log p(target) %8.4f\n", r.streams[s].c_str(),
-                    token_label(config, r.top_token[s * T + T - 1]).c_str(), r.target_logprob[s * T + T - 1]);
+                    text.label(r.top_token[s * T + T - 1]).c_str(), r.target_logprob[s * T + T - 1]);
     if (r.attribution) {
         std::vector<std::pair<double, std::string>> heads;
         for (size_t l = 0; l < L; ++l)

@@ -62,7 +62,7 @@ PromptPairs read_pairs(const std::string& path) {
 }  // namespace
 
 // The prompts and answers from --clean/--corrupt/--positions/--answers or --pairs.
-PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& config) {
+PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const LoadedCheckpoint& checkpoint) {
     const bool inline_prompts = parsed.count("clean") || parsed.count("corrupt");
     if (parsed.count("pairs") && inline_prompts) throw UsageError("give --pairs or --clean and --corrupt, not both");
     if (parsed.count("pairs")) {
@@ -71,9 +71,10 @@ PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& confi
     }
     if (!parsed.count("clean") || !parsed.count("corrupt"))
         throw UsageError("give --clean and --corrupt token ids (or --pairs FILE.h5)");
+    const TokenText text(checkpoint);
     PromptPairs p;
-    p.clean = {tokens_argument(config, parsed["clean"].as<std::string>(), "--clean")};
-    p.corrupt = {tokens_argument(config, parsed["corrupt"].as<std::string>(), "--corrupt")};
+    p.clean = {text.tokens(parsed["clean"].as<std::string>(), "--clean")};
+    p.corrupt = {text.tokens(parsed["corrupt"].as<std::string>(), "--corrupt")};
     p.positions.resize(1);
     p.clean_answers.resize(1);
     p.corrupt_answers.resize(1);
@@ -82,12 +83,12 @@ PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& confi
     if (parsed.count("answers")) {
         // each side one token: a character of a text model, a BPE token (task.tokenizer), else one token id
         const auto one_answer = [&](const std::string& side, const std::string& which, const std::string& word) {
-            const std::vector<int32_t> tokens = tokens_argument(config, side, "--answers");
+            const std::vector<int32_t> tokens = text.tokens(side, "--answers");
             if (tokens.size() != 1)
                 throw UsageError("--answers: '" + word + "': the " + which + " answer is " + std::to_string(tokens.size()) +
-                                 (!config.task.tokenizer.empty()   ? " tokens of the model's tokenizer; an answer is one token"
-                                  : config.task.name == "text" ? " characters; an answer is one character"
-                                                               : " token ids; an answer is one token id"));
+                                 (text.bpe()           ? " tokens of the model's tokenizer; an answer is one token"
+                                  : text.reads_text() ? " characters; an answer is one character"
+                                                      : " token ids; an answer is one token id"));
             return tokens.front();
         };
         for (const std::string& word : split(parsed["answers"].as<std::string>(), ' ')) {
@@ -217,7 +218,7 @@ int cmd_patch(const std::vector<std::string>& args) {
     o.per_position = parsed.count("per-position") > 0;
 
     const LoadedCheckpoint l = load_checkpoint_argument(parsed);
-    PromptPairs pairs = prompts_from(parsed, l.config);
+    PromptPairs pairs = prompts_from(parsed, l);
     for (const std::string& name : list_option(parsed, "hooks"))
         o.hooks.push_back(parse_patch_hook(*l.loaded.model, name));
     resolve_answers(*l.loaded.model, pairs, o.metric);
@@ -264,7 +265,7 @@ int cmd_path_patch(const std::vector<std::string>& args) {
     const PatchMetric metric = parse_patch_metric(parsed["metric"].as<std::string>());
 
     const LoadedCheckpoint l = load_checkpoint_argument(parsed);
-    PromptPairs pairs = prompts_from(parsed, l.config);
+    PromptPairs pairs = prompts_from(parsed, l);
     resolve_answers(*l.loaded.model, pairs, metric);
     const PathPatchResult r = path_patching(*l.loaded.model, pairs, edge, metric);
     std::printf("path-patch %s (step %lld): %s -> %s: unpatched %s clean %.4f, corrupted %.4f; patched %s %.4f\n", l.path.c_str(),

@@ -89,7 +89,7 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 
 #include <filesystem>
 #include <memory>
-#include <map>
+#include <optional>
 
 #include "autograd/device/backend.h"
 #include "data/h5_probe.h"
@@ -104,54 +104,63 @@ T number_option(const cxxopts::ParseResult& parsed, const std::string& name, T l
 
 namespace attnlab {
 
-// What the commands that read one checkpoint share (eval, audit, ablate): the
-// CHECKPOINT positional, --batches and --seed.
-// The BPE tokenizer of task.tokenizer (an imported model's), loaded once per process.
-inline const BpeTokenizer& model_tokenizer(const Config& config) {
-    static std::map<std::string, std::unique_ptr<BpeTokenizer>> loaded;
-    std::unique_ptr<BpeTokenizer>& t = loaded[config.task.tokenizer];
-    if (!t) t = std::make_unique<BpeTokenizer>(BpeTokenizer::from_folder(config.task.tokenizer));
-    return *t;
-}
-
-// Whether a model's tokens are read and shown as text: its characters (task "text"), or BPE (task.tokenizer).
-inline bool reads_text(const Config& config) { return config.task.name == "text" || !config.task.tokenizer.empty(); }
-
-// Tokens as the text they stand for (reads_text models only).
-inline std::string text_of_tokens(const Config& config, const std::vector<int32_t>& ids) {
-    return config.task.tokenizer.empty() ? tokens_to_text(ids, config.task.alphabet) : model_tokenizer(config).decode(ids);
-}
-
-// Tokens from a command-line argument: a text model's characters ("Anna had a "),
-// text through the model's BPE tokenizer (task.tokenizer), else token ids
-// ("3 7 5 1"), each checked against the model's vocabulary.
-inline std::vector<int32_t> tokens_argument(const Config& config, const std::string& text, const std::string& what) {
-    if (!config.task.tokenizer.empty()) {
-        const std::vector<int32_t> ids = model_tokenizer(config).encode(text);
-        if (ids.empty()) throw UsageError(what + ": empty text");
-        for (const int32_t id : ids)
-            if (id >= config.task.vocab)
-                throw UsageError(what + ": the tokenizer gives id " + std::to_string(id) + ", outside the model's vocabulary of " +
-                                 std::to_string(config.task.vocab));
-        return ids;
+// How a checkpoint's tokens are read from and shown as text: a text model's
+// characters (task "text"), the BPE tokenizer of task.tokenizer, else token
+// ids. A command makes one right after it loads the checkpoint: the tokenizer
+// is loaded and checked then (model_tokenizer: a missing folder, or more
+// tokens than the model has rows), before the command writes anything, and
+// showing a token never fails once it has.
+class TokenText {
+public:
+    explicit TokenText(const LoadedCheckpoint& in) : task_(in.config.task) {
+        if (task_.tokenizer.empty()) return;
+        try {
+            bpe_.emplace(model_tokenizer(in.config));
+        } catch (const ConfigError& e) {
+            throw Error(in.path + " (config attribute): " + e.what());
+        }
     }
-    if (config.task.name != "text") return parse_token_ids(text, static_cast<size_t>(config.task.vocab), what);
-    std::vector<int32_t> tokens = text_to_tokens(text, config.task.alphabet, what);
-    if (tokens.empty()) throw UsageError(what + ": empty text");
-    return tokens;
-}
 
-// One token as a person reads it: a text model's character in quotes (a newline
-// as \n, a tab as \t), else its id.
-inline std::string token_label(const Config& config, int32_t id) {
-    const bool bpe = !config.task.tokenizer.empty() && id < model_tokenizer(config).vocab_size();
-    if (config.task.name != "text" && !bpe) return std::to_string(id);
-    std::string shown;
-    const std::vector<int32_t> one{id};
-    for (const char c : bpe ? model_tokenizer(config).decode(one) : tokens_to_text({id}, config.task.alphabet))
-        shown += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
-    return "'" + shown + "'";
-}
+    // Whether tokens are read and shown as text, and whether that text is BPE's.
+    bool reads_text() const { return task_.name == "text" || bpe(); }
+    bool bpe() const { return bpe_.has_value(); }
+
+    // Tokens as the text they stand for (reads_text models only); a row the
+    // tokenizer has no token for as "<id>".
+    std::string text(const std::vector<int32_t>& ids) const {
+        return bpe_ ? bpe_->decode(ids) : tokens_to_text(ids, task_.alphabet);
+    }
+
+    // Tokens from a command-line argument: a text model's characters ("Anna had a "),
+    // text through the model's BPE tokenizer (each id within the model's rows: the
+    // tokenizer has no more tokens), else token ids ("3 7 5 1"), each checked
+    // against the model's vocabulary.
+    std::vector<int32_t> tokens(const std::string& text, const std::string& what) const {
+        if (bpe_) {
+            std::vector<int32_t> ids = bpe_->encode(text);
+            if (ids.empty()) throw UsageError(what + ": empty text");
+            return ids;
+        }
+        if (task_.name != "text") return parse_token_ids(text, static_cast<size_t>(task_.vocab), what);
+        std::vector<int32_t> tokens = text_to_tokens(text, task_.alphabet, what);
+        if (tokens.empty()) throw UsageError(what + ": empty text");
+        return tokens;
+    }
+
+    // One token as a person reads it: its text in quotes (a newline as \n, a tab
+    // as \t), "<id>" for a row the tokenizer has no token for, else its id.
+    std::string label(int32_t id) const {
+        if (bpe_ && id >= bpe_->vocab_size()) return "<" + std::to_string(id) + ">";
+        if (!reads_text()) return std::to_string(id);
+        std::string shown;
+        for (const char c : text({id})) shown += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
+        return "'" + shown + "'";
+    }
+
+private:
+    Config::Task task_;
+    std::optional<BpeTokenizer> bpe_;
+};
 
 // --device cpu|cuda: where a loaded model runs. The analyses are the same code on
 // either (hook points and the ops); what has no device kernel says so in one line.
@@ -168,6 +177,8 @@ inline Device device_option(const cxxopts::ParseResult& parsed) {
     return Device::cuda;
 }
 
+// What the commands that read one checkpoint share (eval, audit, ablate): the
+// CHECKPOINT positional, --batches and --seed.
 inline void add_checkpoint_options(cxxopts::Options& options, const std::string& default_batches) {
     add_device_option(options);
     options.positional_help("CHECKPOINT");

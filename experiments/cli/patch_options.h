@@ -9,11 +9,9 @@
 
 namespace attnlab {
 
-struct Config;
-
 void add_prompt_options(cxxopts::Options& options);
 // The prompts and answers from --clean/--corrupt/--positions/--answers or --pairs.
-PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const Config& config);
+PromptPairs prompts_from(const cxxopts::ParseResult& parsed, const LoadedCheckpoint& checkpoint);
 // The positional checkpoint (a file or a run folder), loaded on --device.
 LoadedCheckpoint load_checkpoint_argument(const cxxopts::ParseResult& parsed);
 

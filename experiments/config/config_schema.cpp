@@ -385,7 +385,7 @@ std::vector<Field> make_fields() {
         choice(KEY(task, fill), {"random", "pad"}, "mqar: the positions between the queries hold random content tokens (Zoology's random_non_queries = True) or <PAD> (False, their Figure 2)"),
         text(KEY(task, path), "path", path_text, "HDF5 token file (file) or UTF-8 text (text); required for those"),
         alphabet(KEY(task, alphabet), "text: the file's characters, sorted (token id = index); filled in by the run"),
-        text(KEY(task, tokenizer), "path", path_text, "none or file: a folder with tokenizer.json, or vocab.json and merges.txt (byte-level BPE): --tokens and --prompt then take text; \"\" = token ids"),
+        text(KEY(task, tokenizer), "path", path_text, "none or file: a folder with tokenizer.json, or vocab.json and merges.txt (byte-level BPE), of at most task.vocab tokens: --tokens and --prompt then take text; \"\" = token ids"),
 
         choice(KEY(model, kind), {"decoder", "encoder-decoder"}, "decoder-only LM, or encoder-decoder (translate)"),
         integer(KEY(model, layers), at_least(1), "blocks per stack"),

@@ -517,10 +517,7 @@ ImportedModel import_model(const std::string& dir) {
         // the tokenizer beside the weights (GPT-2's vocab.json + merges.txt, NeoX's tokenizer.json): --tokens then take text
         if (BpeTokenizer::folder_has_one(dir)) {
             const std::string at = fs::absolute(folder).lexically_normal().string();
-            const int32_t size = BpeTokenizer::from_folder(at).vocab_size();  // a bad tokenizer file: its own line
-            if (size > config.task.vocab)
-                throw Error(dir + ": the tokenizer has " + std::to_string(size) + " tokens, more than the model's vocabulary of " +
-                            std::to_string(config.task.vocab));
+            BpeTokenizer::for_model(at, config.task.vocab);  // a bad tokenizer file, or more tokens than rows: its own line
             config.task.tokenizer = at;
         }
         try {

@@ -72,6 +72,16 @@ void resolve_text_task(Config& config) {
     config.task.vocab = static_cast<int64_t>(alphabet_letters(config.task.alphabet, "task.alphabet").size());
 }
 
+BpeTokenizer model_tokenizer(const Config& config) {
+    try {
+        return BpeTokenizer::for_model(config.task.tokenizer, config.task.vocab);
+    } catch (const Error& e) {  // "[bpe] FOLDER: problem" -> "task.tokenizer FOLDER: problem", as task.path's
+        std::string problem = e.what();
+        if (problem.rfind("[bpe] ", 0) == 0) problem.erase(0, 6);
+        throw ConfigError("task.tokenizer", "task.tokenizer " + problem);
+    }
+}
+
 TaskModel::TaskModel(const Config& config, size_t max_len, Rng& init, Rng* dropout_rng) {
     const ModelConfig m = model_config(config, max_len);
     if (config.model.kind == "encoder-decoder")

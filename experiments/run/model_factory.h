@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data/bpe_tokenizer.h"
 #include "data/tasks.h"
 #include "experiments/run/attention_metrics.h"
 #include "layers/hooks.h"
@@ -95,6 +96,12 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& config, uint64_t se
 // size as task.vocab, so that the run's config and every checkpoint describe the
 // model without the file. Other tasks: nothing.
 void resolve_text_task(Config& config);
+// The BPE tokenizer of task.tokenizer (BpeTokenizer::for_model: at most
+// task.vocab tokens), or a ConfigError naming the key and the folder:
+// "task.tokenizer FOLDER: no such folder". Train calls it before the run's
+// folder is made, and each command that reads or shows a checkpoint's tokens
+// as text before it writes anything.
+BpeTokenizer model_tokenizer(const Config& config);
 
 struct CheckpointData;
 struct LoadedModel {

@@ -147,6 +147,7 @@ Trainer::State::State(const Config& c)
     : config(c), init_rng(static_cast<uint64_t>(c.run.seed), 10), dropout_rng(static_cast<uint64_t>(c.run.seed), 11) {
     const auto seed = static_cast<uint64_t>(config.run.seed);
     resolve_text_task(config);  // before anything reads task.vocab
+    if (!config.task.tokenizer.empty()) model_tokenizer(config);  // a folder the run records: checked, as import checks it
     train_data = make_batch_source(config, seed, 0);
     // held out: a stream of its own, the same batches at every evaluation
     const std::unique_ptr<BatchSource> eval_data = make_batch_source(config, seed, 1);

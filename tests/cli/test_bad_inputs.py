@@ -147,6 +147,22 @@ CASES = [
          want=["optim.schedule_steps", 'optim.schedule = "constant"']),
     dict(name="min_len of a file task", args=["task.name=file", "task.path={files}/tokens_big.h5", "task.min_len=2"],
          want=["task.min_len", 'task.name = "file"']),
+    # task.tokenizer is checked as import checks it (BpeTokenizer::for_model), before the run is made
+    dict(name="task.tokenizer that does not exist",
+         args=["task.name=file", "task.path={files}/tokens_ok.h5", "task.tokenizer={files}/no_tokenizer"],
+         want=["task.tokenizer {files}/no_tokenizer: no such folder"]),
+    dict(name="task.tokenizer that is a file",
+         args=["task.name=file", "task.path={files}/tokens_ok.h5", "task.tokenizer={files}/notes.txt"],
+         want=["task.tokenizer {files}/notes.txt: not a folder"]),
+    dict(name="task.tokenizer folder without a tokenizer",
+         args=["task.name=file", "task.path={files}/tokens_ok.h5", "task.tokenizer={files}/tok_none"],
+         want=["task.tokenizer {files}/tok_none: no tokenizer.json, nor vocab.json and merges.txt"]),
+    dict(name="task.tokenizer whose vocab.json is not JSON",
+         args=["task.name=file", "task.path={files}/tokens_ok.h5", "task.tokenizer={files}/tok_bad_json"],
+         want=["task.tokenizer {files}/tok_bad_json/vocab.json: not valid JSON"]),
+    dict(name="task.tokenizer with more tokens than task.vocab",
+         args=["task.name=file", "task.path={files}/tokens_ok.h5", "task.tokenizer={files}/tok40"],
+         want=["task.tokenizer {files}/tok40: the tokenizer has 40 tokens, more than the model's vocabulary of 32"]),
     # --- commands and options ---
     dict(name="unknown command", cmd=["trian"], want=["trian", "unknown command"]),
     dict(name="unknown option (train)", args=["--bogus"], want=["bogus"]),
@@ -277,6 +293,9 @@ CASES = [
          want=["link_out.h5 exists and is not a regular file"]),
     dict(name="ablate --out that is a symbolic link (never replaced)",
          cmd=["ablate", "{runs}/base", "--out", "{files}/link_out.h5"], want=["link_out.h5 exists and is not a regular file"]),
+    # every check before the first byte: heads --checkpoints all printed the earlier steps, then refused the last
+    dict(name="heads --checkpoints all whose last checkpoint is cut short",
+         cmd=["heads", "{broken}/lastbad", "--checkpoints", "all"], want=["step_0000040.h5", "truncated"]),
 
     # --- resume: a run is never damaged ---
     dict(name="--resume of a finished run", cmd=["train", "--resume", "{runs}/base"], want=["finished", "train.steps = 40"]),
@@ -380,6 +399,26 @@ class BadInputs(unittest.TestCase):
         with h5py.File(os.path.join(cls.files, "tokens_big.h5"), "w") as h:
             h.create_dataset("tokens", data=tokens)
             h.create_dataset("lengths", data=np.full(8, 10, np.int64))
+        # A token file within the vocabulary, and tokenizer folders for task.tokenizer (GPT-2's
+        # vocab.json + merges.txt: 40 letters, more than task.vocab = 32; a folder without
+        # them; one whose vocab.json is not JSON).
+        with h5py.File(os.path.join(cls.files, "tokens_ok.h5"), "w") as h:
+            h.create_dataset("tokens", data=np.full((8, 10), 5, np.int32))
+            h.create_dataset("lengths", data=np.full(8, 10, np.int64))
+        letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
+        for folder, vocab in (("tok40", "{" + ", ".join(f'"{c}": {i}' for i, c in enumerate(letters)) + "}"),
+                              ("tok_bad_json", '{"a": 0,}')):
+            os.makedirs(os.path.join(cls.files, folder))
+            with open(os.path.join(cls.files, folder, "vocab.json"), "w") as f:
+                f.write(vocab)
+            with open(os.path.join(cls.files, folder, "merges.txt"), "w") as f:
+                f.write("#version: 0.2\n")
+        os.makedirs(os.path.join(cls.files, "tok_none"))
+        # A run whose last checkpoint (of three) is cut short.
+        lastbad = os.path.join(cls.broken, "lastbad")
+        shutil.copytree(base, lastbad)
+        with open(cc.checkpoint_path(lastbad, 40), "r+b") as f:
+            f.truncate(cut)
         for name in ("ok.toml", "ok2.toml"):
             with open(os.path.join(cls.files, name), "w") as f:
                 f.write(config_text("run", [f'out_dir = "{cls.runs}"', 'name = "base"']))

@@ -143,6 +143,32 @@ TEST(Bpe, DecodeGivesTheTextBack) {
     EXPECT_EQ(bpe.decode(Ids{29}), "<|endoftext|>");
 }
 
+// A model's tokenizer (task.tokenizer): a folder of at most as many tokens as
+// the model has embedding rows. Every Pythia model has 50304 rows for 50277
+// tokens; here 50 rows for the hand vocabulary's 44: ids 44..49 decode as
+// "<id>", ids beyond the rows are still an error, and more tokens than rows,
+// a missing folder or a file are refused naming the folder.
+TEST(Bpe, ModelTokenizerDecodesTheRowsItLacksAsIds) {
+    const test::TempDir folder("attnlab_bpe_model_");
+    folder.write("vocab.json", kVocab);
+    folder.write("merges.txt", merges_txt());
+    const std::string at = folder.path().string();
+    const BpeTokenizer bpe = BpeTokenizer::for_model(at, 50);
+    EXPECT_EQ(bpe.vocab_size(), 44);
+    EXPECT_EQ(bpe.decode(Ids{33, 44, 31, 49}), "hello<44>he<49>");
+    EXPECT_EQ(bpe.encode("hello"), Ids{33});
+    EXPECT_EQ(error_of([&] { bpe.decode(Ids{50}); }),
+              "[bpe] " + at + "/vocab.json: decode: id 50 at position 0 is outside the vocabulary [0, 50)");
+    EXPECT_EQ(BpeTokenizer::for_model(at, 44).decode(Ids{43}), "lo");  // as many rows as tokens
+    EXPECT_EQ(error_of([&] { BpeTokenizer::for_model(at, 43); }),
+              "[bpe] " + at + ": the tokenizer has 44 tokens, more than the model's vocabulary of 43");
+    EXPECT_EQ(error_of([&] { BpeTokenizer::for_model(at + "/none", 50); }), "[bpe] " + at + "/none: no such folder");
+    EXPECT_EQ(error_of([&] { BpeTokenizer::for_model(at + "/vocab.json", 50); }), "[bpe] " + at + "/vocab.json: not a folder");
+    const test::TempDir empty("attnlab_bpe_empty_");
+    EXPECT_EQ(error_of([&] { BpeTokenizer::for_model(empty.path().string(), 50); }),
+              "[bpe] " + empty.path().string() + ": no tokenizer.json, nor vocab.json and merges.txt");
+}
+
 TEST(Bpe, SpecialTokensOfVocabMergesAreMatchedLiterally) {
     const BpeTokenizer bpe = hand_tokenizer({"<|endoftext|>"});
     ASSERT_EQ(bpe.added_tokens().size(), 1u);
