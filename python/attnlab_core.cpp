@@ -81,7 +81,7 @@ void check_finite(const T* values, size_t n, const std::string& what) {
         if (!std::isfinite(values[i])) throw Error(what + ": holds a non-finite value (" + std::to_string(values[i]) + ")");
 }
 
-// A CPU tensor's values read where they lie (a patching loop checks every replacement).
+// A CPU tensor's values read where they lie.
 void check_finite(const Tensor& t, const std::string& what) {
     if (t.dtype() == DType::f32) check_finite(t.impl().array<float>().data(), t.numel(), what);
     else check_finite(t.impl().array<double>().data(), t.numel(), what);
@@ -136,13 +136,13 @@ public:
         const Batch batch = make_batch(tokens, lengths, src, src_lengths);
         Hooks hooks;
         for (const std::string& pattern : record) hooks.record(pattern);
+        // Hooks::at checks what the forward goes on with (shape, dtype, values),
+        // whether the function returned it or edited its input in place
         for (const auto& [pattern, fn] : replace)
             hooks.replace(pattern, [fn](const std::string& name, const Tensor& value) {
                 py::object out = fn(to_numpy(value), name);
-                if (out.is_none()) return value;  // observed only
-                const Tensor replacement = from_numpy(py::array::ensure(out), "hook " + name + ": the replacement");
-                check_finite(replacement, "hook " + name + ": the replacement");
-                return replacement.to(value.device());
+                if (out.is_none()) return value;  // observed, or edited in place
+                return from_numpy(py::array::ensure(out), "hook " + name + ": the replacement").to(value.device());
             });
         NoGradGuard no_grad;
         if (record.empty() && replace.empty()) return {to_numpy(model().forward(batch)), py::dict()};  // no hooks to attach
