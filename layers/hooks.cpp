@@ -4,7 +4,11 @@
 #include <locale.h>
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <variant>
 
+#include "autograd/tensor_impl.h"
 #include "layers/module.h"
 
 namespace attnlab {
@@ -52,28 +56,71 @@ bool Hooks::replaces(const std::string& name) const {
 
 namespace {
 
+// The first value of `t` outside `allowed` as (flat index, value), or index
+// numel() for none; read on the host (a device tensor is copied there first).
+std::pair<size_t, double> first_outside(const Tensor& t, HookValues allowed) {
+    const Tensor host = t.device() == Device::cpu ? t : t.detach().to(Device::cpu);
+    return std::visit(
+        [&](const auto& values) -> std::pair<size_t, double> {
+            const auto* v = values.data();
+            const size_t n = values.size();
+            for (size_t i = 0; i < n; ++i) {
+                if (std::isfinite(v[i])) continue;
+                if (allowed == HookValues::finite_or_minus_inf && std::isinf(v[i]) && v[i] < 0) continue;
+                return {i, static_cast<double>(v[i])};
+            }
+            return {n, 0.0};
+        },
+        host.impl().data);
+}
+
+// "(b, h, i, j)" of a flat index into `shape`
+std::string index_str(size_t flat, const Shape& shape) {
+    std::vector<size_t> index(shape.size());
+    for (size_t a = shape.size(); a-- > 0;) {
+        index[a] = flat % shape[a];
+        flat /= shape[a];
+    }
+    std::string out = "(";
+    for (size_t a = 0; a < index.size(); ++a) out += (a ? ", " : "") + std::to_string(index[a]);
+    return out + ")";
+}
+
 // A replacement computed with CPU ops on an activation on the device: without a
 // graph to keep, it sees a CPU copy and its result goes back to the device (with
-// one, it sees the device tensor, so that gradients flow through it).
-Tensor replaced(const Hooks::Replace& fn, const std::string& name, const Tensor& current) {
-    if (current.device() == Device::cpu || (grad_enabled() && current.requires_grad())) return fn(name, current);
-    const Tensor next = fn(name, current.to(Device::cpu));
-    return next.defined() ? next.to(current.device()) : next;
+// one, it sees the device tensor, so that gradients flow through it). Its shape,
+// dtype and values are checked, in place edits of its input included: what it
+// returns is checked after the call, whether or not it is the tensor it was given.
+Tensor replaced(const Hooks::Replace& fn, const std::string& name, const Tensor& current, HookValues allowed) {
+    const bool on_host = current.device() == Device::cpu || (grad_enabled() && current.requires_grad());
+    const Tensor given = on_host ? current : current.to(Device::cpu);
+    const bool allowed_before = first_outside(given, allowed).first == given.numel();
+    const Tensor next = fn(name, given);
+    if (!next.defined() || next.shape() != current.shape() || next.dtype() != current.dtype())
+        fail("hooks", name + ": a replacement must keep shape " + shape_str(current.shape()) + " and dtype " +
+                          to_string(current.dtype()) +
+                          (next.defined() ? ", got " + shape_str(next.shape()) + " " + to_string(next.dtype())
+                                          : ", got an undefined tensor"));
+    if (allowed_before) {
+        const auto [at, value] = first_outside(next, allowed);
+        if (at != next.numel()) {
+            std::ostringstream v;
+            v << value;  // nan, inf, -inf
+            fail("hooks", name + ": after the hook it holds a non-finite value, " + v.str() + " at " + index_str(at, next.shape()) +
+                              (allowed == HookValues::finite ? " (only finite values may follow a hook here)"
+                                                             : " (scores may be -inf, a key not attended to, but not NaN or +inf)"));
+        }
+    }
+    return on_host || next.device() != Device::cpu ? next : next.to(current.device());
 }
 
 }  // namespace
 
-Tensor Hooks::at(const std::string& name, const Tensor& value) {
+Tensor Hooks::at(const std::string& name, const Tensor& value, HookValues allowed) {
     Tensor current = value;
     for (const Replacement& r : replacements_) {
         if (!hook_pattern_matches(r.pattern, name)) continue;
-        Tensor next = replaced(r.fn, name, current);
-        if (!next.defined() || next.shape() != current.shape() || next.dtype() != current.dtype())
-            fail("hooks", name + ": a replacement must keep shape " + shape_str(current.shape()) + " and dtype " +
-                              to_string(current.dtype()) +
-                              (next.defined() ? ", got " + shape_str(next.shape()) + " " + to_string(next.dtype())
-                                              : ", got an undefined tensor"));
-        current = next;
+        current = replaced(r.fn, name, current, allowed);
     }
     for (const std::string& p : records_)
         if (hook_pattern_matches(p, name)) {

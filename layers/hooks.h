@@ -22,9 +22,18 @@ namespace attnlab {
 
 class Module;
 
+// What a hook point's activation may hold after a hook, whichever way the hook
+// changed it (a replacement it returned, or its input edited in place): finite
+// values everywhere, or (the attention scores) finite values or -inf, -inf being
+// a key its query may not attend to (a mask's, or a knockout). A hook may not
+// bring NaN or +inf, nor -inf anywhere else; a point that held such values before
+// the hook (a diverged model's) is not the hook's doing and is not refused.
+enum class HookValues { finite, finite_or_minus_inf };
+
 class Hooks {
 public:
-    // (name, value) -> the value the forward continues with: same shape and dtype.
+    // (name, value) -> the value the forward continues with: same shape and dtype,
+    // and values the point allows (HookValues; checked after every call).
     using Replace = std::function<Tensor(const std::string& name, const Tensor& value)>;
 
     // Keeps a copy (no graph, on the CPU) of every activation whose name matches,
@@ -54,10 +63,10 @@ public:
 
     // For the layers: whether any hook wants this point (so that an activation that
     // costs something to form is formed only then), whether one may change it, and
-    // the point itself.
+    // the point itself, whose values a replacement must keep within `allowed`.
     bool wants(const std::string& name) const;
     bool replaces(const std::string& name) const;
-    Tensor at(const std::string& name, const Tensor& value);
+    Tensor at(const std::string& name, const Tensor& value, HookValues allowed = HookValues::finite);
 
     // Every pattern given, for the scope's check.
     std::vector<std::string> patterns() const;

@@ -1,5 +1,6 @@
 #include "layers/module.h"
 
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -64,7 +65,12 @@ void Module::attach(Hooks* hooks, const std::string& path) const {
     for (const auto& [name, child] : children_) child->attach(hooks, path + name + ".");
 }
 
-Tensor Module::hook_slow(const char* point, const Tensor& value) const { return hooks_->at(path_ + point, value); }
+Tensor Module::hook_slow(const char* point, const Tensor& value) const {
+    HookValues allowed = HookValues::finite;
+    for (const HookPointDeclaration& declared : hook_points_)
+        if (std::strcmp(declared.name, point) == 0) allowed = declared.values;
+    return hooks_->at(path_ + point, value, allowed);
+}
 
 bool Module::hooked_slow(const char* point, bool replace) const {
     const std::string name = path_ + point;

@@ -10,10 +10,9 @@
 
 #include "autograd/named_tensors.h"
 #include "autograd/tensor.h"
+#include "layers/hooks.h"
 
 namespace attnlab {
-
-class Hooks;
 
 class Module {
 public:
@@ -77,13 +76,16 @@ protected:
     // Names this module's hook points (relative: "q", "pattern") with the axes of
     // their activations, space-separated from one vocabulary: batch, pos (the
     // positions of the stream the point is on), query_pos, key_pos, head,
-    // kv_head, d_head, d_model, d_ffn, vocab. E.g. {"q", "batch query_pos head d_head"}.
+    // kv_head, d_head, d_model, d_ffn, vocab. E.g. {"q", "batch query_pos head d_head"};
+    // and the values a hook may leave there (finite, unless the point says more).
     struct HookPointDeclaration {
         const char* name;
         const char* axes;
+        HookValues values = HookValues::finite;
     };
     void declare_hook_points(std::initializer_list<HookPointDeclaration> points);
-    // A hook point: `value` itself, or what an attached hook replaced it with.
+    // A hook point: `value` itself, or what an attached hook replaced it with
+    // (within the values the point's declaration allows).
     Tensor hook(const char* point, const Tensor& value) const {
         return hooks_ == nullptr ? value : hook_slow(point, value);
     }
@@ -91,6 +93,8 @@ protected:
     // something to form are formed only then), and whether it may replace it.
     bool hooked(const char* point) const { return hooks_ != nullptr && hooked_slow(point, false); }
     bool hook_replaces(const char* point) const { return hooks_ != nullptr && hooked_slow(point, true); }
+    // A point's full name while hooks are attached ("blocks.0.attn.scores"), for messages.
+    std::string hook_point_name(const char* point) const { return path_ + point; }
 
     // Marks `value` as requiring grad and registers it; returns the same handle.
     Tensor register_parameter(const std::string& name, Tensor value);

@@ -82,7 +82,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config_in, Rng& in
                          {"q", "batch query_pos head d_head"},
                          {"k", "batch key_pos kv_head d_head"},
                          {"v", "batch key_pos kv_head d_head"},
-                         {"scores", "batch head query_pos key_pos"},
+                         {"scores", "batch head query_pos key_pos", HookValues::finite_or_minus_inf},  // -inf: a key not attended to
                          {"pattern", "batch head query_pos key_pos"},
                          {"z", "batch query_pos head d_head"},
                          {"result", "batch query_pos head d_model"},
@@ -178,16 +178,41 @@ Tensor MultiHeadAttention::scores_of(const Tensor& q, const Tensor& k, const Att
     return attention_scores(q, k, heads, kv_heads, mask, scale);
 }
 
+Mask MultiHeadAttention::knocked_out_rows(const Tensor& scores) const {
+    const size_t B = scores.size(0), H = scores.size(1), Tq = scores.size(2), Tk = scores.size(3);
+    const std::vector<double> values = scores.values();  // a host copy, read row by row
+    Mask rows({B, H, Tq, 1}, std::vector<uint8_t>(B * H * Tq, 0));
+    bool any = false;
+    for (size_t row = 0; row < B * H * Tq; ++row) {
+        const double* s = values.data() + row * Tk;
+        if (std::any_of(s, s + Tk, [](double x) { return x != -INFINITY; })) continue;
+        if (masked_rows == MaskedRows::error)
+            fail("attention", hook_point_name("scores") + ": batch item " + std::to_string(row / (H * Tq)) + ", head " +
+                                  std::to_string(row / Tq % H) + ", query position " + std::to_string(row % Tq) +
+                                  " has no key left after the hook (every score -inf; masked_rows = \"error\"; use \"zero\" "
+                                  "for zero weights there)");
+        rows.values[row] = 1;
+        any = true;
+    }
+    return any ? rows : Mask();
+}
+
 // A = softmax(scores), C = dropout(A) V, as separate ops (the fused op's maths)
 AttentionResult MultiHeadAttention::attend_composed(const Tensor& q, const Tensor& k, const Tensor& v,
                                                     const AttentionMask& mask, const AttentionOptions& options) const {
     const size_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
-    const Tensor scores = hook("scores", with_relative_bias(scores_of(q, k, mask), rel_bias, mask.variant, mask.causal));  // (B, H, Tq, Tk)
+    Tensor scores = hook("scores", with_relative_bias(scores_of(q, k, mask), rel_bias, mask.variant, mask.causal));  // (B, H, Tq, Tk)
     Mask empty_rows;
     ineligible_keys(mask, B, Tq, Tk, empty_rows);
+    // a row the hook set to -inf throughout (every key knocked out) has no eligible
+    // key, as a row the mask empties: the same policy, and 0 in place of its scores
+    // so that its softmax (then zeroed) has no NaN to send back
+    const Mask knocked_out = hook_replaces("scores") ? knocked_out_rows(scores) : Mask();
+    if (!knocked_out.values.empty()) scores = masked_fill(scores, knocked_out, 0.0);
     Tensor pattern = without_sink(softmax(with_sink(scores, sink), -1), sink);  // (B, H, Tq, Tk)
     if (std::any_of(empty_rows.values.begin(), empty_rows.values.end(), [](uint8_t e) { return e != 0; }))
         pattern = masked_fill(pattern, empty_rows, 0.0);  // policy "zero": no weight, no context
+    if (!knocked_out.values.empty()) pattern = masked_fill(pattern, knocked_out, 0.0);
     pattern = hook("pattern", pattern);
     const bool use_dropout = options.training && options.dropout > 0.0;
     if (use_dropout && options.rng == nullptr) fail("attention", "dropout in training needs an Rng");

@@ -108,6 +108,9 @@ private:
     AttentionResult attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                                     const AttentionOptions& options) const;
     Tensor scores_of(const Tensor& q, const Tensor& k, const AttentionMask& mask) const;
+    // (B, H, Tq, 1): the rows a scores hook left without a key (every score -inf),
+    // refused under masked_rows "error"; no values when there are none.
+    Mask knocked_out_rows(const Tensor& scores) const;
     Tensor kept_heads(const Tensor& t) const;  // (H d_h) 1 or 0 per column, for ablated_heads
     Tensor out_of_results(const Tensor& z) const;  // the output projection by way of the hook point "result"
     Output attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, bool need_weights) const;

@@ -10,8 +10,11 @@
 //
 // Errors: every attnlab error (Error, ConfigError, a bad token) becomes a
 // ValueError holding the CLI's message; a hook pattern that names no point, a
-// KeyError; a missing file, FileNotFoundError. Exceptions raised by a hook
-// function pass through unchanged.
+// KeyError; a missing file, FileNotFoundError; a call into a model from a hook
+// of that model's own forward, RuntimeError. Exceptions raised by a hook
+// function pass through unchanged. The arguments' types and ranges are checked
+// before they get here (python/attnlab/inputs.py); the checks here are the last
+// line, for a caller of _core itself.
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -21,8 +24,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,6 +48,10 @@ namespace {
 
 struct KeyError : std::runtime_error {
     using std::runtime_error::runtime_error;
+};
+// A forward entered while one of the same model is running (from a hook function).
+struct ReentryError : std::logic_error {
+    using std::logic_error::logic_error;
 };
 
 // ---- arrays ----
@@ -76,17 +85,58 @@ Tensor from_numpy(const py::array& a, const std::string& what) {
     throw Error(what + ": expected a float32 or float64 array, got dtype " + std::string(py::str(a.dtype())));
 }
 
+// A numpy array of real numbers (integers or floats) as a new tensor of `dtype`,
+// cast as numpy casts; anything else is refused naming `what`.
+Tensor from_numpy_as(const py::array& a, DType dtype, const std::string& what) {
+    const char kind = a.dtype().kind();
+    if (kind != 'f' && kind != 'i' && kind != 'u')
+        throw Error(what + ": expected an array of numbers, got dtype " + std::string(py::str(a.dtype())));
+    if (dtype == DType::f32) {
+        if (py::isinstance<py::array_t<double>>(a)) {  // a float64 value beyond float32's range would turn into inf
+            const auto wide = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a);
+            for (py::ssize_t i = 0; i < wide.size(); ++i)
+                if (std::isfinite(wide.data()[i]) && std::abs(wide.data()[i]) > std::numeric_limits<float>::max()) {
+                    std::ostringstream value;
+                    value << wide.data()[i];
+                    throw Error(what + ": " + value.str() + " (at flat index " + std::to_string(i) +
+                                ") is beyond float32's range, the logits' dtype");
+                }
+        }
+        return from_numpy(py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a), what);
+    }
+    return from_numpy(py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a), what);
+}
+
 template <class T>
 void check_finite(const T* values, size_t n, const std::string& what) {
     for (size_t i = 0; i < n; ++i)
         if (!std::isfinite(values[i])) throw Error(what + ": holds a non-finite value (" + std::to_string(values[i]) + ")");
 }
 
-// A CPU tensor's values read where they lie (a patching loop checks every replacement).
+// A CPU tensor's values read where they lie.
 void check_finite(const Tensor& t, const std::string& what) {
     if (t.dtype() == DType::f32) check_finite(t.impl().array<float>().data(), t.numel(), what);
     else check_finite(t.impl().array<double>().data(), t.numel(), what);
 }
+
+// Marks a model as running a forward for the guard's lifetime: a hook function
+// that calls back into the same model (m.run inside a hook of m) would run the
+// forward with the caller's hooks still attached, into itself again.
+class Running {
+public:
+    Running(bool& running, const char* call) : running_(running) {
+        if (running_)
+            throw ReentryError(std::string(call) + ": called from a hook function while this model's forward is running; "
+                               "a hook may not run the model it hooks (attnlab.load the checkpoint a second time for that)");
+        running_ = true;
+    }
+    ~Running() { running_ = false; }
+    Running(const Running&) = delete;
+    Running& operator=(const Running&) = delete;
+
+private:
+    bool& running_;
+};
 
 // ---- the model ----
 
@@ -134,16 +184,21 @@ public:
                                        const std::vector<std::string>& record,
                                        const std::vector<std::pair<std::string, py::function>>& replace,
                                        const py::object& src, const std::vector<size_t>& src_lengths) const {
+        const Running running(running_, "run");
         const Batch batch = make_batch(tokens, lengths, src, src_lengths);
         Hooks hooks;
         for (const std::string& pattern : record) hooks.record(pattern);
+        // Hooks::at checks what the forward goes on with (shape, dtype, values),
+        // whether the function returned it or edited its input in place
         for (const auto& [pattern, fn] : replace)
             hooks.replace(pattern, [fn](const std::string& name, const Tensor& value) {
                 py::object out = fn(to_numpy(value), name);
-                if (out.is_none()) return value;  // observed only
-                const Tensor replacement = from_numpy(py::array::ensure(out), "hook " + name + ": the replacement");
-                check_finite(replacement, "hook " + name + ": the replacement");
-                return replacement.to(value.device());
+                if (out.is_none()) return value;  // observed, or edited in place
+                const py::array array = py::array::ensure(out);  // null when `out` is no array (its __array__ raised)
+                if (!array)
+                    throw Error("hook " + name + ": the replacement: expected an array, got " +
+                                std::string(py::str(py::type::of(out).attr("__name__"))));
+                return from_numpy(array, "hook " + name + ": the replacement").to(value.device());
             });
         NoGradGuard no_grad;
         if (record.empty() && replace.empty()) return {to_numpy(model().forward(batch)), py::dict()};  // no hooks to attach
@@ -158,6 +213,7 @@ public:
     std::pair<double, py::dict> grad(const py::array_t<int32_t>& tokens, const std::vector<size_t>& lengths, const py::array& seed,
                                      const std::vector<std::string>& names, const py::object& src,
                                      const std::vector<size_t>& src_lengths) const {
+        const Running running(running_, "grad");
         const Batch batch = make_batch(tokens, lengths, src, src_lengths);
         // each point's value continues as value + zero, the zero a leaf whose gradient is the point's
         std::vector<std::pair<std::string, Tensor>> zeros;
@@ -171,11 +227,12 @@ public:
             });
         check_patterns(hooks);
         const Tensor logits = model().forward(batch, hooks);
-        Tensor w = from_numpy(seed, "grad: the metric's gradient");
-        if (w.shape() != logits.shape() || w.dtype() != logits.dtype())
-            throw Error("grad: the metric's gradient must have the logits' shape " + shape_str(logits.shape()) + " and dtype " +
-                        to_string(logits.dtype()) + ", got " + shape_str(w.shape()) + " " + to_string(w.dtype()));
-        check_finite(w, "grad: the metric's gradient");
+        // any real array, cast to the logits' dtype (float64 W for a float32 model: rounded)
+        Tensor w = from_numpy_as(seed, logits.dtype(), "grad: the metric's gradient");
+        if (w.shape() != logits.shape())
+            throw Error("grad: the metric's gradient must have the logits' shape " + shape_str(logits.shape()) + ", got " +
+                        shape_str(w.shape()));
+        check_finite(w, "grad: the metric's gradient (as " + to_string(logits.dtype()) + ")");
         w = w.to(logits.device());
         const double value = sum(logits.detach() * w).item();
         logits.backward(w);
@@ -192,6 +249,7 @@ public:
     // mean of `repeats`: what a call through the module adds is measured against it (bench/).
     double forward_seconds(const py::array_t<int32_t>& tokens, const std::vector<size_t>& lengths, int repeats) const {
         if (repeats < 1) throw Error("forward_seconds: repeats must be >= 1");
+        const Running running(running_, "forward_seconds");
         const Batch batch = make_batch(tokens, lengths, py::none(), {});
         NoGradGuard no_grad;
         model().forward(batch);  // warm
@@ -273,6 +331,7 @@ private:
     std::string path_;
     LoadedCheckpoint loaded_;
     mutable std::set<std::string> good_patterns_;
+    mutable bool running_ = false;  // a forward is under way (Running)
 };
 
 }  // namespace
@@ -288,6 +347,8 @@ PYBIND11_MODULE(_core, m) {
             if (p) std::rethrow_exception(p);
         } catch (const KeyError& e) {
             PyErr_SetString(PyExc_KeyError, e.what());
+        } catch (const ReentryError& e) {
+            PyErr_SetString(PyExc_RuntimeError, e.what());
         } catch (const std::filesystem::filesystem_error& e) {
             PyErr_SetString(PyExc_FileNotFoundError, e.what());
         } catch (const std::bad_alloc&) {

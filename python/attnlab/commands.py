@@ -2,7 +2,9 @@
 the `attnlab` binary itself (the same code, messages and files as on the
 command line) and return the run folder or the command's HDF5 result as arrays.
 
-A bad argument raises ValueError with the CLI's one line (exit status 2);
+Every argument is checked before the binary runs (python/attnlab/inputs.py:
+TypeError or ValueError naming it); then a bad argument the CLI refuses raises
+ValueError with its one line (exit status 2);
 Ctrl-C (KeyboardInterrupt) during train stops the run at a checkpoint, as
 SIGINT does on the command line, and raises KeyboardInterrupt naming the run
 folder to resume.
@@ -16,6 +18,8 @@ import tempfile
 
 import h5py
 import numpy as np
+
+from attnlab import inputs
 
 
 class CommandError(RuntimeError):
@@ -38,8 +42,8 @@ def binary():
     raise FileNotFoundError("the attnlab binary was not found (set ATTNLAB_BINARY, or build it with scripts/setup.sh)")
 
 
-def _toml_value(value):
-    if isinstance(value, bool):
+def _toml_value(value, key):
+    if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, (int, np.integer)):
         return str(int(value))
@@ -48,8 +52,8 @@ def _toml_value(value):
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise ValueError(f"config value {value!r}: expected a bool, number, string or list")
+        return "[" + ", ".join(_toml_value(v, key) for v in value) + "]"
+    raise TypeError(f"{key}: {inputs.describe(value)} is not a config value (a bool, number, string or list of them)")
 
 
 def _overrides(config, overrides):
@@ -59,14 +63,16 @@ def _overrides(config, overrides):
 
     def add(prefix, table):
         for key, value in table.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
+            if not isinstance(key, str) or not key:
+                raise TypeError(f"config: the key {inputs.describe(key)}{' in ' + prefix if prefix else ''} is not a name (a string)")
+            name = f"{prefix}.{key}" if prefix else key
             if isinstance(value, dict):
                 add(name, value)
             else:
                 flat[name] = value
     add("", config or {})
     add("", {key.replace("__", "."): value for key, value in overrides.items()})
-    return [f"{key}={_toml_value(value)}" for key, value in flat.items()]
+    return [f"{key}={_toml_value(value, key)}" for key, value in flat.items()]
 
 
 def _run(args, echo=True):
@@ -111,20 +117,24 @@ def train(config=None, overrides=None, resume=None, quiet=False, **keyword_overr
     None trains the default experiment. overrides: {"model.heads": 4, ...};
     keyword overrides use '__' for the dot (model__heads=4). resume: a run folder
     to continue instead (`attnlab train --resume`)."""
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"overrides: expected a dict {{\"model.heads\": 4, ...}}, got {inputs.describe(overrides)}")
     if resume is not None:
+        resume = inputs.path(resume, "resume")
         if config is not None or overrides or keyword_overrides:
             raise ValueError("train: resume takes no config and no overrides (a run continues with its own config.toml)")
-        args = ["train", "--resume", os.fspath(resume)]
+        args = ["train", "--resume", resume]
     else:
         args = ["train"]
         table = None
         if isinstance(config, (str, os.PathLike)):
+            config = inputs.path(config, "config")
             if not os.path.isfile(config):
-                raise FileNotFoundError(f"{os.fspath(config)}: no such config file")
-            args.append(os.fspath(config))
+                raise FileNotFoundError(f"{config}: no such config file")
+            args.append(config)
         elif config is not None:
             if not isinstance(config, dict):
-                raise ValueError("train: config must be a TOML path or a dict")
+                raise TypeError(f"config: expected a TOML file's path or a dict of tables, got {inputs.describe(config)}")
             table = config
         args += _overrides(table, dict(overrides or {}, **keyword_overrides))
     status, lines = _run(args, echo=not quiet)
@@ -142,6 +152,12 @@ def read_h5(path):
     def text(value):
         return value.decode() if isinstance(value, bytes) else value
 
+    path = inputs.path(path, "path")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise ValueError(f"{path}: a folder, not an HDF5 file")
+
     def read(group):
         out = {}
         for name, item in group.items():
@@ -153,40 +169,77 @@ def read_h5(path):
             if "axes" in item.attrs:
                 out[name + "_axes"] = tuple(str(text(item.attrs["axes"])).replace(",", " ").split())
         return out
-    with h5py.File(path, "r") as f:
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:  # h5py's message names no file: "Unable to open file (file signature not found)"
+        raise ValueError(f"{path}: not an HDF5 file h5py can read ({e})") from None
+    with f:
         result = read(f)
         result["attrs"] = {key: text(value) for key, value in f.attrs.items()}
     return result
 
 
-def _command(name, checkpoint, options, echo):
-    """`attnlab NAME CHECKPOINT --out TMP OPTIONS...`, its file read back."""
-    folder = tempfile.mkdtemp(prefix=f"attnlab_{name}_")
-    try:
-        out = os.path.join(folder, "out.h5")
-        args = [name, os.fspath(checkpoint), "--out", out]
-        for key, value in options.items():
-            flag = "--" + key.replace("_", "-")
-            if value is None or value is False:
-                continue
-            if value is True:
-                args.append(flag)
-            elif isinstance(value, (list, tuple, np.ndarray)):
-                items = list(value)
-                args += [flag, ",".join(items) if all(isinstance(v, str) for v in items) else " ".join(str(int(v)) for v in items)]
+# The options whose lists are token ids (or, as a string, a text model's text),
+# checked as Model.run checks tokens, and those whose lists are positions.
+_TOKEN_OPTIONS = ("clean", "corrupt", "tokens", "target")
+_POSITION_OPTIONS = ("positions",)
+
+
+def _arguments(options):
+    """--key value arguments from keyword options, each value checked: True a flag
+    (False and None: left out), a list of token ids or positions space-separated,
+    a list of names comma-separated, a number, a string or a path as itself."""
+    args = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        value = inputs.as_numpy(value)
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value.item()
+        if value is None or value is False or value is np.False_:
+            continue
+        if value is True or value is np.True_:
+            args.append(flag)
+        elif isinstance(value, (list, tuple, range, np.ndarray)):
+            if key in _TOKEN_OPTIONS + _POSITION_OPTIONS:
+                ids = inputs.sequence(value, key, "token" if key in _TOKEN_OPTIONS else "position")
+                args += [flag, " ".join(map(str, ids))]
+            elif any(isinstance(v, str) for v in value):
+                args += [flag, ",".join(inputs.names(list(value), key, []))]
             else:
-                args += [flag, str(value)]
-        status, lines = _run(args, echo=echo)
+                args += [flag, " ".join(map(str, inputs.sequence(value, key, "number")))]
+        elif isinstance(value, (str, os.PathLike)):
+            args += [flag, inputs.path(value, key) if isinstance(value, os.PathLike) else value]
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            args += [flag, str(value.item() if isinstance(value, np.generic) else value)]
+        else:
+            raise TypeError(f"{key}: {inputs.describe(value)} is not an option value (a bool, number, string, path or list)")
+    return args
+
+
+def _command(name, checkpoint, options, echo):
+    """`attnlab NAME CHECKPOINT --out OUT OPTIONS...`, its file read back: OUT the
+    caller's `out=`, else a temporary file removed after."""
+    checkpoint = inputs.path(checkpoint, "checkpoint")
+    options = dict(options)
+    out = options.pop("out", None)
+    out = inputs.path(out, "out") if out is not None else None
+    args = _arguments(options)  # every check before the binary runs and writes anything
+    folder = None if out is not None else tempfile.mkdtemp(prefix=f"attnlab_{name}_")
+    try:
+        target = out if out is not None else os.path.join(folder, "out.h5")
+        status, lines = _run([name, checkpoint, "--out", target] + args, echo=echo)
         _checked(status, lines)
-        return read_h5(out)
+        return read_h5(target)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def patch(checkpoint, quiet=True, **options):
     """`attnlab patch` (clean=[...], corrupt=[...], answers="9:8", hooks=["z", "v"],
     per_position=True, noising=True, metric=..., pairs=FILE): its .patch.h5 as a dict
-    (result["grid"]["z"]["values"] with result["grid"]["z_axes"] = ("layer", "head"))."""
+    (result["grid"]["z"]["values"] with result["grid"]["z_axes"] = ("layer", "head")).
+    With out=FILE the file is also kept there (the CLI writes it as `--out` does)."""
     return _command("patch", checkpoint, options, not quiet)
 
 

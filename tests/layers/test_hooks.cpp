@@ -1,7 +1,9 @@
 // Hook points (layers/hooks.h): every point a model declares is reached by a
 // forward pass; recording never changes a result; a replacement flows on
 // (values and gradients); replacing scores or the pattern by themselves
-// reproduces the fused op; bad patterns and bad replacements are refused.
+// reproduces the fused op; bad patterns and bad replacements are refused; what a
+// hook leaves (returned or edited in place) is checked against the point's
+// HookValues: -inf in the scores (a knockout), nothing else non-finite.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -306,6 +308,119 @@ TEST(Hooks, ComposedAttentionKeepsTheMaskedRowPolicies) {
         recorded_forward(strict, hooks, [&] { return strict.forward(random_tokens(data, 2, 4, 11), {4, 0}); });
     });
     EXPECT_TRUE(starts_with(message, "[attention] batch item 1, query position 0 has no eligible key")) << message;
+}
+
+// (1, 1, T, T): true at the (query, key) pairs given
+Mask pairs_mask(size_t T, const std::vector<std::pair<size_t, size_t>>& pairs) {
+    Mask m({1, 1, T, T}, std::vector<uint8_t>(T * T, 0));
+    for (const auto& [i, j] : pairs) m.values[i * T + j] = 1;
+    return m;
+}
+
+// A knockout (a score set to -inf) is a replacement like any other: the key gets
+// no weight, the others renormalise, gradients stay finite; editing the scores in
+// place gives the same forward as returning the edited copy.
+TEST(Hooks, ScoresMayHoldMinusInfAndAKnockedOutKeyGetsNoWeight) {
+    Rng init(21), data(22);
+    DecoderLM model(small_config(), init, nullptr);
+    model.to(DType::f64);
+    const Indices tokens = random_tokens(data, 2, 6, 11);
+    const Mask knock = pairs_mask(6, {{4, 1}});
+    Hooks replaced;
+    replaced.replace("blocks.0.attn.scores", [&](const std::string&, const Tensor& s) { return masked_fill(s, knock, -INFINITY); })
+        .record("blocks.0.attn.pattern");
+    Tensor logits = recorded_forward(model, replaced, [&] { return model.forward(tokens, {6, 6}); });
+    model.zero_grad();
+    sum(logits * logits).backward();
+    for (const Tensor& p : model.parameters()) EXPECT_TRUE(all_finite(p.grad().values()));
+    const Tensor& pattern = replaced.last("blocks.0.attn.pattern");
+    for (size_t b = 0; b < 2; ++b)
+        for (size_t h = 0; h < 2; ++h) {
+            EXPECT_EQ(pattern.at({b, h, 4, 1}), 0.0);
+            double row = 0.0;
+            for (size_t j = 0; j < 6; ++j) row += pattern.at({b, h, 4, j});
+            EXPECT_NEAR(row, 1.0, 1e-12);
+        }
+    NoGradGuard no_grad;
+    Hooks in_place;
+    in_place.replace("blocks.0.attn.scores", [&](const std::string&, const Tensor& s) {
+        Tensor(s).assign(masked_fill(s, knock, -INFINITY));
+        return s;
+    });
+    const Tensor edited = recorded_forward(model, in_place, [&] { return model.forward(tokens, {6, 6}); });
+    EXPECT_EQ(max_abs_diff(edited.values(), logits.values()), 0.0);
+}
+
+// A row the hook leaves at -inf throughout has no eligible key: the model's
+// masked_rows policy decides, as for a row the mask empties.
+TEST(Hooks, AScoresRowOfOnlyMinusInfFollowsTheMaskedRowsPolicy) {
+    Rng init(23), data(24);
+    const Indices tokens = random_tokens(data, 1, 6, 11);
+    const Mask row = pairs_mask(6, {{3, 0}, {3, 1}, {3, 2}, {3, 3}, {3, 4}, {3, 5}});
+    Hooks hooks;
+    hooks.replace("blocks.1.attn.scores", [&](const std::string&, const Tensor& s) { return masked_fill(s, row, -INFINITY); })
+        .record("blocks.1.attn.pattern")
+        .record("blocks.1.attn.z");
+    DecoderLM strict(small_config(), init, nullptr);
+    const std::string message = error_message([&] { recorded_forward(strict, hooks, [&] { return strict.forward(tokens); }); });
+    EXPECT_TRUE(starts_with(message, "[attention] blocks.1.attn.scores: batch item 0, head 0, query position 3 has no key left "
+                                     "after the hook (every score -inf; masked_rows = \"error\"")) << message;
+    EXPECT_NO_THROW(strict.forward(tokens));  // detached, as it was
+
+    ModelConfig c = small_config();
+    c.block.attention.masked_rows = MaskedRows::zero;
+    DecoderLM lenient(c, init, nullptr);
+    lenient.to(DType::f64);
+    Tensor logits = recorded_forward(lenient, hooks, [&] { return lenient.forward(tokens); });
+    lenient.zero_grad();
+    sum(logits * logits).backward();
+    EXPECT_TRUE(all_finite(logits.values()));
+    for (const auto& [name, p] : lenient.named_parameters()) EXPECT_TRUE(all_finite(p.grad().values())) << name;
+    const Tensor& pattern = hooks.last("blocks.1.attn.pattern");
+    const Tensor& z = hooks.last("blocks.1.attn.z");  // (B, T, H, d_h)
+    for (size_t h = 0; h < 2; ++h) {
+        for (size_t j = 0; j < 6; ++j) EXPECT_EQ(pattern.at({0, h, 3, j}), 0.0);  // no weight
+        for (size_t d = 0; d < 8; ++d) EXPECT_EQ(z.at({0, 3, h, d}), 0.0);        // no context
+    }
+}
+
+// NaN and +inf are refused everywhere, -inf everywhere but the scores, whether the
+// hook returns them or writes them into its input; a point that held them before
+// the hook (the model's own doing) is not refused.
+TEST(Hooks, AHookMayNotBringNaNOrInfinity) {
+    Rng init(25), data(26);
+    DecoderLM model(small_config(), init, nullptr);
+    model.eval();
+    const Indices tokens = random_tokens(data, 1, 4, 11);
+    const auto refusal = [&](const std::string& point, Hooks::Replace fn) {
+        Hooks hooks;
+        hooks.replace(point, std::move(fn));
+        return error_message([&] { recorded_forward(model, hooks, [&] { return model.forward(tokens); }); });
+    };
+    const Mask one = pairs_mask(4, {{2, 1}});
+    for (double value : {double(NAN), double(INFINITY)}) {
+        const std::string message = refusal("blocks.0.attn.scores", [&](const std::string&, const Tensor& s) { return masked_fill(s, one, value); });
+        EXPECT_TRUE(starts_with(message, "[hooks] blocks.0.attn.scores: after the hook it holds a non-finite value, " +
+                                             std::string(std::isnan(value) ? "nan" : "inf") + " at (0, 0, 2, 1) (scores may be -inf")) << message;
+    }
+    const std::string z_message = refusal("blocks.1.attn.z", [](const std::string&, const Tensor& z) { return z - INFINITY; });
+    EXPECT_TRUE(starts_with(z_message, "[hooks] blocks.1.attn.z: after the hook it holds a non-finite value, -inf at (0, 0, 0, 0)"))
+        << z_message;
+    EXPECT_TRUE(contains(z_message, "(only finite values may follow a hook here)")) << z_message;
+    NoGradGuard no_grad;
+    const std::string in_place = refusal("blocks.0.ffn.hidden", [](const std::string&, const Tensor& h) {
+        Tensor(h).assign(h * NAN);
+        return h;
+    });
+    EXPECT_TRUE(starts_with(in_place, "[hooks] blocks.0.ffn.hidden: after the hook it holds a non-finite value, nan at (0, 0, 0)"))
+        << in_place;
+    EXPECT_TRUE(all_finite(model.forward(tokens).values()));  // the model as it was
+
+    for (const auto& [name, p] : model.named_parameters())
+        if (name == "tok_emb.weight") Tensor(p).assign(p * NAN);
+    Hooks unchanged;
+    unchanged.replace("blocks.0.resid_pre", [](const std::string&, const Tensor& x) { return x; });
+    EXPECT_NO_THROW(recorded_forward(model, unchanged, [&] { return model.forward(tokens); }));
 }
 
 }  // namespace
