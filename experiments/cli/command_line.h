@@ -309,7 +309,7 @@ inline OutputFile default_output(const std::string& checkpoint, const std::strin
     for (const std::string& part : parts) {
         tail += ".";
         for (const char c : part)
-            tail += std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._+=-", c) ? c : '_';
+            tail += std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("._+=-", c)) ? c : '_';
     }
     std::filesystem::path path = beside_checkpoint(checkpoint, tail + ".h5");
     std::string name = path.filename().string();
