@@ -30,7 +30,8 @@ run() {  # run LABEL COMMAND...
 
 : > "$out"
 for args in "--workload mha --shape 8,128,256,8" "--workload mha --shape 64,32,64,4" \
-            "--workload train --size small" "--workload train --size medium" "--workload train --size large"; do
+            "--workload train --size small" "--workload train --size medium" "--workload train --size large" \
+            "--workload train --size nanogpt"; do
   echo "workload: $args" >&2
   for round in $(seq "$rounds"); do
     # shellcheck disable=SC2086

@@ -22,6 +22,7 @@ import sys
 import matplotlib
 
 import h5_probe
+from output_files import save_figure
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -90,7 +91,7 @@ def plot_head(weights, q_tokens, k_tokens, causal, title, path, alphabet=None):
     ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import h5_probe  # noqa: E402
+from output_files import save_figure  # noqa: E402
 
 
 def text(value):
@@ -58,7 +59,7 @@ def main():
             ax.set_title("logit lens (cells: the lens's top token)", fontsize=10)
             fig.tight_layout()
             path = os.path.join(out_dir, "lens.png")
-            fig.savefig(path, dpi=110)
+            save_figure(fig, path, dpi=110)
             plt.close(fig)
             print(f"wrote {path}")
             if "dla" in f:
@@ -74,7 +75,7 @@ def main():
                 ax.set_title("direct logit attribution, last position", fontsize=10)
                 fig.tight_layout()
                 path = os.path.join(out_dir, "dla_heads.png")
-                fig.savefig(path, dpi=110)
+                save_figure(fig, path, dpi=110)
                 plt.close(fig)
                 print(f"wrote {path}")
     except (OSError, KeyError, ValueError) as e:

@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import h5_probe  # noqa: E402
+from output_files import save_figure  # noqa: E402
 
 
 def text(value):
@@ -58,7 +59,7 @@ def draw(values, axes, hook, metric, direction, path):
         fig.colorbar(im, ax=axs[0][-1], label=metric)
     fig.suptitle(f"patching {hook} ({direction})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -39,6 +39,7 @@ import tomllib
 import matplotlib
 
 import h5_probe
+from output_files import save_figure
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -214,10 +215,8 @@ def plot_head_scores(axes, evaluation, heads):
 
 
 def save(fig, path):
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)  # a viewer never sees half a file, two writers never share a temporary
     plt.close(fig)
-    os.replace(tmp, path)  # a viewer never sees half a file
 
 
 def plot(run_dir, out_dir):

@@ -57,6 +57,7 @@ import glob
 import importlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,7 +117,8 @@ def check_out(out, inputs):
     """--out names a file the report may write: never an input, never a file other
     than an HTML report (an existing file is replaced only when it is one), and
     inside a run or sweep folder only an .html file outside the folders that
-    attnlab itself writes (checkpoints/, cells/, logs/, tb/)."""
+    attnlab itself writes (checkpoints/, cells/, logs/, tb/). Returns the identity
+    (st_dev, st_ino) of the report found there, which alone may be replaced, or None."""
     from report_load import ReportError
     if not out:
         raise ReportError("--out: empty path")
@@ -144,6 +146,8 @@ def check_out(out, inputs):
         if len(inside) > 1 and inside[0] in ATTNLAB_FOLDERS:
             raise ReportError(f"--out {out} is inside {os.path.join(owner, inside[0])}, which attnlab writes; "
                               "put the report elsewhere")
+    from output_files import file_id
+    return file_id(out)
 
 
 def hdf5_format(path):
@@ -274,27 +278,18 @@ def build(args):
     return run_page(runs[0]) if len(runs) == 1 else runs_page(runs)
 
 
-def write_atomically(path, text):
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+def interrupted(number, frame):
+    raise KeyboardInterrupt
+
+
+def write_report(path, text, seen):
+    """The report, written as attnlab writes its outputs (tools/output_files.py)."""
+    from output_files import write_output
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_output(path, write, seen)
 
 
 def main(argv=None):
@@ -314,12 +309,15 @@ def main(argv=None):
         print(f"{prog}: {sys.executable} lacks {e.name} (install Debian's python3-plotly and python3-h5py, "
               "or run scripts/setup.sh)", file=sys.stderr)
         return 2
+    from output_files import OutputKept
     from report_load import ReportError
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # as SIGINT: the temporary file is removed on the way out
+        signal.signal(sig, interrupted)
     try:
-        check_out(args.out, args.paths)
+        seen = check_out(args.out, args.paths)
         page = build(args)
-        write_atomically(args.out, page.html())
-    except ReportError as e:
+        write_report(args.out, page.html(), seen)
+    except (ReportError, OutputKept) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # nothing written: the temporary file is removed on the way out

@@ -10,7 +10,7 @@
 #include "data/h5file.h"
 #include "experiments/run/model_factory.h"
 #include "experiments/files/parse_number.h"
-#include "experiments/files/run_files.h"
+#include "experiments/files/output_file.h"
 
 namespace attnlab {
 
@@ -49,10 +49,10 @@ Score evaluate_ablated(const TaskModel& model, const std::vector<Batch>& data, c
     return evaluate(model, data, &hooks);
 }
 
-// An HDF5 file written through `path`.tmp, fsynced and renamed (run_files.h).
+// An HDF5 file written through a temporary, fsynced and renamed (output_file.h).
 template <class Body>
-void write_h5_atomically(const std::string& path, const std::string& tag, Body body) {
-    write_atomically(std::filesystem::path(path), "[" + tag + "]", [&](const std::string& tmp) {
+std::string write_h5_atomically(const OutputFile& out, const std::string& tag, Body body) {
+    return write_output(out, "[" + tag + "]", [&](const std::string& tmp) {
         h5::File file = h5::File::create(tmp, tag);
         body(file);
         file.close();
@@ -196,8 +196,8 @@ std::string ablation_table(const Ablation& a) {
     return out;
 }
 
-void write_ablation_h5(const std::string& path, const Ablation& a, const AblationSource& source) {
-    write_h5_atomically(path, "ablate", [&](const h5::File& file) {
+std::string write_ablation_h5(const OutputFile& out, const Ablation& a, const AblationSource& source) {
+    return write_h5_atomically(out, "ablate", [&](const h5::File& file) {
         write_source_attrs(file, "attnlab-ablation", source);
         file.write_attr_int("seed", static_cast<int64_t>(source.seed));
         file.write_attr_int("batches", static_cast<int64_t>(source.batches));
@@ -257,13 +257,13 @@ void write_ablation_h5(const std::string& path, const Ablation& a, const Ablatio
     });
 }
 
-void write_maps_h5(const std::string& path, const TaskModel& model, const Batch& batch, const AblationSource& source) {
+std::string write_maps_h5(const OutputFile& out, const TaskModel& model, const Batch& batch, const AblationSource& source) {
     NoGradGuard no_grad;
     Hooks hooks;
     hooks.record("*attn.pattern");
     model.forward(batch, hooks);
     const std::vector<AttentionKind> kinds = model.kinds_for(batch);
-    write_h5_atomically(path, "ablate", [&](const h5::File& file) {
+    return write_h5_atomically(out, "ablate", [&](const h5::File& file) {
         write_source_attrs(file, "attnlab-maps", source);
         file.write_attr_string("kind", model.encoder_decoder() ? "encoder-decoder" : "decoder");
         file.write_attr_int("layers", static_cast<int64_t>(model.layers()));

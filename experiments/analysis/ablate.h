@@ -21,6 +21,7 @@ namespace attnlab {
 
 class TaskModel;
 struct Config;
+struct OutputFile;  // experiments/files/output_file.h
 
 struct AblationRow {
     std::string kind;  // "self" | "enc_self" | "dec_self" | "cross"
@@ -70,7 +71,8 @@ Ablation ablate(const TaskModel& model, const std::vector<Batch>& data,
 std::string ablation_table(const Ablation& ablation);
 
 // The HDF5 file `attnlab ablate` writes (format "attnlab-ablation", version 1),
-// to `path`.tmp, then renamed:
+// whole to `out` (a temporary, then a rename: output_file.h; returns the name it
+// was given):
 //
 //   /  attrs: format, format_version, checkpoint, step, config (TOML), seed, batches,
 //             sequences, counted (positions scored), baseline_loss, baseline_token_acc,
@@ -90,7 +92,7 @@ struct AblationSource {
     uint64_t seed = 0;
     size_t batches = 0;
 };
-void write_ablation_h5(const std::string& path, const Ablation& ablation, const AblationSource& source);
+std::string write_ablation_h5(const OutputFile& out, const Ablation& ablation, const AblationSource& source);
 
 // The attention maps of one batch, readable by tools/plot_heads.py (and laid out
 // as `attnlab inspect` writes them), format "attnlab-maps", version 1:
@@ -100,6 +102,6 @@ void write_ablation_h5(const std::string& path, const Ablation& ablation, const 
 //   encoder-decoder:  /src [B,S] int32, /src_lengths [B] int64, /tgt [B,T] int32, /tgt_lengths [B] int64
 //   /targets [B,T] int32, /loss_mask [B,T] uint8
 //   /attention/<kind>/layer_<l> [B,H,Tq,Tk] float32   (ineligible keys weigh exactly 0)
-void write_maps_h5(const std::string& path, const TaskModel& model, const Batch& batch, const AblationSource& source);
+std::string write_maps_h5(const OutputFile& out, const TaskModel& model, const Batch& batch, const AblationSource& source);
 
 }  // namespace attnlab

@@ -5,7 +5,7 @@
 
 #include "data/h5file.h"
 #include "experiments/files/provenance.h"
-#include "experiments/files/run_files.h"
+#include "experiments/files/output_file.h"
 
 namespace attnlab {
 
@@ -51,14 +51,14 @@ double cache_bytes_needed(const CacheRequest& request, Hooks& hooks) {
     return per_batch * static_cast<double>(request.batches);
 }
 
-size_t write_cache(const std::string& out, const CacheRequest& request, Hooks& hooks) {
+size_t write_cache(const OutputFile& out, const CacheRequest& request, Hooks& hooks) {
     const LoadedCheckpoint& in = *request.checkpoint;
     const std::unique_ptr<BatchSource> source = make_batch_source(in.config, request.seed, 2);
     const size_t T = source->max_sequence_length(), S = static_cast<size_t>(in.config.task.max_len);
     const auto rows_per_batch = static_cast<size_t>(batch_size(in.config));
     size_t rows = 0;
     const TaskModel& model = *in.loaded.model;
-    write_atomically(std::filesystem::path(out), "[cache]", [&](const std::string& tmp) {
+    write_output(out, "[cache]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "cache");
         write_output_attrs(f, "attnlab-cache", in.path, in.checkpoint.step);
         f.write_attr_string("config", in.checkpoint.config_toml);

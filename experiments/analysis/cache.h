@@ -13,6 +13,8 @@
 
 namespace attnlab {
 
+struct OutputFile;  // experiments/files/output_file.h
+
 struct CacheRequest {
     const LoadedCheckpoint* checkpoint = nullptr;
     uint64_t seed = 0;  // the data stream's seed
@@ -24,8 +26,8 @@ struct CacheRequest {
 double cache_bytes_needed(const CacheRequest& request, Hooks& hooks);
 
 // Every batch's activations (the points `hooks` records) appended to `out` as
-// they come, the file written whole (a temporary, then a rename); returns the
-// sequences written.
-size_t write_cache(const std::string& out, const CacheRequest& request, Hooks& hooks);
+// they come, the file written whole (a temporary, then a rename: output_file.h);
+// returns the sequences written.
+size_t write_cache(const OutputFile& out, const CacheRequest& request, Hooks& hooks);
 
 }  // namespace attnlab

@@ -12,7 +12,7 @@
 #include "data/h5file.h"
 #include "data/tasks.h"
 #include "experiments/files/provenance.h"
-#include "experiments/files/run_files.h"
+#include "experiments/files/output_file.h"
 #include "experiments/run/model_factory.h"
 #include "layers/hooks.h"
 #include "layers/models.h"
@@ -480,10 +480,10 @@ Agreement agreement(const std::vector<double>& approx, const std::vector<double>
     return a;
 }
 
-void write_circuit_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
+std::string write_circuit_file(const OutputFile& out, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
                         const CircuitOptions& o, const CircuitResult& r, const std::vector<double>& exact, const Agreement& a,
                         const Discovery* d) {
-    write_atomically(std::filesystem::path(path), "[circuit]", [&](const std::string& tmp) {
+    return write_output(out, "[circuit]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "circuit");
         write_output_attrs(f, "attnlab-circuit", checkpoint, step);
         f.write_attr_string("metric", to_string(o.metric));

@@ -124,8 +124,8 @@ Discovery discover_circuit(const TaskModel& model, const PromptPairs& pairs, Pat
 
 // The circuit file (format "attnlab-circuit", docs/file_formats.md), written whole.
 // `exact` and `agreement` are written when `exact` is non-empty (--compare exact),
-// `discovery` when given (--prune).
-void write_circuit_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
+// `discovery` when given (--prune). Returns the name it was given (output_file.h).
+std::string write_circuit_file(const OutputFile& out, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
                         const CircuitOptions& options, const CircuitResult& result, const std::vector<double>& exact,
                         const Agreement& agreement, const Discovery* discovery = nullptr);
 

@@ -8,7 +8,7 @@
 #include "data/h5file.h"
 #include "experiments/analysis/log_prob.h"
 #include "experiments/files/provenance.h"
-#include "experiments/files/run_files.h"
+#include "experiments/files/output_file.h"
 #include "experiments/run/model_factory.h"
 
 namespace attnlab {
@@ -83,10 +83,10 @@ std::vector<int64_t> wide(const std::vector<int32_t>& v) { return std::vector<in
 
 }  // namespace
 
-void write_lens_file(const std::string& out, const std::string& path, int64_t step, const std::vector<int32_t>& tokens,
+std::string write_lens_file(const OutputFile& out, const std::string& path, int64_t step, const std::vector<int32_t>& tokens,
                      const LensResult& r) {
     const size_t L = r.layers, H = r.heads, T = r.positions;
-    write_atomically(std::filesystem::path(out), "[lens]", [&](const std::string& tmp) {
+    return write_output(out, "[lens]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "lens");
         write_output_attrs(f, "attnlab-lens", path, step);
         f.write_attr_int("attribution", r.attribution ? 1 : 0);

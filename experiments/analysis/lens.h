@@ -27,6 +27,7 @@
 namespace attnlab {
 
 class TaskModel;
+struct OutputFile;  // experiments/files/output_file.h
 
 struct LensResult {
     size_t layers = 0, heads = 0, batch = 0, positions = 0, vocab = 0;
@@ -47,8 +48,9 @@ struct LensResult {
 LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::vector<int32_t>& targets = {});
 
 // The lens file (format "attnlab-lens", docs/file_formats.md), written whole
-// (atomically) to `out`: `checkpoint` and `step` name what it read.
-void write_lens_file(const std::string& out, const std::string& checkpoint, int64_t step, const std::vector<int32_t>& tokens,
+// (atomically) to `out`: `checkpoint` and `step` name what it read. Returns the
+// name it was given (output_file.h).
+std::string write_lens_file(const OutputFile& out, const std::string& checkpoint, int64_t step, const std::vector<int32_t>& tokens,
                      const LensResult& r);
 
 }  // namespace attnlab

@@ -10,7 +10,7 @@
 #include "data/h5file.h"
 #include "experiments/analysis/log_prob.h"
 #include "experiments/files/provenance.h"
-#include "experiments/files/run_files.h"
+#include "experiments/files/output_file.h"
 #include "experiments/analysis/tolerance.h"
 #include "experiments/run/model_factory.h"
 
@@ -98,9 +98,9 @@ void write_prompt_pairs(const h5::File& f, const PromptPairs& p) {
     write_table(f, "corrupt_answers", p.corrupt_answers);
 }
 
-void write_patch_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& p,
+std::string write_patch_file(const OutputFile& out, const std::string& checkpoint, int64_t step, const PromptPairs& p,
                       const PatchOptions& o, const PatchResult& r) {
-    write_atomically(std::filesystem::path(path), "[patch]", [&](const std::string& tmp) {
+    return write_output(out, "[patch]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "patch");
         write_output_attrs(f, "attnlab-patch", checkpoint, step);
         f.write_attr_string("metric", to_string(o.metric));

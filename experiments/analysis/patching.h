@@ -26,6 +26,7 @@
 namespace attnlab {
 
 class TaskModel;
+struct OutputFile;  // experiments/files/output_file.h
 class Hooks;
 struct Batch;
 namespace h5 {
@@ -89,8 +90,9 @@ struct PatchResult {
 PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs, const PatchOptions& options);
 
 // The patch file (format "attnlab-patch", docs/file_formats.md), written whole
-// (atomically) to `path`: `checkpoint` and `step` name what it read.
-void write_patch_file(const std::string& path, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
+// (atomically) to `out`: `checkpoint` and `step` name what it read. Returns the
+// name it was given (output_file.h).
+std::string write_patch_file(const OutputFile& out, const std::string& checkpoint, int64_t step, const PromptPairs& pairs,
                       const PatchOptions& options, const PatchResult& result);
 
 // The pairs as a patch file holds them: /clean, /corrupt [N, T], /positions,

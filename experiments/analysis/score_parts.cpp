@@ -7,7 +7,7 @@
 #include "data/h5file.h"
 #include "experiments/analysis/patching.h"
 #include "experiments/files/provenance.h"
-#include "experiments/files/run_files.h"
+#include "experiments/files/output_file.h"
 #include "experiments/run/head_scores.h"
 #include "experiments/run/model_factory.h"
 #include "layers/hooks.h"
@@ -116,9 +116,9 @@ ScoreParts score_parts(const TaskModel& model, const std::vector<int32_t>& token
     return r;
 }
 
-void write_score_parts_file(const std::string& path, const std::string& checkpoint, int64_t step, const std::vector<int32_t>& tokens,
+std::string write_score_parts_file(const OutputFile& out, const std::string& checkpoint, int64_t step, const std::vector<int32_t>& tokens,
                             const ScoreParts& r) {
-    write_atomically(std::filesystem::path(path), "[decompose]", [&](const std::string& tmp) {
+    return write_output(out, "[decompose]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "decompose");
         write_output_attrs(f, "attnlab-score-parts", checkpoint, step);
         f.write_attr_int("layer", static_cast<int64_t>(r.layer));

@@ -24,6 +24,7 @@
 namespace attnlab {
 
 class TaskModel;
+struct OutputFile;  // experiments/files/output_file.h
 
 struct ScoreParts {
     size_t layer = 0, head = 0, query = 0, key = 0;
@@ -39,8 +40,9 @@ struct ScoreParts {
 ScoreParts score_parts(const TaskModel& model, const std::vector<int32_t>& tokens, size_t layer, size_t head, size_t query,
                        size_t key);
 
-// The file (format "attnlab-score-parts", docs/file_formats.md), written whole.
-void write_score_parts_file(const std::string& path, const std::string& checkpoint, int64_t step, const std::vector<int32_t>& tokens,
+// The file (format "attnlab-score-parts", docs/file_formats.md), written whole;
+// returns the name it was given (output_file.h).
+std::string write_score_parts_file(const OutputFile& out, const std::string& checkpoint, int64_t step, const std::vector<int32_t>& tokens,
                             const ScoreParts& parts);
 
 }  // namespace attnlab

@@ -27,7 +27,8 @@ over the eval data's valid positions, and the eval is run again. The table gives
 the change of loss, token and sequence accuracy; rows are sorted by effect, the
 larger of the two loss increases.
 
---out FILE.h5 (default: beside the checkpoint, step_NNNNNNN.ablation.h5):
+--out FILE.h5 (default: beside the checkpoint, step_NNNNNNN.ablation.h5, or
+  step_NNNNNNN.ablation-2.h5, ... when that exists: nothing is replaced):
   /  attrs: format = "attnlab-ablation", format_version = 1, checkpoint, step, config,
             seed, batches, sequences, counted, baseline_loss, baseline_token_acc, baseline_seq_acc
   /ranked/{kind, layer, head, zero_loss, zero_token_acc, zero_seq_acc,
@@ -40,8 +41,6 @@ larger of the two loss increases.
   (format "attnlab-maps": /tokens [B,T], /lengths [B], /targets, /loss_mask,
   /attention/<kind>/layer_<l> [B,H,Tq,Tk]) for tools/plot_heads.py.
 )";
-
-std::string default_out(const std::string& checkpoint) { return beside_checkpoint(checkpoint, ".ablation.h5"); }
 
 }  // namespace
 
@@ -60,13 +59,13 @@ int cmd_ablate(const std::vector<std::string>& args) {
     }
     const std::string path = checkpoint_argument(parsed);
     checkpoint_batches(parsed);  // a bad --batches before the output paths are looked at
-    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : default_out(path);
-    check_output("--out", out, {path}, "attnlab-ablation");
-    const std::string maps = parsed.count("maps") ? parsed["maps"].as<std::string>() : "";
+    const OutputFile out = parsed.count("out") ? check_output("--out", parsed["out"].as<std::string>(), {path}, "attnlab-ablation")
+                                               : default_output(path, "ablation");
+    std::optional<OutputFile> maps;
     if (parsed.count("maps")) {
-        check_output("--maps", maps, {path}, "attnlab-maps");
-        if (std::filesystem::absolute(maps).lexically_normal() == std::filesystem::absolute(out).lexically_normal())
-            throw UsageError("--maps and --out name the same file " + out);
+        maps = check_output("--maps", parsed["maps"].as<std::string>(), {path}, "attnlab-maps");
+        if (std::filesystem::absolute(maps->path).lexically_normal() == std::filesystem::absolute(out.path).lexically_normal())
+            throw UsageError("--maps and --out name the same file " + out.path.string());
     }
 
     const CheckpointInput in = load_checkpoint_input(parsed);  // after the output paths are checked
@@ -91,18 +90,18 @@ int cmd_ablate(const std::vector<std::string>& args) {
     const std::vector<Batch> data = fresh_batches(in);  // the `attnlab eval` stream
 
     const Ablation ablation = ablate(*loaded.model, data, groups);
-    write_ablation_h5(out, ablation, source);
+    const std::string written = write_ablation_h5(out, ablation, source);
     try {
-        if (!maps.empty()) write_maps_h5(maps, *loaded.model, data.front(), source);
+        if (maps) write_maps_h5(*maps, *loaded.model, data.front(), source);
     } catch (...) {  // both files or neither
         std::error_code ignored;
-        std::filesystem::remove(out, ignored);
+        std::filesystem::remove(written, ignored);
         throw;
     }
     std::printf("ablate %s (step %lld): %zu heads, %d batches x %lld sequences\n", path.c_str(),
                 static_cast<long long>(checkpoint.step), ablation.rows.size(), batches, static_cast<long long>(batch_size(config)));
     std::fputs(ablation_table(ablation).c_str(), stdout);
-    std::printf("wrote %s%s%s\n", out.c_str(), maps.empty() ? "" : " and ", maps.c_str());
+    std::printf("wrote %s%s%s\n", wrote_text(out, written).c_str(), maps ? " and " : "", maps ? maps->path.c_str() : "");
     return 0;
 }
 

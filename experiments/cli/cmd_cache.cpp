@@ -67,8 +67,7 @@ int cmd_cache(const std::vector<std::string>& args) {
     checkpoint_batches(parsed);
     if (!parsed.count("hooks")) throw UsageError("--hooks is required (e.g. --hooks \"blocks.*.attn.z\")");
     if (!parsed.count("out")) throw UsageError("--out is required (the HDF5 file to write)");
-    const std::string out = parsed["out"].as<std::string>();
-    check_output("--out", out, {path}, "attnlab-cache");
+    const OutputFile out = check_output("--out", parsed["out"].as<std::string>(), {path}, "attnlab-cache");
     const CheckpointInput in = load_checkpoint_input(parsed);
     const TaskModel& model = *in.loaded.model;
     Hooks hooks;
@@ -77,14 +76,14 @@ int cmd_cache(const std::vector<std::string>& args) {
     { HookScope check(model.module(), hooks); }  // an unknown name fails before anything is written
 
     const CacheRequest request{&in, in.seed, in.batches};
-    check_fits_on_disk(out, request, hooks);
+    check_fits_on_disk(out.path.string(), request, hooks);
     const size_t rows = write_cache(out, request, hooks);
     std::printf("cache %s (step %lld): %zu sequences, %zu hook points -> %s\n", in.path.c_str(),
                 static_cast<long long>(in.checkpoint.step), rows, [&] {
                     size_t n = 0;
                     for (const std::string& p : model.module().hook_points()) n += hooks.has_recorded(p);
                     return n;
-                }(), out.c_str());
+                }(), out.path.c_str());
     return 0;
 }
 

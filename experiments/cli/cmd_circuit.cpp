@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "experiments/analysis/circuit.h"
 #include "experiments/cli/command_line.h"
@@ -40,7 +41,10 @@ outside it carrying the corrupted prompts' sender output. Also the faithfulness
 curve: the metric of the circuit of the k largest |scores|, k = 0 .. all
 (--curve-points values of k). Normalised metric: 1 = the clean model.
 
---out (default: CHECKPOINT with .circuit.h5): attrs format = "attnlab-circuit",
+--out (default: CHECKPOINT with .circuit.PAIRS.METHOD.METRIC[.noising][.pruneTAU].h5,
+PAIRS the --pairs file's stem (none for --clean/--corrupt):
+"step_0003000.circuit.key.eap.prob.h5"; NAME-2.h5, ... when that exists: nothing
+is replaced): attrs format = "attnlab-circuit",
 format_version, checkpoint, step, metric, direction, method, clean_metric,
 corrupt_metric; the pairs as in a patch file; /edges/sender, /edges/receiver
 (strings), /edges/score (float64); with --compare, /edges/exact and the
@@ -76,21 +80,28 @@ int cmd_circuit(const std::vector<std::string>& args) {
                          ("curve-points", "--prune: circuits on the faithfulness curve", cxxopts::value<std::string>()->default_value("33"))
                          ("top", "edges to print", cxxopts::value<std::string>()->default_value("10"))
                          ("recall-k", "--compare: the k of top-k recall", cxxopts::value<std::string>()->default_value("20"))
-                         ("out", "HDF5 edge table (default: CHECKPOINT with .circuit.h5)", cxxopts::value<std::string>());
+                         ("out", "HDF5 edge table (default: CHECKPOINT with .circuit.PAIRS.METHOD.METRIC.h5)", cxxopts::value<std::string>());
     const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {
         std::printf("%s%s", options.help().c_str(), kCircuitHelp);
         return 0;
     }
     const std::string path = checkpoint_argument(parsed);
-    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".circuit.h5");
-    std::vector<std::string> inputs = {path};
-    if (parsed.count("pairs")) inputs.push_back(parsed["pairs"].as<std::string>());
-    check_output("--out", out, inputs, "attnlab-circuit");
     CircuitOptions o;
     o.method = parse_circuit_method(parsed["method"].as<std::string>());
     o.metric = parse_patch_metric(parsed["metric"].as<std::string>());
     o.noising = parsed.count("noising") > 0;
+    std::vector<std::string> inputs = {path};
+    std::vector<std::string> name_parts;  // what tells two default circuit files of one checkpoint apart
+    if (parsed.count("pairs")) {
+        inputs.push_back(parsed["pairs"].as<std::string>());
+        name_parts.push_back(std::filesystem::path(inputs.back()).stem().string());
+    }
+    name_parts.insert(name_parts.end(), {to_string(o.method), to_string(o.metric)});
+    if (o.noising) name_parts.push_back("noising");
+    if (parsed.count("prune")) name_parts.push_back("prune" + parsed["prune"].as<std::string>());
+    const OutputFile out = parsed.count("out") ? check_output("--out", parsed["out"].as<std::string>(), inputs, "attnlab-circuit")
+                                               : default_output(path, "circuit", name_parts);
     o.ig_steps = static_cast<size_t>(number_option<int64_t>(parsed, "ig-steps", 1, 1000));
     o.batch_tokens = static_cast<size_t>(number_option<int64_t>(parsed, "batch-tokens", 1, int64_t{1} << 30));
     const size_t top = static_cast<size_t>(number_option<int64_t>(parsed, "top", 0, 1 << 20));
@@ -131,7 +142,7 @@ int cmd_circuit(const std::vector<std::string>& args) {
         d = discover_circuit(*l.loaded.model, pairs, o.metric, r.scores, threshold, curve_points);
         prune_seconds = std::chrono::duration<double>(Clock::now() - t).count();
     }
-    write_circuit_file(out, l.path, l.checkpoint.step, pairs, o, r, exact, a, prune ? &d : nullptr);
+    const std::string written = write_circuit_file(out, l.path, l.checkpoint.step, pairs, o, r, exact, a, prune ? &d : nullptr);
     std::printf("circuit %s (step %lld): %zu pair(s) of %zu tokens, %s, %s, %zu edges in %.2f s (%zu prompt copies run); "
                 "unpatched %s: clean %.4f, corrupted %.4f\n",
                 l.path.c_str(), static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
@@ -149,7 +160,7 @@ int cmd_circuit(const std::vector<std::string>& args) {
         for (size_t e = 0; e < d.kept.size(); ++e)
             if (d.kept[e]) std::printf("  kept %-8s -> %-8s %9.4f\n", r.edges[e].sender.c_str(), r.edges[e].receiver.c_str(), r.scores[e]);
     }
-    std::printf("wrote %s\n", out.c_str());
+    std::printf("wrote %s\n", wrote_text(out, written).c_str());
     return 0;
 }
 

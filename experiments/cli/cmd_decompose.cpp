@@ -26,7 +26,8 @@ and the norm's biases). The norm is held at its statistics on the whole stream
 rotated. The parts add up to scale * q.k; "modifier" is what the score adds
 beyond that (ALiBi's penalty, T5's relative bias; 0 otherwise).
 
---out (default: CHECKPOINT with .parts.h5): attrs format = "attnlab-score-parts",
+--out (default: CHECKPOINT with .parts.L<l>H<h>.q<query>.k<key>.h5, NAME-2.h5, ...
+when that exists: nothing is replaced): attrs format = "attnlab-score-parts",
 format_version, checkpoint, step, layer, head, query, key, score, modifier;
 /tokens [T] int64; /components [C] string; /parts [C, C] float64 (row: the
 query-side component, column: the key-side one).
@@ -42,7 +43,7 @@ int cmd_decompose(const std::vector<std::string>& args) {
                          ("query", "the query position", cxxopts::value<std::string>())
                          ("key", "the key position", cxxopts::value<std::string>())
                          ("top", "parts to print", cxxopts::value<std::string>()->default_value("10"))
-                         ("out", "HDF5 file (default: CHECKPOINT with .parts.h5)", cxxopts::value<std::string>())
+                         ("out", "HDF5 file (default: CHECKPOINT with .parts.L<l>H<h>.q<query>.k<key>.h5)", cxxopts::value<std::string>())
                          ("h,help", "this help")
                          ("checkpoint", "checkpoint file or run folder", cxxopts::value<std::vector<std::string>>());
     options.parse_positional({"checkpoint"});
@@ -63,8 +64,10 @@ int cmd_decompose(const std::vector<std::string>& args) {
     const size_t query = static_cast<size_t>(number_option<int64_t>(parsed, "query", 0, 1 << 30));
     const size_t key = static_cast<size_t>(number_option<int64_t>(parsed, "key", 0, 1 << 30));
     const size_t top = static_cast<size_t>(number_option<int64_t>(parsed, "top", 0, 1 << 20));
-    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".parts.h5");
-    check_output("--out", out, {path}, "attnlab-score-parts");
+    const OutputFile out =
+        parsed.count("out") ? check_output("--out", parsed["out"].as<std::string>(), {path}, "attnlab-score-parts")
+                            : default_output(path, "parts", {"L" + std::to_string(*layer) + "H" + std::to_string(*index),
+                                                             "q" + std::to_string(query), "k" + std::to_string(key)});
 
     const LoadedCheckpoint l = load_checkpoint(path, Device::cpu);
     const TokenText text(l);
@@ -73,7 +76,7 @@ int cmd_decompose(const std::vector<std::string>& args) {
     if (shape.position_table() && tokens.size() > shape.max_len)
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(shape.max_len) + " positions");
     const ScoreParts r = score_parts(*l.loaded.model, tokens, static_cast<size_t>(*layer), static_cast<size_t>(*index), query, key);
-    write_score_parts_file(out, l.path, l.checkpoint.step, tokens, r);
+    const std::string written = write_score_parts_file(out, l.path, l.checkpoint.step, tokens, r);
 
     const size_t C = r.components.size();
     std::printf("decompose %s (step %lld): head %zu.%zu, query %zu (%s), key %zu (%s): score %.4f = parts %.4f + modifier %.4f\n",
@@ -86,7 +89,7 @@ int cmd_decompose(const std::vector<std::string>& args) {
     std::printf("largest parts (query side x key side):\n");
     for (size_t i = 0; i < std::min(top, order.size()); ++i)
         std::printf("  %-10s x %-10s %+9.4f\n", r.components[order[i] / C].c_str(), r.components[order[i] % C].c_str(), r.parts[order[i]]);
-    std::printf("wrote %s\n", out.c_str());
+    std::printf("wrote %s\n", wrote_text(out, written).c_str());
     return 0;
 }
 

@@ -39,7 +39,8 @@ V-composition scores of every pair of heads in different layers (Elhage et al.
 --checkpoints all: every checkpoint of the run (CHECKPOINT's run folder), in
 step order: the scores over training (keep them with train.keep_checkpoints = 0).
 
---out (default: CHECKPOINT with .heads.h5; with --checkpoints all, RUN/heads.h5):
+--out (default: CHECKPOINT with .heads.h5; with --checkpoints all, RUN/heads.h5;
+NAME-2.h5, ... when that exists: nothing is replaced):
 attrs format = "attnlab-head-scores", format_version, checkpoint, step (the
 last), rows, half (n), seed, layers, heads; /step [K], /checkpoints [K] (paths),
 /previous_token, /duplicate_token, /induction, /copying [K, layers, heads],
@@ -127,10 +128,9 @@ int cmd_heads(const std::vector<std::string>& args) {
     const auto seed = number_option<uint64_t>(parsed, "seed", 0, std::numeric_limits<int64_t>::max());
     std::string run;
     const std::vector<std::string> paths = checkpoints_to_score(parsed["checkpoint"].as<std::vector<std::string>>()[0], which == "all", run);
-    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>()
-                            : which == "all"    ? (fs::path(run) / "heads.h5").string()
-                                                : beside_checkpoint(paths[0], ".heads.h5");
-    check_output("--out", out, paths, "attnlab-head-scores");
+    const OutputFile out = parsed.count("out") ? check_output("--out", parsed["out"].as<std::string>(), paths, "attnlab-head-scores")
+                           : which == "all"    ? OutputFile{fs::path(run) / "heads.h5", Existing::number, {}}
+                                               : default_output(paths[0], "heads");
 
     const bool circuits = parsed.count("circuits") > 0;
     std::optional<TokenCircuits> tables;  // --circuits: the last checkpoint's
@@ -165,7 +165,7 @@ int cmd_heads(const std::vector<std::string>& args) {
     }
 
     const size_t K = scores.size(), L = scores[0].layers, H = scores[0].heads;
-    write_atomically(fs::path(out), "[heads]", [&](const std::string& tmp) {
+    const fs::path written = write_output(out, "[heads]", [&](const std::string& tmp) {
         h5::File f = h5::File::create(tmp, "heads");
         write_output_attrs(f, "attnlab-head-scores", which == "all" ? run : paths[0], steps.back());
         f.write_attr_int("rows", static_cast<int64_t>(rows));
@@ -215,7 +215,7 @@ int cmd_heads(const std::vector<std::string>& args) {
                         s.repeat_loss, best_head(s.induction, s.heads).c_str(), best_head(s.previous_token, s.heads).c_str());
         }
     }
-    std::printf("wrote %s\n", out.c_str());
+    std::printf("wrote %s\n", wrote_text(out, written).c_str());
     return 0;
 }
 

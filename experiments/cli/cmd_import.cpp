@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "experiments/cli/command_line.h"
+#include "experiments/files/output_file.h"
 #include "experiments/interop/import.h"
 
 namespace attnlab {
@@ -26,8 +27,10 @@ architecture in attnlab's keys (model.activation = "gelu_tanh", model.norm_eps,
 model.parallel, model.rotary_dims, model.head_bias, ...). Every analysis
 command takes it. What maps and what is refused: docs/file_formats.md, "Imports".
 
---out must not exist (nothing is replaced); the file is written to
-CHECKPOINT.h5.tmp and renamed, so a failure leaves nothing.
+--out must not exist (nothing is replaced, not even a file another process
+creates meanwhile: of two imports to one --out the second is refused); the file
+is written under a temporary name of this process's own and renamed, so a
+failure or a signal leaves nothing.
 )";
 
 }  // namespace
@@ -56,7 +59,7 @@ int cmd_import(const std::vector<std::string>& args) {
     if (!parent.empty() && !fs::is_directory(parent, ec)) throw UsageError("--out " + out + ": folder " + parent.string() + " does not exist");
 
     const ImportedModel model = import_model(dirs[0]);
-    write_checkpoint(out, model.checkpoint);
+    write_checkpoint(OutputFile{out, Existing::refuse, {}}, model.checkpoint);
     std::printf("wrote %s: %s model from %s, %zu parameters (%zu tensors read)\n", out.c_str(), model.format.c_str(), dirs[0].c_str(),
                 model.checkpoint.params.size(), model.tensors_read);
     return 0;

@@ -5,7 +5,8 @@
 // as the analysis tools and the PyTorch bridge (tools/torch_bridge.py) read it:
 // logits, every head's weights and score std, the residual stream, and any hook
 // point asked for. The layout is in kHelpTail below (`attnlab inspect --help`).
-// The file is written to OUT.h5.tmp and renamed, so a failure leaves no OUT.h5.
+// The file is written under a temporary name and renamed (output_file.h), so a
+// failure leaves no OUT.h5 and a second inspect never replaces the first's.
 #include <unistd.h>
 
 #include <algorithm>
@@ -267,7 +268,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     const std::string out_path = parsed["out"].as<std::string>();
     std::vector<std::string> inputs = {path};
     if (parsed.count("input")) inputs.push_back(parsed["input"].as<std::string>());
-    check_output("--out", out_path, inputs, "attnlab-inspect");
+    const OutputFile out = check_output("--out", out_path, inputs, "attnlab-inspect");
     std::string png_dir, python, plot_script;
     if (parsed.count("png")) {  // checked before any work: a bad --png must not cost a forward pass
         png_dir = png_dir_option(parsed);
@@ -313,7 +314,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                 break;
             }
     const Inspection inspection{path, &checkpoint, &model, &batch, logits, &hooks, extra};
-    write_atomically(out_path, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
+    write_output(out, "[inspect]", [&](const std::string& tmp) { write_inspection(tmp, inspection); });
     print_summary(inspection, text, out_path);
     if (!png_dir.empty()) run_plot(python, plot_script, out_path, png_dir);  // prints what it wrote
     return 0;

@@ -23,7 +23,8 @@ constexpr const char* kLensHelp = R"(
 logit each position is read at (one per position; default: the model's own
 prediction there).
 
---out (default: CHECKPOINT with .lens.h5): attrs format = "attnlab-lens",
+--out (default: CHECKPOINT with .lens.h5, or .lens-2.h5, ... when that exists:
+nothing is replaced): attrs format = "attnlab-lens",
 format_version, checkpoint, step, attribution (1, or 0 for post-norm with a note);
 /tokens [1, T]; /targets [1, T]; /streams (names: embed, blocks.<l>.resid_post);
 /lens/logits [L+1, 1, T, V], /lens/target_logprob [L+1, 1, T], /lens/top_token [L+1, 1, T];
@@ -53,8 +54,8 @@ int cmd_lens(const std::vector<std::string>& args) {
     const std::string path = checkpoint_argument(parsed);
     const Device device = device_option(parsed);
     if (!parsed.count("tokens")) throw UsageError("--tokens is required (token ids, e.g. --tokens \"3 7 5 1\")");
-    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".lens.h5");
-    check_output("--out", out, {path}, "attnlab-lens");
+    const OutputFile out = parsed.count("out") ? check_output("--out", parsed["out"].as<std::string>(), {path}, "attnlab-lens")
+                                               : default_output(path, "lens");
     std::string png_dir, python, plot_script;
     if (parsed.count("png")) {
         png_dir = png_dir_option(parsed);
@@ -77,7 +78,7 @@ int cmd_lens(const std::vector<std::string>& args) {
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(max_len) + " positions");
     const LensResult r = logit_lens(*loaded.model, Indices({1, tokens.size()}, tokens), target);
 
-    write_lens_file(out, path, checkpoint.step, tokens, r);
+    const std::string written = write_lens_file(out, path, checkpoint.step, tokens, r);
     const size_t L = r.layers, H = r.heads, T = r.positions;
     std::printf("lens %s (step %lld): %zu tokens, %zu layers; at the last position (target %s):\n", path.c_str(),
                 static_cast<long long>(checkpoint.step), T, L, text.label(r.targets[T - 1]).c_str());
@@ -96,10 +97,10 @@ int cmd_lens(const std::vector<std::string>& args) {
     } else {
         std::printf("no direct logit attribution: %s\n", r.note.c_str());
     }
-    std::printf("wrote %s\n", out.c_str());
+    std::printf("wrote %s\n", wrote_text(out, written).c_str());
     if (!png_dir.empty()) {
-        const int status = run_program({python, plot_script, out, "--out-dir", png_dir});
-        if (status != 0) fail("lens", "--png: " + plot_script + " failed (" + out + " is written)");
+        const int status = run_program({python, plot_script, written, "--out-dir", png_dir});
+        if (status != 0) fail("lens", "--png: " + plot_script + " failed (" + written + " is written)");
     }
     return 0;
 }

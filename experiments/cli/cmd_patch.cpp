@@ -143,7 +143,10 @@ v, z, pattern, scores, and rot_q, rot_k with rotary positions; k and v have the
 K/V heads), per layer for the others (resid_pre, resid_mid, resid_post, attn.out,
 ffn.out, ffn.hidden, ln1.out, ln2.out); --per-position: per position too.
 
---out (default: CHECKPOINT with .patch.h5): attrs format = "attnlab-patch",
+--out (default: CHECKPOINT with .patch.PAIRS.HOOKS.METRIC[.noising][.per-position].h5,
+PAIRS the --pairs file's stem (none for --clean/--corrupt), HOOKS joined by '+':
+"step_0003000.patch.key.z+k.prob.per-position.h5"; NAME-2.h5, ... when that
+exists: nothing is replaced): attrs format = "attnlab-patch",
 format_version, checkpoint, step, metric, direction, clean_metric, corrupt_metric;
 /clean, /corrupt [N, T]; /positions, /clean_answers, /corrupt_answers [N, P];
 /grid/<hook>/values (float64; the group's attr axes = "layer,head[,position]" or
@@ -160,6 +163,21 @@ q, k or v from that run is then patched alone into the corrupted prompt, and
 the metric read. Senders: L.H (a head), mlp.L (a feed-forward output), embed,
 or all (every upstream component: the same as patching the receiver's input).
 )";
+
+// What tells two default patch files of one checkpoint apart: the pairs file's
+// stem (--pairs key.h5: "key"), the hooks, the metric, the direction and
+// --per-position ("key", "z+k", "prob", "per-position").
+std::vector<std::string> default_name_parts(const cxxopts::ParseResult& parsed, const PatchOptions& o) {
+    std::vector<std::string> parts;
+    if (parsed.count("pairs")) parts.push_back(std::filesystem::path(parsed["pairs"].as<std::string>()).stem().string());
+    std::string hooks;
+    for (const std::string& hook : list_option(parsed, "hooks")) hooks += (hooks.empty() ? "" : "+") + hook;
+    parts.push_back(hooks);
+    parts.push_back(to_string(o.metric));
+    if (o.noising) parts.push_back("noising");
+    if (o.per_position) parts.push_back("per-position");
+    return parts;
+}
 
 // The cells of every grid, best first ("z 1.0 pos 3: 0.93").
 void print_top(const PatchResult& r, PatchMetric metric, size_t count) {
@@ -193,7 +211,7 @@ int cmd_patch(const std::vector<std::string>& args) {
                          ("per-position", "one cell per position as well")
                          ("noising", "patch corrupted activations into the clean run instead")
                          ("top", "entries to print", cxxopts::value<std::string>()->default_value("10"))
-                         ("out", "HDF5 grid (default: CHECKPOINT with .patch.h5)", cxxopts::value<std::string>())
+                         ("out", "HDF5 grid (default: CHECKPOINT with .patch.PAIRS.HOOKS.METRIC.h5, see below)", cxxopts::value<std::string>())
                          ("png", "also draw one heatmap per hook into DIR", cxxopts::value<std::string>());
     const cxxopts::ParseResult parsed = parse_command_line(options, args);
     if (parsed.count("help")) {
@@ -201,10 +219,14 @@ int cmd_patch(const std::vector<std::string>& args) {
         return 0;
     }
     const std::string path = checkpoint_argument(parsed);
-    const std::string out = parsed.count("out") ? parsed["out"].as<std::string>() : beside_checkpoint(path, ".patch.h5");
+    PatchOptions o;
+    o.metric = parse_patch_metric(parsed["metric"].as<std::string>());
+    o.noising = parsed.count("noising") > 0;
+    o.per_position = parsed.count("per-position") > 0;
     std::vector<std::string> inputs = {path};
     if (parsed.count("pairs")) inputs.push_back(parsed["pairs"].as<std::string>());
-    check_output("--out", out, inputs, "attnlab-patch");
+    const OutputFile out = parsed.count("out") ? check_output("--out", parsed["out"].as<std::string>(), inputs, "attnlab-patch")
+                                               : default_output(path, "patch", default_name_parts(parsed, o));
     const size_t top = static_cast<size_t>(number_option<int64_t>(parsed, "top", 0, 1 << 20));
     std::string png_dir, python, plot_script;
     if (parsed.count("png")) {
@@ -212,10 +234,6 @@ int cmd_patch(const std::vector<std::string>& args) {
         python = python_interpreter("--png", "matplotlib");
         plot_script = find_tool("plot_patch.py", "--png").string();
     }
-    PatchOptions o;
-    o.metric = parse_patch_metric(parsed["metric"].as<std::string>());
-    o.noising = parsed.count("noising") > 0;
-    o.per_position = parsed.count("per-position") > 0;
 
     const LoadedCheckpoint l = load_checkpoint_argument(parsed);
     PromptPairs pairs = prompts_from(parsed, l);
@@ -223,15 +241,15 @@ int cmd_patch(const std::vector<std::string>& args) {
         o.hooks.push_back(parse_patch_hook(*l.loaded.model, name));
     resolve_answers(*l.loaded.model, pairs, o.metric);
     const PatchResult r = activation_patching(*l.loaded.model, pairs, o);
-    write_patch_file(out, l.path, l.checkpoint.step, pairs, o, r);
+    const std::string written = write_patch_file(out, l.path, l.checkpoint.step, pairs, o, r);
     std::printf("patch %s (step %lld): %zu pair(s) of %zu tokens, %s, cells in %s; unpatched %s: clean %.4f, corrupted %.4f\n",
                 l.path.c_str(), static_cast<long long>(l.checkpoint.step), pairs.clean.size(), pairs.clean.front().size(),
                 o.noising ? "noising" : "denoising", to_string(o.metric).c_str(), baseline_name(o.metric).c_str(), r.clean, r.corrupt);
     print_top(r, o.metric, top);
-    std::printf("wrote %s\n", out.c_str());
+    std::printf("wrote %s\n", wrote_text(out, written).c_str());
     if (!png_dir.empty()) {
-        const int status = run_program({python, plot_script, out, "--out-dir", png_dir});
-        if (status != 0) fail("patch", "--png: " + plot_script + " failed (" + out + " is written)");
+        const int status = run_program({python, plot_script, written, "--out-dir", png_dir});
+        if (status != 0) fail("patch", "--png: " + plot_script + " failed (" + written + " is written)");
     }
     return 0;
 }

@@ -8,7 +8,9 @@
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -18,7 +20,10 @@
 
 #include "experiments/cli/commands.h"
 #include "experiments/config/edit_distance.h"
+#include "experiments/files/fnv_hash.h"
+#include "experiments/files/output_file.h"
 #include "experiments/files/parse_number.h"
+#include "experiments/files/run_files.h"
 
 namespace attnlab {
 
@@ -303,14 +308,49 @@ inline std::string beside_checkpoint(const std::string& checkpoint, const std::s
     return stem + suffix;
 }
 
+// A command's default output, beside CHECKPOINT: its .h5 replaced by
+// ".KIND.PART....h5", the parts what tells two such outputs apart (circuit: the
+// pairs file's stem, the method, the metric: "step_0003000.circuit.key.exact.prob.h5").
+// A part's characters other than letters, digits and ._+=- become '_'; a name
+// longer than kMaxFolderName keeps its start and ends in "~" and a hash of the
+// whole. It never replaces a file: when the name is taken the output goes to
+// NAME-2, NAME-3, ... (Existing::number) and the command says so (wrote_text).
+inline OutputFile default_output(const std::string& checkpoint, const std::string& kind, const std::vector<std::string>& parts = {}) {
+    std::string tail = "." + kind;
+    for (const std::string& part : parts) {
+        tail += ".";
+        for (const char c : part)
+            tail += std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("._+=-", c)) ? c : '_';
+    }
+    std::filesystem::path path = beside_checkpoint(checkpoint, tail + ".h5");
+    std::string name = path.filename().string();
+    if (name.size() > kMaxFolderName) {
+        char hash[18];
+        std::snprintf(hash, sizeof hash, "~%016llx", static_cast<unsigned long long>(fnv1a(name.data(), name.size())));
+        name = name.substr(0, kMaxFolderName - 3 - 17) + hash + ".h5";
+        path.replace_filename(name);
+    }
+    return OutputFile{path, Existing::number, {}};
+}
+
+// What a command prints after "wrote ": the file, and for a default output that
+// went to NAME-N, that NAME was there and is kept.
+inline std::string wrote_text(const OutputFile& out, const std::filesystem::path& written) {
+    if (written == out.path) return written.string();
+    return written.string() + " (" + out.path.string() + " exists and is kept; --out chooses the name)";
+}
+
 // An output path (--out, --maps) is checked before any work. It names a file in
 // an existing folder, is none of the command's inputs, and, when it exists
 // already, is a file this same command wrote (an HDF5 file whose `format`
 // attribute is `format`): replacing anything else would lose it (a checkpoint,
 // metrics.h5, config.toml, another command's result, a user's own file). What an
-// existing file is, is read in a child process first (data/h5_probe.h).
-inline void check_output(const std::string& option, const std::string& path, const std::vector<std::string>& inputs,
-                         const std::string& format) {
+// existing file is, is read in a child process first (data/h5_probe.h). Returns
+// how it is written: a new file (another process's file that appears meanwhile
+// is kept, and this write refused), or in place of the file checked here and no
+// other (Existing::replace_seen).
+inline OutputFile check_output(const std::string& option, const std::string& path, const std::vector<std::string>& inputs,
+                               const std::string& format) {
     namespace fs = std::filesystem;
     if (path.empty()) throw UsageError(option + " is empty");
     std::error_code ec;
@@ -318,7 +358,8 @@ inline void check_output(const std::string& option, const std::string& path, con
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty() && !fs::is_directory(parent, ec))
         throw UsageError(option + " " + path + ": directory " + parent.string() + " does not exist");
-    if (!fs::exists(fs::symlink_status(path, ec))) return;
+    const std::optional<FileId> seen = file_id(path);
+    if (!seen) return OutputFile{path, Existing::refuse, {}};
     for (const std::string& input : inputs)
         if (fs::exists(input, ec) && fs::equivalent(path, input, ec))
             throw UsageError(option + " " + path + " is an input of this command (" + input + "); refusing to replace it");
@@ -337,6 +378,7 @@ inline void check_output(const std::string& option, const std::string& path, con
         throw UsageError(option + " " + path + " exists and is not a file of this command (" +
                          (found.empty() ? std::string("not an attnlab file") : "format " + found) + ", not " + format +
                          "); refusing to replace it: give a new name, or remove it first");
+    return OutputFile{path, Existing::replace_seen, *seen};
 }
 
 // --png DIR, checked before any work: a name, and a folder when it exists.

@@ -17,7 +17,7 @@
 #include "autograd/tensor_impl.h"
 #include "data/h5_probe.h"
 #include "data/h5file.h"
-#include "experiments/files/run_files.h"
+#include "experiments/files/output_file.h"
 
 namespace attnlab {
 
@@ -141,7 +141,11 @@ int64_t step_of(const std::string& file_name) {
 }  // namespace
 
 void write_checkpoint(const std::string& path, const CheckpointData& checkpoint) {
-    write_atomically(path, "[checkpoint]", [&](const std::string& tmp) {
+    write_checkpoint(OutputFile{path, Existing::replace, {}}, checkpoint);
+}
+
+void write_checkpoint(const OutputFile& out, const CheckpointData& checkpoint) {
+    write_output(out, "[checkpoint]", [&](const std::string& tmp) {
         h5::File file = h5::File::create(tmp, kTag);
         file.write_attr_string("format", kFormat);
         file.write_attr_int("format_version", kFormatVersion);
@@ -156,7 +160,7 @@ void write_checkpoint(const std::string& path, const CheckpointData& checkpoint)
         write_vectors(file.create_group("rng"), checkpoint.rng);
         write_vectors(file.create_group("data"), checkpoint.data);
         file.flush();
-    });  // every group and dataset is closed before the file, then synced and renamed (run_files.h)
+    });  // every group and dataset is closed before the file, then synced and renamed (output_file.h)
 }
 
 namespace {

@@ -30,10 +30,15 @@ struct CheckpointData {
     std::vector<std::pair<std::string, std::vector<int64_t>>> data;
 };
 
-// Writes atomically: to "<path>.tmp" in the same directory, flushed, closed and
-// fsync'ed, then renamed over `path`, then the directory is fsync'ed. On any
-// failure nothing is left at "<path>.tmp" and `path` is untouched.
+// Writes atomically (output_file.h): to a temporary name of this process's own in
+// the same directory, flushed, closed and fsync'ed, then renamed to its name, then
+// the directory is fsync'ed. On any failure the temporary is removed and nothing
+// is replaced. A path alone is a run's checkpoint, replaced if there (the run's
+// lock makes this process its only writer); `out` says what may be replaced
+// (import's: nothing).
+struct OutputFile;
 void write_checkpoint(const std::string& path, const CheckpointData& checkpoint);
+void write_checkpoint(const OutputFile& out, const CheckpointData& checkpoint);
 
 // Reads a checkpoint back. Throws attnlab::Error, one line naming the path (and
 // the dataset or attribute), for a missing file, a file that is not HDF5, a

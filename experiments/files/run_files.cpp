@@ -1,5 +1,4 @@
 #include "experiments/files/run_files.h"
-#include "experiments/files/temp_files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -10,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "autograd/tensor.h"
 #include "experiments/files/fnv_hash.h"
@@ -18,47 +16,6 @@
 namespace fs = std::filesystem;
 
 namespace attnlab {
-
-void fsync_path(const std::string& path, bool directory, const std::string& tag) {
-    const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC);
-    if (fd < 0) throw Error(tag + " cannot open " + path + " to sync it (" + std::strerror(errno) + ")");
-    const int rc = ::fsync(fd);
-    const int saved = errno;
-    ::close(fd);
-    if (rc != 0) throw Error(tag + " cannot sync " + path + " (" + std::strerror(saved) + ")");
-}
-
-void write_atomically(const fs::path& path, const std::string& tag, const std::function<void(const std::string&)>& write,
-                      Writers writers) {
-    // The rename would replace a device (/dev/full), a FIFO or a symbolic link itself.
-    std::error_code ec;
-    const fs::file_status status = fs::symlink_status(path, ec);
-    if (fs::exists(status) && !fs::is_regular_file(status))
-        throw Error(tag + " " + path.string() + " exists and is not a regular file; refusing to replace it");
-    const std::string tmp = path.string() + (writers == Writers::several ? "." + std::to_string(::getpid()) : "") + ".tmp";
-    const InFlight removed_on_signals(tmp);
-    try {
-        write(tmp);
-        fsync_path(tmp, false, tag);
-        if (std::rename(tmp.c_str(), path.c_str()) != 0)
-            throw Error(tag + " " + path.string() + ": cannot rename " + tmp + " to it (" + std::strerror(errno) + ")");
-        const fs::path dir = path.parent_path();
-        fsync_path(dir.empty() ? "." : dir.string(), true, tag);  // makes the rename itself durable
-    } catch (...) {
-        std::error_code ignored;
-        fs::remove(tmp, ignored);
-        throw;
-    }
-}
-
-void write_text_atomically(const fs::path& path, const std::string& text, const std::string& tag, Writers writers) {
-    write_atomically(path, tag, [&](const std::string& tmp) {
-        std::ofstream out(tmp, std::ios::binary);
-        out << text;
-        out.close();
-        if (!out) throw Error(tag + " cannot write " + tmp);
-    }, writers);
-}
 
 namespace {
 

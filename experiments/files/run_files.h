@@ -1,7 +1,8 @@
 // How attnlab writes the files of a run so that nothing is ever half-written,
 // overwritten by a second process, or lost:
-//   - write_atomically: a temporary file, fsynced, renamed over the target, the
-//     folder fsynced (a crash leaves the old file or the new one, never a mix);
+//   - write_atomically (output_file.h): a temporary file of this process's own,
+//     fsynced, renamed over the target, the folder fsynced (a crash leaves the
+//     old file or the new one, never a mix);
 //   - RunLock: one writer per run folder (flock on <dir>/.lock), a second one
 //     refused with the holder's pid;
 //   - claim_new_folder: a fresh folder name (name, name-2, ...) taken with an
@@ -9,27 +10,12 @@
 #pragma once
 
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "experiments/files/output_file.h"
+
 namespace attnlab {
-
-// fsync of a file (or, with directory = true, of a folder, which makes a rename in it durable).
-void fsync_path(const std::string& path, bool directory, const std::string& tag);
-
-// Writes `path` through `path.tmp`: `write(tmp)` fills the temporary file, which
-// is then fsynced and renamed over `path`; on any failure the temporary is removed
-// and `path` is untouched. `tag` ("[train]") starts every error message. A
-// leftover `path.tmp` of a crashed write is replaced. Writers::several: other
-// processes may write the same file at the same time (the `sweep --cell` tasks
-// of one Slurm array write sweep.toml and the summaries), so the temporary is
-// this process's own, `path.<pid>.tmp`; the last rename wins, whole.
-enum class Writers { one, several };
-void write_atomically(const std::filesystem::path& path, const std::string& tag,
-                      const std::function<void(const std::string& tmp)>& write, Writers writers = Writers::one);
-void write_text_atomically(const std::filesystem::path& path, const std::string& text, const std::string& tag,
-                           Writers writers = Writers::one);
 
 // An exclusive, advisory lock on a run (or sweep) folder, held until destruction
 // or process exit (the kernel drops it on SIGKILL too). Every process that writes
@@ -69,8 +55,8 @@ std::filesystem::path claim_new_folder(const std::filesystem::path& parent, cons
 
 // The longest file or folder name attnlab creates from a config (run.name, a
 // sweep cell's name), leaving room under the filesystem's 255 bytes for the
-// "-9999" and ".tmp" suffixes it may add (".<pid>.tmp" on the few files several
-// processes write: a sweep's sweep.toml and summaries).
+// "-9999" suffix it may add (a temporary name beside it is cut to fit:
+// output_file.h).
 constexpr size_t kMaxFolderName = 240;
 
 // The cell folder name for cell `index` of `count` with these assignments:

@@ -3,12 +3,8 @@
 // say what that tool cannot express.
 #include "experiments/interop/export.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -353,24 +349,10 @@ void check_export_folder(const std::string& dir) {
 
 void write_export(const ExportFiles& files, const std::string& dir) {
     const std::string tag = "[export]";
-    const fs::path target = folder_path(dir);
-    const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
-    std::error_code ec;
-    if (!fs::create_directory(tmp, ec))
-        throw Error(tag + " cannot create the temporary folder " + tmp.string() + " (" + (ec ? ec.message() : "it exists") + ")");
-    try {
+    write_output_folder(folder_path(dir), tag, [&](const fs::path& tmp) {
         write_safetensors((tmp / "model.safetensors").string(), files.tensors, files.metadata);
         for (const auto& [name, text] : files.texts) write_text_atomically(tmp / name, text, tag);
-        fsync_path(tmp.string(), true, tag);
-        // rename(2) replaces an empty folder, and refuses one that has filled meanwhile
-        if (std::rename(tmp.c_str(), target.c_str()) != 0)
-            throw Error(tag + " cannot rename " + tmp.string() + " to " + target.string() + " (" + std::strerror(errno) + ")");
-    } catch (...) {
-        fs::remove_all(tmp, ec);
-        throw;
-    }
-    const fs::path parent = target.parent_path();
-    fsync_path(parent.empty() ? "." : parent.string(), true, tag);
+    });
 }
 
 }  // namespace attnlab

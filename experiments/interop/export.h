@@ -49,9 +49,10 @@ ExportFiles export_model(const LoadedCheckpoint& in, ExportFormat format);
 // parent is refused, one line).
 void check_export_folder(const std::string& dir);
 
-// Writes the files into DIR.tmp-<pid> beside `dir`, syncs them, then renames that
-// folder onto `dir` (an empty folder is replaced), so that a failure at any point
-// leaves no `dir` and no temporary folder.
+// Writes the files into a temporary folder of this process's own beside `dir`,
+// syncs them, then renames that folder onto `dir` (write_output_folder: an empty
+// folder is replaced, one another export filled meanwhile refused), so that a
+// failure or a signal at any point leaves no `dir` and no temporary folder.
 void write_export(const ExportFiles& files, const std::string& dir);
 
 }  // namespace attnlab

@@ -26,7 +26,7 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 
 namespace {
 
-// A temporary file of an atomic write (run_files.h): <name>.tmp, or <name>.<pid>.tmp.
+// A temporary file of a write (output_file.h): <name>.<pid>.<random>.tmp.
 bool is_temporary(const std::string& name) { return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0; }
 
 std::string values_of(const SweepAxis& axis) { return "[" + join(axis.values, ", ") + "]"; }
@@ -221,7 +221,8 @@ std::vector<CellPlan> plan_cells(const Config& config, const std::vector<std::ve
         cell.run.name = cell_name(i, cells.size(), cells[i]);
         cell.run.out_dir = sweep_dir.string();
         validate(cell);
-        const std::string longest = (sweep_dir / cell.run.name / "checkpoints" / "step_0000000000.h5.tmp").string();
+        const std::string longest =  // a checkpoint's temporary name (output_file.h)
+            (sweep_dir / cell.run.name / "checkpoints" / "step_0000000000.h5").string() + std::string(kTemporarySuffix, 'x');
         if (longest.size() >= PATH_MAX)
             throw Error("[sweep] " + (sweep_dir / cell.run.name).string().substr(0, 80) + "...: the paths of cell " +
                         std::to_string(i) + " would be longer than " + std::to_string(PATH_MAX) +
@@ -334,7 +335,8 @@ PreparedSweep prepare_sweep(const Config& config, const SweepOptions& options, s
         lock->emplace(out.dir, "[sweep]");
         inspect_sweep_folder(out.dir, config, out.plan);
     }
-    if (!fs::exists(out.dir / "sweep.toml")) write_text_atomically(out.dir / "sweep.toml", to_toml(config), "[sweep]", Writers::several);
+    if (!fs::exists(out.dir / "sweep.toml"))  // the tasks of a Slurm array write the same text: the last rename wins, whole
+        write_text_atomically(out.dir / "sweep.toml", to_toml(config), "[sweep]");
     fs::create_directories(out.dir / "cells");
     fs::create_directories(out.dir / "logs");
     return out;

@@ -281,7 +281,7 @@ void write_summary_csv(const SweepTable& t, const std::string& path) {
     };
     for (const auto& c : t.cells) row("cell", c, false);
     for (const auto& a : t.aggregated) row("aggregate", a, true);
-    write_text_atomically(path, out.str(), "[sweep]", Writers::several);  // every --summarize of a Slurm array
+    write_text_atomically(path, out.str(), "[sweep]");  // every --summarize of a Slurm array writes the same rows: the last rename wins, whole
 }
 
 void write_summary_h5(const SweepTable& t, const std::string& path) {
@@ -320,7 +320,7 @@ void write_summary_h5(const SweepTable& t, const std::string& path) {
             }
         }
         file.close();
-    }, Writers::several);
+    });
 }
 
 std::string format_table(const SweepTable& t, const std::vector<CellResult>& rows) {

@@ -18,6 +18,7 @@
 #include "experiments/analysis/ablate.h"
 #include "experiments/analysis/audit.h"
 #include "experiments/config/config.h"
+#include "experiments/files/output_file.h"
 #include "experiments/run/attention_metrics.h"
 #include "experiments/run/evaluate.h"
 #include "tests/temp_dir.h"
@@ -253,9 +254,9 @@ TEST(Ablate, FilesFollowTheirLayouts) {
     const fs::path& dir = temp.path();
     const std::string table = (dir / "table.h5").string(), maps = (dir / "maps.h5").string();
     AblationSource source{run.path, run.checkpoint.step, run.checkpoint.config_toml, 0, 1};
-    write_ablation_h5(table, a, source);
-    write_maps_h5(maps, *loaded.model, data[0], source);
-    EXPECT_FALSE(fs::exists(table + ".tmp"));
+    write_ablation_h5(OutputFile{table, Existing::refuse, {}}, a, source);
+    write_maps_h5(OutputFile{maps, Existing::refuse, {}}, *loaded.model, data[0], source);
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir), {}), 2);  // the two files, no temporary
     {
         const h5::File f = h5::File::open(table, "test", h5::File::Access::read);
         EXPECT_EQ(f.read_attr_string("format"), "attnlab-ablation");

@@ -116,9 +116,13 @@ TEST_F(H5Test, CheckpointStoresFloat64ParametersAsFloat32) {
 
 TEST_F(H5Test, CheckpointWriteIsAtomic) {
     const std::string file = path("step_0000001.h5");
-    write_text(file + ".tmp", "stale leftover of a crashed write");
+    // A leftover of a write killed by SIGKILL is another process's temporary name:
+    // kept as it is (nothing reads it), never written into.
+    write_text(file + ".1234.0badcafe.tmp", "stale leftover of a crashed write");
     write_checkpoint(file, sample_checkpoint());
-    EXPECT_EQ(files(), std::vector<std::string>{"step_0000001.h5"});  // no tmp left
+    EXPECT_EQ(files(), (std::vector<std::string>{"step_0000001.h5", "step_0000001.h5.1234.0badcafe.tmp"}));  // none of ours
+    EXPECT_EQ(read_text(file + ".1234.0badcafe.tmp"), "stale leftover of a crashed write");
+    fs::remove(file + ".1234.0badcafe.tmp");
 
     // A write that fails half-way (after /params is written) leaves the old file
     // untouched and no tmp file.
@@ -131,17 +135,16 @@ TEST_F(H5Test, CheckpointWriteIsAtomic) {
 
     CheckpointData bad_name = sample_checkpoint();
     bad_name.params.emplace_back("a//b", Tensor::scalar(1.0));
-    EXPECT_ERROR(write_checkpoint(path("x.h5"), bad_name), "x.h5.tmp", "invalid name 'a//b'");
+    EXPECT_ERROR(write_checkpoint(path("x.h5"), bad_name), "x.h5." + std::to_string(::getpid()) + ".", "invalid name 'a//b'");
     CheckpointData twice = sample_checkpoint();
     twice.rng.emplace_back("train", std::vector<uint64_t>{1});
-    EXPECT_ERROR(write_checkpoint(path("x.h5"), twice), "x.h5.tmp", "'train' given twice");
+    EXPECT_ERROR(write_checkpoint(path("x.h5"), twice), "x.h5." + std::to_string(::getpid()) + ".", "'train' given twice");
     EXPECT_EQ(files(), std::vector<std::string>{"step_0000001.h5"});
 
     // A directory that does not exist: nothing anywhere.
     const std::string missing = path("no/such/dir/step_0000002.h5");
-    EXPECT_ERROR(write_checkpoint(missing, sample_checkpoint()), missing + ".tmp", "cannot create file");
-    EXPECT_FALSE(fs::exists(missing));
-    EXPECT_FALSE(fs::exists(missing + ".tmp"));
+    EXPECT_ERROR(write_checkpoint(missing, sample_checkpoint()), missing + ".", "cannot create file");
+    EXPECT_FALSE(fs::exists(path("no")));
 
     // An unwritable directory (root ignores permission bits, so only as a user).
     if (geteuid() != 0) {
