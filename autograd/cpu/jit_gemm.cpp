@@ -3,6 +3,9 @@
 #include <libxsmm.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <atomic>
 #include <vector>
 
@@ -37,15 +40,22 @@ constexpr size_t kTileColumns = 256;
 // instruction set in use (kernels::isa(): ATTNLAB_ISA=avx2 makes an AVX-512
 // CPU generate AVX2 kernels), chosen before the first kernel is generated.
 // Never with the generic set, whose CPUs have no FMA.
-bool fused_kernels() {
-    static const bool fused = [] {
+// The target chosen, once: 0 none (no FMA), else libxsmm's archid.
+int kernel_target() {
+    static const int target = [] {
         libxsmm_init();  // reads the CPU; the target set below replaces its choice
         if (kernels::isa() == kernels::Isa::avx2 && libxsmm_get_target_archid() > LIBXSMM_X86_AVX2)
             libxsmm_set_target_arch("hsw");
-        return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX2;
+        return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX2 ? libxsmm_get_target_archid() : 0;
     }();
-    return fused && kernels::isa() != kernels::Isa::generic;
+    return target;
 }
+
+bool fused_kernels() { return kernel_target() != 0 && kernels::isa() != kernels::Isa::generic; }
+
+// Above this many multiply-adds libxsmm's AVX2 kernels ran 0.6-1.0x OpenBLAS's
+// sgemm (LIBXSMM_TARGET=hsw bench/bench_gemm, bench/RESULTS.md): ATTNLAB_GEMM=fast.
+constexpr size_t kAvx2MaxWork = size_t(1) << 21;
 
 std::vector<float>& scratch() {
     thread_local std::vector<float> buffer;
@@ -81,13 +91,27 @@ libxsmm_smmfunction kernel(size_t m, size_t n, size_t k, size_t lda, size_t ldb,
 // kernel that libxsmm computes as chains: all, all but such a last block, or
 // none; tests/autograd/test_isa.cpp scans the shapes on each machine it runs on.
 size_t chained_columns(size_t columns, size_t rows) {
-    if (libxsmm_get_target_archid() < LIBXSMM_X86_AVX512) return columns;  // AVX2: one accumulator, every shape
+    if (kernel_target() < LIBXSMM_X86_AVX512) return columns;  // AVX2: one accumulator, every shape
     if (columns <= 16) return rows == 1 || rows >= 12 ? columns : 0;
     const size_t last = columns % 64;
     return columns > 64 && last >= 1 && last <= 16 ? columns - last : columns;
 }
 
 }  // namespace
+
+bool fast_gemm_setting() {
+    static const bool fast = [] {
+        const char* value = std::getenv("ATTNLAB_GEMM");
+        if (value == nullptr || *value == '\0' || std::string(value) == "portable") return false;
+        if (std::string(value) == "fast") return true;
+        throw std::invalid_argument("ATTNLAB_GEMM: expected portable or fast, got '" + std::string(value).substr(0, 40) + "'");
+    }();
+    return fast;
+}
+
+bool openblas_takes(size_t M, size_t N, size_t K) {
+    return fast_gemm_setting() && kernel_target() != 0 && kernel_target() < LIBXSMM_X86_AVX512 && M * N * K > kAvx2MaxWork;
+}
 
 void set_jit_gemm(bool on) { enabled.store(on); }
 bool jit_gemm() { return enabled.load(); }
@@ -98,7 +122,7 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     if (beta != 0.0f && beta != 1.0f) return false;
     if (alpha != 1.0f && beta != 0.0f) return false;  // alpha is applied after the product
     if (M == 0 || N == 0 || K == 0) return false;
-    if (!fused_kernels()) return false;
+    if (!fused_kernels() || openblas_takes(M, N, K)) return false;
 
     size_t nb = N, kb = K;
     const bool tiled = N * K > kTile;

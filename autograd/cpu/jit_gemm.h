@@ -34,6 +34,17 @@ namespace attnlab {
 bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda,
                const float* B, size_t ldb, float beta, float* C, size_t ldc);
 
+// ATTNLAB_GEMM, read at the first product: unset or "portable", every float32
+// product in kernels.h's one order (the same bits on every CPU); "fast", where
+// libxsmm's kernels are AVX2 at widest, products above 2^21 multiply-adds go to
+// OpenBLAS's sgemm, which was up to 1.5x faster there on large products
+// (bench/RESULTS.md, issue 51) but adds in an order of its own per CPU: such a
+// run's numbers then depend on the machine. Any other value throws
+// std::invalid_argument naming it. With AVX-512 kernels "fast" changes nothing.
+bool fast_gemm_setting();
+// Whether that rule sends this product to OpenBLAS.
+bool openblas_takes(size_t M, size_t N, size_t K);
+
 // On by default. Off sends every float32 product to kernels::gemm (the same
 // bits, slower; tests and benchmarks compare the two).
 void set_jit_gemm(bool on);

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "autograd/cpu/jit_gemm.h"
 #include "autograd/cpu/kernels.h"
 #include "autograd/tensor.h"
 #include "data/quoted.h"
@@ -144,7 +145,8 @@ int run_cli(int argc, char** argv) {
     const bool other_rank = launched_ranks() > 1 && launched_rank() > 0;
     return exit_status_of(command, [&] {
         try {
-            kernels::isa();  // reads ATTNLAB_ISA: a bad value is one line, exit 2, before any work
+            kernels::isa();        // reads ATTNLAB_ISA: a bad value is one line, exit 2, before any work
+            fast_gemm_setting();   // and ATTNLAB_GEMM
         } catch (const std::invalid_argument& e) {
             throw UsageError(e.what());
         }

@@ -94,18 +94,18 @@ class SameBitsOnEveryInstructionSet(cc.TempDirTest):
 
 
 class BadSetting(cc.TempDirTest):
-    def test_an_unknown_or_too_wide_set_is_one_line_and_exit_2(self):
+    def test_an_unknown_or_too_wide_setting_is_one_line_and_exit_2(self):
         too_wide = [] if sets_this_cpu_runs()[-1] == "avx512" else ["avx512"]
-        for value in ["avx1024"] + too_wide:
+        for name, value in [("ATTNLAB_ISA", "avx1024")] + [("ATTNLAB_ISA", v) for v in too_wide] + [("ATTNLAB_GEMM", "quick")]:
             env = cc.env()
-            env["ATTNLAB_ISA"] = value
+            env[name] = value
             out = self.path("runs")
             r = cc.subprocess.run([cc.ATTNLAB, "train", f"run.out_dir={out}"], cwd=self.tmp, env=env, capture_output=True,
                                   text=True, timeout=60)
             self.assertEqual(r.returncode, 2, r.stderr)
             lines = r.stderr.strip().splitlines()
             self.assertEqual(len(lines), 1, r.stderr)
-            self.assertIn("ATTNLAB_ISA", lines[0])
+            self.assertIn(name, lines[0])
             self.assertFalse(os.path.exists(out), "nothing is written")
 
 
