@@ -171,10 +171,11 @@ void write_text_atomically(const fs::path& path, const std::string& text, const 
 
 void write_output_folder(const fs::path& dir, const std::string& tag, const std::function<void(const fs::path&)>& fill) {
     const fs::path tmp = temporary_name(dir);
+    // registered before it exists: a signal between the two would otherwise leave it behind
+    const InFlight removed_on_signals(tmp.string(), InFlight::Kind::folder);
     std::error_code ec;
     if (!fs::create_directory(tmp, ec))
         throw Error(tag + " cannot create the temporary folder " + tmp.string() + " (" + (ec ? ec.message() : "it exists") + ")");
-    const InFlight removed_on_signals(tmp.string(), InFlight::Kind::folder);
     try {
         fill(tmp);
         fsync_path(tmp.string(), true, tag);
