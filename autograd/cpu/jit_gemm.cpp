@@ -3,10 +3,10 @@
 #include <libxsmm.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <atomic>
 #include <vector>
 
 #include "autograd/cpu/kernels.h"
@@ -36,11 +36,10 @@ std::atomic<bool> enabled{true};
 constexpr size_t kTile = size_t(1) << 16;
 constexpr size_t kTileColumns = 256;
 
-// libxsmm's kernels when they fuse their multiply-adds (AVX2 or wider), at the
-// instruction set in use (kernels::isa(): ATTNLAB_ISA=avx2 makes an AVX-512
-// CPU generate AVX2 kernels), chosen before the first kernel is generated.
-// Never with the generic set, whose CPUs have no FMA.
-// The target chosen, once: 0 none (no FMA), else libxsmm's archid.
+// libxsmm's target, chosen once before the first kernel is generated: the
+// instruction set in use (kernels::isa(): ATTNLAB_ISA=avx2 makes an AVX-512 CPU
+// generate AVX2 kernels); 0 where its kernels would not fuse their multiply-adds
+// (below AVX2), else libxsmm's archid.
 int kernel_target() {
     static const int target = [] {
         libxsmm_init();  // reads the CPU; the target set below replaces its choice
@@ -51,6 +50,7 @@ int kernel_target() {
     return target;
 }
 
+// libxsmm's kernels: never with the generic set, whose CPUs have no FMA.
 bool fused_kernels() { return kernel_target() != 0 && kernels::isa() != kernels::Isa::generic; }
 
 // Above this many multiply-adds libxsmm's AVX2 kernels ran 0.6-1.0x OpenBLAS's

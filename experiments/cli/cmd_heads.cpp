@@ -145,12 +145,11 @@ int cmd_heads(const std::vector<std::string>& args) {
             throw UsageError(path + ": head scores need a decoder model (this is an encoder-decoder)");
         if (circuits && path == paths.front()) {
             // two (layers x heads, V, V) tables of doubles, and one head's (V, V) products while they are computed
-            const double heads_total = static_cast<double>(in.loaded.model->layers() * in.loaded.model->heads());
+            const size_t heads_total = in.loaded.model->layers() * in.loaded.model->heads();
+            const std::string V = std::to_string(in.config.task.vocab);
             const double vocab = static_cast<double>(in.config.task.vocab);
-            check_table_fits("--circuits", "the token circuits (2 x " + std::to_string(in.loaded.model->layers() * in.loaded.model->heads()) +
-                                                     " heads x " + std::to_string(in.config.task.vocab) + " x " +
-                                                     std::to_string(in.config.task.vocab) + ", float64)",
-                             (16 * heads_total + 24) * vocab * vocab);
+            check_table_fits("--circuits", "the token circuits (2 x " + std::to_string(heads_total) + " heads x " + V + " x " + V + ", float64)",
+                             (16 * static_cast<double>(heads_total) + 24) * vocab * vocab);
         }
         if (!input) input = head_score_batch(in.config, in.loaded.max_len, rows, seed);
         const std::string this_shape = std::to_string(in.loaded.model->layers()) + " layers x " + std::to_string(in.loaded.model->heads()) + " heads";

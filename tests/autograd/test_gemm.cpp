@@ -11,16 +11,12 @@
 #include "autograd/cpu/blas.h"
 #include "autograd/cpu/jit_gemm.h"
 #include "autograd/shape.h"
+#include "tests/autograd/gemm_cases.h"
 
 namespace attnlab {
 namespace {
 
-struct Case {
-    size_t M, N, K;
-    bool ta, tb;
-    float alpha, beta;
-    size_t pad;  // extra values per stored row of A, B and C
-};
+using Case = test::GemmCase;
 
 // C = alpha op(A) op(B) + beta C in float64 on the stored float32 values.
 std::vector<double> reference(const Case& c, const std::vector<float>& A, size_t lda, const std::vector<float>& B,
@@ -63,25 +59,8 @@ double worst_error(const Case& c, bool jit) {
     return worst;
 }
 
-std::vector<Case> cases() {
-    std::vector<Case> out;
-    for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-            out.push_back({16, 16, 16, ta, tb, 1, 0, 0});       // one attention head
-            out.push_back({7, 5, 3, ta, tb, 1, 0, 2});          // odd sizes inside wider rows
-            out.push_back({33, 300, 270, ta, tb, 1, 0, 0});     // N K above one tile: 256-column tiles and a K remainder
-            out.push_back({9, 520, 400, ta, tb, 1, 1, 3});      // tiles, beta = 1, padded rows
-            out.push_back({20, 256, 64, ta, tb, 1, 0, 0});      // N a multiple of 128: transposed B's scratch rows padded
-            out.push_back({20, 512, 256, ta, tb, 1, 1, 0});     // the same, tiled, beta = 1
-            out.push_back({12, 10, 8, ta, tb, 0.25f, 0, 0});    // alpha after the product
-            out.push_back({12, 10, 8, ta, tb, 0.5f, 1, 0});     // alpha with beta = 1: kernels::gemm alone
-            out.push_back({12, 10, 8, ta, tb, 1, 0.5f, 1});     // other beta: kernels::gemm alone
-        }
-    return out;
-}
-
 TEST(Gemm, JitAndOwnPathsAgreeWithFloat64) {
-    for (const Case& c : cases())
+    for (const Case& c : test::gemm_cases())
         for (bool jit : {true, false})
             EXPECT_LT(worst_error(c, jit), 1e-6)
                 << (jit ? "jit" : "kernels::gemm") << " M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << c.ta

@@ -14,6 +14,7 @@
 #include "autograd/cpu/jit_gemm.h"
 #include "autograd/cpu/kernels.h"
 #include "autograd/cpu/threads.h"
+#include "tests/autograd/gemm_cases.h"
 
 namespace attnlab {
 namespace {
@@ -83,12 +84,7 @@ TEST(Isa, EveryKernelGivesTheSameBitsOnEverySet) {
     }
 }
 
-struct Product {
-    size_t M, N, K;
-    bool ta, tb;
-    float alpha, beta;
-    size_t pad;  // extra values per stored row of A, B and C
-};
+using Product = test::GemmCase;
 
 // kernels.h's order, written out: each element one chain of fused multiply-adds
 // over k in order, from C when alpha = beta = 1, else from 0 and then times
@@ -103,23 +99,6 @@ void ordered_product(const Product& p, const float* A, size_t lda, const float* 
                 acc = std::fma(p.ta ? A[k * lda + i] : A[i * lda + k], p.tb ? B[j * ldb + k] : B[k * ldb + j], acc);
             c = from_c ? acc : p.beta == 0 ? (p.alpha == 1 ? acc : acc * p.alpha) : std::fma(p.alpha, acc, p.beta * c);
         }
-}
-
-std::vector<Product> products() {
-    std::vector<Product> out;
-    for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-            out.push_back({16, 16, 16, ta, tb, 1, 0, 0});      // one attention head
-            out.push_back({7, 5, 3, ta, tb, 1, 0, 2});         // odd sizes inside wider rows
-            out.push_back({33, 300, 270, ta, tb, 1, 0, 0});    // libxsmm's tiles: 256 columns, a K remainder
-            out.push_back({9, 520, 400, ta, tb, 1, 1, 3});     // tiles, beta = 1, padded rows
-            out.push_back({256, 256, 64, ta, tb, 1, 1, 0});    // 2^22 multiply-adds: once OpenBLAS's on AVX2
-            out.push_back({12, 10, 8, ta, tb, 0.25f, 0, 0});   // alpha after the product
-            out.push_back({12, 10, 8, ta, tb, 0.5f, 1, 0});    // alpha with beta = 1: kernels::gemm alone
-            out.push_back({12, 10, 8, ta, tb, 1, 0.5f, 1});    // other beta: kernels::gemm alone
-        }
-    out.push_back({2048, 256, 64, false, true, 1, 0, 0});  // the default experiment's feed-forward product (2^25)
-    return out;
 }
 
 // gemm (blas.h) on one product, on `threads` threads, against the written-out order.
@@ -139,7 +118,7 @@ void expect_ordered(const Product& p, const char* path, int threads) {
 
 TEST(Isa, EveryProductIsOneOrderOfAdditionOnEverySetAndThroughLibxsmm) {
     IsaGuard guard;
-    for (const Product& p : products()) {
+    for (const Product& p : test::gemm_cases()) {
         set_jit_gemm(false);
         for (Isa isa : sets_this_cpu_runs()) {
             kernels::set_isa(isa);
