@@ -119,6 +119,7 @@ Tensor cross_entropy_members_device(const Tensor& logits, const Indices& targets
 // On the primitives (autograd/device/ops_elementwise.cpp, ops_reduce.cpp, ops_layout.cpp):
 Tensor binary_device(const char* op, device::BinaryOp kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
 Tensor unary_device(const char* op, device::UnaryOp kind, const Tensor& x, double param = 0.0);
+Tensor pointwise_device(const char* op, size_t function, const Tensor& x, double param);
 Tensor masked_fill_device(const Tensor& x, const std::vector<uint8_t>& fill, double value);  // fill: x's numel
 Tensor sum_device(const char* op, const Tensor& x, const std::vector<size_t>& axes, double scale, const Shape& out_shape);
 Tensor max_device(const Tensor& x, const std::vector<size_t>& axes, const Shape& out_shape);

@@ -87,6 +87,7 @@ GradcheckResult gradcheck(const GradcheckCase& c, const GradcheckOptions& option
 std::vector<GradcheckCase> gradcheck_registry() {
     std::vector<GradcheckCase> cases;
     add_elementwise_cases(cases);
+    add_pointwise_cases(cases);
     add_reduce_cases(cases);
     add_shape_cases(cases);
     add_matmul_cases(cases);

@@ -42,6 +42,7 @@ Tensor gradcheck_input(Rng& rng, const Shape& shape, double low = -1.0, double h
 // Every op's cases. Each op file contributes its own list (defined beside its ops).
 std::vector<GradcheckCase> gradcheck_registry();
 void add_elementwise_cases(std::vector<GradcheckCase>& cases);
+void add_pointwise_cases(std::vector<GradcheckCase>& cases);
 void add_reduce_cases(std::vector<GradcheckCase>& cases);
 void add_shape_cases(std::vector<GradcheckCase>& cases);
 void add_matmul_cases(std::vector<GradcheckCase>& cases);

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "autograd/pointwise.h"
 #include "autograd/tensor.h"
 
 namespace attnlab {
@@ -27,10 +28,19 @@ Tensor pow(const Tensor& x, double exponent);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact form: x * Phi(x), as torch's default
-// GPT-2's "gelu_new", torch's gelu(approximate="tanh"):
-//   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-// composed of the ops above (no kernel of its own), so it runs wherever they do
+
+// ---- pointwise functions (ops_pointwise.cpp; their formulas in pointwise.h) ----
+// apply<F>(x, param) = F(x; param), F a function of pointwise.h: one pass each way on either
+// device, its derivative taken from its one definition (dual numbers).
+Tensor pointwise_op(const char* op, size_t function, const Tensor& x, double param);
+template <class F>
+Tensor apply(const Tensor& x, double param = 0.0) {
+    return pointwise_op(F::name, pointwise::index_of<F>, x, param);
+}
+// GPT-2's "gelu_new", torch's gelu(approximate="tanh"): pointwise::GeluTanh
 Tensor gelu_tanh(const Tensor& x);
+// cap tanh(x / cap), cap > 0 (refused otherwise): pointwise::SoftCap
+Tensor softcap(const Tensor& x, double cap);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

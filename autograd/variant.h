@@ -208,7 +208,7 @@ T with_relative_bias(const T& scores, const T& table, const AttentionVariant& va
 // scores (B, H, Tq, Tk) (a Tensor), already scaled -> modified, before the mask and ALiBi's bias.
 template <class Scores>
 Scores modify_scores(const Scores& scores, const AttentionVariant& variant) {
-    return variant.softcap > 0.0 ? tanh(scores / variant.softcap) * variant.softcap : scores;
+    return variant.softcap > 0.0 ? softcap(scores, variant.softcap) : scores;
 }
 
 // Attention sinks: scores (B, H, Tq, Tk) -> (B, H, Tq, Tk + 1), the sink logit of

@@ -200,7 +200,7 @@ ModelSize model_size(const std::string& name) {
 }
 
 // on_device: the model moved to the device, where the whole step runs (as train.device = "cuda").
-Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device) {
+Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device, Activation activation) {
     ModelConfig config;
     config.vocab = m.V;
     config.layers = m.L;
@@ -209,7 +209,7 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device
     config.block.attention.width = m.D;
     config.block.attention.heads = m.H;
     config.block.ffn = 4 * m.D;
-    config.block.activation = Activation::gelu;
+    config.block.activation = activation;
     config.block.norm = Norm::pre;
     Rng init(1), data(2);
     DecoderLM model(config, init, nullptr);
@@ -239,7 +239,8 @@ Result bench_train_step(const ModelSize& m, const Timing& timing, bool on_device
     const double per_token = m.L * (24.0 * m.D * m.D + 4.0 * m.S * m.D) + 2.0 * m.D * m.V;
     return {"train_" + m.name,
             "D=" + std::to_string(m.D) + " H=" + std::to_string(m.H) + " L=" + std::to_string(m.L) +
-                " S=" + std::to_string(m.S) + " B=" + std::to_string(m.B),
+                " S=" + std::to_string(m.S) + " B=" + std::to_string(m.B) +
+                (activation == Activation::gelu ? "" : " " + activation_choices().name(activation)),
             3.0 * per_token * m.B * m.S, time_steps(step, timing)};
 }
 
@@ -264,6 +265,8 @@ int run(int argc, char** argv) {
         ("documents", "mha: packed documents of L tokens each (model.documents); 0 = off", cxxopts::value<size_t>()->default_value("0"))
         ("rel-buckets", "mha: T5's relative bias with N buckets (model.rel_buckets; composed of ops)",
          cxxopts::value<size_t>()->default_value("0"))
+        ("activation", "train: the feed-forward's activation, gelu | gelu_tanh | relu (model.activation)",
+         cxxopts::value<std::string>()->default_value("gelu"))
         ("openblas", "float32 GEMMs on OpenBLAS's sgemm instead of libxsmm's kernels (autograd/cpu/jit_gemm.h)")
         ("no-probe", "skip the sgemm probe at start and end (for profiling under valgrind, where it takes minutes)")
         ("label", "a name for this setting, copied to the output", cxxopts::value<std::string>()->default_value(""))
@@ -323,7 +326,8 @@ int run(int argc, char** argv) {
         if (s.size() != 4) throw Error("[bench_train] --shape takes B,H,S,d for attention");
         print_result(bench_attention(s[0], s[1], s[2], s[3], args["path"].as<std::string>(), variant, timing), threads);
     } else if (workload == "train") {
-        Result result = bench_train_step(model_size(args["size"].as<std::string>()), timing, device == "cuda");
+        const Activation activation = activation_choices().parse(args["activation"].as<std::string>());
+        Result result = bench_train_step(model_size(args["size"].as<std::string>()), timing, device == "cuda", activation);
         result.device = device;
         print_result(result, threads);
     } else {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/device/primitives.h"
+#include "autograd/pointwise.h"
 #include "cuda/check.cuh"
 #include "cuda/gemm.cuh"
 #include "cuda/warp.cuh"
@@ -111,6 +112,17 @@ __global__ void unary_kernel(UnaryOp op, size_t n, const float* x, float param, 
 __global__ void unary_backward_kernel(UnaryOp op, size_t n, const float* x, const float* y, const float* dy,
                                       float param, float* dx, bool accumulate) {
     FOR_EACH_INDEX(e, n) put(dx, e, unary_grad(op, x, y, e, dy[e], param), accumulate);
+}
+
+template <class F>
+__global__ void pointwise_kernel(size_t n, const float* x, float param, float* y) {
+    FOR_EACH_INDEX(e, n) y[e] = pointwise::value_at<F>(pointwise::Libm{}, x[e], param);
+}
+
+template <class F>
+__global__ void pointwise_backward_kernel(size_t n, const float* x, const float* dy, float param, float* dx,
+                                          bool accumulate) {
+    FOR_EACH_INDEX(e, n) put(dx, e, dy[e] * pointwise::derivative_at<F>(pointwise::Libm{}, x[e], param), accumulate);
 }
 
 __global__ void masked_fill_kernel(size_t n, const float* x, const uint8_t* mask, float value, float* out,
@@ -314,6 +326,23 @@ void unary_backward(Context& context, UnaryOp op, size_t n, const float* x, cons
     if (n == 0) return;
     unary_backward_kernel<<<grid_for(n), threads, 0, context.stream()>>>(op, n, x, y, dy, param, dx, accumulate);
     check_launch("unary_backward");
+}
+
+void pointwise(Context& context, size_t function, size_t n, const float* x, float param, float* y) {
+    if (n == 0) return;
+    pointwise::visit(function, [&]<class F>() {
+        pointwise_kernel<F><<<grid_for(n), threads, 0, context.stream()>>>(n, x, param, y);
+    });
+    check_launch("pointwise");
+}
+
+void pointwise_backward(Context& context, size_t function, size_t n, const float* x, const float* dy, float param,
+                        float* dx, bool accumulate) {
+    if (n == 0) return;
+    pointwise::visit(function, [&]<class F>() {
+        pointwise_backward_kernel<F><<<grid_for(n), threads, 0, context.stream()>>>(n, x, dy, param, dx, accumulate);
+    });
+    check_launch("pointwise_backward");
 }
 
 void masked_fill(Context& context, size_t n, const float* x, const uint8_t* mask, float value, float* out,

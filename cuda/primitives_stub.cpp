@@ -17,6 +17,10 @@ void unary(Context&, UnaryOp, size_t, const float*, float, float*) { refuse("una
 void unary_backward(Context&, UnaryOp, size_t, const float*, const float*, const float*, float, float*, bool) {
     refuse("unary_backward");
 }
+void pointwise(Context&, size_t, size_t, const float*, float, float*) { refuse("pointwise"); }
+void pointwise_backward(Context&, size_t, size_t, const float*, const float*, float, float*, bool) {
+    refuse("pointwise_backward");
+}
 void masked_fill(Context&, size_t, const float*, const uint8_t*, float, float*, bool) { refuse("masked_fill"); }
 void copy_strided(Context&, size_t, const float*, const Strided&, float*, bool) { refuse("copy_strided"); }
 void sum_rows(Context&, size_t, size_t, const float*, float, float*, bool) { refuse("sum_rows"); }

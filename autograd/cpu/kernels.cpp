@@ -1,5 +1,6 @@
 #include "autograd/cpu/kernels.h"
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "autograd/cpu/layer_norm_rows.h"
+#include "autograd/pointwise.h"
 
 namespace attnlab::kernels {
 
@@ -25,6 +27,7 @@ namespace attnlab::kernels {
     void layer_norm_rows_backward(const float* g, const float* w, const float* h, const float* rstd, float* dx, size_t rows, size_t n); \
     void gemm(bool trans_a, size_t M, size_t N, size_t K, float alpha, const float* A, size_t lda, const float* B, size_t ldb, \
               float beta, float* C, size_t ldc, float* row);                  \
+    extern const std::array<PointwiseKernel, pointwise::All::count> pointwise_kernels; \
     }
 ATTNLAB_DECLARE_ISA(generic)
 ATTNLAB_DECLARE_ISA(avx2)
@@ -43,11 +46,12 @@ struct FloatKernels {
     void (*layer_norm_rows)(const float*, const float*, const float*, float, float*, float*, float*, size_t, size_t);
     void (*layer_norm_rows_backward)(const float*, const float*, const float*, const float*, float*, size_t, size_t);
     void (*gemm)(bool, size_t, size_t, size_t, float, const float*, size_t, const float*, size_t, float, float*, size_t, float*);
+    const std::array<PointwiseKernel, pointwise::All::count>* pointwise;
 };
 
 #define ATTNLAB_KERNELS_OF(isa)                                                                                      \
     FloatKernels{isa::sum, isa::dot, isa::max, isa::exp_shifted, isa::gelu_forward, isa::gelu_backward,             \
-                 isa::layer_norm_rows, isa::layer_norm_rows_backward, isa::gemm}
+                 isa::layer_norm_rows, isa::layer_norm_rows_backward, isa::gemm, &isa::pointwise_kernels}
 const FloatKernels kGeneric = ATTNLAB_KERNELS_OF(generic), kAvx2 = ATTNLAB_KERNELS_OF(avx2), kAvx512 = ATTNLAB_KERNELS_OF(avx512);
 #undef ATTNLAB_KERNELS_OF
 
@@ -140,6 +144,13 @@ void gelu_backward(const float* g, const float* x, const float* y, float* gx, si
     current().gelu_backward(g, x, y, gx, n);
 }
 
+void pointwise_forward(size_t function, const float* x, float param, float* y, size_t n) {
+    current().pointwise->at(function).forward(x, param, y, n);
+}
+void pointwise_backward(size_t function, const float* g, const float* x, float param, float* gx, size_t n) {
+    current().pointwise->at(function).backward(g, x, param, gx, n);
+}
+
 void layer_norm_rows(const float* x, const float* w, const float* b, float eps, float* h, float* y, float* rstd, size_t rows, size_t n) {
     current().layer_norm_rows(x, w, b, eps, h, y, rstd, rows, n);
 }
@@ -190,6 +201,18 @@ void gelu_backward(const double* g, const double* x, const double* /*y*/, double
         const double cdf = 0.5 * std::erfc(-x[i] * (std::numbers::sqrt2 / 2));
         gx[i] = g[i] * (cdf + x[i] * kInvSqrt2Pi * std::exp(-0.5 * x[i] * x[i]));
     }
+}
+
+// float64: the same definitions on libm.
+void pointwise_forward(size_t function, const double* x, double param, double* y, size_t n) {
+    pointwise::visit(function, [&]<class F>() {
+        for (size_t i = 0; i < n; ++i) y[i] = pointwise::value_at<F>(pointwise::Libm{}, x[i], param);
+    });
+}
+void pointwise_backward(size_t function, const double* g, const double* x, double param, double* gx, size_t n) {
+    pointwise::visit(function, [&]<class F>() {
+        for (size_t i = 0; i < n; ++i) gx[i] = g[i] * pointwise::derivative_at<F>(pointwise::Libm{}, x[i], param);
+    });
 }
 
 }  // namespace attnlab::kernels

@@ -57,6 +57,20 @@ void gelu_forward(const double* x, double* y, size_t n);
 void gelu_backward(const float* g, const float* x, const float* y, float* gx, size_t n);
 void gelu_backward(const double* g, const double* x, const double* y, double* gx, size_t n);
 
+// The pointwise functions of pointwise.h, by their index in pointwise::All:
+// y = f(x; param) and gx = g f'(x; param), one pass each. The float versions
+// compute exp and tanh by this file's polynomials (tanh: relative error below
+// 1e-6, checked in tests/autograd against std::tanh); float64 calls libm.
+void pointwise_forward(size_t function, const float* x, float param, float* y, size_t n);
+void pointwise_forward(size_t function, const double* x, double param, double* y, size_t n);
+void pointwise_backward(size_t function, const float* g, const float* x, float param, float* gx, size_t n);
+void pointwise_backward(size_t function, const double* g, const double* x, double param, double* gx, size_t n);
+// One function's float loops in one instruction set (kernels_impl.h builds a table of them).
+struct PointwiseKernel {
+    void (*forward)(const float* x, float param, float* y, size_t n);
+    void (*backward)(const float* g, const float* x, float param, float* gx, size_t n);
+};
+
 // Row-major C (M,N) = alpha op(A) op(B) + beta C, op(A) (M,K), op(B) (K,N),
 // lda, ldb, ldc the stored row strides, in attnlab's one order for float32
 // products: each element of C is one chain of fused multiply-adds over k = 0,

@@ -17,6 +17,7 @@
 // its buffer.
 #include <immintrin.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -24,6 +25,8 @@
 #include <numbers>
 
 #include "autograd/cpu/layer_norm_rows.h"
+#include "autograd/cpu/kernels.h"
+#include "autograd/pointwise.h"
 
 namespace attnlab::kernels::ATTNLAB_KERNEL_ISA {
 
@@ -71,6 +74,21 @@ inline float erfc_nonnegative(float z) {
 inline float normal_cdf(float x) {
     const float half_tail = 0.5f * erfc_nonnegative(std::fabs(x) * (std::numbers::sqrt2_v<float> / 2));
     return x >= 0.0f ? 1.0f - half_tail : half_tail;
+}
+
+// tanh(x). For |x| < 0.625: x + x z P(z), z = x^2 (the minimax fit of Cephes'
+// tanhf, relative error about 2 ulp), P by Estrin; above: 1 - 2 / (exp(2|x|) + 1)
+// with x's sign (our exp; exactly 1 from |x| = 9.01 on). Both are computed and
+// one selected, so the loop vectorises. NaN stays NaN, -0 stays -0.
+inline float tanh_poly(float x) {
+    const float a = std::fabs(x), z = x * x, z2 = z * z;
+    const float p01 = madd(z, 1.33314422036e-1f, -3.33332819422e-1f), p23 = madd(z, 2.06390887954e-2f, -5.37397155531e-2f);
+    const float p = madd(z2, madd(z2, -5.70498872745e-3f, p23), p01);
+    const float small = madd(x * z, p, x);
+    const float magnitude = 1.0f - 2.0f / (exp_poly(2.0f * a) + 1.0f);
+    const float large = x < 0.0f ? -magnitude : magnitude;
+    const float y = a < 0.625f ? small : large;
+    return x != x || x == 0.0f ? x : y;  // NaN, and zero with its sign
 }
 
 constexpr float kInvSqrt2Pi = static_cast<float>(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
@@ -231,5 +249,29 @@ void gemm(bool trans_a, size_t M, size_t N, size_t K, float alpha, const float* 
             for (size_t j = 0; j < N; ++j) c[j] = madd(alpha, acc[j], beta * c[j]);
     }
 }
+
+// The pointwise functions of pointwise.h on this set's polynomials: one pass
+// each way, f(x; p) forward and g f'(x; p) backward, f' from f on dual numbers.
+struct Polynomials {
+    float exp(float x) const { return exp_poly(x); }
+    float tanh(float x) const { return tanh_poly(x); }
+};
+
+template <class F>
+void pointwise_forward(const float* x, float param, float* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] = pointwise::value_at<F>(Polynomials{}, x[i], param);
+}
+
+template <class F>
+void pointwise_backward(const float* g, const float* x, float param, float* gx, size_t n) {
+    for (size_t i = 0; i < n; ++i) gx[i] = g[i] * pointwise::derivative_at<F>(Polynomials{}, x[i], param);
+}
+
+// One entry per function of pointwise::All, in its order.
+template <class... F>
+constexpr std::array<PointwiseKernel, sizeof...(F)> kernels_for(pointwise::Functions<F...>) {
+    return {PointwiseKernel{&pointwise_forward<F>, &pointwise_backward<F>}...};
+}
+extern const std::array<PointwiseKernel, pointwise::All::count> pointwise_kernels = kernels_for(pointwise::All{});
 
 }  // namespace attnlab::kernels::ATTNLAB_KERNEL_ISA

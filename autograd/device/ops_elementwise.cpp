@@ -55,6 +55,17 @@ Tensor unary_device(const char* op, device::UnaryOp kind, const Tensor& x, doubl
     });
 }
 
+Tensor pointwise_device(const char* op, size_t function, const Tensor& x, double param) {
+    Tensor out = device_tensor(x.shape());
+    device::pointwise(device_context(), function, x.numel(), device_in(x), float(param), device_out(out));
+    return record_device(op, out, {x}, [function, x, param](const Tensor& g, const float*) {
+        const GradTarget target = grad_target(x);  // dx (+)= g f'(x; param)
+        if (target)
+            device::pointwise_backward(device_context(), function, x.numel(), device_in(x), device_in(g), float(param),
+                                       target.data, target.accumulate);
+    });
+}
+
 Tensor masked_fill_device(const Tensor& x, const std::vector<uint8_t>& fill, double value) {
     const auto mask = std::make_shared<device::DeviceBuffer>(upload(fill.data(), fill.size()));
     Tensor out = device_tensor(x.shape());

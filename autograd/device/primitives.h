@@ -58,6 +58,13 @@ void unary(Context& context, UnaryOp op, size_t n, const float* x, float param, 
 void unary_backward(Context& context, UnaryOp op, size_t n, const float* x, const float* y, const float* dy,
                     float param, float* dx, bool accumulate);
 
+// The pointwise functions of autograd/pointwise.h, by their index in
+// pointwise::All, on CUDA's libm: y = f(x; param), and dx (+)= dy f'(x; param)
+// with f' from f's one definition (dual numbers).
+void pointwise(Context& context, size_t function, size_t n, const float* x, float param, float* y);
+void pointwise_backward(Context& context, size_t function, size_t n, const float* x, const float* dy, float param,
+                        float* dx, bool accumulate);
+
 // out[i] (+)= mask[i] ? value : x[i]; mask (n), one byte per element. The
 // forward of masked_fill, and with value 0 on dy its backward.
 void masked_fill(Context& context, size_t n, const float* x, const uint8_t* mask, float value, float* out,

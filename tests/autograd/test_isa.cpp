@@ -14,6 +14,7 @@
 #include "autograd/cpu/jit_gemm.h"
 #include "autograd/cpu/kernels.h"
 #include "autograd/cpu/threads.h"
+#include "autograd/pointwise.h"
 #include "tests/autograd/gemm_cases.h"
 
 namespace attnlab {
@@ -58,6 +59,13 @@ std::vector<float> every_kernel(size_t n) {
     kernels::gelu_forward(x.data(), gelu.data(), n);
     kernels::gelu_backward(y.data(), x.data(), gelu.data(), dgelu.data(), n);
     for (const auto* v : {&e, &gelu, &dgelu}) out.insert(out.end(), v->begin(), v->end());
+    // every pointwise function of autograd/pointwise.h, forward and backward
+    for (size_t function = 0; function < pointwise::All::count; ++function) {
+        std::vector<float> fx(n), dfx(n);
+        kernels::pointwise_forward(function, x.data(), 0.3f, fx.data(), n);
+        kernels::pointwise_backward(function, y.data(), x.data(), 0.3f, dfx.data(), n);
+        for (const auto* v : {&fx, &dfx}) out.insert(out.end(), v->begin(), v->end());
+    }
     // LayerNorm over 7 rows of n (four together, three alone), with and without w and b
     const size_t rows = 7;
     const std::vector<float> X = random_values(rows * n, 7), G = random_values(rows * n, 8), w = random_values(n, 9, 1),

@@ -61,6 +61,18 @@ TEST_F(DevicePrimitives, UnaryMaths) {
     }
 }
 
+// Every function of autograd/pointwise.h, through the one device kernel each
+// way; param 0.3 (a cap or a threshold; GeluTanh takes none).
+TEST_F(DevicePrimitives, EveryPointwiseFunction) {
+    Rng rng(12);
+    for (size_t function = 0; function < pointwise::All::count; ++function)
+        pointwise::visit(function, [&]<class F>() {
+            for (const Shape& shape : {Shape{}, Shape{7}, Shape{3, 300}})
+                expect_same_on_both(std::string(F::name) + " of " + shape_str(shape), {random(rng, shape)},
+                                    [](const Inputs& t) { return apply<F>(t[0], 0.3); });
+        });
+}
+
 TEST_F(DevicePrimitives, ReductionsOverAnyAxes) {
     Rng rng(3);
     const Shape shape{2, 3, 4, 5};

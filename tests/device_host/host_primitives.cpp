@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autograd/device/primitives.h"
+#include "autograd/pointwise.h"
 
 namespace attnlab::device {
 
@@ -41,6 +42,19 @@ void unary(Context&, UnaryOp op, size_t n, const float* x, float param, float* y
 void unary_backward(Context&, UnaryOp op, size_t n, const float* x, const float* y, const float* dy, float param,
                     float* dx, bool accumulate) {
     for (size_t i = 0; i < n; ++i) put(dx, i, unary_grad(op, x, y, i, dy[i], param), accumulate);
+}
+
+void pointwise(Context&, size_t function, size_t n, const float* x, float param, float* y) {
+    pointwise::visit(function, [&]<class F>() {
+        for (size_t i = 0; i < n; ++i) y[i] = pointwise::value_at<F>(pointwise::Libm{}, x[i], param);
+    });
+}
+
+void pointwise_backward(Context&, size_t function, size_t n, const float* x, const float* dy, float param, float* dx,
+                        bool accumulate) {
+    pointwise::visit(function, [&]<class F>() {
+        for (size_t i = 0; i < n; ++i) put(dx, i, dy[i] * pointwise::derivative_at<F>(pointwise::Libm{}, x[i], param), accumulate);
+    });
 }
 
 void masked_fill(Context&, size_t n, const float* x, const uint8_t* mask, float value, float* out, bool accumulate) {
