@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@ inline std::string json_string(const std::string& s) {
         out += c;
     }
     return out + "\"";
+}
+
+// The CPU's model name (/proc/cpuinfo), for the tables' headers.
+inline std::string cpu_model() {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+    return "unknown";
 }
 
 // Peak resident memory of this process so far (getrusage), in MiB.

@@ -34,7 +34,9 @@
 #include "autograd/ops.h"
 #include "autograd/rng.h"
 #include "autograd/cpu/threads.h"
+#include "autograd/cpu/kernels.h"
 #include "bench/bench_common.h"
+#include "bench/fma_peak.h"
 #include "autograd/device/backend.h"
 #include "autograd/device/context.h"
 #include "data/tasks.h"
@@ -289,11 +291,15 @@ int run(int argc, char** argv) {
     if (device != "cpu" && device != "cuda") throw Error("[bench_train] --device must be cpu or cuda, got \"" + device + "\"");
     if (device == "cuda") device::require_device("bench_train --device");  // refused here, before any output, without a GPU
 
+    const bool no_probe = args.count("no-probe") > 0;
+    const kernels::Isa isa = kernels::isa();  // ATTNLAB_ISA=avx2 measures the AVX2 paths on an AVX-512 CPU
+    const double fma_peak = no_probe ? 0.0 : isa == kernels::Isa::avx512 ? bench::fma_peak_avx512() : bench::fma_peak_avx2();
     std::cout << "{\"framework\": \"attnlab\", \"meta\": true, \"threads\": " << threads
+              << ", \"cpu\": " << bench::json_string(bench::cpu_model()) << ", \"isa\": " << bench::json_string(kernels::isa_name(isa))
+              << ", \"fma_peak_gflops_one_core\": " << fma_peak
               << ", \"openblas_corename\": " << bench::json_string(openblas_get_corename())
               << ", \"gemm\": " << bench::json_string(jit_gemm() ? "libxsmm" : "openblas") << "}" << std::endl;
     // The probe is plain OpenBLAS sgemm at `threads` threads (attnlab itself keeps it at one).
-    const bool no_probe = args.count("no-probe") > 0;
     auto probe = [threads, no_probe](const char* when) {
         if (no_probe) return;
         set_blas_threads(threads);

@@ -219,6 +219,7 @@ def main():
     print(json.dumps({"framework": "torch", "meta": True, "threads": args.threads,
                       "torch_version": torch.__version__,
                       "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+                      "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
                       "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}), flush=True)
     print_probe("start", args.threads)
     if args.workload == "mha":

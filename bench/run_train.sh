@@ -20,7 +20,11 @@
 # sgemm probe, and peak resident memory.
 #
 # Environment: BUILD_DIR (default build), ROUNDS, SECONDS_PER_RUN (default 3),
-# OUT (JSON lines; default BUILD_DIR/bench/train_results.jsonl).
+# OUT (JSON lines; default BUILD_DIR/bench/train_results.jsonl). ATTNLAB_ISA=avx2
+# runs attnlab's AVX2 paths (its kernels and libxsmm's GEMM code) on an AVX-512
+# CPU, to measure what an AVX2-only machine runs; the table's header names the
+# set, the CPU, OpenBLAS's core and FMA peak. PyTorch runs with OpenBLAS's own
+# choice of core unless OPENBLAS_CORETYPE is set (the header says which).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
