@@ -35,8 +35,8 @@ void check_token_spans(const char* op, const AttentionMask& mask, size_t B, size
 
 void check_attention_mask(const char* op, const AttentionDims& d, const AttentionMask& mask) {
     check_token_spans(op, mask, d.B, d.Tk);
-    if (mask.variant.modifies_scores())  // the fused kernels compute plain scores (autograd/variant.h)
-        fail(op, "score modifiers have no fused kernel; attention composed of ops applies them (as MultiHeadAttention does)");
+    if (mask.variant.sinks || mask.variant.rel_buckets > 0)  // the fused kernels compute the soft-cap alone (autograd/variant.h)
+        fail(op, "sinks and T5's relative bias have no fused kernel; attention composed of ops applies them (as MultiHeadAttention does)");
     if (!mask.key_lengths.empty()) {
         if (mask.key_lengths.size() != d.B)
             fail(op, std::to_string(mask.key_lengths.size()) + " key lengths for batch " + std::to_string(d.B));
@@ -222,7 +222,7 @@ Tensor dense_attention(const char* op, const Tensor& q, const Tensor& k, const T
         result.weights = needs_graph({q, k, v}) ? wrap<T>(Array<T>(weights)) : wrap<T>(std::move(weights));
     if (score_std) result.score_std = score_std_of(moments, B, H);
     return record<T>(op, std::move(context), {q, k, v},
-                     [q, k, v, dims, packed, scale, weights = std::move(weights), dropped = std::move(dropped),
+                     [q, k, v, dims, packed, scale, softcap = mask.variant.softcap, weights = std::move(weights), dropped = std::move(dropped),
                       keep = std::move(keep)](const Array<T>& g, const Array<T>&) {
         const auto [B, H, H_kv, Tq, Tk, d, d_v] = dims;
         auto in_view = [&](const Array<T>& a, size_t heads, size_t T_len, size_t width) {
@@ -233,7 +233,7 @@ Tensor dense_attention(const char* op, const Tensor& q, const Tensor& k, const T
         gk.fill(T(0));  // K/V gradients accumulate over the heads of a group
         gv.fill(T(0));
         ak::dense_backward<T>(dims, in_view(values_of<T>(q), H, Tq, d), in_view(values_of<T>(k), H_kv, Tk, d),
-                              in_view(values_of<T>(v), H_kv, Tk, d_v), scale, weights.data(),
+                              in_view(values_of<T>(v), H_kv, Tk, d_v), scale, softcap, weights.data(),
                               keep.empty() ? nullptr : dropped.data(), keep, in_view(g, H, Tq, d_v),
                               view<T>(gq.data(), H, Tq, d, packed), view<T>(gk.data(), H_kv, Tk, d, packed),
                               view<T>(gv.data(), H_kv, Tk, d_v, packed));

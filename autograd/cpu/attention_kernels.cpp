@@ -7,6 +7,7 @@
 
 #include "autograd/cpu/blas.h"
 #include "autograd/cpu/kernels.h"
+#include "autograd/pointwise.h"
 #include "autograd/tensor.h"
 #include "autograd/cpu/threads.h"
 
@@ -44,6 +45,23 @@ void mask_row(T* row, const AttentionMask& mask, size_t b, size_t h, size_t i, s
     if (mask.variant.alibi)
         for (size_t c = 0; c < eligible_end; ++c)
             row[c] += static_cast<T>(alibi_bias(h, dims.H, i, j0 + c, dims.Tq, dims.Tk));  // -inf stays -inf
+}
+
+// The variant's soft-cap (autograd/pointwise.h's SoftCap: c tanh(s / c)) on the
+// scaled scores row[0, n), in place, before the mask and ALiBi's bias as
+// modify_scores (autograd/variant.h) orders them. Nothing without a cap.
+template <class T>
+void cap_row(T* row, size_t n, double softcap) {
+    if (softcap > 0.0) kernels::pointwise_forward(pointwise::index_of<pointwise::SoftCap>, row, T(softcap), row, n);
+}
+
+// dS = dS_capped f'(S) over [0, n): the cap's derivative at the raw scaled
+// scores `raw`, from SoftCap's definition; `scratch` holds n values.
+template <class T>
+void through_cap(T* grad, const T* raw, size_t n, double softcap, T* scratch) {
+    if (softcap <= 0.0) return;
+    kernels::pointwise_backward(pointwise::index_of<pointwise::SoftCap>, grad, raw, T(softcap), scratch, n);
+    std::copy(scratch, scratch + n, grad);
 }
 
 // The first key that any query in [i0, i1) of batch item b may see, rounded down
@@ -114,7 +132,10 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
             // scores = scale Q K^T, written into A and turned into weights in place; mask_row
             // fills the columns >= live (>= every row's key end) with -inf
             gemm<T>(false, true, Tq, live, dims.d, scale, q.at(b, h), q.row, k.at(b, kv), k.row, T(0), A, Tk);
-            for (size_t i = 0; i < Tq; ++i) mask_row(A + i * Tk, mask, b, h, i, 0, Tk, dims);
+            for (size_t i = 0; i < Tq; ++i) {
+                cap_row(A + i * Tk, live, mask.variant.softcap);
+                mask_row(A + i * Tk, mask, b, h, i, 0, Tk, dims);
+            }
             if (score_moments) {
                 double* m = score_moments + (b * dims.H + h) * 3;
                 for (size_t e = 0; e < Tq * Tk; ++e)
@@ -160,11 +181,19 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
 
 template <class T>
 void dense_backward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, T scale,
-                    const T* weights, const T* dropped, const std::vector<T>& keep, HeadView<const T> grad_out,
-                    HeadView<T> dq, HeadView<T> dk, HeadView<T> dv) {
+                    double softcap, const T* weights, const T* dropped, const std::vector<T>& keep,
+                    HeadView<const T> grad_out, HeadView<T> dq, HeadView<T> dk, HeadView<T> dv) {
     const size_t Tq = dims.Tq, Tk = dims.Tk, d = dims.d, d_v = dims.d_v;
-    for_each_group<std::vector<T>>(dims, [&](size_t b, size_t kv, std::vector<T>& dA) {
+    struct Scratch {
+        std::vector<T> dA, raw, row;  // (Tq, Tk) gradient of the weights, then of the scores; with a cap: the raw scores, one row
+    };
+    for_each_group<Scratch>(dims, [&](size_t b, size_t kv, Scratch& s) {
+        std::vector<T>& dA = s.dA;
         dA.resize(Tq * Tk);  // gradient of the weights, then of the scores
+        if (softcap > 0.0) {
+            s.raw.resize(Tq * Tk);
+            s.row.resize(Tk);
+        }
         for (size_t h = kv * dims.group(); h < (kv + 1) * dims.group(); ++h) {
             const T* A = weights + (b * dims.H + h) * Tq * Tk;
             const T* P = dropped ? dropped + (b * dims.H + h) * Tq * Tk : A;
@@ -188,6 +217,11 @@ void dense_backward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, 
                 const T* a = A + i * Tk;
                 const T dot = kernels::dot(row, a, live);
                 for (size_t j = 0; j < live; ++j) row[j] = scale * a[j] * (row[j] - dot);
+            }
+            // with a cap, through its derivative at the raw scaled scores, recomputed (Tq, live)
+            if (softcap > 0.0 && live > 0) {
+                gemm<T>(false, true, Tq, live, d, scale, q.at(b, h), q.row, k.at(b, kv), k.row, T(0), s.raw.data(), Tk);
+                for (size_t i = 0; i < Tq; ++i) through_cap(dA.data() + i * Tk, s.raw.data() + i * Tk, live, softcap, s.row.data());
             }
             // dQ = dS K   (Tq, d);  dK += dS^T Q   (live, d)
             gemm<T>(false, false, Tq, d, live, T(1), dA.data(), Tk, k.at(b, kv), k.row, T(0), dq.at(b, h), dq.row);
@@ -224,6 +258,7 @@ void blockwise_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> 
                             k.at(b, kv) + j0 * k.row, k.row, T(0), s.S.data(), cols);
                     for (size_t r = 0; r < rows; ++r) {
                         T* row = s.S.data() + r * cols;
+                        cap_row(row, cols, mask.variant.softcap);
                         mask_row(row, mask, b, h, i0 + r, j0, cols, dims);
                         T m_new = std::max(s.m[r], *std::max_element(row, row + cols));
                         if (m_new == minus_infinity<T>()) {
@@ -268,13 +303,19 @@ void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T>
                         const AttentionMask& mask, T scale, HeadView<const T> out, const T* lse,
                         HeadView<const T> grad_out, HeadView<T> dq, HeadView<T> dk, HeadView<T> dv) {
     const size_t Tq = dims.Tq, d = dims.d, d_v = dims.d_v;
+    const double softcap = mask.variant.softcap;
     struct Scratch {
         std::vector<T> P, dP, D;  // (Bq, Bk) probabilities and their gradient; D_i = dO_i . O_i
+        std::vector<T> raw, row;  // with a cap: (Bq, Bk) raw scaled scores; one row
     };
     for_each_group<Scratch>(dims, [&](size_t b, size_t kv, Scratch& s) {
         s.P.resize(kQueryBlock * kKeyBlock);
         s.dP.resize(kQueryBlock * kKeyBlock);
         s.D.resize(kQueryBlock);
+        if (softcap > 0.0) {
+            s.raw.resize(kQueryBlock * kKeyBlock);
+            s.row.resize(kKeyBlock);
+        }
         for (size_t h = kv * dims.group(); h < (kv + 1) * dims.group(); ++h)
             for (size_t i0 = 0; i0 < Tq; i0 += kQueryBlock) {
                 const size_t rows = std::min(kQueryBlock, Tq - i0);
@@ -288,12 +329,14 @@ void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T>
                     // P = exp(scale Q_i K_j^T - L_i), 0 where ineligible or where the row has no key
                     gemm<T>(false, true, rows, cols, d, scale, q.at(b, h) + i0 * q.row, q.row, k.at(b, kv) + j0 * k.row,
                             k.row, T(0), s.P.data(), cols);
+                    if (softcap > 0.0) std::copy(s.P.begin(), s.P.begin() + rows * cols, s.raw.begin());
                     for (size_t r = 0; r < rows; ++r) {
                         T* row = s.P.data() + r * cols;
                         if (L[r] == minus_infinity<T>()) {
                             std::fill(row, row + cols, T(0));
                             continue;
                         }
+                        cap_row(row, cols, softcap);
                         mask_row(row, mask, b, h, i0 + r, j0, cols, dims);
                         kernels::exp_shifted(row, L[r], row, cols);
                     }
@@ -303,11 +346,13 @@ void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T>
                     // dP = dO_i V_j^T   (rows, cols);  dS = P (dP - D_i) scale, kept in dP
                     gemm<T>(false, true, rows, cols, d_v, T(1), dO, grad_out.row, v.at(b, kv) + j0 * v.row, v.row, T(0),
                             s.dP.data(), cols);
-                    for (size_t r = 0; r < rows; ++r)
+                    for (size_t r = 0; r < rows; ++r) {
                         for (size_t c = 0; c < cols; ++c) {
                             const size_t e = r * cols + c;
                             s.dP[e] = scale * s.P[e] * (s.dP[e] - s.D[r]);
                         }
+                        through_cap(s.dP.data() + r * cols, s.raw.data() + r * cols, cols, softcap, s.row.data());
+                    }
                     // dQ_i += dS K_j   (rows, d);  dK_j += dS^T Q_i   (cols, d)
                     gemm<T>(false, false, rows, d, cols, T(1), s.dP.data(), cols, k.at(b, kv) + j0 * k.row, k.row, T(1),
                             dq.at(b, h) + i0 * dq.row, dq.row);
@@ -321,7 +366,7 @@ void blockwise_backward(const Dims& dims, HeadView<const T> q, HeadView<const T>
 #define ATTNLAB_INSTANTIATE(T)                                                                                       \
     template void dense_forward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>,             \
                                    const AttentionMask&, T, T*, T*, const std::vector<T>&, HeadView<T>, double*);    \
-    template void dense_backward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>, T,         \
+    template void dense_backward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>, T, double, \
                                     const T*, const T*, const std::vector<T>&, HeadView<const T>, HeadView<T>,       \
                                     HeadView<T>, HeadView<T>);                                                       \
     template void blockwise_forward<T>(const Dims&, HeadView<const T>, HeadView<const T>, HeadView<const T>,         \

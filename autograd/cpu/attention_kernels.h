@@ -1,6 +1,10 @@
 // The attention core's loops, shared by the two attention ops (ops_attention.cpp)
 // and independent of how the heads are laid out in memory. Internal to autograd.
 //
+// Both compute the variant's soft-cap, if any, on the scaled scores (before the
+// mask and ALiBi), from its one definition (autograd/pointwise.h); the other
+// score modifiers (sinks, T5's bias) are composed of ops (MultiHeadAttention).
+//
 //   dense:     S = scale Q K^T per (batch, head) into a (Tq, Tk) weight buffer,
 //              masked softmax in place, C = A V; backward from the kept A.
 //   blockwise: online softmax over key blocks (FlashAttention's recurrence):
@@ -50,9 +54,11 @@ void dense_forward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, H
                    HeadView<T> out, double* score_moments);
 
 // Dense backward: dq, dk, dv must be zero-filled; they are accumulated into.
+// softcap: the variant's cap (0: none), whose derivative needs the raw scores
+// (recomputed here).
 template <class T>
 void dense_backward(const Dims& dims, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, T scale,
-                    const T* weights, const T* dropped, const std::vector<T>& keep, HeadView<const T> grad_out,
+                    double softcap, const T* weights, const T* dropped, const std::vector<T>& keep, HeadView<const T> grad_out,
                     HeadView<T> dq, HeadView<T> dk, HeadView<T> dv);
 
 // Blockwise forward: out as dense; lse (B, H, Tq) receives L (-inf for a row with no eligible key).

@@ -76,6 +76,9 @@ void check_attention(const AttentionDims& dims, const AttentionMask& mask, const
     if (H % H_kv != 0) fail(op, dims_text + ": K/V heads must divide query heads");
     check_launch_limits(dims, kernel, dims_text);
     check_attention_mask(op, dims, mask);
+    if (mask.variant.softcap > 0.0)  // the CPU kernels take it (attention_kernels.h); the device's do not yet
+        fail(op, "the device's attention kernels compute plain scores: the soft-cap runs composed of ops there "
+                 "(as MultiHeadAttention does)");
     if (!(options.dropout >= 0.0 && options.dropout < 1.0))
         fail(op, "dropout " + std::to_string(options.dropout) + " is outside [0, 1)");
     if (kernel == AttentionKernel::flash) {

@@ -126,8 +126,9 @@ namespace {
 // Logit soft-capping (AttentionVariant::softcap, autograd/variant.h): the scores
 // composed of ops are C tanh(s / C) of the scaled scores, -inf where masked;
 // its gradients pass float64 central differences at several lengths; the
-// fused attention op refuses a score modifier in one line.
+// fused attention op computes the same in its kernels.
 TEST(AttentionVariant, SoftcapCapsTheScaledScoresAndItsGradientsCheck) {
+    constexpr size_t kKeyBlockForTests = 128;  // attention_kernels.h's kKeyBlock: T = 129 spans two blocks
     Rng rng(41);
     AttentionMask mask;
     mask.causal = true;
@@ -160,12 +161,35 @@ TEST(AttentionVariant, SoftcapCapsTheScaledScoresAndItsGradientsCheck) {
         const GradcheckResult r = gradcheck(c);
         EXPECT_TRUE(r.passed) << c.name << ": " << r.failure;
     }
+    // The fused op computes the cap inside its kernels (dense and blockwise), from
+    // SoftCap's one definition: the composition's values and gradients, and its own
+    // gradients check, at lengths within one key block and across two (129).
+    for (const size_t T : {1, 7, 129})
+        for (AttentionPath path : {AttentionPath::dense, AttentionPath::blockwise}) {
+            const size_t B = T > kKeyBlockForTests ? 1 : 2;  // one item across two key blocks keeps the check short
+            AttentionMask padded = mask;
+            padded.key_lengths = B == 1 ? std::vector<size_t>{T} : std::vector<size_t>{T, (T + 1) / 2};
+            AttentionOptions options;
+            options.scale = 0.7;
+            options.path = path;
+            const std::string at = "T = " + std::to_string(T) + (path == AttentionPath::dense ? " (dense)" : " (blockwise)");
+            const std::vector<Tensor> in = {gradcheck_input(rng, {B, T, 4}, -3, 3), gradcheck_input(rng, {B, T, 2}, -3, 3),
+                                            gradcheck_input(rng, {B, T, 2})};
+            const auto fused = [padded, options](V t) { return attention_packed(t[0], t[1], t[2], 2, 1, padded, options).context; };
+            expect_same("softcap, fused against composed, " + at, fused,
+                        [padded](V t) { return composed::attention(t[0], t[1], t[2], 2, 1, padded, 0.7, MaskedRows::error); }, in);
+            const GradcheckResult r = gradcheck({"softcap", "the fused op, " + at, in, fused});
+            EXPECT_TRUE(r.passed) << at << ": " << r.failure;
+        }
+    // sinks and T5's bias stay composed of ops: the fused op refuses them in one line
+    AttentionMask sinks = mask;
+    sinks.variant.sinks = true;
     try {
         AttentionOptions options;
-        (void)attention_packed(q, k, k, 2, 2, mask, options);
-        FAIL() << "the fused op took a score modifier";
+        (void)attention_packed(q, k, k, 2, 2, sinks, options);
+        FAIL() << "the fused op took sinks";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("score modifiers have no fused kernel"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sinks and T5's relative bias have no fused kernel"), std::string::npos) << e.what();
     }
 }
 
