@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -372,9 +373,45 @@ void live_tests(AuditRecord& rec, const TaskModel& model, const Config& config, 
     rec.tests.push_back(masked_row_policy(model, batch));
 }
 
+// The model.* keys the audit models: what they change in the attention op the
+// dense reference computes too (shapes and grouped K/V, the scale, rotary's q and
+// k from the model's rot_q/rot_k, ALiBi's bias, the variant's eligibility rules
+// and score modifiers, sinks, the relative bias, the all-masked-row policy), and
+// what they change outside it the live tests see by running the model itself
+// (norms, feed-forward, embeddings, positions, head, ablated heads' z), or they act
+// in training only (dropout, init). A key not listed, set away from its default,
+// is refused naming it: the audit never reports PASS for a model whose option it
+// ignores (tests/experiments/test_config_reads.cpp walks every model key through it).
+const std::set<std::string>& keys_audited() {
+    static const std::set<std::string> keys = {
+        "model.kind", "model.layers", "model.width", "model.heads", "model.kv_heads", "model.head_width", "model.ffn",
+        "model.norm", "model.norm_type", "model.positional", "model.rotary_base", "model.rotary_dims", "model.scale",
+        "model.masked_rows", "model.window", "model.prefix_lm", "model.documents", "model.softcap", "model.sinks",
+        "model.rel_buckets", "model.rel_max_distance", "model.dropout", "model.attn_dropout", "model.bias", "model.ffn_bias",
+        "model.norm_bias", "model.norm_eps", "model.parallel", "model.head_bias", "model.init", "model.tie_embeddings",
+        "model.activation", "model.max_len", "model.ablate_heads"};
+    return keys;
+}
+
+// Refuses the first model option the audit does not model: a key keys_audited
+// does not list, or a positional encoding whose scores the reference does not form.
+void refuse_unaudited(const Config& config) {
+    auto refuse = [](const std::string& option) {
+        fail("audit", option + ": the audit's reference and live tests do not model this option, so they cannot vouch for it");
+    };
+    const std::string& positional = config.model.positional;
+    if (positional != "learned" && positional != "sinusoidal" && positional != "none" && positional != "rotary" && positional != "alibi")
+        refuse("model.positional = \"" + positional + "\"");
+    for (const std::string& differs : differing_keys(default_config(), config)) {  // "key (value, was default)"
+        const std::string key = differs.substr(0, differs.find(' '));
+        if (key.rfind("model.", 0) == 0 && !keys_audited().count(key)) refuse(differs);
+    }
+}
+
 }  // namespace
 
 AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptions& options) {
+    refuse_unaudited(config);
     model.module().eval();
     AuditRecord rec;
     const std::vector<AttentionSite> sites = attention_sites(model);

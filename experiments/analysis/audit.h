@@ -84,7 +84,8 @@ LiveTest padding_invariance(const TaskModel& model, const Batch& batch, Rng& rng
 // (model.window; 0 = none), plus the cross-attention cache per source token.
 LiveTest kv_cache_agreement(const TaskModel& model, const Batch& batch, size_t window = 0, size_t sequences = 4);
 // The model's attention op outputs (traced context and weights) against the
-// dense reference run on the same q, k, v, for every kind and layer.
+// dense reference run on the same q, k, v, for every kind and layer (an ablated
+// head's context zero, as model.ablate_heads makes the module's).
 LiveTest reference_agreement(const TaskModel& model, const Batch& batch);
 // A batch with one empty sequence (length 0; an empty source too) under the
 // model's masked_rows policy: "error" must name the batch item and query
@@ -212,6 +213,8 @@ struct AuditOptions {
 };
 
 // Everything above, measured and tested on fresh data (make_batch_source(config, seed, 2)).
+// Refuses (an Error naming it) a model option the reference and live tests do not
+// model (audit.cpp, keys_audited): no PASS for a model whose option it ignores.
 AuditRecord audit(const TaskModel& model, const Config& config, const AuditOptions& options);
 
 }  // namespace attnlab

@@ -38,6 +38,14 @@ std::vector<size_t> prefixes_whole(const std::vector<size_t>& chunks, const Toke
     return out;
 }
 
+// model.ablate_heads: an ablated head's output z is zero (its weights are still
+// the softmax's). context (B, H, Tq, d_v), as the dense reference gives it.
+void zero_heads(std::vector<double>& context, size_t B, size_t H, const std::vector<size_t>& heads) {
+    const size_t per_head = context.size() / (B * H);  // Tq d_v
+    for (size_t b = 0; b < B; ++b)
+        for (const size_t h : heads) std::fill_n(context.begin() + static_cast<std::ptrdiff_t>((b * H + h) * per_head), per_head, 0.0);
+}
+
 }  // namespace
 
 // --- tests on the whole model ---
@@ -210,10 +218,11 @@ LiveTest reference_agreement(const TaskModel& model, const Batch& batch) {
         for (const AttentionSite& site : sites) {
             // what the op read: the queries and keys after the rotary rotation when the model has one
             const bool rotary = has_hook_point(model, site.name + ".rot_q");
-            const DenseAttention ref = dense_reference_attention(heads_first(pass.at(site, rotary ? "rot_q" : "q")),
-                                                                 heads_first(pass.at(site, rotary ? "rot_k" : "k")),
-                                                                 heads_first(pass.at(site, "v")), pass.kind_of(site).mask,
-                                                                 site.scale, site.masked_rows, site.sink, site.rel_bias);
+            DenseAttention ref = dense_reference_attention(heads_first(pass.at(site, rotary ? "rot_q" : "q")),
+                                                           heads_first(pass.at(site, rotary ? "rot_k" : "k")),
+                                                           heads_first(pass.at(site, "v")), pass.kind_of(site).mask,
+                                                           site.scale, site.masked_rows, site.sink, site.rel_bias);
+            zero_heads(ref.context, pass.at(site, "z").size(0), site.heads, site.ablated_heads);
             const std::vector<double> context = heads_first(pass.at(site, "z")).values();
             const std::vector<double> weights = pass.at(site, "pattern").values();
             magnitude = std::max(magnitude, max_abs(ref.context));

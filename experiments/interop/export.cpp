@@ -106,9 +106,10 @@ bool one_of(const std::string& value, std::initializer_list<const char*> allowed
 // What neither GPT-2 nor TransformerLens's HookedTransformer holds in its weights and config.
 void refuse_either(const Config::Model& m, ExportFormat format) {
     const AttentionVariant& v = m.variant;
-    if (m.norm == "post")
-        refuse(format, "model.norm = \"post\"", format == ExportFormat::hf ? "its blocks normalise before each sublayer"
-                                                                            : "its blocks normalise before each sublayer, or not at all");
+    // by allow-list: GPT-2 normalises before each sublayer; TransformerLens before each sublayer or not at all
+    if (!(format == ExportFormat::hf ? m.norm == "pre" : one_of(m.norm, {"pre", "none"})))
+        refuse(format, "model.norm = \"" + m.norm + "\"", format == ExportFormat::hf ? "its blocks normalise before each sublayer"
+                                                                                   : "its blocks normalise before each sublayer, or not at all");
     if (v.prefix_lm) refuse(format, "model.prefix_lm = true", "causal attention only; no prefix read both ways");
     if (v.documents) refuse(format, "model.documents = true", "causal attention only; no mask per packed document");
     if (v.sinks) refuse(format, "model.sinks = true", "no sink logit in the attention softmax");

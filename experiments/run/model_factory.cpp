@@ -190,7 +190,7 @@ std::vector<AttentionSite> attention_sites(const TaskModel& model) {
     auto add = [&](const std::string& kind, size_t layer, const std::string& name, const MultiHeadAttention& attn) {
         sites.push_back({kind, layer, name, &attn, attn.heads, attn.kv_heads, attn.head_width, attn.scale, attn.masked_rows,
                          attn.sink.defined() ? attn.sink.values() : std::vector<double>(),
-                         attn.rel_bias.defined() ? attn.rel_bias.values() : std::vector<double>()});
+                         attn.rel_bias.defined() ? attn.rel_bias.values() : std::vector<double>(), attn.ablated_heads});
     };
     auto at = [](const std::string& stack, size_t l, const std::string& module) { return stack + "." + std::to_string(l) + "." + module; };
     if (DecoderLM* d = model.decoder_lm()) {

@@ -74,6 +74,7 @@ struct AttentionSite {
     MaskedRows masked_rows = MaskedRows::error;
     std::vector<double> sink;      // the parameter `<name>.sink` (H) with attention sinks, else empty
     std::vector<double> rel_bias;  // the parameter `<name>.rel_bias` (buckets, H) with T5's relative bias, else empty
+    std::vector<size_t> ablated_heads;  // heads whose output z is zero (model.ablate_heads), sorted
 };
 // The model's attention modules with their kinds, layers and hook-point
 // prefixes (kinds_for gives each kind's mask for a batch): what the audit and

@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <set>
 
 #include "autograd/cpu/threads.h"
 #include "autograd/member_rows.h"
@@ -49,15 +50,43 @@ namespace attnlab {
 
 namespace {
 
+// The model.* keys whose stacked form is written: every layer that reads them
+// takes the members' leading axis (Module::stack_members), so that a stacked step
+// is each member's solo step, bit for bit (model.kind and the dropouts are
+// listed, their values decided below). A key not listed, set away from its default, runs the
+// members on threads until its stacked form is written: the learned attention
+// variants (model.sinks, model.rel_buckets), and any key added to the schema later
+// (tests/experiments/test_config_reads.cpp walks every model key through stacking).
+const std::set<std::string>& keys_stacked() {
+    static const std::set<std::string> keys = {
+        "model.kind", "model.layers", "model.width", "model.heads", "model.kv_heads", "model.head_width", "model.ffn",
+        "model.norm", "model.norm_type", "model.positional", "model.rotary_base", "model.rotary_dims", "model.scale",
+        "model.masked_rows", "model.window", "model.prefix_lm", "model.documents", "model.softcap", "model.dropout",
+        "model.attn_dropout", "model.bias", "model.ffn_bias", "model.norm_bias", "model.norm_eps", "model.parallel",
+        "model.head_bias", "model.init", "model.tie_embeddings", "model.activation", "model.max_len", "model.ablate_heads"};
+    return keys;
+}
+
+// Is `value` one of `allowed`? A new choice of an option runs on threads until its stacked form is written.
+bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
+    return std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return value == a; });
+}
+
 // Why the members cannot share a stacked model ("" when they can): the settings
-// whose stacked form is not written. Their members run on threads instead.
+// whose stacked form is not written, by allow-list. Their members run on threads instead.
 std::string unstackable(const Config& c) {
-    if (c.model.kind != "decoder") return "model.kind = \"" + c.model.kind + "\"";
+    const Config::Model& m = c.model;
+    if (m.kind != "decoder") return "model.kind = \"" + m.kind + "\"";
     if (c.train.reduce != "fast") return "train.reduce = \"" + c.train.reduce + "\"";
-    if (c.model.dropout > 0 || c.model.attn_dropout > 0) return "dropout (model.dropout, model.attn_dropout)";
-    // by allow-list: the norms whose stacked form is written (a norm added later runs on threads until it is)
-    if (c.model.norm != "none" && c.model.norm_type != "layernorm" && c.model.norm_type != "rmsnorm")
-        return "model.norm_type = \"" + c.model.norm_type + "\"";
+    if (m.dropout > 0 || m.attn_dropout > 0) return "dropout (model.dropout, model.attn_dropout)";
+    if (!one_of(m.norm, {"pre", "post", "none"})) return "model.norm = \"" + m.norm + "\"";
+    if (m.norm != "none" && !one_of(m.norm_type, {"layernorm", "rmsnorm"})) return "model.norm_type = \"" + m.norm_type + "\"";
+    if (!one_of(m.positional, {"learned", "sinusoidal", "none", "rotary", "alibi"})) return "model.positional = \"" + m.positional + "\"";
+    if (!one_of(m.activation, {"gelu", "gelu_tanh", "relu"})) return "model.activation = \"" + m.activation + "\"";
+    for (const std::string& differs : differing_keys(default_config(), c)) {  // "key (value, was default)"
+        const std::string key = differs.substr(0, differs.find(' '));
+        if (key.rfind("model.", 0) == 0 && !keys_stacked().count(key)) return differs;
+    }
     return "";
 }
 

@@ -90,6 +90,15 @@ def checkpoint_params(path):
 
 # ---- GPT-2 as Hugging Face's GPT2LMHeadModel computes it (eval mode) ---------------
 
+# Hugging Face's ACT2FN and TransformerLens's act_fn by name: "gelu" is F.gelu (erf),
+# "gelu_new" GPT-2's tanh approximation (NewGELUActivation, utils.gelu_new), "relu" F.relu.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: 0.5 * x * (1.0 + torch.tanh((2.0 / torch.pi) ** 0.5 * (x + 0.044715 * torch.pow(x, 3.0)))),
+    "relu": F.relu,
+}
+
+
 def gpt2_names(cfg):
     names = ["transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias"]
     for i in range(cfg["n_layer"]):
@@ -105,7 +114,7 @@ def gpt2_forward(sd, cfg, tokens):
     t = {k: torch.from_numpy(v.copy()) for k, v in sd.items()}
     D, H, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
     hd = D // H
-    act = {"gelu": F.gelu, "relu": F.relu}[cfg["activation_function"]]
+    act = ACTIVATIONS[cfg["activation_function"]]
     ids = torch.as_tensor(tokens)
     B, T = ids.shape
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
@@ -171,7 +180,7 @@ def tl_forward(sd, cfg, tokens):
     H, eps = cfg["n_heads"], cfg["eps"]
     kv_heads = cfg.get("n_key_value_heads") or H
     kv = "attn._" if cfg.get("n_key_value_heads") else "attn."
-    act = {"gelu": F.gelu, "relu": F.relu}[cfg["act_fn"]]
+    act = ACTIVATIONS[cfg["act_fn"]]
     ids = torch.as_tensor(tokens)
     T = ids.shape[1]
 
@@ -215,9 +224,12 @@ def tl_forward(sd, cfg, tokens):
         pattern = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         patterns.append(pattern)
         z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
-        x = x + torch.einsum("bqhe,hed->bqd", z, t[p + "attn.W_O"]) + t[p + "attn.b_O"]
+        attn_out = torch.einsum("bqhe,hed->bqd", z, t[p + "attn.W_O"]) + t[p + "attn.b_O"]
+        # TransformerBlock: the MLP reads resid_mid, or with parallel_attn_mlp resid_pre (ln2 of it)
+        mlp_in = x if cfg.get("parallel_attn_mlp") else x + attn_out
+        x = x + attn_out
         if not cfg["attn_only"]:
-            h = norm(x, p + "ln2")
+            h = norm(mlp_in, p + "ln2")
             x = x + act(h @ t[p + "mlp.W_in"] + t[p + "mlp.b_in"]) @ t[p + "mlp.W_out"] + t[p + "mlp.b_out"]
         hidden.append(x)
     return norm(x, "ln_final") @ t["unembed.W_U"] + t["unembed.b_U"], patterns, hidden
