@@ -8,8 +8,9 @@
 #
 #   bench/run_variants.sh          (about 4 minutes on 2 cores)
 #
-# Settings per shape: attnlab causal, attnlab window=16, attnlab softcap=30, sinks and
-# T5's relative bias with 32 buckets (the last three composed of ops), prefix-LM (each
+# Settings per shape: attnlab causal, attnlab window=16, attnlab softcap=30 (in the
+# fused kernels since issue 52), sinks and T5's relative bias with 32 buckets (both
+# composed of ops), prefix-LM (each
 # row's first half its prefix) and packed documents of 16 tokens, torch causal, torch window=16, prefix-LM and documents (each an
 # explicit (S, S) mask). Softcapping, sinks and T5's bias have
 # no PyTorch 1.13 nn.MultiheadAttention form short of writing attention out, so
