@@ -51,6 +51,7 @@ const std::vector<Shape3> kShapes = {
     {"large: X W^T (rows 4096, 256 -> 1024)", 4096, 1024, 256, false, true},
     {"large: dX = G W (rows 4096, 1024 -> 256)", 4096, 256, 1024, false, false},
     {"large: dW = G^T X (1024 x 256 over 4096 rows)", 1024, 256, 4096, true, false},
+    {"gpt2-vocabulary: logits X W^T (rows 64, 256 -> 50257)", 64, 50257, 256, false, true},
 };
 
 // Median seconds per call of f over `turns` turns of `seconds` each, alternating with g.

@@ -134,7 +134,10 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     const size_t N_chained = tiled ? N - N % nb + chained_columns(N % nb, M) : chained_columns(N, M);
     if (N_chained == 0) return false;
     libxsmm_smmfunction whole = nullptr;  // the one kernel of an untiled product
-    const size_t ldb_kernel = trans_b ? transposed_stride(N_chained) : ldb;
+    // A transposed B goes to scratch whole when untiled, else one tile at a time
+    // (kb x nb values, in cache as the kernel reads it): the whole of a large B
+    // (a vocabulary's output layer, 50257 x 256) was written out again first.
+    const size_t ldb_kernel = !trans_b ? ldb : transposed_stride(tiled ? std::min(nb, N_chained) : N_chained);
     if (tiled) {
         // Every kernel the tiles need (full tiles, the narrower last ones, beta
         // then 1), before anything is written.
@@ -147,7 +150,7 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
     }
     const float* B_stored = B;
     const size_t ldb_stored = ldb;
-    if (trans_b) {  // B's first N_chained rows, stored (N_chained, K) -> (K, N_chained), rows ldb_kernel apart
+    if (trans_b && !tiled) {  // B's first N_chained rows, stored (N_chained, K) -> (K, N_chained), rows ldb_kernel apart
         std::vector<float>& Bt = scratch();
         Bt.resize(K * ldb_kernel);
         libxsmm_otrans(Bt.data(), B, sizeof(float), static_cast<libxsmm_blasint>(K), static_cast<libxsmm_blasint>(N_chained),
@@ -155,12 +158,19 @@ bool jit_sgemm(bool trans_a, bool trans_b, size_t M, size_t N, size_t K, float a
         B = Bt.data();
         ldb = ldb_kernel;
     }
+    if (trans_b && tiled) scratch().resize(kb * ldb_kernel);
     if (whole) whole(B, A, C);
     else for (size_t n0 = 0; n0 < N_chained; n0 += nb)
         for (size_t k0 = 0; k0 < K; k0 += kb) {
             const size_t m = std::min(nb, N_chained - n0), k = std::min(kb, K - k0);
-            const libxsmm_smmfunction f = kernel(m, M, k, ldb, lda, ldc, k0 == 0 ? beta : 1.0f, trans_a);
+            const libxsmm_smmfunction f = kernel(m, M, k, ldb_kernel, lda, ldc, k0 == 0 ? beta : 1.0f, trans_a);
             const float* first = B + k0 * ldb + n0;             // rows k0.. and columns n0.. of B (K, N)
+            if (trans_b) {  // those of op(B): B's rows n0.., columns k0.., stored (m, k) -> (k, m), rows ldb_kernel apart
+                libxsmm_otrans(scratch().data(), B_stored + n0 * ldb_stored + k0, sizeof(float), static_cast<libxsmm_blasint>(k),
+                               static_cast<libxsmm_blasint>(m), static_cast<libxsmm_blasint>(ldb_stored),
+                               static_cast<libxsmm_blasint>(ldb_kernel));
+                first = scratch().data();
+            }
             const float* second = trans_a ? A + k0 * lda : A + k0;  // rows k0.. of A^T (K, M), or columns k0.. of A (M, K)
             f(first, second, C + n0);
         }
