@@ -200,6 +200,9 @@ public:
                                 std::string(py::str(py::type::of(out).attr("__name__"))));
                 return from_numpy(array, "hook " + name + ": the replacement").to(value.device());
             });
+        ForwardInput input = forward_input(batch);
+        input.tables = recorded_attention_tables(model(), hooks);
+        check_table_fits("tokens", forward_tables(model(), input));
         NoGradGuard no_grad;
         if (record.empty() && replace.empty()) return {to_numpy(model().forward(batch)), py::dict()};  // no hooks to attach
         check_patterns(hooks);
@@ -226,6 +229,10 @@ public:
                 return value + zero;
             });
         check_patterns(hooks);
+        ForwardInput input = forward_input(batch);
+        input.tables = 2 * recorded_attention_tables(model(), hooks);  // a replaced table's value and its gradient
+        input.graph = true;
+        check_table_fits("tokens", forward_tables(model(), input));
         const Tensor logits = model().forward(batch, hooks);
         // any real array, cast to the logits' dtype (float64 W for a float32 model: rounded)
         Tensor w = from_numpy_as(seed, logits.dtype(), "grad: the metric's gradient");
@@ -295,6 +302,13 @@ private:
             throw Error("src: a decoder model takes no source tokens");
         }
         return batch;
+    }
+
+    // The batch's sizes, for refusing a forward that cannot fit in memory before
+    // it runs (forward_tables, check_table_fits naming `tokens`).
+    ForwardInput forward_input(const Batch& batch) const {
+        return {.rows = batch.inputs.shape[0], .positions = batch.inputs.shape[1],
+                .sources = model().encoder_decoder() ? batch.src.shape[1] : 0};
     }
 
     static void check_lengths(const std::vector<size_t>& lengths, size_t B, size_t T, const std::string& what) {

@@ -468,6 +468,40 @@ CircuitResult edge_scores(const TaskModel& model, const PromptPairs& pairs, cons
     return EdgeScorer(model, pairs, options).run();
 }
 
+TableSize circuit_size(const TaskModel& model, size_t N, size_t T, const CircuitOptions& o, bool prune) {
+    const Graph g = graph_of(model);
+    const size_t copies = std::min(std::max<size_t>(1, o.batch_tokens / (N * T)), g.edges.size());  // as EdgeScorer runs them
+    const bool gradient = o.method != CircuitMethod::exact;
+    const double n = static_cast<double>(N), t = static_cast<double>(T), L = static_cast<double>(g.layers),
+                 H = static_cast<double>(g.heads), D = static_cast<double>(model.decoder_lm()->config.block.attention.width);
+    const double stream = n * t * D;  // one (N, T, D) tensor
+    const bool star = o.method == CircuitMethod::atp_star;
+    // AtP*'s runs record a block's pattern; its gradient runs replace every pattern (composed, in the graph: scores,
+    // pattern and their gradients) beside the recorded patterns and their gradients
+    const TableSize batched = forward_tables(model, {.rows = copies * N, .positions = T, .tables = star ? 1u : 0u});
+    TableSize size = gradient ? forward_tables(model, {.rows = N, .positions = T, .tables = star ? 6 * g.layers : 0, .graph = true})
+                              : batched;
+    size.bytes = std::max(size.bytes, batched.bytes);
+    size.bytes += static_cast<double>(g.senders.size()) * stream * (4 + 8)  // delta_, delta_values_
+                  + 2 * L * H * stream * 4;                                 // attn.result of both prompts
+    if (star) {
+        double changes = 0;  // (N, heads read, T, T) per q or k edge: a query feeds its head, a key its group
+        for (const Graph::Edge& e : g.edges) {
+            const Node::Kind kind = g.receivers[e.receiver].kind;
+            changes += kind == Node::Kind::q ? 1.0 : kind == Node::Kind::k ? H / static_cast<double>(g.kv_heads) : 0.0;
+        }
+        size.bytes += 8 * changes * n * t * t;
+        size.table += ", the pattern changes of " + std::to_string(static_cast<size_t>(changes)) + " query and key edges [" +
+                      std::to_string(N) + " x " + std::to_string(T) + " x " + std::to_string(T) + " positions, float64]";
+    }
+    if (prune) {  // each block's distinct head inputs side by side: the stream and one per q, k, v receiver
+        const size_t inputs = 1 + g.heads + 2 * g.kv_heads;
+        size.bytes += (L + 1) * static_cast<double>(g.senders.size()) * stream * 4 +
+                      forward_tables(model, {.rows = inputs * N, .positions = T}).bytes;
+    }
+    return size;
+}
+
 Agreement agreement(const std::vector<double>& approx, const std::vector<double>& exact, size_t top_k) {
     if (approx.size() != exact.size()) fail("circuit", "agreement: the score lists differ in length");
     Agreement a;

@@ -87,6 +87,18 @@ std::vector<CircuitEdge> residual_edges(const TaskModel& model);
 
 CircuitResult edge_scores(const TaskModel& model, const PromptPairs& pairs, const CircuitOptions& options);
 
+// What edge_scores holds at once for N prompt pairs of T tokens (and with
+// `prune`, discover_circuit), to refuse them before anything runs
+// (memory_estimate.h): each sender's change (N, T, D) in float32 and float64
+// and both prompts' recorded head results (L, N, T, H, D); a batched run of
+// options.batch_tokens worth of prompt copies (at most one per edge); for a
+// gradient method a forward keeping its graph (every layer's attention tables
+// and their gradients); AtP*'s recorded patterns and their gradients
+// (L, N, H, T, T) and, per query or key edge, the pattern change of the heads it
+// feeds (N, heads, T, T) float64; pruning's saved senders' outputs per layer
+// and its runs of a block's distinct head inputs side by side.
+TableSize circuit_size(const TaskModel& model, size_t N, size_t T, const CircuitOptions& options, bool prune = false);
+
 // How well `approx` ranks edges against `exact` (same order): Spearman's rank
 // correlation of the signed scores (ties get their mean rank), and the share of
 // the k largest |exact| edges found among the k largest |approx| ones.

@@ -64,6 +64,14 @@ CompositionScores composition_scores(const TaskModel& model) {
     return s;
 }
 
+TableSize composition_size(const TaskModel& model) {
+    const size_t n = model.layers() * model.heads();
+    const size_t D = model.decoder_lm() ? model.decoder_lm()->config.block.attention.width : 0;
+    const double heads = static_cast<double>(n), width = static_cast<double>(D);
+    return {"the composition scores [3 x " + std::to_string(n) + " x " + std::to_string(n) + " heads, float64] and the heads' circuits [2 x " +
+                std::to_string(n) + " heads x " + std::to_string(D) + " x " + std::to_string(D) + "]",
+            3 * 8 * heads * heads + 2 * 4 * heads * width * width};
+}
 
 TokenCircuits token_circuits(const TaskModel& model) {
     const DecoderLM* lm = model.decoder_lm();
@@ -82,6 +90,15 @@ TokenCircuits token_circuits(const TaskModel& model) {
         t.ov.insert(t.ov.end(), ov.begin(), ov.end());
     }
     return t;
+}
+
+TableSize token_circuits_size(const TaskModel& model) {
+    const size_t n = model.layers() * model.heads();
+    const size_t V = model.decoder_lm() ? model.decoder_lm()->config.vocab : 0;
+    const double vocab = static_cast<double>(V);
+    return {"the token circuits [2 x " + std::to_string(n) + " heads x " + std::to_string(V) + " x " + std::to_string(V) + "]",
+            // qk and ov float32, up to twice over while the vectors grow; one head's two products, float32 and float64
+            2 * 4 * 2 * static_cast<double>(n) * vocab * vocab + 2 * (4 + 8) * vocab * vocab};
 }
 
 }  // namespace attnlab

@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "experiments/config/memory_estimate.h"
+
 namespace attnlab {
 
 class TaskModel;
@@ -34,6 +36,10 @@ struct CompositionScores {
 
 // Throws Error for an encoder-decoder.
 CompositionScores composition_scores(const TaskModel& model);
+// What it holds, to refuse a model too large for it before it runs
+// (memory_estimate.h): every head's OV and QK (L H, D, D) float32 and the three
+// (L H)^2 score tables float64.
+TableSize composition_size(const TaskModel& model);
 
 // Each head's circuits through the token embedding W_E and unembedding W_U, as
 // token x token tables (Elhage et al.'s for attention-only models; the positions,
@@ -46,5 +52,9 @@ struct TokenCircuits {
     std::vector<float> qk, ov;  // each [layers * heads, vocab, vocab]
 };
 TokenCircuits token_circuits(const TaskModel& model);
+// What it holds, to refuse a vocabulary too large for it before it runs
+// (memory_estimate.h): both tables (L H, V, V) float32 (up to twice over while
+// they grow) and one head's (V, V) products in float32 and float64.
+TableSize token_circuits_size(const TaskModel& model);
 
 }  // namespace attnlab

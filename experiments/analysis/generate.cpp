@@ -166,6 +166,14 @@ Generation generate(const TaskModel& model, const std::vector<int32_t>& prompt, 
     return generate(*model.decoder_lm(), prompt, options);
 }
 
+TableSize decoding_size(const TaskModel& model, size_t prompt, size_t generated) {
+    const ModelConfig& c = model.encoder_decoder() ? model.enc_dec()->config : model.decoder_lm()->config;
+    const size_t most = c.position_table() ? c.max_len : SIZE_MAX;
+    if (model.encoder_decoder())
+        return forward_tables(model, {.rows = 1, .positions = std::min(std::max<size_t>(generated, 1), most), .sources = prompt});
+    return forward_tables(model, {.rows = 1, .positions = std::min(prompt + generated, most)});
+}
+
 int32_t choose_token(const std::vector<double>& logits, double temperature, size_t top_k, Rng& rng) {
     const size_t V = logits.size();
     if (V == 0) fail(op, "no logits to choose from");

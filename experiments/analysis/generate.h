@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "autograd/rng.h"
+#include "experiments/config/memory_estimate.h"
 #include "layers/models.h"
 
 namespace attnlab {
@@ -79,6 +80,14 @@ struct Generation {
 Generation generate(const DecoderLM& model, const std::vector<int32_t>& prompt, const GenerateOptions& options);
 Generation generate(const EncoderDecoder& model, const std::vector<int32_t>& source, const GenerateOptions& options);
 Generation generate(const TaskModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& options);
+
+// The largest forward decoding runs, to refuse it before it starts
+// (memory_estimate.h): its first step over a prompt (a decoder's start, an
+// encoder-decoder's source) of `prompt` tokens, or with `generated` > 0 the
+// full forward --check-cache recomputes at the last of that many steps (a
+// decoder: over the prompt and them; an encoder-decoder: them over the source),
+// no longer than a positional table allows. Its tables (model_factory.h).
+TableSize decoding_size(const TaskModel& model, size_t prompt, size_t generated = 0);
 
 // The loop both model kinds share (the overloads above set it up; tests drive it
 // directly to see a failing check). `fed` is what the decoder has been given so

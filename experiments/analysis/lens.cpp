@@ -110,6 +110,15 @@ std::string write_lens_file(const OutputFile& out, const std::string& path, int6
     });
 }
 
+TableSize lens_size(const TaskModel& model, size_t B, size_t T) {
+    const size_t streams = model.layers() + 1, V = model.decoder_lm() ? model.decoder_lm()->config.vocab : 0;
+    const double lens = static_cast<double>(streams) * static_cast<double>(B) * static_cast<double>(T) * static_cast<double>(V);
+    const TableSize forward = forward_tables(model, {.rows = B, .positions = T});
+    const auto n = [](size_t x) { return std::to_string(x); };
+    return {"the lens logits [" + n(streams) + " streams x " + n(B) + " x " + n(T) + " positions x " + n(V) + " tokens], " + forward.table,
+            (4 + 4 + 8) * lens + forward.bytes};
+}
+
 LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::vector<int32_t>& targets) {
     if (model.encoder_decoder() || model.decoder_lm() == nullptr) fail("lens", "the lens takes decoder models; this is an encoder-decoder");
     const ModelConfig& c = model.decoder_lm()->config;

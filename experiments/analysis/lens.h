@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "autograd/tensor.h"
+#include "experiments/config/memory_estimate.h"
 
 namespace attnlab {
 
@@ -43,6 +44,12 @@ struct LensResult {
     std::vector<double> norm_bias_logit;   // (B, T): the final norm's bias, and the head's (model.head_bias)
     std::vector<double> target_logit;      // (B, T): the model's logit of the target
 };
+
+// What logit_lens holds at once for B sequences of T tokens, to refuse them
+// before it runs (memory_estimate.h): the lens logits (L + 1, B, T, V), float32
+// per stream and again concatenated, and their float64 values; and one forward's
+// tables (model_factory.h), whose logits it keeps read.
+TableSize lens_size(const TaskModel& model, size_t B, size_t T);
 
 // tokens (B, T); targets (B, T) or empty (the model's argmax at each position).
 LensResult logit_lens(const TaskModel& model, const Indices& tokens, const std::vector<int32_t>& targets = {});

@@ -137,7 +137,7 @@ std::string to_string(PatchMetric metric) {
     }
 }
 
-void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric) {
+void check_pairs(const TaskModel& model, const PromptPairs& p) {
     const DecoderLM& lm = decoder_of(model, "patch");
     const size_t vocab = lm.config.vocab;
     if (p.clean.empty() || p.clean.size() != p.corrupt.size()) fail("patch", "give as many clean as corrupted prompts, at least one");
@@ -159,6 +159,11 @@ void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric)
     }
     if (T > lm.config.max_len)
         fail("patch", "prompts of " + std::to_string(T) + " tokens exceed the model's " + std::to_string(lm.config.max_len) + " positions");
+}
+
+void resolve_answers(const TaskModel& model, PromptPairs& p, PatchMetric metric) {
+    check_pairs(model, p);
+    const size_t vocab = model.decoder_lm()->config.vocab, T = p.clean.front().size();
     p.positions.resize(p.clean.size());
     p.clean_answers.resize(p.clean.size());
     p.corrupt_answers.resize(p.clean.size());
@@ -288,6 +293,17 @@ PatchHook parse_patch_hook(const TaskModel& model, const std::string& name) {
     h.per_head = h.head_axis >= 0;
     h.position_axis = axis({"query_pos", "pos", "key_pos"});  // scores and pattern: the query's row
     return h;
+}
+
+TableSize patching_size(const TaskModel& model, size_t N, size_t T, const std::vector<PatchHook>& hooks) {
+    const size_t attention_hooks = static_cast<size_t>(std::count_if(hooks.begin(), hooks.end(), [](const PatchHook& h) {
+        return h.point == "attn.scores" || h.point == "attn.pattern";
+    }));
+    TableSize size = forward_tables(model, {.rows = N, .positions = T, .tables = attention_hooks * model.layers()});
+    const double n = static_cast<double>(N), t = static_cast<double>(T);
+    size.bytes += 8 * n * t * static_cast<double>(decoder_of(model, "patch").config.vocab);  // the second run's float64 logits
+    if (attention_hooks > 0) size.bytes += 3 * 8 * n * static_cast<double>(model.heads()) * t * t;  // mixed(): base, source, result
+    return size;
 }
 
 PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs, const PatchOptions& options) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "autograd/tensor.h"
+#include "experiments/config/memory_estimate.h"
 
 namespace attnlab {
 
@@ -53,6 +54,9 @@ struct PromptPairs {
 // the row and what is wrong; for the logit differences, both runs' answers being
 // the same token is an error (prob and loss read the clean answer only).
 void resolve_answers(const TaskModel& model, PromptPairs& pairs, PatchMetric metric = PatchMetric::norm_logit_diff);
+// Its checks alone (the lengths and token range), before anything runs: what a
+// caller checks the pairs with before it estimates their size (patching_size).
+void check_pairs(const TaskModel& model, const PromptPairs& pairs);
 
 // A block-relative hook given to --hooks: "z" (= attn.z), "q", "k", "v", "pattern",
 // "scores", "attn.out", "ffn.out", "resid_pre", "resid_mid", "resid_post", ...;
@@ -86,6 +90,14 @@ struct PatchResult {
     double clean = 0, corrupt = 0;  // the metric of the unpatched runs
     std::vector<PatchGrid> grids;   // one per hook
 };
+
+// What patching N prompt pairs of T tokens holds at once, to refuse them before
+// anything runs (memory_estimate.h): one forward's tables (model_factory.h), the
+// clean and the corrupted run's logits read together (resolve_answers), and for
+// a hook on an attention's scores or pattern every layer's table recorded on the
+// source prompt, with the three float64 copies patching one of them takes.
+// path_patching records no attention table: `hooks` empty.
+TableSize patching_size(const TaskModel& model, size_t N, size_t T, const std::vector<PatchHook>& hooks = {});
 
 PatchResult activation_patching(const TaskModel& model, const PromptPairs& pairs, const PatchOptions& options);
 

@@ -28,6 +28,10 @@ Tensor optional_parameter(const TaskModel& model, const std::string& name) {
 
 }  // namespace
 
+TableSize score_parts_size(const TaskModel& model, size_t T) {
+    return forward_tables(model, {.rows = 1, .positions = T, .tables = 1});  // the block's scores, recorded
+}
+
 ScoreParts score_parts(const TaskModel& model, const std::vector<int32_t>& tokens, size_t layer, size_t head, size_t query,
                        size_t key) {
     if (model.encoder_decoder() || model.decoder_lm() == nullptr)

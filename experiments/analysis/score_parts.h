@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "experiments/config/memory_estimate.h"
+
 namespace attnlab {
 
 class TaskModel;
@@ -34,6 +36,11 @@ struct ScoreParts {
     double modifier = 0;                  // score - sum(parts)
     double stream_error = 0;              // the largest |sum of components - the stream| over i and j (a check)
 };
+
+// What score_parts holds at once for a prompt of T tokens, to refuse it before
+// it runs (memory_estimate.h): one forward's tables (model_factory.h) with the
+// head's layer's scores recorded beside the attention computing its own.
+TableSize score_parts_size(const TaskModel& model, size_t T);
 
 // Errors (one line) for a head, query or key out of range, a key the query
 // cannot see, an encoder-decoder or post-norm model.

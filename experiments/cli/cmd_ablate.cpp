@@ -87,6 +87,8 @@ int cmd_ablate(const std::vector<std::string>& args) {
     source.config_toml = checkpoint.config_toml;
     source.seed = in.seed;
     source.batches = static_cast<size_t>(batches);
+    check_held_batches_fit(in);
+    check_batch_forward_fits(in, maps ? attention_sites(*loaded.model).size() : 0);  // --maps records every attention's pattern
     const std::vector<Batch> data = fresh_batches(in);  // the `attnlab eval` stream
 
     const Ablation ablation = ablate(*loaded.model, data, groups);

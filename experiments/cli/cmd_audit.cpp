@@ -341,6 +341,8 @@ int cmd_audit(const std::vector<std::string>& args) {
         return 0;
     }
     const CheckpointInput in = load_checkpoint_input(parsed);  // sets the threads from train.threads
+    check_held_batches_fit(in);
+    check_batch_forward_fits(in, 2 * attention_sites(*in.loaded.model).size());  // every attention's scores and pattern recorded
     AuditOptions audit_options;
     audit_options.batches = static_cast<size_t>(in.batches);
     audit_options.seed = in.seed;

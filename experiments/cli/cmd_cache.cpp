@@ -75,6 +75,8 @@ int cmd_cache(const std::vector<std::string>& args) {
     if (hooks.patterns().empty()) throw UsageError("--hooks: no hook point named");
     { HookScope check(model.module(), hooks); }  // an unknown name fails before anything is written
 
+    // one batch in memory at a time: its forward with the attention tables it records
+    check_batch_forward_fits(in, recorded_attention_tables(model, hooks));
     const CacheRequest request{&in, in.seed, in.batches};
     check_fits_on_disk(out.path.string(), request, hooks);
     const size_t rows = write_cache(out, request, hooks);

@@ -116,6 +116,14 @@ int cmd_circuit(const std::vector<std::string>& args) {
     const LoadedCheckpoint l = load_checkpoint_argument(parsed);
     PromptPairs pairs = prompts_from(parsed, l);
     residual_edges(*l.loaded.model);  // refuses a model without a residual graph before any run
+    check_pairs(*l.loaded.model, pairs);
+    {  // the prompts' own tables (one copy per run), then as many copies side by side as --batch-tokens asks
+        const size_t N = pairs.clean.size(), T = pairs.clean.front().size();
+        CircuitOptions one_copy = o;
+        one_copy.batch_tokens = N * T;
+        check_table_fits(prompts_option(parsed), circuit_size(*l.loaded.model, N, T, one_copy, prune));
+        check_table_fits("--batch-tokens", circuit_size(*l.loaded.model, N, T, o, prune));
+    }
     resolve_answers(*l.loaded.model, pairs, o.metric);
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();

@@ -75,6 +75,7 @@ int cmd_decompose(const std::vector<std::string>& args) {
     const ModelConfig shape = model_config(l.config, l.loaded.max_len);
     if (shape.position_table() && tokens.size() > shape.max_len)
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(shape.max_len) + " positions");
+    check_table_fits("--tokens", score_parts_size(*l.loaded.model, tokens.size()));
     const ScoreParts r = score_parts(*l.loaded.model, tokens, static_cast<size_t>(*layer), static_cast<size_t>(*index), query, key);
     const std::string written = write_score_parts_file(out, l.path, l.checkpoint.step, tokens, r);
 

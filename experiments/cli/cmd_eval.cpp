@@ -39,6 +39,8 @@ int cmd_eval(const std::vector<std::string>& args) {
                       std::to_string(in.config.task.min_len) + ".." + std::to_string(in.config.task.max_len) + ")";
         set_task_lengths(in, lo, hi);
     }
+    check_held_batches_fit(in);
+    check_batch_forward_fits(in);
     const Score s = evaluate(*in.loaded.model, fresh_batches(in));
     std::printf("checkpoint %s (step %lld): loss %.4f  token accuracy %.4f  sequence accuracy %.4f  (%zu sequences, %zu counted tokens)%s\n",
                 in.path.c_str(), static_cast<long long>(in.checkpoint.step), s.loss, s.token_acc, s.seq_acc, s.sequences, s.counted,

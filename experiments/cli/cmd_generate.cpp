@@ -89,6 +89,9 @@ int cmd_generate(const std::vector<std::string>& args) {
     const std::vector<int32_t> prompt = text.tokens(parsed["prompt"].as<std::string>(), "--prompt");
     opts.seed = static_cast<uint64_t>(seed_given ? seed : config.run.seed);
 
+    check_table_fits("--prompt", decoding_size(*loaded.model, prompt.size()));
+    if (opts.check_cache)
+        check_table_fits("--check-cache --max-new " + std::to_string(opts.max_new), decoding_size(*loaded.model, prompt.size(), opts.max_new));
     const Generation g = generate(*loaded.model, prompt, opts);
     for (size_t step = 0; step < g.step_diffs.size(); ++step)
         std::printf("step %zu: max |cached - full| = %.3g (limit %.3g)\n", step, g.step_diffs[step], g.step_limits[step]);

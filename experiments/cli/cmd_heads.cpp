@@ -143,20 +143,17 @@ int cmd_heads(const std::vector<std::string>& args) {
         const LoadedCheckpoint in = load_checkpoint(path, device);
         if (in.loaded.model->encoder_decoder())
             throw UsageError(path + ": head scores need a decoder model (this is an encoder-decoder)");
-        if (circuits && path == paths.front()) {
-            // two (layers x heads, V, V) tables of doubles, and one head's (V, V) products while they are computed
-            const size_t heads_total = in.loaded.model->layers() * in.loaded.model->heads();
-            const std::string V = std::to_string(in.config.task.vocab);
-            const double vocab = static_cast<double>(in.config.task.vocab);
-            check_table_fits("--circuits", "the token circuits (2 x " + std::to_string(heads_total) + " heads x " + V + " x " + V + ", float64)",
-                             (16 * static_cast<double>(heads_total) + 24) * vocab * vocab);
-        }
+        if (circuits && path == paths.front()) check_table_fits("--circuits", token_circuits_size(*in.loaded.model));
         if (!input) input = head_score_batch(in.config, in.loaded.max_len, rows, seed);
         const std::string this_shape = std::to_string(in.loaded.model->layers()) + " layers x " + std::to_string(in.loaded.model->heads()) + " heads";
         if (shape.empty()) shape = this_shape;
         if (this_shape != shape) throw UsageError(path + ": " + this_shape + ", the run's first checkpoint has " + shape);
         if (2 * input->half - 1 > in.loaded.max_len)
             throw UsageError(path + ": covers " + std::to_string(in.loaded.max_len) + " positions, the batch has " + std::to_string(2 * input->half - 1));
+        // the scores' forward records every layer's pattern
+        check_table_fits("--rows", forward_tables(*in.loaded.model, {.rows = rows, .positions = 2 * input->half - 1,
+                                                                     .tables = in.loaded.model->layers()}));
+        check_table_fits(path + " (model.layers x model.heads)", composition_size(*in.loaded.model));
         scores.push_back(head_scores(*in.loaded.model, *input));
         compositions.push_back(composition_scores(*in.loaded.model));
         if (circuits && path == paths.back()) tables = token_circuits(*in.loaded.model);

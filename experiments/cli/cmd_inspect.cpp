@@ -284,16 +284,11 @@ int cmd_inspect(const std::vector<std::string>& args) {
 
     const TokenText text(in);  // its tokenizer checked now: the summary after the file shows its tokens
     const Batch batch = batch_from_options(parsed, model, model_config(config, loaded.max_len), text);
-    {  // what the forward records: every attention's scores and pattern (B, H, T, S) float32, and the logits (B, T, V)
-        const double rows = static_cast<double>(batch.inputs.shape[0]), T = static_cast<double>(batch.inputs.shape[1]);
-        const double S = model.encoder_decoder() ? static_cast<double>(batch.src.shape[1]) : T;
-        const double sites = static_cast<double>(model.layers() * (model.encoder_decoder() ? 3 : 1) * model.heads());
-        const double squares = rows * sites * std::max(S, T) * std::max(S, T), logits = rows * T * static_cast<double>(config.task.vocab);
-        check_table_fits(parsed.count("input") ? "--input" : "--tokens",
-                         "the attention scores and patterns (" + std::to_string(model.layers()) + " layers x " +
-                             std::to_string(model.heads()) + " heads x positions^2, float32) and the logits",
-                         2 * 4 * squares + 4 * logits);
-    }
+    // the forward records every attention's scores and pattern
+    check_table_fits(parsed.count("input") ? "--input" : "--tokens",
+                     forward_tables(model, {.rows = batch.inputs.shape[0], .positions = batch.inputs.shape[1],
+                                            .sources = model.encoder_decoder() ? batch.src.shape[1] : 0,
+                                            .tables = 2 * attention_sites(model).size()}));
 
     Hooks hooks;
     hooks.record("*attn.pattern").record("*attn.scores");

@@ -76,6 +76,7 @@ int cmd_lens(const std::vector<std::string>& args) {
     const size_t max_len = shape.max_len;
     if (shape.position_table() && tokens.size() > max_len)
         throw UsageError("--tokens: " + std::to_string(tokens.size()) + " tokens exceed the model's " + std::to_string(max_len) + " positions");
+    check_table_fits("--tokens", lens_size(*loaded.model, 1, tokens.size()));
     const LensResult r = logit_lens(*loaded.model, Indices({1, tokens.size()}, tokens), target);
 
     const std::string written = write_lens_file(out, path, checkpoint.step, tokens, r);

@@ -239,6 +239,10 @@ int cmd_patch(const std::vector<std::string>& args) {
     PromptPairs pairs = prompts_from(parsed, l);
     for (const std::string& name : list_option(parsed, "hooks"))
         o.hooks.push_back(parse_patch_hook(*l.loaded.model, name));
+    check_pairs(*l.loaded.model, pairs);
+    const size_t N = pairs.clean.size(), T = pairs.clean.front().size();
+    check_table_fits(prompts_option(parsed), patching_size(*l.loaded.model, N, T));
+    check_table_fits("--hooks", patching_size(*l.loaded.model, N, T, o.hooks));  // every layer's scores or pattern recorded
     resolve_answers(*l.loaded.model, pairs, o.metric);
     const PatchResult r = activation_patching(*l.loaded.model, pairs, o);
     const std::string written = write_patch_file(out, l.path, l.checkpoint.step, pairs, o, r);
@@ -284,6 +288,8 @@ int cmd_path_patch(const std::vector<std::string>& args) {
 
     const LoadedCheckpoint l = load_checkpoint_argument(parsed);
     PromptPairs pairs = prompts_from(parsed, l);
+    check_pairs(*l.loaded.model, pairs);
+    check_table_fits(prompts_option(parsed), patching_size(*l.loaded.model, pairs.clean.size(), pairs.clean.front().size()));
     resolve_answers(*l.loaded.model, pairs, metric);
     const PathPatchResult r = path_patching(*l.loaded.model, pairs, edge, metric);
     std::printf("path-patch %s (step %lld): %s -> %s: unpatched %s clean %.4f, corrupted %.4f; patched %s %.4f\n", l.path.c_str(),

@@ -201,6 +201,8 @@ struct CheckpointInput : LoadedCheckpoint {
     uint64_t seed = 0;   // --seed, else the run's seed
     int batches = 0;     // --batches
     Device device = Device::cpu;  // --device: where the model was placed
+    // what set the batches' length, for a message: --data or --max-len when given
+    std::string length_option = "the checkpoint's task.max_len";
 };
 
 // A CHECKPOINT argument: a checkpoint file, or a run folder, which stands for
@@ -258,6 +260,7 @@ inline void set_task_lengths(CheckpointInput& in, int64_t lo, int64_t hi) {
     if (in.config.task.name == "file") throw UsageError("--min-len/--max-len: task \"file\" has no lengths");
     if (lo > hi) throw UsageError("--min-len " + std::to_string(lo) + " is above --max-len " + std::to_string(hi));
     in.config = with_task_lengths(in.config, lo, hi);
+    in.length_option = "--max-len " + std::to_string(hi);
     cover_length(in, make_batch_source(in.config, 0, 0)->max_sequence_length(), "--max-len " + std::to_string(hi));  // also checks the task
 }
 
@@ -268,7 +271,38 @@ inline void use_token_file(CheckpointInput& in, const std::string& path) {
     if (in.loaded.model->encoder_decoder()) throw UsageError("--data " + path + ": token files feed decoder-only models");
     in.config.task.name = "file";
     in.config.task.path = path;
+    in.length_option = "--data " + path;
     cover_length(in, make_batch_source(in.config, in.seed, 2)->max_sequence_length(), "--data " + path);  // reads and checks the file
+}
+
+// The batches' shape: train.batch rows, the task's longest sequence, an
+// encoder-decoder's longest source (0 for a decoder).
+struct FreshShape {
+    size_t rows = 0, positions = 0, sources = 0;
+};
+inline FreshShape fresh_shape(const CheckpointInput& in) {
+    return {static_cast<size_t>(batch_size(in.config)), make_batch_source(in.config, in.seed, 2)->max_sequence_length(),
+            in.loaded.model->encoder_decoder() ? static_cast<size_t>(in.config.task.max_len) : 0};
+}
+
+// Refuses, before a batch is drawn (memory_estimate.h), --batches batches that
+// cannot be held at once: inputs and targets int32 and the loss mask per
+// position, an encoder-decoder's sources int32.
+inline void check_held_batches_fit(const CheckpointInput& in) {
+    const FreshShape s = fresh_shape(in);
+    const double rows = static_cast<double>(in.batches) * static_cast<double>(s.rows);
+    check_table_fits("--batches", "the batches [" + std::to_string(in.batches) + " x " + std::to_string(s.rows) + " x " +
+                                      std::to_string(s.positions) + " positions]",
+                     rows * (static_cast<double>(s.positions) * (4 + 4 + 1) + static_cast<double>(s.sources) * 4));
+}
+
+// Refuses, before a batch is drawn, a batch whose forward (model_factory.h)
+// cannot fit with `tables` attention tables recorded, naming what set its
+// length (in.length_option).
+inline void check_batch_forward_fits(const CheckpointInput& in, size_t tables = 0) {
+    const FreshShape s = fresh_shape(in);
+    check_table_fits(in.length_option,
+                     forward_tables(*in.loaded.model, {.rows = s.rows, .positions = s.positions, .sources = s.sources, .tables = tables}));
 }
 
 // `batches` batches of fresh data: stream 2, which neither training (0) nor the

@@ -77,6 +77,8 @@ void check_table_fits(const std::string& option, const std::string& table, doubl
     throw Error(option + ": " + table + sizes);
 }
 
+void check_table_fits(const std::string& option, const TableSize& size) { check_table_fits(option, size.table, size.bytes); }
+
 void check_fits_in_memory(const Config& config, double longest, const std::string& length_key) {
     const MemoryEstimate need = estimate_training_memory(config, longest);
     const double have = machine_memory_bytes();

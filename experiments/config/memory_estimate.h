@@ -37,4 +37,13 @@ void check_fits_in_memory(const Config& config, double longest, const std::strin
 // [2 x 1 x 70000 x 70000] need 78.4 GB, this machine has 23.4 GB").
 void check_table_fits(const std::string& option, const std::string& table, double bytes);
 
+// What an analysis holds at once, as its own estimate gives it (lens_size,
+// forward_tables, ...): the tables with their shapes, as the message names
+// them, and the bytes of everything counted.
+struct TableSize {
+    std::string table;
+    double bytes = 0;
+};
+void check_table_fits(const std::string& option, const TableSize& size);
+
 }  // namespace attnlab

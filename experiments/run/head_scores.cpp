@@ -21,16 +21,21 @@ HeadScoreBatch repeated_token_batch(size_t rows, size_t half, int32_t first, int
     std::vector<int32_t> inputs(rows * T), targets(rows * T);
     std::vector<uint8_t> counts(rows * T, 0);
     std::vector<int32_t> pool(tokens);
+    std::iota(pool.begin(), pool.end(), first);
+    std::vector<size_t> swapped(half);
     for (size_t b = 0; b < rows; ++b) {
         // r: the first n of a Fisher-Yates shuffle of [first, last]
-        std::iota(pool.begin(), pool.end(), first);
-        for (size_t i = 0; i < half; ++i)
-            std::swap(pool[i], pool[i + static_cast<size_t>(rng.integer(0, static_cast<int64_t>(tokens - i)))]);
+        for (size_t i = 0; i < half; ++i) {
+            swapped[i] = i + static_cast<size_t>(rng.integer(0, static_cast<int64_t>(tokens - i)));
+            std::swap(pool[i], pool[swapped[i]]);
+        }
         for (size_t t = 0; t < T; ++t) {
             inputs[b * T + t] = pool[t % half];
             targets[b * T + t] = pool[(t + 1) % half];
             counts[b * T + t] = t >= half ? 1 : 0;
         }
+        // the pool in order again, undone swap by swap: O(n) a row, not O(vocabulary)
+        for (size_t i = half; i-- > 0;) std::swap(pool[i], pool[swapped[i]]);
     }
     HeadScoreBatch out;
     out.half = half;

@@ -148,6 +148,35 @@ std::vector<std::string> TaskModel::hidden_points(bool encoder) const {
     return out;
 }
 
+TableSize forward_tables(const TaskModel& model, const ForwardInput& in) {
+    const ModelConfig& m = model.encoder_decoder() ? model.enc_dec()->config : model.decoder_lm()->config;
+    const bool composed = m.variant.modifies_scores();  // MultiHeadAttention::attend
+    const size_t tables = in.tables + (composed || in.tables > 0 ? 2 : 0) + (composed && in.graph ? 4 * attention_sites(model).size() : 0);
+    const size_t side = std::max(in.positions, in.sources);  // T, or max(T, S): every attention's queries and keys
+    const double B = static_cast<double>(in.rows), H = static_cast<double>(model.heads()), T = static_cast<double>(in.positions),
+                 A = static_cast<double>(side), V = static_cast<double>(m.vocab);
+    const auto n = [](size_t x) { return std::to_string(x); };
+    TableSize size;
+    size.table = "the logits [" + n(in.rows) + " x " + n(in.positions) + " positions x " + n(m.vocab) + " tokens]";
+    size.bytes = (4 + 8) * B * T * V;
+    if (tables == 0) return size;
+    size.table = "the attention tables [" + n(tables) + " x " + n(in.rows) + " x " + n(model.heads()) + " heads x " + n(side) + " x " +
+                 n(side) + " positions] and " + size.table;
+    size.bytes += 4 * static_cast<double>(tables) * B * H * A * A;
+    return size;
+}
+
+size_t recorded_attention_tables(const TaskModel& model, const Hooks& hooks) {
+    const std::vector<std::string> patterns = hooks.patterns();
+    size_t tables = 0;
+    for (const Module::HookPoint& p : model.module().described_hook_points()) {
+        const auto has = [&](const char* axis) { return std::find(p.axes.begin(), p.axes.end(), axis) != p.axes.end(); };
+        const bool recorded = std::any_of(patterns.begin(), patterns.end(), [&](const std::string& pattern) { return hook_pattern_matches(pattern, p.name); });
+        if (recorded && has("query_pos") && has("key_pos")) ++tables;
+    }
+    return tables;
+}
+
 bool has_hook_point(const TaskModel& model, const std::string& point) {
     const std::vector<std::string> points = model.module().hook_points();
     return std::find(points.begin(), points.end(), point) != points.end();

@@ -8,6 +8,7 @@
 
 #include "data/bpe_tokenizer.h"
 #include "data/tasks.h"
+#include "experiments/config/memory_estimate.h"
 #include "experiments/run/attention_metrics.h"
 #include "layers/hooks.h"
 #include "layers/models.h"
@@ -80,6 +81,28 @@ struct AttentionSite {
 // prefixes (kinds_for gives each kind's mask for a batch): what the audit and
 // ablation iterate over.
 std::vector<AttentionSite> attention_sites(const TaskModel& model);
+
+// A forward's input, and what of it the caller keeps, for forward_tables.
+struct ForwardInput {
+    size_t rows = 0, positions = 0;
+    size_t sources = 0;  // an encoder-decoder's source tokens
+    size_t tables = 0;   // attention tables (rows, H, T, S) the caller keeps: each recorded scores or pattern
+    bool graph = false;  // the forward keeps its graph for a backward
+};
+// What one forward builds that grows with its input rather than with the model,
+// for refusing an input before it runs (memory_estimate.h): the logits (B, T, V)
+// float32 with the float64 copy an analysis reads them in, and the attention
+// tables (B, H, T, S) float32 (an encoder-decoder's at most max(T, S)^2 per row
+// and head) that are made at all. The fused attention streams over key blocks
+// and makes none (autograd/attention.h); a table is made when the caller records
+// scores or a pattern (`tables`, and the scores and weights of the attention
+// computing it beside them), and by a model whose scores carry a modifier only
+// the composed ops apply (softcap, sinks, T5's relative bias): one attention's at
+// a time, every attention's with their gradients when the graph is kept.
+TableSize forward_tables(const TaskModel& model, const ForwardInput& input);
+// The attention tables (hook points with a query_pos and a key_pos axis: each
+// attention's scores and pattern) that `hooks` records or replaces in this model.
+size_t recorded_attention_tables(const TaskModel& model, const Hooks& hooks);
 
 // Whether the model has this hook point ("blocks.0.ffn.out": attention-only blocks have none).
 bool has_hook_point(const TaskModel& model, const std::string& point);

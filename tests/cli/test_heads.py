@@ -231,7 +231,7 @@ class Refused(cc.TempDirTest):
         self.assertEqual(r.returncode, 2, r.stderr)
         lines = r.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, r.stderr)
-        for want in ("--tokens", "positions^2", "GB", "this machine has"):
+        for want in ("--tokens", "60000 x 60000 positions", "GB", "this machine has"):
             self.assertIn(want, lines[0])
         self.assertFalse(os.path.exists(self.path("i.h5")))
 

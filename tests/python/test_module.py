@@ -272,6 +272,17 @@ class BadInput(unittest.TestCase):
                 with self.assertRaises(kind) as raised:
                     call()
                 self.assertIn(message, str(raised.exception))
+        # a forward whose tables cannot fit in memory: refused before it runs, naming the tokens and the size
+        # (64 heads with rotary positions: one attention's pattern over 60000 positions is 0.9 TB)
+        wide = attnlab.load(trained("rotary64", ["task.name=copy", "model.positional=rotary", "model.width=128", "model.heads=64",
+                                                 "train.steps=1", "train.checkpoint_every=1", "train.eval_every=1"]))
+        long = np.full((1, 60000), 3, np.int32)
+        seed = np.zeros((1, 60000, wide.params["tok_emb.weight"].shape[0]), np.float32)
+        for call in (lambda: wide.run_with_cache(long, names="blocks.0.attn.pattern"),
+                     lambda: wide.grad(long, seed, names="blocks.1.attn.scores")):
+            with self.assertRaisesRegex(ValueError, r"^tokens: the attention tables .*64 heads x 60000 x 60000 positions.* "
+                                                    r"need [0-9.]+ GB, this machine has"):
+                call()
         # an exception inside a hook function comes back as itself
         def boom(z, name):
             raise ZeroDivisionError("from the hook")
