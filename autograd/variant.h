@@ -71,6 +71,10 @@ struct AttentionVariant {
     // Whether the scores or their softmax are other than plain (what the fused kernels compute).
     // ALiBi's bias is not counted: the fused kernels add it.
     bool modifies_scores() const { return softcap != 0.0 || sinks || rel_buckets > 0; }
+    // Whether MultiHeadAttention runs attention composed of ops, forming the
+    // (B, H, Tq, Tk) scores and weights: sinks and T5's bias on either device; the
+    // soft-cap on the device, whose kernels do not take it (the CPU's do).
+    bool runs_composed(bool on_device) const { return sinks || rel_buckets > 0 || (softcap > 0.0 && on_device); }
     // The variant cross-attention takes: the score modifiers but sinks and the
     // relative bias; the eligibility rules, sinks and relative bias are self-attention's.
     AttentionVariant for_cross_attention() const {

@@ -128,10 +128,7 @@ MultiHeadAttention::Output MultiHeadAttention::attend(const Tensor& q, const Ten
         fail("attention", "the mask's relative bias has " + std::to_string(mask.variant.rel_buckets) +
                               " buckets, the module's parameter " + std::to_string(rel_bias.defined() ? rel_bias.size(0) : 0));
     AttentionResult r;
-    // Sinks and T5's bias are composed of ops; the soft-cap too on the device, whose
-    // kernels do not take it (the CPU's fused kernels do).
-    const bool composed_modifiers = mask.variant.sinks || mask.variant.rel_buckets > 0 || (mask.variant.softcap > 0.0 && q.device() == Device::cuda);
-    if (hook_replaces("scores") || hook_replaces("pattern") || composed_modifiers) {
+    if (hook_replaces("scores") || hook_replaces("pattern") || mask.variant.runs_composed(q.device() == Device::cuda)) {
         r = attend_composed(q, k, v, mask, options);
     } else {
         r = attention_packed(q, k, v, heads, kv_heads, mask, options);

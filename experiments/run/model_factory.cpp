@@ -150,7 +150,7 @@ std::vector<std::string> TaskModel::hidden_points(bool encoder) const {
 
 TableSize forward_tables(const TaskModel& model, const ForwardInput& in) {
     const ModelConfig& m = model.encoder_decoder() ? model.enc_dec()->config : model.decoder_lm()->config;
-    const bool composed = m.variant.modifies_scores();  // MultiHeadAttention::attend
+    const bool composed = m.variant.runs_composed(true);  // MultiHeadAttention::attend; on the device, the most it forms
     const size_t tables = in.tables + (composed || in.tables > 0 ? 2 : 0) + (composed && in.graph ? 4 * attention_sites(model).size() : 0);
     const size_t side = std::max(in.positions, in.sources);  // T, or max(T, S): every attention's queries and keys
     const double B = static_cast<double>(in.rows), H = static_cast<double>(model.heads()), T = static_cast<double>(in.positions),
