@@ -268,7 +268,7 @@ def circuits_lens_prefixes(work):
                                    f"after layer 1: {', '.join(f'{x:.3f}' for x in logp[:, 2])}.)")
 
 
-def composition(name, work):
+def composition(work, name):
     """{(sender, receiver): (K, Q, V)} of an `attnlab heads` file, layer-0 heads into layer-1 heads."""
     with work.h5(name) as f:
         kqv = [f[f"composition/{x}"][0] for x in "kqv"]
@@ -281,14 +281,14 @@ def composition(name, work):
 
 
 def circuits_composition(work):
-    pairs_found = composition(heads(work, model(work), "heads.h5"), work)
+    pairs_found = composition(work, heads(work, model(work), "heads.h5"))
     rows = [[f"{s} -> {r}"] + [number(x) for x in kqv] for (s, r), kqv in sorted(pairs_found.items(), key=lambda x: -x[1][0])]
     return table(["sender -> receiver", "K-composition", "Q-composition", "V-composition"], rows, ["c", "r", "r", "r"])
 
 
 def circuits_composition_prose(work):
     one_step = work.induction_bump("train.steps=1")
-    early = composition(heads(work, f"{one_step}/checkpoints/step_0000001.h5", "heads_step1.h5"), work)
+    early = composition(work, heads(work, f"{one_step}/checkpoints/step_0000001.h5", "heads_step1.h5"))
     values = [x for kqv in early.values() for x in kqv]
     with work.h5(heads(work, model(work), "heads.h5")) as f:
         prev, induction, copying = (f[x][0] for x in ("previous_token", "induction", "copying"))

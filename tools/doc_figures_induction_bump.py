@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from doc_figures_circuits import composition
+from doc_figures_circuits import composition, heads
 from doc_figures_induction_heads import model as induction_model
 from doc_figures_induction_heads import scores as plot_heads_scores
 from doc_figures_work import REPRODUCTIONS, ablation, bullets, paragraph, table
@@ -74,16 +74,14 @@ def bump_prose(work):
 
 def final_heads(work):
     """`attnlab heads` of the shipped run's final checkpoint: the file's name."""
-    checkpoint = f"{work.induction_bump()}/checkpoints/step_0001500.h5"
-    return work.once("bump heads", lambda: (work.attnlab_run("heads", checkpoint, "--out", "bump_heads.h5"), "bump_heads.h5")[1])
+    return heads(work, f"{work.induction_bump()}/checkpoints/step_0001500.h5", "bump_heads.h5")
 
 
 def bump_composition(work):
-    kqv = composition(final_heads(work), work)
+    kqv = composition(work, final_heads(work))
     into = [kqv[("L0.H0", f"L1.H{h}")] for h in (0, 1)]
-    one_step = work.induction_bump("train.steps=1")
-    work.once("bump heads step 1", lambda: work.attnlab_run("heads", f"{one_step}/checkpoints/step_0000001.h5", "--out", "bump_heads_1.h5"))
-    early = [x for scores in composition("bump_heads_1.h5", work).values() for x in scores]
+    one_step = heads(work, f"{work.induction_bump('train.steps=1')}/checkpoints/step_0000001.h5", "heads_step1.h5")
+    early = [x for scores in composition(work, one_step).values() for x in scores]
     return paragraph(
         "`attnlab heads` on the final checkpoint also gives the composition scores from the weights: the previous-token head",
         f"L0.H0 composes with the layer-1 heads through their keys (K-composition {into[0][0]:.3f} and {into[1][0]:.3f}, against",

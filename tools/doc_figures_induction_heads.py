@@ -160,20 +160,24 @@ def induction_seeds(work):
 
 
 def induction_wide(work):
-    prev, induction, _ = roles(work, "model.width=64", "model.heads=4")
-    induction_scores_ = [s for _, s, _ in induction]
+    wide = ("model.width=64", "model.heads=4")
+    prev, induction, _ = roles(work, *wide)
+    layer1 = [s for _, s, _ in induction]
     costs = [e for _, _, e in induction]
-    found, _, _ = scores(work, "model.width=64", "model.heads=4")
-    heads_in_layer1 = sum(1 for l, _ in found if l == 1)
+    found, _, _ = scores(work, *wide)
+    ablated = ablation(work, model(work, *wide))
+    top = max(max(ablated["zero"][h][0], ablated["mean"][h][0]) for h in found)
+    heads_in_layer1 = sum(1 for layer, _ in found if layer == 1)
     name, score, effect = prev[0]
     every = "all four" if len(induction) == heads_in_layer1 else f"{len(induction)} of the {heads_in_layer1}"
     seed2_prev, _, _ = roles(work, "run.seed=2")
     return bullets([
         "**Redundancy hides heads from single-head ablation.** Both layer-1 heads are induction heads; each looks"
         " dispensable alone. With 4 heads of width 64 (`model.width=64 model.heads=4`, otherwise the same)"
-        f" {every} layer-1 heads have induction scores of {min(induction_scores_):.2f}-{max(induction_scores_):.2f} and each"
-        f" alone costs only {min(costs):.2f}-{max(costs):.2f} nats, while the previous-token head there ({name}, score"
-        f" {score:.2f}) still tops the table at {effect:+.2f}. Ablate groups (`--together`) before calling a head unimportant.",
+        f" {every} layer-1 heads have induction scores of {min(layer1):.2f}-{max(layer1):.2f} and each alone costs only"
+        f" {min(costs):.2f}-{max(costs):.2f} nats, while the previous-token head there ({name}, score {score:.2f})"
+        f" {'still tops the table' if effect == top else 'costs'} at {effect:+.2f}. Ablate groups (`--together`) before"
+        " calling a head unimportant.",
         f"**A head number is not a role.** Seed 2 put the previous-token head at {seed2_prev[0][0]}.",
         "**An attention map is not an explanation by itself.** Head 0.0 is a clean previous-token head in the first copy"
         " but attends diffusely in the second; the map cannot say whether that part matters, an intervention can."])
