@@ -28,7 +28,7 @@ namespace attnlab::h5io_test {
 namespace {
 
 const char* const kPython = "/usr/bin/python3";
-const fs::path kReader = fs::path(__FILE__).parent_path() / "metrics_reader.py";
+const fs::path kReader = fs::path(ATTNLAB_SOURCE_DIR) / "tests" / "experiments" / "metrics_reader.py";  // not __FILE__, which a ccache base_dir makes relative
 
 int run_python(const std::string& args) {
     const std::string command = std::string(kPython) + " " + kReader.string() + " " + args;

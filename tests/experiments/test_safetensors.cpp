@@ -374,7 +374,7 @@ TEST(Safetensors, WriterRefusesBadTensorsAndLeavesTheFileAlone) {
 
 // ---- the independent Python reader and writer ---------------------------------
 
-const fs::path kReference = fs::path(__FILE__).parent_path() / "safetensors_reference.py";
+const fs::path kReference = fs::path(ATTNLAB_SOURCE_DIR) / "tests" / "experiments" / "safetensors_reference.py";  // not __FILE__, which a ccache base_dir makes relative
 
 int run_reference(const std::string& mode, const std::string& file, const std::string& dump) {
     const std::string command = "/usr/bin/python3 " + kReference.string() + " " + mode + " " + file + " " + dump;
