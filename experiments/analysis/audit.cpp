@@ -402,10 +402,8 @@ void refuse_unaudited(const Config& config) {
     const std::string& positional = config.model.positional;
     if (positional != "learned" && positional != "sinusoidal" && positional != "none" && positional != "rotary" && positional != "alibi")
         refuse("model.positional = \"" + positional + "\"");
-    for (const std::string& differs : differing_keys(default_config(), config)) {  // "key (value, was default)"
-        const std::string key = differs.substr(0, differs.find(' '));
-        if (key.rfind("model.", 0) == 0 && !keys_audited().count(key)) refuse(differs);
-    }
+    const std::string unlisted = first_unlisted_model_key(config, keys_audited());
+    if (!unlisted.empty()) refuse(unlisted);
 }
 
 }  // namespace

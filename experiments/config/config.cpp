@@ -586,6 +586,14 @@ std::vector<std::string> differing_keys(const Config& a, const Config& b, const 
     return keys;
 }
 
+std::string first_unlisted_model_key(const Config& config, const std::set<std::string>& listed) {
+    for (const std::string& differs : differing_keys(default_config(), config)) {
+        const std::string key = differs.substr(0, differs.find(' '));
+        if (key.rfind("model.", 0) == 0 && !listed.count(key)) return differs;
+    }
+    return "";
+}
+
 std::string to_toml(const Config& config) {
     std::string out = "# attnlab config, resolved: every key, defaults included\n";
     std::string section;

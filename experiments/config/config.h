@@ -218,6 +218,12 @@ std::string to_toml(const Config& config);
 // to `after`, in schema order, but the keys in `ignored`; the sweep is not compared.
 std::vector<std::string> differing_keys(const Config& before, const Config& after, const std::set<std::string>& ignored = {});
 
+// The first model.* key `config` sets away from its default that `listed` does
+// not name, as differing_keys words it ("key (value, was default)"); "" when
+// none. How a feature that takes options by allow-list (export, stacking, the
+// audit) finds the one it must refuse.
+std::string first_unlisted_model_key(const Config& config, const std::set<std::string>& listed);
+
 // The schema as a table for --help: key, default, allowed values, doc.
 std::string describe_keys();
 

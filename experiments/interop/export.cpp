@@ -179,11 +179,8 @@ const std::set<std::string>& keys_mapped(ExportFormat format) {
 
 // Refuses the first model.* key set away from its default that the format's list does not name.
 void refuse_unlisted(const Config& config, ExportFormat format) {
-    for (const std::string& differs : differing_keys(default_config(), config)) {  // "key (value, was default)"
-        const std::string key = differs.substr(0, differs.find(' '));
-        if (key.rfind("model.", 0) == 0 && !keys_mapped(format).count(key))
-            refuse(format, key + " " + differs.substr(key.size() + 1), "attnlab's export has no mapping for this option");
-    }
+    const std::string unlisted = first_unlisted_model_key(config, keys_mapped(format));
+    if (!unlisted.empty()) refuse(format, unlisted, "attnlab's export has no mapping for this option");
 }
 
 // The activation's name in Hugging Face's ACT2FN and TransformerLens's act_fn:

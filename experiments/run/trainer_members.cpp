@@ -83,11 +83,7 @@ std::string unstackable(const Config& c) {
     if (m.norm != "none" && !one_of(m.norm_type, {"layernorm", "rmsnorm"})) return "model.norm_type = \"" + m.norm_type + "\"";
     if (!one_of(m.positional, {"learned", "sinusoidal", "none", "rotary", "alibi"})) return "model.positional = \"" + m.positional + "\"";
     if (!one_of(m.activation, {"gelu", "gelu_tanh", "relu"})) return "model.activation = \"" + m.activation + "\"";
-    for (const std::string& differs : differing_keys(default_config(), c)) {  // "key (value, was default)"
-        const std::string key = differs.substr(0, differs.find(' '));
-        if (key.rfind("model.", 0) == 0 && !keys_stacked().count(key)) return differs;
-    }
-    return "";
+    return first_unlisted_model_key(c, keys_stacked());
 }
 
 // The members' batches side by side: member m's rows at [m B, (m + 1) B). All of
