@@ -22,13 +22,10 @@ issue asks, the same model with the exact gelu. Ratios are PyTorch's time over
 attnlab's (higher: attnlab faster).
 """
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
@@ -39,24 +36,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
 import torch_bridge  # noqa: E402
-from python_hooks import torch_cache  # noqa: E402  (bench/, the hooks TransformerLens's HookPoints stand for)
+from python_hooks import median_seconds, torch_cache  # noqa: E402  (bench/: its timer, and the hooks TransformerLens's HookPoints stand for)
 from test_import import Draw, gpt2_state, save_model  # noqa: E402
 
 MODELS = [  # name, width, layers, heads, vocabulary, T, batches
     ("small", 64, 2, 4, 100, 40, (1,)),
     ("gpt2-vocabulary", 256, 4, 4, 50257, 64, (1, 32)),
 ]
-
-
-def median_seconds(fn, repeats, warmup=10):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def imported(attnlab_bin, folder, name, width, layers, heads, vocab, T, activation):
@@ -92,11 +78,11 @@ def main():
                         theirs = torch_bridge.run(module, arch, {"tokens": tokens, "lengths": lengths})[0].numpy()
                         worst = float(np.abs(m.run(tokens) - theirs).max() / np.abs(theirs).max())
                         assert worst < 1e-4, f"{name} {activation}: the two models disagree by {worst:.2e} (relative)"
-                        forward = (median_seconds(lambda: m.run(tokens), args.repeats),
+                        forward = (median_seconds(lambda: m.run(tokens), args.repeats, warmup=10),
                                    median_seconds(lambda: torch_bridge.run(module, arch, {"tokens": tokens, "lengths": lengths}),
-                                                  args.repeats))
-                        cache = (median_seconds(lambda: m.run_with_cache(tokens, names=names), args.repeats),
-                                 median_seconds(lambda: torch_cache(module, arch, tokens, lengths), args.repeats))
+                                                  args.repeats, warmup=10))
+                        cache = (median_seconds(lambda: m.run_with_cache(tokens, names=names), args.repeats, warmup=10),
+                                 median_seconds(lambda: torch_cache(module, arch, tokens, lengths), args.repeats, warmup=10))
                     for what, (a, b) in (("forward", forward), ("run_with_cache", cache)):
                         rows.append((name, activation, what, B, T, a, b))
     print(f"torch {torch.__version__}, one thread each; median of {args.repeats} calls")
