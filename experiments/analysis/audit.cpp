@@ -400,7 +400,7 @@ void refuse_unaudited(const Config& config) {
         fail("audit", option + ": the audit's reference and live tests do not model this option, so they cannot vouch for it");
     };
     const std::string& positional = config.model.positional;
-    if (positional != "learned" && positional != "sinusoidal" && positional != "none" && positional != "rotary" && positional != "alibi")
+    if (!one_of(positional, {"learned", "sinusoidal", "none", "rotary", "alibi"}))
         refuse("model.positional = \"" + positional + "\"");
     const std::string unlisted = first_unlisted_model_key(config, keys_audited());
     if (!unlisted.empty()) refuse(unlisted);

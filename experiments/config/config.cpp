@@ -594,6 +594,12 @@ std::string first_unlisted_model_key(const Config& config, const std::set<std::s
     return "";
 }
 
+bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
+    for (const char* a : allowed)
+        if (value == a) return true;
+    return false;
+}
+
 std::string to_toml(const Config& config) {
     std::string out = "# attnlab config, resolved: every key, defaults included\n";
     std::string section;

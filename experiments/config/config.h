@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <utility>
@@ -223,6 +224,9 @@ std::vector<std::string> differing_keys(const Config& before, const Config& afte
 // none. How a feature that takes options by allow-list (export, stacking, the
 // audit) finds the one it must refuse.
 std::string first_unlisted_model_key(const Config& config, const std::set<std::string>& listed);
+// Is `value` one of `allowed`? The choices of an option such a feature names: a
+// new choice is refused (or, for stacking, run on threads) until it is written.
+bool one_of(const std::string& value, std::initializer_list<const char*> allowed);
 
 // The schema as a table for --help: key, default, allowed values, doc.
 std::string describe_keys();

@@ -95,13 +95,6 @@ std::string number(double value) {
     throw Error("--format " + export_format_choices().name(format) + ": " + option + " does not map onto " + tool + " (" + why + ")");
 }
 
-// Is `value` one of `allowed`? The values a format maps, named: a new choice of
-// an option is refused until its mapping is written.
-bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
-    for (const char* a : allowed)
-        if (value == a) return true;
-    return false;
-}
 
 // What neither GPT-2 nor TransformerLens's HookedTransformer holds in its weights and config.
 void refuse_either(const Config::Model& m, ExportFormat format) {

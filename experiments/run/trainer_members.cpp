@@ -67,10 +67,6 @@ const std::set<std::string>& keys_stacked() {
     return keys;
 }
 
-// Is `value` one of `allowed`? A new choice of an option runs on threads until its stacked form is written.
-bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
-    return std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return value == a; });
-}
 
 // Why the members cannot share a stacked model ("" when they can): the settings
 // whose stacked form is not written, by allow-list. Their members run on threads instead.
